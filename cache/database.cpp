@@ -1,0 +1,843 @@
+#include "cache/database.hpp"
+
+#include "runtime/base/hash.hpp"
+#include "runtime/base/log.hpp"
+
+#include <sqlite3.h>
+
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <string_view>
+#include <thread>
+#include <utility>
+
+namespace autotune::cache {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Written when the schema is created and checked on every open, so a SQLite file
+// of another program that happens to use our table names is still refused.
+// The bytes spell "ATUN".
+constexpr int k_application_id = 0x4154554e;
+
+// A writer holds the lock for one small transaction (a result row, or a cubin of
+// a few MB), so 10 s covers many queued peers, yet a wedged peer is reported
+// instead of hanging a tuning session.
+constexpr int k_busy_timeout_ms = 10000;
+
+// The first 16 bytes of every SQLite 3 file. Checked before SQLite touches the
+// file, so garbage gets a clear message and is never opened for writing.
+constexpr std::string_view k_sqlite_magic{"SQLite format 3\0", 16};
+
+// Error messages quote the failing SQL, cut to keep them on one screen line.
+constexpr size_t k_max_quoted_sql = 80;
+
+constexpr std::array<const char*, 5> k_v1_tables = {"devices", "cubins", "variants", "results",
+                                                    "winners"};
+
+// Schema version 1. Never edit a released step: add a new step instead (SCHEMA.md).
+constexpr std::array<std::string_view, 7> k_schema_v1 = {
+    R"sql(CREATE TABLE devices (
+  key TEXT PRIMARY KEY NOT NULL,
+  name TEXT NOT NULL,
+  arch TEXT NOT NULL,
+  cc INTEGER NOT NULL,
+  sm_count INTEGER NOT NULL,
+  driver_version INTEGER NOT NULL
+))sql",
+    R"sql(CREATE TABLE cubins (
+  sha256 TEXT PRIMARY KEY NOT NULL,
+  size INTEGER NOT NULL,
+  data BLOB NOT NULL
+))sql",
+    R"sql(CREATE TABLE variants (
+  key TEXT PRIMARY KEY NOT NULL,
+  op TEXT NOT NULL,
+  arch TEXT NOT NULL,
+  template_hash TEXT NOT NULL,
+  nvrtc_version TEXT NOT NULL,
+  options TEXT NOT NULL,
+  config TEXT NOT NULL,
+  kernel TEXT NOT NULL,
+  cubin_sha256 TEXT NOT NULL REFERENCES cubins (sha256),
+  compile_s REAL,
+  registers INTEGER NOT NULL,
+  static_smem INTEGER NOT NULL,
+  created_at TEXT NOT NULL
+))sql",
+    // The child side of the cubin foreign key: without it, deleting a cubin (gc)
+    // scans every variant.
+    "CREATE INDEX variants_by_cubin ON variants (cubin_sha256)",
+    R"sql(CREATE TABLE results (
+  device_key TEXT NOT NULL,
+  variant_key TEXT NOT NULL,
+  op TEXT NOT NULL,
+  problem TEXT NOT NULL,
+  config TEXT NOT NULL,
+  outcome TEXT NOT NULL,
+  median_us REAL,
+  p10_us REAL,
+  p90_us REAL,
+  samples INTEGER NOT NULL,
+  sm_clock_mhz INTEGER NOT NULL,
+  rel_err REAL,
+  message TEXT NOT NULL,
+  created_at TEXT NOT NULL,
+  PRIMARY KEY (device_key, variant_key, problem)
+))sql",
+    // Database::results() lists every variant tried for one device, op and problem.
+    "CREATE INDEX results_by_problem ON results (device_key, op, problem)",
+    R"sql(CREATE TABLE winners (
+  device_key TEXT NOT NULL,
+  op TEXT NOT NULL,
+  problem TEXT NOT NULL,
+  template_hash TEXT NOT NULL,
+  nvrtc_version TEXT NOT NULL,
+  variant_key TEXT NOT NULL,
+  config TEXT NOT NULL,
+  kernel TEXT NOT NULL,
+  median_us REAL,
+  updated_at TEXT NOT NULL,
+  PRIMARY KEY (device_key, op, problem, template_hash, nvrtc_version)
+))sql",
+};
+
+// ISO 8601 UTC, so timestamps sort as text and read well in `autotune cache ls`.
+constexpr const char* k_sql_now = "strftime('%Y-%m-%dT%H:%M:%SZ', 'now')";
+
+struct OutcomeName {
+  Outcome outcome;
+  const char* text;
+};
+constexpr OutcomeName k_outcome_names[] = {
+    {Outcome::ok, "OK"},
+    {Outcome::compile_fail, "COMPILE_FAIL"},
+    {Outcome::resource, "RESOURCE"},
+    {Outcome::fault, "FAULT"},
+    {Outcome::timeout, "TIMEOUT"},
+    {Outcome::wrong, "WRONG"},
+};
+
+[[noreturn]] void throw_database(const std::string& path, const std::string& what) {
+  throw Error(ErrorKind::database, "tuning database " + path + ": " + what);
+}
+
+[[noreturn]] void throw_sqlite(sqlite3* db, const std::string& path, const std::string& what) {
+  std::string message = what;
+  if (db) {
+    message += ": ";
+    message += sqlite3_errmsg(db);
+    message += " (SQLite code " + std::to_string(sqlite3_extended_errcode(db)) + ")";
+  }
+  throw_database(path, message);
+}
+
+std::string quote_sql(std::string_view sql) {
+  std::string text(sql.substr(0, sql.find('\n')));
+  if (text.size() > k_max_quoted_sql) {
+    text = text.substr(0, k_max_quoted_sql) + "...";
+  }
+  return "\"" + text + "\"";
+}
+
+struct Finalizer {
+  void operator()(sqlite3_stmt* stmt) const noexcept { sqlite3_finalize(stmt); }
+};
+
+// One prepared statement. Values only ever reach SQL through the bind_* calls.
+class Statement {
+public:
+  Statement(sqlite3* db, const std::string& path, std::string_view sql) : m_db(db), m_path(path) {
+    sqlite3_stmt* raw = nullptr;
+    int rc = sqlite3_prepare_v2(db, sql.data(), int(sql.size()), &raw, nullptr);
+    m_stmt.reset(raw);
+    if (rc != SQLITE_OK) {
+      throw_sqlite(db, path, "cannot prepare " + quote_sql(sql));
+    }
+  }
+
+  Statement& bind_text(int index, std::string_view value) {
+    // A null data pointer would bind SQL NULL; an empty string must stay a string.
+    const char* data = value.data() ? value.data() : "";
+    check(sqlite3_bind_text64(m_stmt.get(), index, data, value.size(), SQLITE_TRANSIENT,
+                              SQLITE_UTF8));
+    return *this;
+  }
+  Statement& bind_blob(int index, std::string_view value) {
+    const char* data = value.data() ? value.data() : "";
+    check(sqlite3_bind_blob64(m_stmt.get(), index, data, value.size(), SQLITE_TRANSIENT));
+    return *this;
+  }
+  Statement& bind_int(int index, int64_t value) {
+    check(sqlite3_bind_int64(m_stmt.get(), index, value));
+    return *this;
+  }
+  // SQLite stores a NaN as NULL anyway; doing it here makes that explicit, and
+  // real() maps NULL back to NaN (a WRONG result's rel_err is often NaN).
+  Statement& bind_real(int index, double value) {
+    check(std::isnan(value) ? sqlite3_bind_null(m_stmt.get(), index)
+                            : sqlite3_bind_double(m_stmt.get(), index, value));
+    return *this;
+  }
+
+  // sqlite3_step's own result code, for callers that handle SQLITE_BUSY themselves.
+  int try_step() { return sqlite3_step(m_stmt.get()); }
+
+  // True when a row is ready, false when the statement has finished.
+  bool step() {
+    int rc = sqlite3_step(m_stmt.get());
+    if (rc == SQLITE_ROW) {
+      return true;
+    }
+    if (rc == SQLITE_DONE) {
+      return false;
+    }
+    throw_sqlite(m_db, m_path, "cannot run " + quote_sql(sqlite3_sql(m_stmt.get())));
+  }
+  void run() {
+    while (step()) {
+    }
+  }
+
+  std::string text(int column) const {
+    auto data = reinterpret_cast<const char*>(sqlite3_column_text(m_stmt.get(), column));
+    int size = sqlite3_column_bytes(m_stmt.get(), column);
+    return data ? std::string(data, size_t(size)) : std::string();
+  }
+  std::string blob(int column) const {
+    auto data = static_cast<const char*>(sqlite3_column_blob(m_stmt.get(), column));
+    int size = sqlite3_column_bytes(m_stmt.get(), column);
+    return data ? std::string(data, size_t(size)) : std::string();
+  }
+  int64_t integer(int column) const { return sqlite3_column_int64(m_stmt.get(), column); }
+  double real(int column) const {
+    if (sqlite3_column_type(m_stmt.get(), column) == SQLITE_NULL) {
+      return std::numeric_limits<double>::quiet_NaN();
+    }
+    return sqlite3_column_double(m_stmt.get(), column);
+  }
+
+private:
+  void check(int rc) {
+    if (rc != SQLITE_OK) {
+      throw_sqlite(m_db, m_path, "cannot bind a value of " + quote_sql(sqlite3_sql(m_stmt.get())));
+    }
+  }
+
+  sqlite3* m_db;
+  const std::string& m_path;
+  std::unique_ptr<sqlite3_stmt, Finalizer> m_stmt;
+};
+
+void exec(sqlite3* db, const std::string& path, std::string_view sql) {
+  Statement(db, path, sql).run();
+}
+
+// Pragmas take no bound parameters; `value` is always one of our own integer
+// constants, never data from outside.
+void set_pragma(sqlite3* db, const std::string& path, const char* name, int value) {
+  exec(db, path, std::string("PRAGMA ") + name + " = " + std::to_string(value));
+}
+
+int64_t read_pragma(sqlite3* db, const std::string& path, const char* name) {
+  Statement stmt(db, path, std::string("PRAGMA ") + name);
+  return stmt.step() ? stmt.integer(0) : 0;
+}
+
+// What the file holds, read without writing anything.
+struct SchemaState {
+  int64_t user_version = 0;
+  int64_t application_id = 0;
+  std::set<std::string> tables;
+};
+
+SchemaState read_schema_state(sqlite3* db, const std::string& path) {
+  try {
+    // One statement, so one read snapshot: read separately, a peer's schema
+    // creation could commit between the version and the table list.
+    Statement stmt(db, path,
+                   "SELECT 'user_version', user_version FROM pragma_user_version "
+                   "UNION ALL SELECT 'application_id', application_id FROM pragma_application_id "
+                   "UNION ALL SELECT 'table', name FROM sqlite_master "
+                   "WHERE type = 'table' AND name NOT LIKE 'sqlite_%'");
+    SchemaState state;
+    while (stmt.step()) {
+      std::string kind = stmt.text(0);
+      if (kind == "user_version") {
+        state.user_version = stmt.integer(1);
+      } else if (kind == "application_id") {
+        state.application_id = stmt.integer(1);
+      } else {
+        state.tables.insert(stmt.text(1));
+      }
+    }
+    return state;
+  } catch (const Error& e) {
+    // Truncated or damaged files fail here, on the first read.
+    std::string detail = e.what();
+    std::string prefix = "tuning database " + path + ": ";
+    if (detail.compare(0, prefix.size(), prefix) == 0) {
+      detail.erase(0, prefix.size());
+    }
+    throw_database(path, "not an autotune database, or a damaged one (" + detail + ")");
+  }
+}
+
+// Throws unless `state` is an autotune database this build can use in `mode`;
+// an empty file (version 0, no tables) passes only in read_write mode.
+void check_schema_state(const SchemaState& state, Database::Mode mode, const std::string& path) {
+  if (state.user_version > k_schema_version) {
+    throw_database(path, "was written by a newer autotune (schema version " +
+                             std::to_string(state.user_version) + ", this build knows up to " +
+                             std::to_string(k_schema_version) +
+                             "); use a newer autotune or another database");
+  }
+  if (state.user_version <= 0) {
+    if (!state.tables.empty()) {
+      throw_database(path, "not an autotune database (it has tables but no autotune schema "
+                           "version); refusing to touch it");
+    }
+    if (mode == Database::Mode::read_only) {
+      throw_database(path, "not an autotune database (it is empty)");
+    }
+    return;
+  }
+  if (state.application_id != k_application_id) {
+    throw_database(path, "not an autotune database (application_id " +
+                             std::to_string(state.application_id) + "); refusing to touch it");
+  }
+  for (const char* table : k_v1_tables) {
+    if (!state.tables.count(table)) {
+      throw_database(path, std::string("not an autotune database (table '") + table +
+                               "' is missing); refusing to touch it");
+    }
+  }
+  if (mode == Database::Mode::read_only && state.user_version < k_schema_version) {
+    throw_database(path, "was written by an older autotune (schema version " +
+                             std::to_string(state.user_version) +
+                             "); open it read-write once to migrate it to version " +
+                             std::to_string(k_schema_version));
+  }
+}
+
+// Refuses a non-empty file that does not start with SQLite's magic, without
+// handing it to SQLite at all.
+void check_sqlite_header(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) {
+    throw_database(path, "cannot read the file");
+  }
+  std::string head(k_sqlite_magic.size(), '\0');
+  file.read(head.data(), std::streamsize(head.size()));
+  size_t got = size_t(file.gcount());
+  if (got == 0) {
+    return;
+  }
+  if (got < head.size() || head != k_sqlite_magic) {
+    throw_database(path, "not an autotune database (not a SQLite file); refusing to touch it");
+  }
+}
+
+// Switching a new file to WAL needs an exclusive lock, and SQLite reports
+// SQLITE_BUSY at once rather than through busy_timeout while peers opening the
+// same new file hold it; so wait here, as long as busy_timeout would.
+void enable_wal(sqlite3* db, const std::string& path) {
+  constexpr auto k_retry_pause = std::chrono::milliseconds(10);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(k_busy_timeout_ms);
+  for (;;) {
+    Statement journal(db, path, "PRAGMA journal_mode = WAL");
+    int rc = journal.try_step();
+    if (rc == SQLITE_ROW) {
+      std::string mode = journal.text(0);
+      if (mode != "wal") {
+        // E.g. a network file system without shared memory: still correct, but
+        // readers then block writers.
+        log(LogLevel::warn, "tuning database " + path + ": journal mode is '" + mode +
+                                "', not WAL; concurrent tuning processes will wait on each other");
+      }
+      return;
+    }
+    if ((rc & 0xff) != SQLITE_BUSY || std::chrono::steady_clock::now() >= deadline) {
+      throw_sqlite(db, path, "cannot switch to WAL journal mode");
+    }
+    std::this_thread::sleep_for(k_retry_pause);
+  }
+}
+
+void apply_migration(sqlite3* db, const std::string& path, int64_t from_version) {
+  switch (from_version) {
+  case 0:
+    for (std::string_view sql : k_schema_v1) {
+      exec(db, path, sql);
+    }
+    return;
+  default:
+    throw Error(ErrorKind::internal, "tuning database " + path +
+                                         ": no migration from schema version " +
+                                         std::to_string(from_version));
+  }
+}
+
+constexpr const char* k_savepoint = "autotune_nested";
+
+VariantRecord read_variant(const Statement& stmt) {
+  VariantRecord v;
+  v.key = stmt.text(0);
+  v.op = stmt.text(1);
+  v.arch = stmt.text(2);
+  v.template_hash = stmt.text(3);
+  v.nvrtc_version = stmt.text(4);
+  v.options = stmt.text(5);
+  v.config = stmt.text(6);
+  v.kernel = stmt.text(7);
+  v.cubin_sha256 = stmt.text(8);
+  v.compile_s = stmt.real(9);
+  v.registers = int(stmt.integer(10));
+  v.static_smem = int(stmt.integer(11));
+  return v;
+}
+
+constexpr const char* k_result_columns =
+    "device_key, variant_key, op, problem, config, outcome, median_us, p10_us, p90_us, samples, "
+    "sm_clock_mhz, rel_err, message";
+
+ResultRecord read_result(const Statement& stmt) {
+  ResultRecord r;
+  r.device_key = stmt.text(0);
+  r.variant_key = stmt.text(1);
+  r.op = stmt.text(2);
+  r.problem = stmt.text(3);
+  r.config = stmt.text(4);
+  r.outcome = parse_outcome(stmt.text(5));
+  r.median_us = stmt.real(6);
+  r.p10_us = stmt.real(7);
+  r.p90_us = stmt.real(8);
+  r.samples = int(stmt.integer(9));
+  r.sm_clock_mhz = int(stmt.integer(10));
+  r.rel_err = stmt.real(11);
+  r.message = stmt.text(12);
+  return r;
+}
+
+constexpr const char* k_winner_columns =
+    "device_key, op, problem, template_hash, nvrtc_version, variant_key, config, kernel, median_us";
+
+WinnerRecord read_winner(const Statement& stmt) {
+  WinnerRecord w;
+  w.device_key = stmt.text(0);
+  w.op = stmt.text(1);
+  w.problem = stmt.text(2);
+  w.template_hash = stmt.text(3);
+  w.nvrtc_version = stmt.text(4);
+  w.variant_key = stmt.text(5);
+  w.config = stmt.text(6);
+  w.kernel = stmt.text(7);
+  w.median_us = stmt.real(8);
+  return w;
+}
+
+} // namespace
+
+std::string DeviceRecord::key() const {
+  KeyHasher hasher("autotune.device.v1");
+  hasher.field("name", name)
+      .field("arch", arch)
+      .field("cc", int64_t(cc))
+      .field("sm_count", int64_t(sm_count))
+      .field("driver_version", int64_t(driver_version));
+  return hasher.hex();
+}
+
+std::string variant_key(const std::string& op, const std::string& template_hash,
+                        const std::string& nvrtc_version, const std::string& arch,
+                        const std::string& options, const std::string& kernel, std::string* dump) {
+  KeyHasher hasher("autotune.variant");
+  hasher.field("schema_version", int64_t(k_schema_version))
+      .field("op", op)
+      .field("template_hash", template_hash)
+      .field("nvrtc_version", nvrtc_version)
+      .field("arch", arch)
+      .field("options", options)
+      .field("kernel", kernel);
+  if (dump) {
+    *dump = hasher.dump();
+  }
+  return hasher.hex();
+}
+
+const char* to_string(Outcome o) {
+  for (const auto& entry : k_outcome_names) {
+    if (entry.outcome == o) {
+      return entry.text;
+    }
+  }
+  return "UNKNOWN";
+}
+
+Outcome parse_outcome(const std::string& text) {
+  for (const auto& entry : k_outcome_names) {
+    if (text == entry.text) {
+      return entry.outcome;
+    }
+  }
+  throw Error(ErrorKind::database,
+              "unknown result outcome '" + text +
+                  "' in the tuning database (expected OK, COMPILE_FAIL, RESOURCE, FAULT, TIMEOUT "
+                  "or WRONG)");
+}
+
+void Database::Closer::operator()(sqlite3* db) const noexcept {
+  // close_v2 never fails for a live handle: anything still pending is released
+  // when its last statement is finalized.
+  sqlite3_close_v2(db);
+}
+
+Database::Database(const std::string& path, Mode mode) : m_path(path), m_mode(mode) {
+  if (path.empty()) {
+    throw Error(ErrorKind::database, "the tuning database path is empty");
+  }
+  std::error_code ec;
+  fs::file_status status = fs::status(path, ec);
+  bool exists = fs::exists(status);
+  if (!exists && mode == Mode::read_only) {
+    throw_database(path, "does not exist");
+  }
+  if (exists) {
+    if (!fs::is_regular_file(status)) {
+      throw_database(path, "is not a regular file");
+    }
+    check_sqlite_header(path);
+  } else {
+    fs::path parent = fs::path(path).parent_path();
+    if (!parent.empty()) {
+      fs::create_directories(parent, ec);
+      if (ec) {
+        throw_database(path, "cannot create directory " + parent.string() + ": " + ec.message());
+      }
+    }
+  }
+
+  int flags =
+      mode == Mode::read_write ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE : SQLITE_OPEN_READONLY;
+  sqlite3* raw = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
+  // Owned before checking: a failed open still allocates a handle.
+  m_db.reset(raw);
+  if (rc != SQLITE_OK) {
+    throw_sqlite(raw, path, "cannot open");
+  }
+  sqlite3_extended_result_codes(raw, 1);
+  sqlite3_busy_timeout(raw, k_busy_timeout_ms);
+  // Files may come from other machines (`cache import`): never let their schema
+  // run functions or let SQL corrupt them through writable_schema.
+  if (sqlite3_db_config(raw, SQLITE_DBCONFIG_DEFENSIVE, 1, static_cast<int*>(nullptr)) !=
+      SQLITE_OK) {
+    throw_sqlite(raw, path, "cannot enable defensive mode");
+  }
+  exec(raw, path, "PRAGMA trusted_schema = OFF");
+
+  // Everything up to here only reads, so a refused file is left as it was.
+  check_schema_state(read_schema_state(raw, path), mode, path);
+  if (mode == Mode::read_only) {
+    return;
+  }
+  enable_wal(raw, path);
+  exec(raw, path, "PRAGMA foreign_keys = ON");
+  migrate();
+}
+
+Database::Database(Database&& other) noexcept
+    : m_db(std::move(other.m_db)), m_path(std::move(other.m_path)), m_mode(other.m_mode),
+      m_depth(std::exchange(other.m_depth, 0)) {}
+
+Database::~Database() = default;
+
+sqlite3* Database::handle() const {
+  if (!m_db) {
+    throw Error(ErrorKind::internal, "a moved-from tuning Database was used");
+  }
+  return m_db.get();
+}
+
+void Database::migrate() {
+  if (read_schema_state(handle(), m_path).user_version == k_schema_version) {
+    return;
+  }
+  transaction([&] {
+    // Another process may have created or migrated the file since the check
+    // above; under the write lock the state is final.
+    SchemaState state = read_schema_state(handle(), m_path);
+    check_schema_state(state, m_mode, m_path);
+    if (state.user_version == k_schema_version) {
+      return;
+    }
+    for (int64_t version = state.user_version; version < k_schema_version; ++version) {
+      apply_migration(handle(), m_path, version);
+    }
+    set_pragma(handle(), m_path, "application_id", k_application_id);
+    set_pragma(handle(), m_path, "user_version", k_schema_version);
+  });
+}
+
+int Database::schema_version() const {
+  return int(read_pragma(handle(), m_path, "user_version"));
+}
+
+void Database::begin() {
+  if (m_mode == Mode::read_only) {
+    throw_database(m_path, "opened read-only; cannot write to it");
+  }
+  // IMMEDIATE takes the write lock now, while busy_timeout can still wait for it;
+  // a deferred transaction that upgrades later fails with SQLITE_BUSY at once.
+  exec(handle(), m_path,
+       m_depth == 0 ? std::string("BEGIN IMMEDIATE") : std::string("SAVEPOINT ") + k_savepoint);
+  ++m_depth;
+}
+
+void Database::commit() {
+  try {
+    exec(handle(), m_path,
+         m_depth == 1 ? std::string("COMMIT") : std::string("RELEASE ") + k_savepoint);
+  } catch (...) {
+    rollback();
+    throw;
+  }
+  --m_depth;
+}
+
+void Database::rollback() noexcept {
+  if (m_depth == 0) {
+    return;
+  }
+  --m_depth;
+  sqlite3* db = m_db.get();
+  // After some errors (I/O, disk full) SQLite has already rolled the whole
+  // transaction back; the outer levels then fail on COMMIT/RELEASE, as they must.
+  if (!db || sqlite3_get_autocommit(db)) {
+    return;
+  }
+  try {
+    if (m_depth == 0) {
+      exec(db, m_path, "ROLLBACK");
+    } else {
+      exec(db, m_path, std::string("ROLLBACK TO ") + k_savepoint);
+      exec(db, m_path, std::string("RELEASE ") + k_savepoint);
+    }
+  } catch (const std::exception& e) {
+    try {
+      log(LogLevel::warn, std::string("rollback failed: ") + e.what());
+    } catch (...) {
+    }
+  }
+}
+
+void Database::put_device(const DeviceRecord& device) {
+  transaction([&] {
+    Statement(handle(), m_path,
+              "INSERT OR REPLACE INTO devices (key, name, arch, cc, sm_count, driver_version) "
+              "VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
+        .bind_text(1, device.key())
+        .bind_text(2, device.name)
+        .bind_text(3, device.arch)
+        .bind_int(4, device.cc)
+        .bind_int(5, device.sm_count)
+        .bind_int(6, device.driver_version)
+        .run();
+  });
+}
+
+void Database::put_variant(const VariantRecord& variant, const std::string& cubin) {
+  std::string sha = sha256_hex(cubin);
+  if (sha != variant.cubin_sha256) {
+    throw Error(ErrorKind::internal, "tuning database " + m_path + ": variant " + variant.key +
+                                         " names cubin " + variant.cubin_sha256 +
+                                         " but the bytes given hash to " + sha);
+  }
+  transaction([&] {
+    // Content-addressed: a cubin shared by many variants is stored once. A stored
+    // copy that differs from these bytes can only be damaged, so it is repaired
+    // rather than kept.
+    Statement(handle(), m_path,
+              "INSERT INTO cubins (sha256, size, data) VALUES (?1, ?2, ?3) "
+              "ON CONFLICT (sha256) DO UPDATE SET size = excluded.size, data = excluded.data "
+              "WHERE cubins.size <> excluded.size OR cubins.data <> excluded.data")
+        .bind_text(1, sha)
+        .bind_int(2, int64_t(cubin.size()))
+        .bind_blob(3, cubin)
+        .run();
+    Statement(
+        handle(), m_path,
+        std::string("INSERT OR REPLACE INTO variants (key, op, arch, template_hash, nvrtc_version, "
+                    "options, config, kernel, cubin_sha256, compile_s, registers, static_smem, "
+                    "created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ") +
+            k_sql_now + ")")
+        .bind_text(1, variant.key)
+        .bind_text(2, variant.op)
+        .bind_text(3, variant.arch)
+        .bind_text(4, variant.template_hash)
+        .bind_text(5, variant.nvrtc_version)
+        .bind_text(6, variant.options)
+        .bind_text(7, variant.config)
+        .bind_text(8, variant.kernel)
+        .bind_text(9, variant.cubin_sha256)
+        .bind_real(10, variant.compile_s)
+        .bind_int(11, variant.registers)
+        .bind_int(12, variant.static_smem)
+        .run();
+  });
+}
+
+std::optional<VariantRecord> Database::find_variant(const std::string& key) const {
+  Statement stmt(handle(), m_path,
+                 "SELECT key, op, arch, template_hash, nvrtc_version, options, config, kernel, "
+                 "cubin_sha256, compile_s, registers, static_smem FROM variants WHERE key = ?1");
+  stmt.bind_text(1, key);
+  if (!stmt.step()) {
+    return std::nullopt;
+  }
+  return read_variant(stmt);
+}
+
+std::string Database::load_cubin(const std::string& sha256) const {
+  Statement stmt(handle(), m_path, "SELECT size, data FROM cubins WHERE sha256 = ?1");
+  stmt.bind_text(1, sha256);
+  if (!stmt.step()) {
+    throw_database(m_path, "cubin " + sha256 + " is not stored");
+  }
+  int64_t size = stmt.integer(0);
+  std::string data = stmt.blob(1);
+  // A damaged cubin loaded into the driver can fault or compute garbage silently.
+  if (int64_t(data.size()) != size || sha256_hex(data) != sha256) {
+    throw_database(m_path, "checksum mismatch for cubin " + sha256 + ": refusing to load it");
+  }
+  return data;
+}
+
+void Database::put_result(const ResultRecord& result) {
+  transaction([&] {
+    Statement(handle(), m_path,
+              std::string("INSERT OR REPLACE INTO results (") + k_result_columns +
+                  ", created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
+                  "?13, " +
+                  k_sql_now + ")")
+        .bind_text(1, result.device_key)
+        .bind_text(2, result.variant_key)
+        .bind_text(3, result.op)
+        .bind_text(4, result.problem)
+        .bind_text(5, result.config)
+        .bind_text(6, to_string(result.outcome))
+        .bind_real(7, result.median_us)
+        .bind_real(8, result.p10_us)
+        .bind_real(9, result.p90_us)
+        .bind_int(10, result.samples)
+        .bind_int(11, result.sm_clock_mhz)
+        .bind_real(12, result.rel_err)
+        .bind_text(13, result.message)
+        .run();
+  });
+}
+
+std::optional<ResultRecord> Database::find_result(const std::string& device_key,
+                                                  const std::string& variant_key,
+                                                  const std::string& problem) const {
+  Statement stmt(handle(), m_path,
+                 std::string("SELECT ") + k_result_columns +
+                     " FROM results WHERE device_key = ?1 AND variant_key = ?2 AND problem = ?3");
+  stmt.bind_text(1, device_key).bind_text(2, variant_key).bind_text(3, problem);
+  if (!stmt.step()) {
+    return std::nullopt;
+  }
+  return read_result(stmt);
+}
+
+std::vector<ResultRecord> Database::results(const std::string& device_key, const std::string& op,
+                                            const std::string& problem) const {
+  // Fastest OK result first, then the failures; variant_key makes the order total.
+  Statement stmt(handle(), m_path,
+                 std::string("SELECT ") + k_result_columns +
+                     " FROM results WHERE device_key = ?1 AND op = ?2 AND problem = ?3"
+                     " ORDER BY outcome <> 'OK', median_us IS NULL, median_us, variant_key");
+  stmt.bind_text(1, device_key).bind_text(2, op).bind_text(3, problem);
+  std::vector<ResultRecord> out;
+  while (stmt.step()) {
+    out.push_back(read_result(stmt));
+  }
+  return out;
+}
+
+void Database::put_winner(const WinnerRecord& winner) {
+  transaction([&] {
+    Statement(handle(), m_path,
+              std::string("INSERT OR REPLACE INTO winners (") + k_winner_columns +
+                  ", updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, " + k_sql_now + ")")
+        .bind_text(1, winner.device_key)
+        .bind_text(2, winner.op)
+        .bind_text(3, winner.problem)
+        .bind_text(4, winner.template_hash)
+        .bind_text(5, winner.nvrtc_version)
+        .bind_text(6, winner.variant_key)
+        .bind_text(7, winner.config)
+        .bind_text(8, winner.kernel)
+        .bind_real(9, winner.median_us)
+        .run();
+  });
+}
+
+std::optional<WinnerRecord> Database::find_winner(const std::string& device_key,
+                                                  const std::string& op, const std::string& problem,
+                                                  const std::string& template_hash,
+                                                  const std::string& nvrtc_version) const {
+  Statement stmt(handle(), m_path,
+                 std::string("SELECT ") + k_winner_columns +
+                     " FROM winners WHERE device_key = ?1 AND op = ?2 AND problem = ?3"
+                     " AND template_hash = ?4 AND nvrtc_version = ?5");
+  stmt.bind_text(1, device_key)
+      .bind_text(2, op)
+      .bind_text(3, problem)
+      .bind_text(4, template_hash)
+      .bind_text(5, nvrtc_version);
+  if (!stmt.step()) {
+    return std::nullopt;
+  }
+  return read_winner(stmt);
+}
+
+std::vector<WinnerRecord> Database::winners() const {
+  Statement stmt(
+      handle(), m_path,
+      std::string("SELECT ") + k_winner_columns +
+          " FROM winners ORDER BY device_key, op, problem, template_hash, nvrtc_version");
+  std::vector<WinnerRecord> out;
+  while (stmt.step()) {
+    out.push_back(read_winner(stmt));
+  }
+  return out;
+}
+
+std::string default_database_path() {
+  auto env = [](const char* name) {
+    const char* value = std::getenv(name);
+    return std::string(value ? value : "");
+  };
+  if (std::string db = env("AUTOTUNE_DB"); !db.empty()) {
+    return db;
+  }
+  // The XDG spec says a relative XDG_CACHE_HOME is invalid and must be ignored.
+  if (std::string xdg = env("XDG_CACHE_HOME"); !xdg.empty() && fs::path(xdg).is_absolute()) {
+    return (fs::path(xdg) / "autotune" / "tuning.db").string();
+  }
+  if (std::string home = env("HOME"); !home.empty()) {
+    return (fs::path(home) / ".cache" / "autotune" / "tuning.db").string();
+  }
+  throw Error(ErrorKind::database,
+              "no place for the tuning database: set AUTOTUNE_DB, XDG_CACHE_HOME or HOME");
+}
+
+} // namespace autotune::cache

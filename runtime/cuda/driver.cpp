@@ -1,0 +1,113 @@
+#include "driver.hpp"
+
+#include "runtime/base/error.hpp"
+
+#include <dlfcn.h>
+
+#include <mutex>
+
+namespace autotune::cuda {
+namespace {
+
+struct Loaded {
+  DriverApi api;
+  std::string error; // empty when loading worked
+};
+
+Loaded load() {
+  Loaded out;
+  // libcuda.so.1 is the driver's ABI name; libcuda.so only exists with dev symlinks.
+  void* lib = nullptr;
+  for (const char* name : {"libcuda.so.1", "libcuda.so"}) {
+    lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (lib) {
+      break;
+    }
+  }
+  if (!lib) {
+    const char* why = dlerror();
+    out.error = std::string("cannot load the CUDA driver (libcuda.so.1): ") +
+                (why ? why : "not found") + " (is an NVIDIA driver installed?)";
+    return out;
+  }
+  auto sym = [&](const char* symbol) -> void* {
+    void* p = dlsym(lib, symbol);
+    if (!p && out.error.empty()) {
+      out.error = std::string("the CUDA driver lacks the symbol ") + symbol +
+                  " (driver too old for this build?)";
+    }
+    return p;
+  };
+#define AUTOTUNE_LOAD_MEMBER(name, symbol)                                                         \
+  out.api.name = reinterpret_cast<decltype(out.api.name)>(sym(symbol));
+  AUTOTUNE_DRIVER_FUNCTIONS(AUTOTUNE_LOAD_MEMBER)
+#undef AUTOTUNE_LOAD_MEMBER
+  void* elapsed = dlsym(lib, "cuEventElapsedTime_v2");
+  if (!elapsed) {
+    elapsed = sym("cuEventElapsedTime");
+  }
+  out.api.cuEventElapsedTime = reinterpret_cast<decltype(out.api.cuEventElapsedTime)>(elapsed);
+  if (!out.error.empty()) {
+    return out;
+  }
+  CUresult rc = out.api.cuInit(0);
+  if (rc != CUDA_SUCCESS) {
+    const char* name = nullptr;
+    const char* text = nullptr;
+    out.api.cuGetErrorName(rc, &name);
+    out.api.cuGetErrorString(rc, &text);
+    out.error = std::string("cuInit failed: ") + (name ? name : "?") + ": " +
+                (text ? text : "unknown error");
+    return out;
+  }
+  out.api.cuDriverGetVersion(&out.api.version);
+  int count = 0;
+  out.api.cuDeviceGetCount(&count);
+  if (count == 0) {
+    out.error = "the CUDA driver reports no GPU";
+  }
+  return out;
+}
+
+const Loaded& loaded() {
+  static const Loaded instance = load();
+  return instance;
+}
+
+} // namespace
+
+const DriverApi& driver() {
+  const Loaded& l = loaded();
+  if (!l.error.empty()) {
+    throw Error(ErrorKind::no_device, l.error);
+  }
+  return l.api;
+}
+
+bool gpu_available(std::string* why) {
+  const Loaded& l = loaded();
+  if (why) {
+    *why = l.error;
+  }
+  return l.error.empty();
+}
+
+std::string error_string(CUresult result) {
+  const Loaded& l = loaded();
+  const char* name = nullptr;
+  const char* text = nullptr;
+  if (l.api.cuGetErrorName) {
+    l.api.cuGetErrorName(result, &name);
+    l.api.cuGetErrorString(result, &text);
+  }
+  return std::string(name ? name : "CUDA_ERROR_" + std::to_string(int(result))) + ": " +
+         (text ? text : "unknown error");
+}
+
+void check(CUresult result, const char* what) {
+  if (result != CUDA_SUCCESS) {
+    throw Error(ErrorKind::cuda, std::string(what) + " failed: " + error_string(result));
+  }
+}
+
+} // namespace autotune::cuda

@@ -1,0 +1,371 @@
+#include "causal_conv1d.hpp"
+
+#include "runtime/base/strings.hpp"
+
+#include <algorithm>
+
+namespace autotune {
+namespace {
+
+struct Dims {
+  long long B, C, L, W;
+  DType x, w;
+  bool bias, silu;
+};
+
+Dims dims(const Problem& p) {
+  return Dims{p.get_int("B"),
+              p.get_int("C"),
+              p.get_int("L"),
+              p.get_int("W"),
+              parse_dtype(p.get("x"), "x"),
+              parse_dtype(p.get("w"), "w"),
+              p.get_int("bias") != 0,
+              p.get_int("silu") != 0};
+}
+
+struct Params {
+  int threads, vec, items, cpb;
+  bool smem;
+};
+
+Params params(const Config& c) {
+  Params p{};
+  bool have[5] = {};
+  for (const auto& [k, v] : c) {
+    if (k == "threads") {
+      p.threads = int(parse_int(v, "threads")), have[0] = true;
+    } else if (k == "vec") {
+      p.vec = int(parse_int(v, "vec")), have[1] = true;
+    } else if (k == "items") {
+      p.items = int(parse_int(v, "items")), have[2] = true;
+    } else if (k == "cpb") {
+      p.cpb = int(parse_int(v, "cpb")), have[3] = true;
+    } else if (k == "load") {
+      if (v != "direct" && v != "smem") {
+        throw Error(ErrorKind::config, "causal_conv1d: load must be 'direct' or 'smem', not '" + v + "'");
+      }
+      p.smem = v == "smem", have[4] = true;
+    } else {
+      throw Error(ErrorKind::config, "causal_conv1d: unknown parameter '" + k + "'");
+    }
+  }
+  for (bool h : have) {
+    if (!h) {
+      throw Error(ErrorKind::config, "causal_conv1d: configuration '" + format_fields(c) +
+                                         "' lacks one of threads, vec, items, cpb, load");
+    }
+  }
+  return p;
+}
+
+long long tile_length(const Params& p) {
+  return (long long)(p.threads / p.cpb) * p.vec * p.items;
+}
+
+// Largest static shared memory a kernel may declare without opting in.
+constexpr long long k_static_smem_limit = 48 * 1024;
+constexpr long long k_max_grid_y = 65535;
+
+} // namespace
+
+std::vector<std::string> CausalConv1dOp::default_shapes() const {
+  // bench/shapes.toml [causal_conv1d]: Mamba block sizes, bf16, bias and SiLU on.
+  return {"B=8,C=4096,L=2048,W=4", "B=4,C=5120,L=4096,W=4", "B=16,C=2048,L=1024,W=4",
+          "B=1,C=4096,L=16384,W=4", "B=8,C=4096,L=2048,W=2"};
+}
+
+Problem CausalConv1dOp::make_problem(const Fields& shape) const {
+  static const std::vector<std::string> k_known = {"B",     "C",     "L",    "W",     "dtype",
+                                                   "x",     "w",     "wdtype", "bias", "silu",
+                                                   "layout"};
+  for (const auto& [k, v] : shape) {
+    if (std::find(k_known.begin(), k_known.end(), k) == k_known.end()) {
+      throw Error(ErrorKind::usage, "causal_conv1d shape: unknown field '" + k +
+                                        "' (known: B, C, L, W, dtype, wdtype, bias, silu, layout)");
+    }
+  }
+  auto get = [&](const char* key, const char* fallback) -> std::string {
+    const std::string* v = find_field(shape, key);
+    if (v) {
+      return *v;
+    }
+    if (!fallback) {
+      throw Error(ErrorKind::usage, std::string("causal_conv1d shape: missing field '") + key +
+                                        "' (in \"" + format_fields(shape) + "\")");
+    }
+    return fallback;
+  };
+  auto positive = [&](const char* key, long long max) {
+    long long v = parse_int(get(key, nullptr), std::string("causal_conv1d shape field ") + key);
+    if (v < 1 || v > max) {
+      throw Error(ErrorKind::usage, std::string("causal_conv1d shape: ") + key + "=" +
+                                        std::to_string(v) + " is out of range 1.." +
+                                        std::to_string(max));
+    }
+    return v;
+  };
+  long long B = positive("B", 1 << 20);
+  long long C = positive("C", 1 << 20);
+  long long L = positive("L", (1ll << 31) - 1);
+  long long W = parse_int(get("W", "4"), "causal_conv1d shape field W");
+  if (W < 2 || W > 4) {
+    throw Error(ErrorKind::usage, "causal_conv1d shape: width W=" + std::to_string(W) +
+                                      " is not supported (W must be 2, 3 or 4)");
+  }
+  if (B * C * L >= (1ll << 40)) {
+    throw Error(ErrorKind::usage, "causal_conv1d shape: B*C*L is too large");
+  }
+  std::string xs = find_field(shape, "x") ? get("x", nullptr) : get("dtype", "bf16");
+  DType x = parse_dtype(xs, "causal_conv1d shape field dtype");
+  std::string ws = find_field(shape, "w") ? get("w", nullptr) : get("wdtype", to_string(x));
+  DType w = parse_dtype(ws, "causal_conv1d shape field wdtype");
+  auto flag = [&](const char* key, const char* fallback) {
+    std::string v = get(key, fallback);
+    if (v == "1" || v == "true") {
+      return std::string("1");
+    }
+    if (v == "0" || v == "false") {
+      return std::string("0");
+    }
+    throw Error(ErrorKind::usage,
+                std::string("causal_conv1d shape: ") + key + "=" + v + " must be 0 or 1");
+  };
+  std::string layout = get("layout", "bcl");
+  if (layout != "bcl") {
+    throw Error(ErrorKind::usage, "causal_conv1d shape: layout '" + layout +
+                                      "' is not built yet (only channel-first 'bcl' is)");
+  }
+  Problem p;
+  p.op = name();
+  p.fields = {{"B", std::to_string(B)},  {"C", std::to_string(C)},
+              {"L", std::to_string(L)},  {"W", std::to_string(W)},
+              {"x", to_string(x)},       {"w", to_string(w)},
+              {"bias", flag("bias", "1")}, {"silu", flag("silu", "1")},
+              {"layout", layout}};
+  return p;
+}
+
+Result<bool> CausalConv1dOp::check(const Config& config, const Problem& problem,
+                                   const std::string& arch) const {
+  Params p = params(config);
+  Dims d = dims(problem);
+  (void)arch; // every variant runs on sm_80 and newer
+  if (p.threads % 32 != 0 || p.threads < 32 || p.threads > 1024) {
+    return fail("threads must be a multiple of 32 in 32..1024");
+  }
+  if (p.threads % p.cpb != 0) {
+    return fail("cpb must divide threads");
+  }
+  int row_threads = p.threads / p.cpb;
+  if (!p.smem && row_threads % 32 != 0) {
+    return fail("the direct load path needs whole warps per channel (threads/cpb % 32 == 0)");
+  }
+  if (p.smem && row_threads < d.W - 1) {
+    return fail("too few threads per channel to load the halo");
+  }
+  if (p.vec < d.W - 1 || (p.vec & (p.vec - 1)) != 0) {
+    return fail("vec must be a power of two covering the W-1 halo");
+  }
+  long long vec_bytes = p.vec * (long long)dtype_size(d.x);
+  if (vec_bytes < 8) {
+    return fail("vector accesses under 8 bytes are not worth a variant");
+  }
+  long long tile = tile_length(p);
+  if (p.smem) {
+    long long pad = std::max<long long>(16 / (long long)dtype_size(d.x), d.W - 1);
+    long long smem = p.cpb * (pad + tile) * (long long)dtype_size(d.x);
+    if (smem > k_static_smem_limit) {
+      return fail("shared-memory tile of " + std::to_string(smem) + " bytes exceeds 48 KiB");
+    }
+  }
+  if (tile / 2 >= d.L && tile > (long long)row_threads * p.vec) {
+    return fail("tile of " + std::to_string(tile) + " positions leaves over half of each block idle at L=" +
+                std::to_string(d.L));
+  }
+  if ((d.L + tile - 1) / tile > k_max_grid_y) {
+    return fail("L needs more than 65535 tiles for this tile length");
+  }
+  if (d.B * ((d.C + p.cpb - 1) / p.cpb) > 0x7fffffffll) {
+    return fail("grid too large");
+  }
+  return true;
+}
+
+std::vector<std::string> CausalConv1dOp::defines(const Config& config,
+                                                 const Problem& problem) const {
+  Params p = params(config);
+  Dims d = dims(problem);
+  return {"-DAT_THREADS=" + std::to_string(p.threads),
+          "-DAT_VEC=" + std::to_string(p.vec),
+          "-DAT_ITEMS=" + std::to_string(p.items),
+          "-DAT_CPB=" + std::to_string(p.cpb),
+          std::string("-DAT_SMEM=") + (p.smem ? "1" : "0"),
+          "-DAT_WIDTH=" + std::to_string(d.W),
+          std::string("-DAT_HAS_BIAS=") + (d.bias ? "1" : "0"),
+          std::string("-DAT_SILU=") + (d.silu ? "1" : "0"),
+          std::string("-DAT_X_T=") + template_type(d.x),
+          std::string("-DAT_W_T=") + template_type(d.w)};
+}
+
+LaunchGeometry CausalConv1dOp::geometry(const Config& config, const Problem& problem) const {
+  Params p = params(config);
+  Dims d = dims(problem);
+  long long tile = tile_length(p);
+  LaunchGeometry g;
+  g.block[0] = unsigned(p.threads);
+  g.grid[0] = unsigned(d.B * ((d.C + p.cpb - 1) / p.cpb));
+  g.grid[1] = unsigned((d.L + tile - 1) / tile);
+  return g;
+}
+
+std::vector<TensorSpec> CausalConv1dOp::tensors(const Problem& problem) const {
+  Dims d = dims(problem);
+  std::vector<TensorSpec> t;
+  size_t n = size_t(d.B * d.C * d.L);
+  t.push_back({"x", d.x, n, false, -1.0f, 1.0f});
+  t.push_back({"weight", d.w, size_t(d.C * d.W), false, -0.5f, 0.5f});
+  if (d.bias) {
+    t.push_back({"bias", d.w, size_t(d.C), false, -0.5f, 0.5f});
+  }
+  t.push_back({"out", d.x, n, true});
+  return t;
+}
+
+void CausalConv1dOp::validate_call(const Problem& problem, const CausalConv1dCall& call) const {
+  Dims d = dims(problem);
+  auto need = [](CUdeviceptr p, const char* what) {
+    if (!p) {
+      throw Error(ErrorKind::usage, std::string("causal_conv1d: ") + what + " is a null pointer");
+    }
+  };
+  need(call.x, "x");
+  need(call.weight, "weight");
+  need(call.out, "out");
+  if (d.bias) {
+    need(call.bias, "bias (the problem has bias=1)");
+  } else if (call.bias) {
+    throw Error(ErrorKind::usage, "causal_conv1d: bias given but the problem has bias=0");
+  }
+  auto aligned = [&](CUdeviceptr p, size_t a, const char* what) {
+    if (p % a != 0) {
+      throw Error(ErrorKind::usage, std::string("causal_conv1d: ") + what +
+                                        " is not aligned to its element size (" +
+                                        std::to_string(a) + " bytes)");
+    }
+  };
+  aligned(call.x, dtype_size(d.x), "x");
+  aligned(call.out, dtype_size(d.x), "out");
+  aligned(call.weight, dtype_size(d.w), "weight");
+  aligned(call.bias, dtype_size(d.w), "bias");
+  // Rows of L elements must not overlap: out would race, x would alias.
+  auto strides = [&](long long bs, long long cs, const char* what) {
+    bool ok = (d.C == 1 || cs >= d.L) && (d.B == 1 || bs >= (d.C - 1) * cs + d.L) && bs >= 0 &&
+              cs >= 0;
+    if (!ok) {
+      throw Error(ErrorKind::usage, std::string("causal_conv1d: ") + what + " strides (batch " +
+                                        std::to_string(bs) + ", channel " + std::to_string(cs) +
+                                        ") make rows of L=" + std::to_string(d.L) +
+                                        " overlap; the last dimension must be contiguous");
+    }
+  };
+  strides(call.x_batch_stride, call.x_channel_stride, "x");
+  strides(call.out_batch_stride, call.out_channel_stride, "out");
+}
+
+void CausalConv1dOp::pack_call(const Config& config, const Problem& problem,
+                               const CausalConv1dCall& call, ArgPack& args) const {
+  Params p = params(config);
+  Dims d = dims(problem);
+  // Must match struct ConvArgs in templates/causal_conv1d/kernel.cuh.
+  struct ConvArgs {
+    CUdeviceptr x, weight, bias, out;
+    int batch, channels, length;
+    long long x_batch_stride, x_channel_stride, out_batch_stride, out_channel_stride;
+    int vector_ok;
+  } a{};
+  a.x = call.x;
+  a.weight = call.weight;
+  a.bias = call.bias;
+  a.out = call.out;
+  a.batch = int(d.B);
+  a.channels = int(d.C);
+  a.length = int(d.L);
+  a.x_batch_stride = call.x_batch_stride;
+  a.x_channel_stride = call.x_channel_stride;
+  a.out_batch_stride = call.out_batch_stride;
+  a.out_channel_stride = call.out_channel_stride;
+  const long long esize = (long long)dtype_size(d.x);
+  const long long vbytes = std::min<long long>(16, p.vec * esize);
+  auto rows_aligned = [&](CUdeviceptr base, long long bs, long long cs) {
+    return base % vbytes == 0 && (bs * esize) % vbytes == 0 && (cs * esize) % vbytes == 0;
+  };
+  a.vector_ok = d.L % p.vec == 0 && rows_aligned(call.x, call.x_batch_stride, call.x_channel_stride) &&
+                rows_aligned(call.out, call.out_batch_stride, call.out_channel_stride);
+  args.add(a);
+}
+
+void CausalConv1dOp::pack(const Config& config, const Problem& problem,
+                          const std::vector<CUdeviceptr>& t, ArgPack& args) const {
+  Dims d = dims(problem);
+  CausalConv1dCall call;
+  call.x = t.at(0);
+  call.weight = t.at(1);
+  call.bias = d.bias ? t.at(2) : 0;
+  call.out = t.at(d.bias ? 3 : 2);
+  call.x_channel_stride = call.out_channel_stride = d.L;
+  call.x_batch_stride = call.out_batch_stride = d.C * d.L;
+  pack_call(config, problem, call, args);
+}
+
+std::string CausalConv1dOp::reference_kernel(const Problem& problem) const {
+  Dims d = dims(problem);
+  auto suffix = [](DType t) {
+    return t == DType::f32 ? "f32" : t == DType::f16 ? "f16" : "bf16";
+  };
+  return std::string("causal_conv1d_ref_") + suffix(d.x) + "_" + suffix(d.w);
+}
+
+LaunchGeometry CausalConv1dOp::reference_geometry(const Problem& problem) const {
+  Dims d = dims(problem);
+  LaunchGeometry g;
+  g.block[0] = 256;
+  g.grid[0] = unsigned(std::min<long long>((d.B * d.C * d.L + 255) / 256, 65536));
+  return g;
+}
+
+void CausalConv1dOp::pack_reference(const Problem& problem, const std::vector<CUdeviceptr>& t,
+                                    const std::vector<CUdeviceptr>& ref, ArgPack& args) const {
+  Dims d = dims(problem);
+  args.add(t.at(0));
+  args.add(t.at(1));
+  args.add(d.bias ? t.at(2) : CUdeviceptr(0));
+  args.add(ref.at(0));
+  args.add(int(d.B));
+  args.add(int(d.C));
+  args.add(int(d.L));
+  args.add(int(d.W));
+  args.add(int(d.silu));
+  args.add((long long)(d.C * d.L));
+  args.add((long long)d.L);
+}
+
+double CausalConv1dOp::tolerance(const Problem& problem) const {
+  // One rounding of the output dominates: bf16 keeps 8 significant bits
+  // (relative error up to 2^-9), fp16 11; fp32 outputs see only ex2.approx.
+  switch (dims(problem).x) {
+  case DType::bf16: return 1e-2;
+  case DType::f16: return 2e-3;
+  case DType::f32: return 1e-5;
+  }
+  return 0;
+}
+
+double CausalConv1dOp::bytes(const Problem& problem) const {
+  Dims d = dims(problem);
+  // x read once, out written once; weights and bias are C*(W+1) elements, noise.
+  return 2.0 * double(d.B * d.C * d.L) * double(dtype_size(d.x)) +
+         double(d.C * (d.W + (d.bias ? 1 : 0))) * double(dtype_size(d.w));
+}
+
+} // namespace autotune

@@ -1,0 +1,66 @@
+// The op descriptor: everything about one operation that both the dispatcher and
+// the tuner need, and nothing about how it is searched or stored.
+#pragma once
+
+#include "runtime/base/error.hpp"
+#include "types.hpp"
+
+#include <string>
+#include <vector>
+
+namespace autotune {
+
+class Op {
+public:
+  virtual ~Op() = default;
+
+  virtual const char* name() const = 0;
+  virtual const char* kernel_name() const = 0;
+  virtual const char* template_path() const = 0;  // relative to templates/
+  virtual const char* space_path() const = 0;     // the parameter space (TOML)
+  virtual const char* reference_path() const = 0; // the reference kernels
+
+  // Shapes tuned when the user names none (the benchmark's shapes).
+  virtual std::vector<std::string> default_shapes() const = 0;
+  // Validates a user's shape and fills defaults. Throws Error(usage) naming the field.
+  virtual Problem make_problem(const Fields& shape) const = 0;
+
+  // Whether a configuration can run the problem on `arch` ("sm_90a"). The failure
+  // says why not (it is recorded for `autotune list`).
+  virtual Result<bool> check(const Config& config, const Problem& problem,
+                             const std::string& arch) const = 0;
+  // NVRTC options (-D...) that instantiate the template for config and problem.
+  virtual std::vector<std::string> defines(const Config& config, const Problem& problem) const = 0;
+  virtual LaunchGeometry geometry(const Config& config, const Problem& problem) const = 0;
+
+  // The problem's tensors, inputs first; pack() and pack_reference() take device
+  // pointers in this order (contiguous layout).
+  virtual std::vector<TensorSpec> tensors(const Problem& problem) const = 0;
+  virtual void pack(const Config& config, const Problem& problem,
+                    const std::vector<CUdeviceptr>& tensors, ArgPack& args) const = 0;
+
+  // The reference writes an fp32 copy of every output tensor, in tensors() order.
+  virtual std::string reference_kernel(const Problem& problem) const = 0;
+  virtual LaunchGeometry reference_geometry(const Problem& problem) const = 0;
+  virtual void pack_reference(const Problem& problem, const std::vector<CUdeviceptr>& tensors,
+                              const std::vector<CUdeviceptr>& reference_outputs,
+                              ArgPack& args) const = 0;
+  // Largest relative L2 error ||out - ref|| / ||ref|| a correct variant may show.
+  virtual double tolerance(const Problem& problem) const = 0;
+
+  // Effective bytes (each input read once, each output written once) and FLOPs.
+  virtual double bytes(const Problem& problem) const = 0;
+  virtual double flops(const Problem& problem) const { return 0.0 * problem.fields.size(); }
+  virtual bool memory_bound() const { return true; }
+};
+
+const Op& find_op(const std::string& name); // throws Error(usage) listing the known ops
+std::vector<std::string> op_names();
+
+// Options every template is compiled with, besides the op's defines.
+std::vector<std::string> base_compile_options();
+
+// The configuration with stable spelling, e.g. "threads=128,vec=8" (variant ids).
+std::string config_id(const Config& config);
+
+} // namespace autotune

@@ -1,0 +1,49 @@
+#include "causal_conv1d.hpp"
+#include "op.hpp"
+
+#include "runtime/base/strings.hpp"
+
+namespace autotune {
+
+namespace {
+const std::vector<const Op*>& ops() {
+  static const CausalConv1dOp conv;
+  static const std::vector<const Op*> all = {&conv};
+  return all;
+}
+} // namespace
+
+const Op& find_op(const std::string& name) {
+  for (const Op* op : ops()) {
+    if (name == op->name()) {
+      return *op;
+    }
+  }
+  std::vector<std::string> planned = {"attention", "selective_scan"};
+  for (const auto& p : planned) {
+    if (name == p) {
+      throw Error(ErrorKind::usage, "op '" + name + "' is not built yet (built: " +
+                                        join(op_names(), ", ") + ")");
+    }
+  }
+  throw Error(ErrorKind::usage,
+              "unknown op '" + name + "' (known: " + join(op_names(), ", ") + ")");
+}
+
+std::vector<std::string> op_names() {
+  std::vector<std::string> out;
+  for (const Op* op : ops()) {
+    out.emplace_back(op->name());
+  }
+  return out;
+}
+
+std::vector<std::string> base_compile_options() {
+  // -std=c++17 for constexpr/static_assert in templates; nothing from the toolkit is
+  // included (templates are self-contained), so no -I is needed.
+  return {"-std=c++17"};
+}
+
+std::string config_id(const Config& config) { return format_fields(config); }
+
+} // namespace autotune

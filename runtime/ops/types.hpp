@@ -1,0 +1,76 @@
+// What every op descriptor speaks: dtypes, the user's shape string, the canonical
+// problem (the tuning key's shape part), a configuration (one point of a search
+// space), launch geometry and kernel-argument packing. Problem description,
+// compile-time configuration and launch arguments stay apart (STYLE.md rule 8).
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace autotune {
+
+enum class DType { f32, f16, bf16 };
+
+const char* to_string(DType t);
+DType parse_dtype(const std::string& text, const std::string& what);
+size_t dtype_size(DType t);
+const char* template_type(DType t); // the element type name in templates/common/numeric.cuh
+
+// Ordered key=value pairs, as in --shape "B=8,C=4096,L=2048,dtype=bf16".
+using Fields = std::vector<std::pair<std::string, std::string>>;
+
+Fields parse_fields(const std::string& text, const std::string& what);
+std::string format_fields(const Fields& fields);
+const std::string* find_field(const Fields& fields, const std::string& key);
+
+// A validated problem in canonical form: every field present, in the op's order,
+// with canonical spellings. key() is the shape part of a tuning key.
+struct Problem {
+  std::string op;
+  Fields fields;
+  std::string key() const { return format_fields(fields); }
+  long long get_int(const std::string& name) const;
+  const std::string& get(const std::string& name) const;
+};
+
+// One point of a search space: parameter name -> value, in the space's order.
+using Config = Fields;
+
+struct LaunchGeometry {
+  unsigned grid[3] = {1, 1, 1};
+  unsigned block[3] = {1, 1, 1};
+  unsigned dynamic_smem = 0;
+};
+
+// Kernel arguments with stable addresses for cuLaunchKernel's void** array. Each
+// argument lives in its own heap block (aligned for any fundamental type), so
+// scalars and by-value structs (kernels taking `const Args args`) mix freely.
+class ArgPack {
+public:
+  template <typename T> void add(const T& value) { add_bytes(&value, sizeof(T)); }
+  void add_bytes(const void* data, size_t size);
+  void** pointers();
+  size_t size() const { return m_args.size(); }
+
+private:
+  std::vector<std::vector<unsigned char>> m_args;
+  std::vector<void*> m_pointers;
+};
+
+struct TensorSpec {
+  std::string name;
+  DType dtype;
+  size_t elements;
+  bool output;
+  float lo = -1.0f; // random inputs are drawn uniformly from [lo, hi]
+  float hi = 1.0f;
+  size_t bytes() const { return elements * dtype_size(dtype); }
+};
+
+} // namespace autotune

@@ -1,0 +1,218 @@
+// Causal depthwise conv1d forward, channel-first [B, C, L]:
+//   out[b,c,t] = act(bias[c] + sum_{k<W} w[c,k] * x[b,c,t-W+1+k]),  x = 0 before t = 0.
+//
+// The op is purely bandwidth-bound (about 2 FLOP per byte), so every parameter
+// below trades how many bytes each thread keeps in flight against occupancy and
+// how the W-1 element halo in front of each thread's vector is obtained.
+//
+// Compile-time parameters (NVRTC -D, set by runtime/ops/causal_conv1d.cpp):
+//   AT_THREADS   threads per block: more threads hide latency per block, fewer
+//                give the scheduler more, smaller blocks to balance short rows.
+//   AT_VEC       elements per vector access: 16-byte accesses need 8 x 16-bit or
+//                4 x fp32 elements; larger values issue two 16-byte accesses.
+//   AT_ITEMS     vectors per thread per tile (the sequence chunk each thread
+//                covers): more bytes in flight per thread, fewer blocks.
+//   AT_CPB       channels (rows) per block: lets short rows fill a block.
+//   AT_SMEM      0: direct vector loads, halo from the neighbouring lane by warp
+//                shuffle; 1: the tile is staged through shared memory, which
+//                keeps accesses coalesced when rows are not vector-aligned.
+//   AT_WIDTH     filter width W (2..4); AT_HAS_BIAS, AT_SILU: 0/1.
+//   AT_X_T, AT_W_T  element types of x/out and of weight/bias.
+#include "common/numeric.cuh"
+
+#ifndef AT_THREADS
+#error "AT_THREADS must be defined"
+#endif
+
+typedef AT_X_T x_t;
+typedef AT_W_T w_t;
+
+constexpr int k_threads = AT_THREADS;
+constexpr int k_vec = AT_VEC;
+constexpr int k_items = AT_ITEMS;
+constexpr int k_cpb = AT_CPB;
+constexpr int k_width = AT_WIDTH;
+constexpr int k_halo = k_width - 1;
+constexpr int k_row_threads = k_threads / k_cpb;
+constexpr int k_tile = k_row_threads * k_vec * k_items; // sequence positions per block and row
+
+static_assert(k_threads % k_cpb == 0, "channels per block must divide the threads");
+static_assert(k_width >= 2 && k_width <= 4, "width must be 2..4");
+static_assert(k_vec >= k_halo, "a vector must cover the halo");
+static_assert(AT_SMEM || k_row_threads % 32 == 0, "the shuffle path needs whole warps per row");
+
+struct ConvArgs {
+  const x_t* x;
+  const w_t* weight; // [C, W], contiguous
+  const w_t* bias;   // [C] or null
+  x_t* out;
+  int batch;
+  int channels;
+  int length;
+  long long x_batch_stride;
+  long long x_channel_stride;
+  long long out_batch_stride;
+  long long out_channel_stride;
+  int vector_ok; // rows start 16-byte aligned and L % VEC == 0: vector accesses allowed
+};
+
+__device__ __forceinline__ float conv_point(const float* win, const float (&w)[k_width], float b) {
+  float acc = b;
+#pragma unroll
+  for (int k = 0; k < k_width; ++k) {
+    acc = fmaf(w[k], win[k], acc);
+  }
+#if AT_SILU
+  acc = at_silu(acc);
+#endif
+  return acc;
+}
+
+// Writes k_vec outputs at position p of one row from a window of k_halo + k_vec inputs.
+__device__ __forceinline__ void emit(x_t* out_row, int p, int length, bool vector_ok,
+                                     const float* win, const float (&w)[k_width], float b) {
+  at_vec<x_t, k_vec> o;
+#pragma unroll
+  for (int j = 0; j < k_vec; ++j) {
+    o.elem[j] = at_from_float<x_t>(conv_point(win + j, w, b));
+  }
+  if (vector_ok) {
+    if (p < length) {
+      o.store(out_row + p);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < k_vec; ++j) {
+      if (p + j < length) {
+        out_row[p + j] = o.elem[j];
+      }
+    }
+  }
+}
+
+#if AT_SMEM
+// Shared-memory row: k_pad slots in front (the halo lives in the last k_halo of
+// them) keep the tile body 16-byte aligned for vector stores into shared memory.
+constexpr int k_pad = 16 / sizeof(x_t) >= k_halo ? 16 / sizeof(x_t) : k_halo;
+constexpr int k_row_slots = k_pad + k_tile;
+#endif
+
+extern "C" __global__ void __launch_bounds__(k_threads)
+    causal_conv1d_fwd(const ConvArgs args) {
+  const int rows_per_batch = (args.channels + k_cpb - 1) / k_cpb;
+  const int b = blockIdx.x / rows_per_batch;
+  const int row_in_block = threadIdx.x / k_row_threads;
+  const int t = threadIdx.x % k_row_threads;
+  const int c = (blockIdx.x % rows_per_batch) * k_cpb + row_in_block;
+  const bool active = c < args.channels;
+  const int tile_start = blockIdx.y * k_tile;
+  const bool vector_ok = args.vector_ok != 0;
+
+  float w[k_width];
+  float bias = 0.0f;
+  const int cc = active ? c : 0;
+#pragma unroll
+  for (int k = 0; k < k_width; ++k) {
+    w[k] = at_to_float(args.weight[cc * k_width + k]);
+  }
+#if AT_HAS_BIAS
+  bias = at_to_float(args.bias[cc]);
+#endif
+  const x_t* x_row = args.x + b * args.x_batch_stride + cc * args.x_channel_stride;
+  x_t* out_row = args.out + b * args.out_batch_stride + cc * args.out_channel_stride;
+
+#if AT_SMEM
+  __shared__ __align__(16) x_t tile[k_cpb][k_row_slots];
+  x_t* srow = tile[row_in_block];
+  if (active) {
+    // Halo: the k_halo inputs in front of the tile (zeros before t = 0).
+    if (t < k_halo) {
+      const int p = tile_start - k_halo + t;
+      srow[k_pad - k_halo + t] = p >= 0 ? x_row[p] : at_from_float<x_t>(0.0f);
+    }
+#pragma unroll
+    for (int i = 0; i < k_items; ++i) {
+      const int off = (i * k_row_threads + t) * k_vec;
+      const int p = tile_start + off;
+      if (vector_ok) {
+        at_vec<x_t, k_vec> v;
+        if (p < args.length) {
+          v.load(x_row + p);
+          v.store(srow + k_pad + off);
+        }
+      } else {
+        // Scalar but still coalesced: consecutive threads read consecutive elements.
+#pragma unroll
+        for (int j = 0; j < k_vec; ++j) {
+          const int q = i * k_row_threads * k_vec + j * k_row_threads + t;
+          if (tile_start + q < args.length) {
+            srow[k_pad + q] = x_row[tile_start + q];
+          }
+        }
+      }
+    }
+  }
+  __syncthreads();
+  if (!active) {
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < k_items; ++i) {
+    const int off = (i * k_row_threads + t) * k_vec;
+    const int p = tile_start + off;
+    if (p >= args.length) {
+      break;
+    }
+    float win[k_halo + k_vec];
+#pragma unroll
+    for (int j = 0; j < k_halo + k_vec; ++j) {
+      win[j] = at_to_float(srow[k_pad - k_halo + off + j]);
+    }
+    emit(out_row, p, args.length, vector_ok, win, w, bias);
+  }
+#else
+  if (!active) {
+    return; // whole warps: k_row_threads is a multiple of 32
+  }
+  const int lane = threadIdx.x % 32;
+  // All loads first so that k_items vectors per thread are in flight at once.
+  at_vec<x_t, k_vec> v[k_items];
+#pragma unroll
+  for (int i = 0; i < k_items; ++i) {
+    const int p = tile_start + (i * k_row_threads + t) * k_vec;
+    if (vector_ok) {
+      if (p < args.length) {
+        v[i].load(x_row + p);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < k_vec; ++j) {
+        v[i].elem[j] = p + j < args.length ? x_row[p + j] : at_from_float<x_t>(0.0f);
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < k_items; ++i) {
+    const int p = tile_start + (i * k_row_threads + t) * k_vec;
+    float win[k_halo + k_vec];
+#pragma unroll
+    for (int j = 0; j < k_vec; ++j) {
+      win[k_halo + j] = at_to_float(v[i].elem[j]);
+    }
+    // The halo is the tail of the previous lane's vector; lane 0 of each warp
+    // reads it from memory (a cache hit: the neighbouring warp loaded it).
+#pragma unroll
+    for (int h = 0; h < k_halo; ++h) {
+      float from_left = __shfl_up_sync(0xffffffffu, win[k_vec + h], 1);
+      if (lane == 0) {
+        const int q = p - k_halo + h;
+        from_left = (q >= 0 && q < args.length) ? at_to_float(x_row[q]) : 0.0f;
+      }
+      win[h] = from_left;
+    }
+    if (p < args.length) {
+      emit(out_row, p, args.length, vector_ok, win, w, bias);
+    }
+  }
+#endif
+}

@@ -1,0 +1,126 @@
+// Host-side helpers for the GPU tests: tensors in fp32/fp16/bf16 with random
+// contents, and the float64 CPU references the kernels are checked against.
+#pragma once
+
+#include "runtime/cuda/device.hpp"
+#include "runtime/ops/types.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace autotune::test {
+
+inline uint16_t float_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fff + ((u >> 16) & 1); // round to nearest even
+  return uint16_t(u >> 16);
+}
+inline float bf16_to_float(uint16_t h) {
+  uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+struct HostTensor {
+  DType type;
+  size_t n;
+  std::vector<unsigned char> bytes;
+
+  HostTensor(DType t, size_t count) : type(t), n(count), bytes(count * dtype_size(t)) {}
+
+  float get(size_t i) const {
+    if (type == DType::f32) {
+      float f;
+      std::memcpy(&f, &bytes[i * 4], 4);
+      return f;
+    }
+    uint16_t h;
+    std::memcpy(&h, &bytes[i * 2], 2);
+    if (type == DType::bf16) {
+      return bf16_to_float(h);
+    }
+    _Float16 x;
+    std::memcpy(&x, &h, 2);
+    return float(x);
+  }
+  void set(size_t i, float v) {
+    if (type == DType::f32) {
+      std::memcpy(&bytes[i * 4], &v, 4);
+    } else if (type == DType::bf16) {
+      uint16_t h = float_to_bf16(v);
+      std::memcpy(&bytes[i * 2], &h, 2);
+    } else {
+      _Float16 x = _Float16(v);
+      std::memcpy(&bytes[i * 2], &x, 2);
+    }
+  }
+  void randomize(std::mt19937_64& rng, float lo, float hi) {
+    std::uniform_real_distribution<float> d(lo, hi);
+    for (size_t i = 0; i < n; ++i) {
+      set(i, d(rng));
+    }
+  }
+  // Fills with NaN so that an output nobody writes is caught.
+  void poison() {
+    for (size_t i = 0; i < n; ++i) {
+      set(i, std::nanf(""));
+    }
+  }
+};
+
+struct DeviceTensor {
+  cuda::DeviceBuffer buffer;
+  explicit DeviceTensor(const HostTensor& h) : buffer(h.bytes.size()) {
+    buffer.upload(h.bytes.data(), h.bytes.size());
+  }
+  CUdeviceptr get() const { return buffer.get(); }
+  void download(HostTensor& h) const { buffer.download(h.bytes.data(), h.bytes.size()); }
+};
+
+// ||out - ref|| / ||ref|| over the elements; NaN anywhere gives +inf.
+inline double relative_error(const HostTensor& out, const std::vector<double>& ref) {
+  double d2 = 0;
+  double r2 = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    double o = out.get(i);
+    if (!std::isfinite(o)) {
+      return INFINITY;
+    }
+    d2 += (o - ref[i]) * (o - ref[i]);
+    r2 += ref[i] * ref[i];
+  }
+  return std::sqrt(d2 / (r2 > 0 ? r2 : 1));
+}
+
+// out[b,c,t] for x with channel stride xcs and batch stride xbs (elements).
+inline std::vector<double> causal_conv1d_reference(const HostTensor& x, const HostTensor& w,
+                                                   const HostTensor* bias, int B, int C, int L,
+                                                   int W, bool silu, long long xbs,
+                                                   long long xcs) {
+  std::vector<double> out(size_t(B) * C * L);
+  for (int b = 0; b < B; ++b) {
+    for (int c = 0; c < C; ++c) {
+      for (int t = 0; t < L; ++t) {
+        double acc = bias ? bias->get(size_t(c)) : 0.0;
+        for (int k = 0; k < W; ++k) {
+          int s = t - (W - 1) + k;
+          if (s >= 0) {
+            acc += double(w.get(size_t(c) * W + k)) * double(x.get(size_t(b * xbs + c * xcs + s)));
+          }
+        }
+        if (silu) {
+          acc = acc / (1.0 + std::exp(-acc));
+        }
+        out[(size_t(b) * C + c) * L + t] = acc;
+      }
+    }
+  }
+  return out;
+}
+
+} // namespace autotune::test

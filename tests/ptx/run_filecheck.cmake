@@ -1,0 +1,15 @@
+# Runs CLI with ARGS ('|'-separated), pipes its output through FileCheck CHECKS.
+string(REPLACE "|" ";" args "${ARGS}")
+execute_process(COMMAND ${CLI} ${args} OUTPUT_VARIABLE ptx ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "emit_ptx failed (${rc}): ${err}")
+endif()
+string(RANDOM LENGTH 12 tag)
+set(tmp "${CMAKE_CURRENT_BINARY_DIR}/ptx-${tag}.ptx")
+file(WRITE ${tmp} "${ptx}")
+execute_process(COMMAND ${FILECHECK} ${CHECKS} --input-file ${tmp} RESULT_VARIABLE rc2
+  ERROR_VARIABLE fc_err)
+file(REMOVE ${tmp})
+if(NOT rc2 EQUAL 0)
+  message(FATAL_ERROR "FileCheck failed:\n${fc_err}")
+endif()

@@ -1,0 +1,226 @@
+// GPU tests for causal_conv1d: every valid variant against a float64 CPU
+// reference over dtypes, widths, odd lengths and the optional parts; the tune ->
+// store -> dispatch round trip; the runtime's handling of strides and misses.
+#include "gpu_support.hpp"
+
+#include "cache/database.hpp"
+#include "runtime/dispatch/autotune.hpp"
+#include "runtime/dispatch/variant.hpp"
+#include "runtime/ops/causal_conv1d.hpp"
+#include "runtime/ops/space.hpp"
+#include "runtime/ops/templates.hpp"
+#include "tuner/compile.hpp"
+#include "tuner/progress.hpp"
+#include "tuner/tuner.hpp"
+
+#include <doctest/doctest.h>
+
+#include <filesystem>
+
+using namespace autotune;
+using namespace autotune::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+cuda::PrimaryContext& context() {
+  static cuda::PrimaryContext ctx(0);
+  ctx.make_current();
+  return ctx;
+}
+
+struct ConvCase {
+  Problem problem;
+  int B, C, L, W;
+  bool bias, silu;
+  HostTensor x, w, b;
+  std::vector<double> ref;
+
+  ConvCase(const std::string& shape, std::mt19937_64& rng)
+      : problem(find_op("causal_conv1d").make_problem(parse_fields(shape, "shape"))),
+        B(int(problem.get_int("B"))), C(int(problem.get_int("C"))), L(int(problem.get_int("L"))),
+        W(int(problem.get_int("W"))), bias(problem.get_int("bias") != 0),
+        silu(problem.get_int("silu") != 0),
+        x(parse_dtype(problem.get("x"), "x"), size_t(B) * C * L),
+        w(parse_dtype(problem.get("w"), "w"), size_t(C) * W),
+        b(parse_dtype(problem.get("w"), "w"), size_t(C)) {
+    x.randomize(rng, -1, 1);
+    w.randomize(rng, -0.5, 0.5);
+    b.randomize(rng, -0.5, 0.5);
+    ref = causal_conv1d_reference(x, w, bias ? &b : nullptr, B, C, L, W, silu, (long long)C * L, L);
+  }
+};
+
+fs::path temp_db() {
+  return fs::temp_directory_path() / ("autotune-gpu-" + std::to_string(::getpid()) + "-" +
+                                      std::to_string(rand()) + ".db");
+}
+
+} // namespace
+
+TEST_CASE("every valid causal_conv1d variant matches a float64 reference") {
+  context();
+  const auto& op = static_cast<const CausalConv1dOp&>(find_op("causal_conv1d"));
+  cuda::DeviceInfo dev = cuda::query_device(0);
+  Space space = parse_space(template_file(op.space_path()), op.space_path());
+  std::mt19937_64 rng(std::random_device{}());
+  const char* shapes[] = {
+      "B=2,C=40,L=1000,W=4,dtype=bf16,bias=1,silu=1",          // L not a multiple of any vector
+      "B=2,C=33,L=1024,W=3,dtype=fp16,wdtype=fp32,bias=0,silu=1",
+      "B=1,C=16,L=37,W=2,dtype=fp32,wdtype=bf16,bias=1,silu=0", // shorter than one tile
+      "B=3,C=64,L=4096,W=4,dtype=bf16,bias=1,silu=1",
+      "B=2,C=8,L=2050,W=4,dtype=fp16,wdtype=fp16,bias=1,silu=0",
+  };
+  for (const char* shape : shapes) {
+    ConvCase k(shape, rng);
+    std::vector<Config> configs;
+    std::vector<VariantSource> sources;
+    for (const auto& c : space.enumerate()) {
+      if (op.check(c, k.problem, dev.arch())) {
+        configs.push_back(c);
+        sources.push_back(describe_variant(op, c, k.problem, dev.arch()));
+      }
+    }
+    REQUIRE(!configs.empty());
+    std::vector<CompileJob> jobs;
+    for (const auto& s : sources) {
+      jobs.push_back({&s});
+    }
+    compile_all(jobs, default_jobs(), [](CompileJob&, size_t) {});
+    DeviceTensor x(k.x), w(k.w), b(k.b);
+    HostTensor out(k.x.type, k.x.n);
+    size_t checked = 0;
+    for (size_t i = 0; i < configs.size(); ++i) {
+      CAPTURE(shape);
+      CAPTURE(sources[i].config_id);
+      REQUIRE_MESSAGE(jobs[i].output.ok(),
+                      (jobs[i].output.ok() ? "" : jobs[i].output.failure().detail));
+      cuda::Module m = cuda::load_module(jobs[i].output->binary);
+      CUfunction f = cuda::get_function(m, op.kernel_name());
+      out.poison();
+      DeviceTensor o(out);
+      std::vector<CUdeviceptr> ptrs = {x.get(), w.get()};
+      if (k.bias) {
+        ptrs.push_back(b.get());
+      }
+      ptrs.push_back(o.get());
+      ArgPack args;
+      op.pack(configs[i], k.problem, ptrs, args);
+      LaunchGeometry g = op.geometry(configs[i], k.problem);
+      AUTOTUNE_CU(cuda::driver().cuLaunchKernel(f, g.grid[0], g.grid[1], g.grid[2], g.block[0],
+                                                g.block[1], g.block[2], g.dynamic_smem, nullptr,
+                                                args.pointers(), nullptr));
+      AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+      o.download(out);
+      double err = relative_error(out, k.ref);
+      CHECK(err <= op.tolerance(k.problem));
+      ++checked;
+    }
+    MESSAGE(shape << ": " << checked << " variants checked");
+  }
+}
+
+TEST_CASE("tuning stores a winner that the runtime then dispatches") {
+  context();
+  fs::path db = temp_db();
+  TuneOptions o;
+  o.op = "causal_conv1d";
+  o.shapes = {"B=2,C=256,L=1000,W=4,dtype=bf16,bias=1,silu=1"};
+  o.db_path = db.string();
+  o.param_overrides = {{"threads", "64|128"}, {"items", "1|2"}, {"cpb", "1|2"}};
+  Progress quiet(false);
+  TuneReport first = tune(o, quiet);
+  REQUIRE(first.problems.size() == 1);
+  const ProblemReport& p = first.problems[0];
+  REQUIRE(p.winner.has_value());
+  CHECK(p.compiled + p.cubins_reused > 0);
+  size_t ok = 0;
+  for (const auto& v : p.variants) {
+    ok += v.outcome == cache::Outcome::ok;
+    CHECK_MESSAGE(v.outcome == cache::Outcome::ok, v.config << ": " << v.message);
+  }
+  CHECK(ok == p.variants.size());
+
+  SUBCASE("a second run finds the winner and compiles nothing") {
+    TuneReport again = tune(o, quiet);
+    CHECK(again.problems[0].cached);
+    CHECK(again.problems[0].compiled == 0);
+    CHECK(again.problems[0].winner_config == p.winner_config);
+  }
+
+  SUBCASE("the runtime runs the stored winner and it is correct") {
+    std::mt19937_64 rng(std::random_device{}());
+    ConvCase k("B=2,C=256,L=1000,W=4,dtype=bf16,bias=1,silu=1", rng);
+    RuntimeOptions ro;
+    ro.database = db.string();
+    ro.require_tuned = true;
+    Runtime rt(ro);
+    DeviceTensor x(k.x), w(k.w), b(k.b);
+    HostTensor out(k.x.type, k.x.n);
+    out.poison();
+    DeviceTensor o2(out);
+    CausalConv1dArgs a;
+    a.x = reinterpret_cast<const void*>(x.get());
+    a.weight = reinterpret_cast<const void*>(w.get());
+    a.bias = reinterpret_cast<const void*>(b.get());
+    a.out = reinterpret_cast<void*>(o2.get());
+    a.batch = 2;
+    a.channels = 256;
+    a.length = 1000;
+    a.width = 4;
+    Selection s = rt.select_causal_conv1d(a);
+    CHECK(s.source == "tuned");
+    CHECK(s.variant == p.winner_config);
+    rt.causal_conv1d(a);
+    AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+    o2.download(out);
+    CHECK(relative_error(out, k.ref) <= 1e-2);
+    CHECK(rt.loaded_variants() == 1);
+
+    a.length = 999; // not tuned: require_tuned refuses instead of falling back
+    CHECK_THROWS_WITH_AS(rt.causal_conv1d(a), doctest::Contains("nothing tuned"), Error);
+  }
+  fs::remove(db);
+  fs::remove(db.string() + "-wal");
+  fs::remove(db.string() + "-shm");
+}
+
+TEST_CASE("the runtime's default variant handles strided inputs") {
+  context();
+  std::mt19937_64 rng(std::random_device{}());
+  const int B = 2, C = 24, L = 512, W = 3, pad = 40;
+  HostTensor xs(DType::bf16, size_t(B) * C * (L + pad));
+  xs.randomize(rng, -1, 1);
+  HostTensor w(DType::f32, size_t(C) * W);
+  w.randomize(rng, -0.5, 0.5);
+  auto ref = causal_conv1d_reference(xs, w, nullptr, B, C, L, W, true, (long long)C * (L + pad),
+                                     L + pad);
+  RuntimeOptions ro;
+  ro.database = (fs::temp_directory_path() / "autotune-does-not-exist.db").string();
+  Runtime rt(ro);
+  DeviceTensor x(xs), wd(w);
+  HostTensor out(DType::bf16, size_t(B) * C * L);
+  out.poison();
+  DeviceTensor o(out);
+  CausalConv1dArgs a;
+  a.x = reinterpret_cast<const void*>(x.get());
+  a.weight = reinterpret_cast<const void*>(wd.get());
+  a.out = reinterpret_cast<void*>(o.get());
+  a.batch = B;
+  a.channels = C;
+  a.length = L;
+  a.width = W;
+  a.weight_type = ElementType::fp32;
+  a.x_channel_stride = L + pad;
+  a.x_batch_stride = (long long)C * (L + pad);
+  CHECK(rt.select_causal_conv1d(a).source == "default");
+  rt.causal_conv1d(a);
+  AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+  o.download(out);
+  CHECK(relative_error(out, ref) <= 1e-2);
+
+  SUBCASE("bad arguments are refused before launching") {
+    a.out = nullptr;
+    CHECK_THROWS_WITH_AS(rt.causal_conv1d(a), doctest::Contains("null pointer"), Error);
+  }
+}

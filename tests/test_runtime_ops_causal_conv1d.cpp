@@ -1,0 +1,110 @@
+#include "runtime/base/error.hpp"
+#include "runtime/ops/causal_conv1d.hpp"
+#include "runtime/ops/space.hpp"
+#include "runtime/ops/templates.hpp"
+
+#include <doctest/doctest.h>
+
+using namespace autotune;
+
+namespace {
+const Op& conv() { return find_op("causal_conv1d"); }
+Problem problem(const std::string& shape) { return conv().make_problem(parse_fields(shape, "t")); }
+Config config(const std::string& text) { return parse_fields(text, "config"); }
+} // namespace
+
+TEST_CASE("causal_conv1d problems are canonical, with documented defaults") {
+  Problem p = problem("C=4096,B=8,L=2048,dtype=bf16");
+  CHECK(p.key() == "B=8,C=4096,L=2048,W=4,x=bf16,w=bf16,bias=1,silu=1,layout=bcl");
+  CHECK(problem("B=1,C=2,L=3,W=2,dtype=fp32,wdtype=bf16,bias=false,silu=0").key() ==
+        "B=1,C=2,L=3,W=2,x=fp32,w=bf16,bias=0,silu=0,layout=bcl");
+  CHECK(problem("B=1,C=2,L=3,dtype=float16").get("x") == "fp16");
+}
+
+TEST_CASE("bad causal_conv1d shapes are rejected with the field named") {
+  CHECK_THROWS_WITH_AS(problem("B=8,C=64,L=10,W=5"), doctest::Contains("W=5 is not supported"),
+                       Error);
+  CHECK_THROWS_WITH_AS(problem("B=8,L=10"), doctest::Contains("missing field 'C'"), Error);
+  CHECK_THROWS_WITH_AS(problem("B=8,C=4,L=10,D=3"), doctest::Contains("unknown field 'D'"), Error);
+  CHECK_THROWS_WITH_AS(problem("B=8,C=4,L=10,dtype=int8"), doctest::Contains("unknown dtype"),
+                       Error);
+  CHECK_THROWS_WITH_AS(problem("B=0,C=4,L=10"), doctest::Contains("out of range"), Error);
+  CHECK_THROWS_WITH_AS(problem("B=1,C=4,L=10,layout=blc"), doctest::Contains("not built yet"),
+                       Error);
+  CHECK_THROWS_WITH_AS(problem("B=1,C=4,L=10,silu=2"), doctest::Contains("must be 0 or 1"), Error);
+}
+
+TEST_CASE("configuration constraints drop what cannot run") {
+  Problem p = problem("B=8,C=4096,L=2048");
+  CHECK(conv().check(config("threads=128,vec=8,items=2,cpb=1,load=direct"), p, "sm_90a"));
+  SUBCASE("the shuffle path needs whole warps per channel") {
+    auto r = conv().check(config("threads=64,vec=8,items=1,cpb=4,load=direct"), p, "sm_90a");
+    REQUIRE_FALSE(r);
+    CHECK(r.failure().message.find("whole warps") != std::string::npos);
+    CHECK(conv().check(config("threads=64,vec=8,items=1,cpb=4,load=smem"), p, "sm_90a"));
+  }
+  SUBCASE("shared-memory tiles over 48 KiB") {
+    Problem f32 = problem("B=8,C=4096,L=65536,dtype=fp32");
+    auto r = conv().check(config("threads=512,vec=8,items=4,cpb=1,load=smem"), f32, "sm_90a");
+    REQUIRE_FALSE(r);
+    CHECK(r.failure().message.find("48 KiB") != std::string::npos);
+  }
+  SUBCASE("tiles far longer than the sequence") {
+    Problem short_rows = problem("B=8,C=4096,L=64");
+    CHECK_FALSE(
+        conv().check(config("threads=512,vec=8,items=4,cpb=1,load=direct"), short_rows, "sm_90a"));
+  }
+  SUBCASE("unknown parameters are configuration errors") {
+    CHECK_THROWS_AS(conv().check(config("threads=128,vec=8,items=2,cpb=1,load=fast"), p, "sm_90a"),
+                    Error);
+  }
+}
+
+TEST_CASE("launch geometry covers every channel and position") {
+  Problem p = problem("B=3,C=10,L=1000,W=4");
+  LaunchGeometry g = conv().geometry(config("threads=128,vec=8,items=2,cpb=4,load=smem"), p);
+  CHECK(g.block[0] == 128);
+  CHECK(g.grid[0] == 3 * 3); // ceil(10 / 4) channel groups per batch
+  CHECK(g.grid[1] == 2);     // tile = 32 threads * 8 * 2 = 512 positions
+}
+
+TEST_CASE("tensors and effective bytes follow the problem") {
+  Problem p = problem("B=2,C=8,L=16,W=3,dtype=bf16,wdtype=fp32,bias=1");
+  auto t = conv().tensors(p);
+  REQUIRE(t.size() == 4);
+  CHECK(t[0].name == "x");
+  CHECK(t[0].bytes() == 2 * 8 * 16 * 2);
+  CHECK(t[1].bytes() == 8 * 3 * 4);
+  CHECK(t[3].output);
+  CHECK(conv().bytes(p) == doctest::Approx(2.0 * 2 * 8 * 16 * 2 + 8 * 4 * 4));
+  CHECK(conv().tensors(problem("B=2,C=8,L=16,bias=0")).size() == 3);
+}
+
+TEST_CASE("a runtime call is validated before anything launches") {
+  const auto& op = static_cast<const CausalConv1dOp&>(conv());
+  Problem p = problem("B=2,C=8,L=16,bias=1");
+  CausalConv1dCall call;
+  call.x = 0x10000;
+  call.weight = 0x20000;
+  call.bias = 0x30000;
+  call.out = 0x40000;
+  call.x_channel_stride = call.out_channel_stride = 16;
+  call.x_batch_stride = call.out_batch_stride = 128;
+  CHECK_NOTHROW(op.validate_call(p, call));
+  SUBCASE("null output") {
+    call.out = 0;
+    CHECK_THROWS_WITH_AS(op.validate_call(p, call), doctest::Contains("out is a null pointer"), Error);
+  }
+  SUBCASE("overlapping rows") {
+    call.x_channel_stride = 8;
+    CHECK_THROWS_WITH_AS(op.validate_call(p, call), doctest::Contains("overlap"), Error);
+  }
+  SUBCASE("misaligned pointer") {
+    call.x = 0x10001;
+    CHECK_THROWS_WITH_AS(op.validate_call(p, call), doctest::Contains("not aligned"), Error);
+  }
+  SUBCASE("missing bias") {
+    call.bias = 0;
+    CHECK_THROWS_WITH_AS(op.validate_call(p, call), doctest::Contains("bias"), Error);
+  }
+}

@@ -1,0 +1,150 @@
+#include "report.hpp"
+
+#include "runtime/base/strings.hpp"
+
+#include <algorithm>
+
+namespace autotune {
+namespace {
+
+double gbps(double bytes, double us) { return us > 0 ? bytes / (us * 1e3) : 0; }
+
+std::vector<size_t> ranked(const ProblemReport& p) {
+  std::vector<size_t> idx;
+  for (size_t i = 0; i < p.variants.size(); ++i) {
+    idx.push_back(i);
+  }
+  std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
+    const auto& x = p.variants[a];
+    const auto& y = p.variants[b];
+    bool xo = x.outcome == cache::Outcome::ok;
+    bool yo = y.outcome == cache::Outcome::ok;
+    if (xo != yo) {
+      return xo;
+    }
+    return xo && x.timing.median_us < y.timing.median_us;
+  });
+  return idx;
+}
+
+std::string first_line(const std::string& text) {
+  auto nl = text.find('\n');
+  return nl == std::string::npos ? text : text.substr(0, nl);
+}
+
+} // namespace
+
+void print_table(const TuneReport& report, std::FILE* out, size_t top) {
+  bool compile_only = report.device.empty() || report.problems.empty() ||
+                      (!report.problems.front().cached && !report.problems.front().copy &&
+                       !report.problems.front().winner);
+  std::fprintf(out, "op %s, arch %s%s%s, database %s\n", report.op.c_str(), report.arch.c_str(),
+               report.device.empty() ? "" : ", ", report.device.c_str(), report.database.c_str());
+  for (const auto& p : report.problems) {
+    std::fprintf(out, "\n%s %s\n", report.op.c_str(), p.problem.key().c_str());
+    if (p.cached) {
+      std::fprintf(out, "  stored winner: %s  %.2f us  %.0f GB/s (found in the database; "
+                        "nothing compiled or measured, --force re-tunes)\n",
+                   p.winner_config.c_str(), p.winner_us, gbps(p.bytes, p.winner_us));
+      continue;
+    }
+    size_t counts[6] = {};
+    for (const auto& v : p.variants) {
+      counts[int(v.outcome)]++;
+    }
+    std::fprintf(out,
+                 "  %zu variants in the space, %zu invalid for this problem, %zu compiled now "
+                 "(%.1f s), %zu cubins from the database, %zu compile failures\n",
+                 p.space_size, p.invalid, p.compiled, p.compile_seconds, p.cubins_reused,
+                 p.compile_failures);
+    for (const auto& v : p.variants) {
+      if (v.outcome == cache::Outcome::compile_fail) {
+        std::fprintf(out, "  COMPILE_FAIL %s\n%s\n", v.config.c_str(), v.message.c_str());
+      }
+    }
+    if (compile_only && !p.copy) {
+      continue;
+    }
+    std::fprintf(out, "  outcomes: OK %zu, WRONG %zu, RESOURCE %zu, FAULT %zu, COMPILE_FAIL %zu\n",
+                 counts[int(cache::Outcome::ok)], counts[int(cache::Outcome::wrong)],
+                 counts[int(cache::Outcome::resource)], counts[int(cache::Outcome::fault)],
+                 counts[int(cache::Outcome::compile_fail)]);
+    double copy_gbps = p.copy ? gbps(p.bytes, p.copy->median_us) : 0;
+    if (p.copy) {
+      std::fprintf(out, "  copy ceiling: %.2f us, %.0f GB/s (device-to-device copy, same bytes)\n",
+                   p.copy->median_us, copy_gbps);
+    }
+    std::fprintf(out, "  %-4s %-48s %-12s %10s %10s %9s %7s %9s\n", "rank", "variant", "status",
+                 "median_us", "p10-p90", "GB/s", "%copy", "rel_err");
+    size_t shown = 0;
+    for (size_t i : ranked(p)) {
+      const auto& v = p.variants[i];
+      if (shown++ >= top) {
+        break;
+      }
+      bool ok = v.outcome == cache::Outcome::ok;
+      char spread[32] = "-";
+      char rate[32] = "-";
+      char pct[32] = "-";
+      char med[32] = "-";
+      if (ok) {
+        std::snprintf(med, sizeof med, "%.2f", v.timing.median_us);
+        std::snprintf(spread, sizeof spread, "%.1f%%",
+                      100.0 * (v.timing.p90_us - v.timing.p10_us) / v.timing.median_us);
+        std::snprintf(rate, sizeof rate, "%.0f", gbps(p.bytes, v.timing.median_us));
+        if (copy_gbps > 0) {
+          std::snprintf(pct, sizeof pct, "%.1f", 100.0 * gbps(p.bytes, v.timing.median_us) / copy_gbps);
+        }
+      }
+      std::string status = cache::to_string(v.outcome);
+      if (p.winner && *p.winner == i) {
+        status += "*";
+      }
+      std::fprintf(out, "  %-4zu %-48s %-12s %10s %10s %9s %7s %9.2g\n", shown, v.config.c_str(),
+                   status.c_str(), med, spread, rate, pct, v.rel_err);
+      if (!ok && !v.message.empty()) {
+        std::fprintf(out, "       %s\n", first_line(v.message).c_str());
+      }
+    }
+    if (p.winner) {
+      std::fprintf(out, "  winner (*): %s, stored; %.1f s for this problem\n",
+                   p.winner_config.c_str(), p.seconds);
+    } else {
+      std::fprintf(out, "  no correct variant: nothing stored\n");
+    }
+  }
+}
+
+void print_json(const TuneReport& report, std::FILE* out) {
+  std::fprintf(out, "{\"op\":\"%s\",\"arch\":\"%s\",\"device\":\"%s\",\"database\":\"%s\",\"problems\":[",
+               json_escape(report.op).c_str(), json_escape(report.arch).c_str(),
+               json_escape(report.device).c_str(), json_escape(report.database).c_str());
+  for (size_t pi = 0; pi < report.problems.size(); ++pi) {
+    const auto& p = report.problems[pi];
+    std::fprintf(out,
+                 "%s{\"problem\":\"%s\",\"cached\":%s,\"space\":%zu,\"invalid\":%zu,"
+                 "\"compiled\":%zu,\"cubins_reused\":%zu,\"compile_failures\":%zu,"
+                 "\"compile_s\":%.4f,\"seconds\":%.4f,\"bytes\":%.0f,\"device_bytes\":%zu,",
+                 pi ? "," : "", json_escape(p.problem.key()).c_str(), p.cached ? "true" : "false",
+                 p.space_size, p.invalid, p.compiled, p.cubins_reused, p.compile_failures,
+                 p.compile_seconds, p.seconds, p.bytes, p.device_bytes);
+    if (p.copy) {
+      std::fprintf(out, "\"copy_us\":%.4f,", p.copy->median_us);
+    }
+    std::fprintf(out, "\"winner\":\"%s\",\"winner_us\":%.4f,\"variants\":[",
+                 json_escape(p.winner_config).c_str(), p.winner_us);
+    for (size_t i = 0; i < p.variants.size(); ++i) {
+      const auto& v = p.variants[i];
+      std::fprintf(out,
+                   "%s{\"variant\":\"%s\",\"outcome\":\"%s\",\"median_us\":%.4f,\"p10_us\":%.4f,"
+                   "\"p90_us\":%.4f,\"samples\":%d,\"rel_err\":%.4g,\"resumed\":%s,\"message\":\"%s\"}",
+                   i ? "," : "", json_escape(v.config).c_str(), cache::to_string(v.outcome),
+                   v.timing.median_us, v.timing.p10_us, v.timing.p90_us, v.timing.samples,
+                   v.rel_err, v.reused_result ? "true" : "false", json_escape(v.message).c_str());
+    }
+    std::fprintf(out, "]}");
+  }
+  std::fprintf(out, "]}\n");
+}
+
+} // namespace autotune

@@ -1,0 +1,80 @@
+// One tuning session: for each problem, enumerate the op's space, drop invalid
+// configurations, compile the rest in parallel (reusing cubins already in the
+// database), check every variant against the reference on fresh random inputs,
+// time the correct ones, and store results and the winner. Results are stored as
+// they are measured, so an interrupted session resumes where it stopped.
+#pragma once
+
+#include "cache/database.hpp"
+#include "runtime/ops/space.hpp"
+#include "testbed.hpp"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace autotune {
+
+class Progress;
+
+struct TuneOptions {
+  std::string op;
+  std::string arch = "auto";          // "auto" asks the GPU
+  std::vector<std::string> shapes;    // --shape strings; empty: the op's default shapes
+  std::string db_path;                // empty: cache::default_database_path()
+  int jobs = 0;                       // compile threads; 0: one per core
+  bool compile_only = false;
+  bool force = false;                 // re-measure even when a winner is stored
+  Fields param_overrides;             // --param name=v1|v2
+  std::string space_file;             // --space FILE.toml replaces the op's space
+  TimingProtocol protocol;
+};
+
+struct VariantReport {
+  std::string config;
+  std::string variant_key;
+  cache::Outcome outcome = cache::Outcome::ok;
+  Timing timing;
+  double rel_err = 0;
+  std::string message;
+  bool reused_result = false; // measured by an earlier session (resume)
+};
+
+struct ProblemReport {
+  Problem problem;
+  size_t space_size = 0;
+  size_t invalid = 0;          // dropped by the op's constraints
+  size_t compiled = 0;         // compiled by this session
+  size_t cubins_reused = 0;    // found in the database instead
+  size_t compile_failures = 0;
+  double compile_seconds = 0;  // wall time of the parallel compile
+  double seconds = 0;          // wall time for the whole problem
+  bool cached = false;         // a stored winner answered; nothing ran
+  std::optional<Timing> copy;  // device-to-device copy of the same bytes
+  std::vector<VariantReport> variants;
+  std::optional<size_t> winner; // index into variants
+  std::string winner_config;    // also set when cached
+  double winner_us = 0;
+  double bytes = 0;
+  double flops = 0;
+  size_t device_bytes = 0;      // GPU memory the testbed held
+};
+
+struct TuneReport {
+  std::string op;
+  std::string arch;
+  std::string device;   // empty for compile-only without a GPU
+  std::string database;
+  std::vector<ProblemReport> problems;
+  bool compile_failed() const;
+};
+
+TuneReport tune(const TuneOptions& options, Progress& progress);
+
+// The op's space after --space and --param; throws Error(config/usage).
+Space load_space(const Op& op, const TuneOptions& options);
+
+// Problems from --shape strings, or the op's defaults.
+std::vector<Problem> load_problems(const Op& op, const std::vector<std::string>& shapes);
+
+} // namespace autotune
