@@ -258,36 +258,90 @@ struct SchemaState {
   std::set<std::string> tables;
 };
 
-SchemaState read_schema_state(sqlite3* db, const std::string& path) {
-  try {
-    // One statement, so one read snapshot: read separately, a peer's schema
-    // creation could commit between the version and the table list.
-    Statement stmt(db, path,
-                   "SELECT 'user_version', user_version FROM pragma_user_version "
-                   "UNION ALL SELECT 'application_id', application_id FROM pragma_application_id "
-                   "UNION ALL SELECT 'table', name FROM sqlite_master "
-                   "WHERE type = 'table' AND name NOT LIKE 'sqlite_%'");
-    SchemaState state;
-    while (stmt.step()) {
-      std::string kind = stmt.text(0);
-      if (kind == "user_version") {
-        state.user_version = stmt.integer(1);
-      } else if (kind == "application_id") {
-        state.application_id = stmt.integer(1);
-      } else {
-        state.tables.insert(stmt.text(1));
-      }
-    }
-    return state;
-  } catch (const Error& e) {
-    // Truncated or damaged files fail here, on the first read.
-    std::string detail = e.what();
-    std::string prefix = "tuning database " + path + ": ";
-    if (detail.compare(0, prefix.size(), prefix) == 0) {
-      detail.erase(0, prefix.size());
-    }
-    throw_database(path, "not an autotune database, or a damaged one (" + detail + ")");
+struct ReadFailure {
+  int code = SQLITE_OK; // extended result code
+  std::string message;
+};
+
+// Reads without throwing, so the caller can decide by the result code.
+ReadFailure try_read_schema_state(sqlite3* db, SchemaState& state) {
+  // One statement, so one read snapshot: read separately, a peer's schema
+  // creation could commit between the version and the table list.
+  constexpr std::string_view k_sql =
+      "SELECT 'user_version', user_version FROM pragma_user_version "
+      "UNION ALL SELECT 'application_id', application_id FROM pragma_application_id "
+      "UNION ALL SELECT 'table', name FROM sqlite_master "
+      "WHERE type = 'table' AND name NOT LIKE 'sqlite_%'";
+  auto failure = [db] { return ReadFailure{sqlite3_extended_errcode(db), sqlite3_errmsg(db)}; };
+  sqlite3_stmt* raw = nullptr;
+  int rc = sqlite3_prepare_v2(db, k_sql.data(), int(k_sql.size()), &raw, nullptr);
+  std::unique_ptr<sqlite3_stmt, Finalizer> stmt(raw);
+  if (rc != SQLITE_OK) {
+    return failure();
   }
+  state = SchemaState{};
+  while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
+    auto kind_text = reinterpret_cast<const char*>(sqlite3_column_text(stmt.get(), 0));
+    std::string kind = kind_text ? kind_text : "";
+    if (kind == "user_version") {
+      state.user_version = sqlite3_column_int64(stmt.get(), 1);
+    } else if (kind == "application_id") {
+      state.application_id = sqlite3_column_int64(stmt.get(), 1);
+    } else {
+      auto name = reinterpret_cast<const char*>(sqlite3_column_text(stmt.get(), 1));
+      state.tables.insert(name ? name : "");
+    }
+  }
+  if (rc != SQLITE_DONE) {
+    return failure();
+  }
+  return {};
+}
+
+[[noreturn]] void throw_read_failure(const ReadFailure& failure, const std::string& path) {
+  int primary = failure.code & 0xff;
+  // Truncated or damaged files fail here, on the first read.
+  std::string what = primary == SQLITE_NOTADB || primary == SQLITE_CORRUPT
+                         ? "not an autotune database, or a damaged one"
+                         : "cannot read it";
+  throw_database(path, what + ": " + failure.message + " (SQLite code " +
+                           std::to_string(failure.code) + ")");
+}
+
+SchemaState read_schema_state(sqlite3* db, const std::string& path) {
+  SchemaState state;
+  ReadFailure failure = try_read_schema_state(db, state);
+  if (failure.code != SQLITE_OK) {
+    throw_read_failure(failure, path);
+  }
+  return state;
+}
+
+// A read-only reader of a WAL file needs to create the -shm file next to it;
+// in a read-only directory (a container image, a shared install) it cannot.
+bool needs_immutable_open(const ReadFailure& failure, const std::string& path) {
+  bool no_shm =
+      failure.code == SQLITE_READONLY_DIRECTORY || (failure.code & 0xff) == SQLITE_CANTOPEN;
+  // With a -wal present, immutable would silently ignore its committed rows.
+  std::error_code ec;
+  return no_shm && !fs::exists(path + "-wal", ec);
+}
+
+// "file:" URI for `path`, escaping what a URI parser would otherwise interpret.
+std::string immutable_uri(const std::string& path) {
+  std::string absolute = fs::absolute(path).string();
+  std::string uri = "file:";
+  for (char c : absolute) {
+    if (c == '%' || c == '?' || c == '#') {
+      static const char* k_hex = "0123456789ABCDEF";
+      uri += '%';
+      uri += k_hex[(unsigned char)c >> 4];
+      uri += k_hex[(unsigned char)c & 15];
+    } else {
+      uri += c;
+    }
+  }
+  return uri + "?immutable=1";
 }
 
 // Throws unless `state` is an autotune database this build can use in `mode`;
@@ -526,12 +580,38 @@ Database::Database(const std::string& path, Mode mode) : m_path(path), m_mode(mo
 
   int flags =
       mode == Mode::read_write ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE : SQLITE_OPEN_READONLY;
+  open_connection(path, flags);
+
+  // Everything up to here only reads, so a refused file is left as it was.
+  SchemaState state;
+  ReadFailure failure = try_read_schema_state(m_db.get(), state);
+  if (failure.code != SQLITE_OK && mode == Mode::read_only && needs_immutable_open(failure, path)) {
+    // Safe while nobody writes the file, which a read-only directory suggests;
+    // a concurrent writer would show up as SQLITE_CORRUPT or a checksum error.
+    log(LogLevel::info,
+        "tuning database " + path + ": its directory is read-only; reading it as immutable");
+    open_connection(immutable_uri(path), flags | SQLITE_OPEN_URI);
+    failure = try_read_schema_state(m_db.get(), state);
+  }
+  if (failure.code != SQLITE_OK) {
+    throw_read_failure(failure, path);
+  }
+  check_schema_state(state, mode, path);
+  if (mode == Mode::read_only) {
+    return;
+  }
+  enable_wal(m_db.get(), path);
+  exec(m_db.get(), path, "PRAGMA foreign_keys = ON");
+  migrate();
+}
+
+void Database::open_connection(const std::string& filename, int flags) {
   sqlite3* raw = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
+  int rc = sqlite3_open_v2(filename.c_str(), &raw, flags, nullptr);
   // Owned before checking: a failed open still allocates a handle.
   m_db.reset(raw);
   if (rc != SQLITE_OK) {
-    throw_sqlite(raw, path, "cannot open");
+    throw_sqlite(raw, m_path, "cannot open");
   }
   sqlite3_extended_result_codes(raw, 1);
   sqlite3_busy_timeout(raw, k_busy_timeout_ms);
@@ -539,18 +619,9 @@ Database::Database(const std::string& path, Mode mode) : m_path(path), m_mode(mo
   // run functions or let SQL corrupt them through writable_schema.
   if (sqlite3_db_config(raw, SQLITE_DBCONFIG_DEFENSIVE, 1, static_cast<int*>(nullptr)) !=
       SQLITE_OK) {
-    throw_sqlite(raw, path, "cannot enable defensive mode");
+    throw_sqlite(raw, m_path, "cannot enable defensive mode");
   }
-  exec(raw, path, "PRAGMA trusted_schema = OFF");
-
-  // Everything up to here only reads, so a refused file is left as it was.
-  check_schema_state(read_schema_state(raw, path), mode, path);
-  if (mode == Mode::read_only) {
-    return;
-  }
-  enable_wal(raw, path);
-  exec(raw, path, "PRAGMA foreign_keys = ON");
-  migrate();
+  exec(raw, m_path, "PRAGMA trusted_schema = OFF");
 }
 
 Database::Database(Database&& other) noexcept

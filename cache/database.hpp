@@ -153,6 +153,9 @@ private:
   void migrate();
   // The open connection; Error(internal) on a moved-from Database.
   sqlite3* handle() const;
+  // Opens `filename` (a path, or a URI with SQLITE_OPEN_URI) into m_db with the
+  // settings every connection gets: busy_timeout, defensive, untrusted schema.
+  void open_connection(const std::string& filename, int flags);
 
   std::unique_ptr<sqlite3, Closer> m_db;
   std::string m_path;

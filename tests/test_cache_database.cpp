@@ -13,11 +13,14 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <unistd.h>
+#include <vector>
 
 using namespace autotune;
 using namespace autotune::cache;
@@ -471,6 +474,28 @@ TEST_CASE("a read-only open never creates or writes") {
   }
 }
 
+TEST_CASE("a read-only open reads a database in a directory it cannot write") {
+  if (geteuid() == 0) {
+    MESSAGE("skipped: directory permissions do not apply to root");
+    return;
+  }
+  TempPath path("shipped/tuning.db");
+  {
+    Database db(path.str(), Database::Mode::read_write);
+    db.put_winner(make_winner());
+  }
+  fs::path dir = fs::path(path.str()).parent_path();
+  fs::permissions(dir, fs::perms::owner_write | fs::perms::group_write | fs::perms::others_write,
+                  fs::perm_options::remove);
+  std::string before = read_bytes(path.str());
+  {
+    Database db(path.str(), Database::Mode::read_only);
+    CHECK(db.winners().size() == 1);
+  }
+  fs::permissions(dir, fs::perms::owner_write, fs::perm_options::add);
+  CHECK(read_bytes(path.str()) == before);
+}
+
 TEST_CASE("a database written by a newer autotune is refused and left unchanged") {
   TempPath path;
   {
@@ -614,6 +639,38 @@ TEST_CASE("a second writer waits for the first instead of failing") {
   CHECK_NOTHROW(second.put_winner(other));
   holder.join();
   CHECK(second.winners().size() == 2);
+}
+
+TEST_CASE("writers opening the same new file at once all succeed") {
+  TempPath path("fresh/tuning.db");
+  constexpr int k_writers = 8;
+  constexpr int k_rows = 20;
+  std::mutex mutex;
+  std::vector<std::string> failures;
+  std::vector<std::thread> writers;
+  for (int i = 0; i < k_writers; ++i) {
+    writers.emplace_back([&, i] {
+      try {
+        Database db(path.str(), Database::Mode::read_write);
+        for (int j = 0; j < k_rows; ++j) {
+          ResultRecord r = make_result("v" + std::to_string(i), 1.0 + j);
+          r.problem = "B=" + std::to_string(j);
+          db.put_result(r);
+        }
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mutex);
+        failures.push_back(e.what());
+      }
+    });
+  }
+  for (std::thread& t : writers) {
+    t.join();
+  }
+  CHECK(failures.empty());
+  for (const std::string& failure : failures) {
+    MESSAGE(failure);
+  }
+  CHECK(raw_count(path.str(), "results") == k_writers * k_rows);
 }
 
 TEST_CASE("the default database path follows AUTOTUNE_DB, XDG_CACHE_HOME, then HOME") {

@@ -200,8 +200,7 @@ int list_variants(const Args& a) {
   auto problems = load_problems(op, a.tune.shapes);
   const Problem& p = problems.front();
   for (const auto& c : space.enumerate()) {
-    auto ok = op.check(c, p, a.tune.arch);
-    if (!ok) {
+    if (!op.check(c, p, a.tune.arch) || !op.worth_measuring(c, p)) {
       continue;
     }
     std::string params;

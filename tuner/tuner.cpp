@@ -46,7 +46,7 @@ std::vector<Config> valid_configs(const Op& op, const Space& space, const Proble
   std::vector<Config> out;
   invalid = 0;
   for (auto& c : space.enumerate()) {
-    if (op.check(c, problem, arch)) {
+    if (op.check(c, problem, arch) && op.worth_measuring(c, problem)) {
       out.push_back(std::move(c));
     } else {
       ++invalid;

@@ -179,15 +179,22 @@ Result<bool> CausalConv1dOp::check(const Config& config, const Problem& problem,
       return fail("shared-memory tile of " + std::to_string(smem) + " bytes exceeds 48 KiB");
     }
   }
-  if (tile / 2 >= d.L && tile > (long long)row_threads * p.vec) {
-    return fail("tile of " + std::to_string(tile) + " positions leaves over half of each block idle at L=" +
-                std::to_string(d.L));
-  }
   if ((d.L + tile - 1) / tile > k_max_grid_y) {
     return fail("L needs more than 65535 tiles for this tile length");
   }
   if (d.B * ((d.C + p.cpb - 1) / p.cpb) > 0x7fffffffll) {
     return fail("grid too large");
+  }
+  return true;
+}
+
+Result<bool> CausalConv1dOp::worth_measuring(const Config& config, const Problem& problem) const {
+  Params p = params(config);
+  Dims d = dims(problem);
+  long long tile = tile_length(p);
+  if (tile / 2 >= d.L && p.items > 1) {
+    return fail("tile of " + std::to_string(tile) + " positions leaves over half of each block " +
+                "idle at L=" + std::to_string(d.L) + " (fewer items per thread do better)");
   }
   return true;
 }

@@ -29,6 +29,14 @@ public:
   // says why not (it is recorded for `autotune list`).
   virtual Result<bool> check(const Config& config, const Problem& problem,
                              const std::string& arch) const = 0;
+  // Whether measuring the configuration on this problem is worth the time: a
+  // heuristic for the tuner (e.g. most of every block idle). The runtime ignores it,
+  // so a default variant runs every problem check() accepts.
+  virtual Result<bool> worth_measuring(const Config& config, const Problem& problem) const {
+    (void)config;
+    (void)problem;
+    return true;
+  }
   // NVRTC options (-D...) that instantiate the template for config and problem.
   virtual std::vector<std::string> defines(const Config& config, const Problem& problem) const = 0;
   virtual LaunchGeometry geometry(const Config& config, const Problem& problem) const = 0;

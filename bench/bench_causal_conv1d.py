@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""causal_conv1d side by side with its peers, on the GPU machine.
+
+Runs in one process, on the shapes of bench/shapes.toml [causal_conv1d]:
+  ours          the tuned winner, launched through the C ABI (libautotune.so, ctypes)
+  torch_conv1d  torch F.conv1d depthwise (cuDNN) + bias + SiLU, the same function
+  copy          a device-to-device copy of the same byte count (the ceiling)
+All are timed with triton.testing.do_bench (CUDA events, L2 flushed before every
+sample, median). Writes bench/results/<gpu>-causal_conv1d.{json,md} under --out.
+
+Usage: bench_causal_conv1d.py --lib .device/libautotune.so --db tuning.db --out DIR
+       --commit SHA --command "the command line that ran this"
+"""
+import argparse
+import ctypes
+import datetime
+import json
+import os
+import re
+import sys
+import tomllib
+
+import torch
+import torch.nn.functional as F
+import triton.testing
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DTYPES = {"fp32": (torch.float32, 0), "fp16": (torch.float16, 1), "bf16": (torch.bfloat16, 2)}
+
+
+class ConvArgs(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_void_p), ("weight", ctypes.c_void_p), ("bias", ctypes.c_void_p),
+                ("out", ctypes.c_void_p), ("batch", ctypes.c_int64), ("channels", ctypes.c_int64),
+                ("length", ctypes.c_int64), ("width", ctypes.c_int64),
+                ("x_dtype", ctypes.c_int32), ("weight_dtype", ctypes.c_int32),
+                ("silu", ctypes.c_int32), ("x_batch_stride", ctypes.c_int64),
+                ("x_channel_stride", ctypes.c_int64), ("out_batch_stride", ctypes.c_int64),
+                ("out_channel_stride", ctypes.c_int64)]
+
+
+def load_library(path):
+    lib = ctypes.CDLL(path)
+    lib.autotune_runtime_create.argtypes = [ctypes.c_char_p, ctypes.c_int,
+                                            ctypes.POINTER(ctypes.c_void_p)]
+    lib.autotune_last_error.restype = ctypes.c_char_p
+    lib.autotune_causal_conv1d.argtypes = [ctypes.c_void_p, ctypes.POINTER(ConvArgs),
+                                           ctypes.c_void_p]
+    lib.autotune_causal_conv1d_variant.argtypes = [ctypes.c_void_p, ctypes.POINTER(ConvArgs),
+                                                   ctypes.c_char_p, ctypes.c_uint64]
+    return lib
+
+
+def check(lib, rc, what):
+    if rc != 0:
+        raise RuntimeError(f"{what}: {lib.autotune_last_error().decode()} (status {rc})")
+
+
+def gpu_slug(name):
+    m = re.search(r"(H100|H200|A100|L4|B200|GB200|RTX \w+)", name)
+    return (m.group(1) if m else name).lower().replace(" ", "")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--db", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--commit", default="unknown")
+    ap.add_argument("--command", default=" ".join(sys.argv))
+    ap.add_argument("--shapes", default=os.path.join(HERE, "shapes.toml"))
+    args = ap.parse_args()
+
+    with open(args.shapes, "rb") as f:
+        spec = tomllib.load(f)["causal_conv1d"]
+    lib = load_library(args.lib)
+    rt = ctypes.c_void_p()
+    check(lib, lib.autotune_runtime_create(args.db.encode(), 1, ctypes.byref(rt)), "runtime")
+    torch.manual_seed(0)
+    dtype, code = DTYPES[spec["dtype"]]
+    silu = bool(spec["silu"])
+    use_bias = bool(spec["bias"])
+    name = torch.cuda.get_device_name()
+    rows = []
+    for s in spec["shapes"]:
+        B, C, L, W = s["B"], s["C"], s["L"], s["W"]
+        x = torch.randn(B, C, L, device="cuda", dtype=dtype)
+        w = (torch.rand(C, W, device="cuda", dtype=dtype) - 0.5)
+        bias = (torch.rand(C, device="cuda", dtype=dtype) - 0.5) if use_bias else None
+        out = torch.full_like(x, float("nan"))
+        a = ConvArgs(x.data_ptr(), w.data_ptr(), bias.data_ptr() if bias is not None else None,
+                     out.data_ptr(), B, C, L, W, code, code, int(silu), -1, -1, -1, -1)
+        stream = torch.cuda.current_stream().cuda_stream
+        buf = ctypes.create_string_buffer(512)
+        check(lib, lib.autotune_causal_conv1d_variant(rt, ctypes.byref(a), buf, 512), "variant")
+
+        def ours():
+            rc = lib.autotune_causal_conv1d(rt, ctypes.byref(a), stream)
+            if rc:
+                check(lib, rc, "launch")
+
+        def peer():
+            y = F.conv1d(x, w.unsqueeze(1), bias, padding=W - 1, groups=C)[..., :L]
+            return F.silu(y) if silu else y
+
+        src = torch.randn(B * C * L, device="cuda", dtype=dtype)
+        dst = torch.empty_like(src)
+
+        def copy():
+            dst.copy_(src)
+
+        ours()
+        torch.cuda.synchronize()
+        ref = F.conv1d(x.double(), w.double().unsqueeze(1),
+                       bias.double() if bias is not None else None, padding=W - 1, groups=C)[..., :L]
+        ref = F.silu(ref) if silu else ref
+        rel_err = ((out.double() - ref).norm() / ref.norm()).item()
+        peer_err = ((peer().double() - ref).norm() / ref.norm()).item()
+        nbytes = 2 * B * C * L * x.element_size() + (C * W + (C if use_bias else 0)) * w.element_size()
+        t = {k: triton.testing.do_bench(fn, warmup=50, rep=300, return_mode="median")
+             for k, fn in (("ours", ours), ("torch_conv1d", peer), ("copy", copy))}
+        gbps = {k: nbytes / (v * 1e-3) / 1e9 for k, v in t.items()}
+        rows.append({
+            "shape": {"B": B, "C": C, "L": L, "W": W, "dtype": spec["dtype"], "bias": use_bias,
+                      "silu": silu},
+            "ours": round(gbps["ours"], 1),
+            "ours_us": round(t["ours"] * 1e3, 2),
+            "rel_err": float(f"{rel_err:.3g}"),
+            "variant": buf.value.decode(),
+            "peers": {"torch_conv1d": round(gbps["torch_conv1d"], 1), "copy": round(gbps["copy"], 1)},
+            "peers_us": {"torch_conv1d": round(t["torch_conv1d"] * 1e3, 2),
+                         "copy": round(t["copy"] * 1e3, 2)},
+            "pct_of_copy": round(100 * gbps["ours"] / gbps["copy"], 1),
+            "speedup_vs_torch_conv1d": round(t["torch_conv1d"] / t["ours"], 2),
+            "torch_conv1d_rel_err": float(f"{peer_err:.3g}"),
+        })
+        r = rows[-1]
+        print(f"B={B} C={C} L={L} W={W}: ours {r['ours_us']} us {r['ours']} GB/s "
+              f"({r['pct_of_copy']}% of copy), torch {r['peers_us']['torch_conv1d']} us "
+              f"({r['speedup_vs_torch_conv1d']}x), rel_err {rel_err:.2e}", flush=True)
+        del x, out, src, dst
+        torch.cuda.empty_cache()
+
+    result = {
+        "op": "causal_conv1d",
+        "gpu": name,
+        "date": datetime.date.today().isoformat(),
+        "commit": args.commit,
+        "command": args.command,
+        "ceilings": {"copy_TBps": round(max(r["peers"]["copy"] for r in rows) / 1e3, 3)},
+        "metric": "GBps",
+        "timing": "triton.testing.do_bench median, L2 flushed before each sample",
+        "rows": rows,
+    }
+    os.makedirs(args.out, exist_ok=True)
+    stem = os.path.join(args.out, f"{gpu_slug(name)}-causal_conv1d")
+    with open(stem + ".json", "w") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
+    with open(stem + ".md", "w") as f:
+        f.write(f"# causal_conv1d on {name}\n\n")
+        f.write(f"commit `{args.commit}`, {result['date']}; command: `{args.command}`\n\n")
+        f.write("Effective GB/s (x read once, out written once); all measured in one run.\n\n")
+        f.write("| B | C | L | W | ours us | ours GB/s | % of copy | torch_conv1d GB/s | speedup | copy GB/s | rel_err | variant |\n")
+        f.write("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+        for r in rows:
+            s = r["shape"]
+            f.write(f"| {s['B']} | {s['C']} | {s['L']} | {s['W']} | {r['ours_us']} | {r['ours']} | "
+                    f"{r['pct_of_copy']} | {r['peers']['torch_conv1d']} | {r['speedup_vs_torch_conv1d']}x | "
+                    f"{r['peers']['copy']} | {r['rel_err']:.2e} | `{r['variant']}` |\n")
+    print(f"wrote {stem}.json and .md")
+
+
+if __name__ == "__main__":
+    main()
