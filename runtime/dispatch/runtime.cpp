@@ -1,10 +1,9 @@
-#include "autotune.hpp"
+#include "runtime_impl.hpp"
 
 #include "cache/database.hpp"
 #include "runtime/base/error.hpp"
 #include "runtime/base/log.hpp"
 #include "runtime/cuda/device.hpp"
-#include "runtime/ops/causal_conv1d.hpp"
 #include "runtime/ops/space.hpp"
 #include "runtime/ops/templates.hpp"
 #include "variant.hpp"
@@ -16,7 +15,6 @@
 #include <shared_mutex>
 
 namespace autotune {
-namespace {
 
 DType to_dtype(ElementType t) {
   switch (t) {
@@ -27,25 +25,7 @@ DType to_dtype(ElementType t) {
   throw Error(ErrorKind::usage, "unknown element type " + std::to_string(int(t)));
 }
 
-struct Loaded {
-  cuda::Module module;
-  CUfunction function = nullptr;
-  Config config;
-  Selection selection;
-};
-
-} // namespace
-
-struct Runtime::Impl {
-  RuntimeOptions options;
-  std::optional<cuda::PrimaryContext> context;
-  cuda::DeviceInfo device;
-  cache::DeviceRecord device_record;
-  std::optional<cache::Database> db;
-  mutable std::shared_mutex mutex;
-  std::map<std::string, std::unique_ptr<Loaded>> loaded; // op + '|' + problem key
-
-  explicit Impl(const RuntimeOptions& o) : options(o) {
+Runtime::Impl::Impl(const RuntimeOptions& o) : options(o) {
     context.emplace(o.device);
     device = cuda::query_device(o.device);
     device_record.name = device.name;
@@ -61,9 +41,9 @@ struct Runtime::Impl {
     }
   }
 
-  // Resolves and loads the variant for a problem (slow path, under the write lock).
-  std::unique_ptr<Loaded> resolve(const Op& op, const Problem& problem) {
-    auto out = std::make_unique<Loaded>();
+// Resolves and loads the variant for a problem (slow path, under the write lock).
+std::unique_ptr<LoadedVariant> Runtime::Impl::resolve(const Op& op, const Problem& problem) {
+    auto out = std::make_unique<LoadedVariant>();
     out->selection.problem = problem.key();
     const std::string& thash = template_hash(op.template_path());
     std::string nvrtc = cuda::nvrtc_version();
@@ -128,7 +108,7 @@ struct Runtime::Impl {
     return out;
   }
 
-  const Loaded& get(const Op& op, const Problem& problem) {
+const LoadedVariant& Runtime::Impl::get(const Op& op, const Problem& problem) {
     std::string key = std::string(op.name()) + '|' + problem.key();
     {
       std::shared_lock lock(mutex);
@@ -145,7 +125,14 @@ struct Runtime::Impl {
     }
     return *it->second;
   }
-};
+void Runtime::Impl::launch(const Op& op, const Problem& problem, const LoadedVariant& v,
+                           ArgPack& args, CUstream stream) const {
+  LaunchGeometry g = op.geometry(v.config, problem);
+  AUTOTUNE_CU(cuda::driver().cuLaunchKernel(v.function, g.grid[0], g.grid[1], g.grid[2],
+                                            g.block[0], g.block[1], g.block[2], g.dynamic_smem,
+                                            stream, args.pointers(), nullptr));
+}
+
 
 Runtime::Runtime(const RuntimeOptions& options) : m_impl(std::make_unique<Impl>(options)) {}
 Runtime::~Runtime() = default;
@@ -153,60 +140,6 @@ Runtime::~Runtime() = default;
 size_t Runtime::loaded_variants() const {
   std::shared_lock lock(m_impl->mutex);
   return m_impl->loaded.size();
-}
-
-namespace {
-
-struct ConvPrepared {
-  Problem problem;
-  CausalConv1dCall call;
-};
-
-ConvPrepared prepare(const CausalConv1dOp& op, const CausalConv1dArgs& a) {
-  Fields shape = {{"B", std::to_string(a.batch)},
-                  {"C", std::to_string(a.channels)},
-                  {"L", std::to_string(a.length)},
-                  {"W", std::to_string(a.width)},
-                  {"dtype", to_string(to_dtype(a.x_type))},
-                  {"wdtype", to_string(to_dtype(a.weight_type))},
-                  {"bias", a.bias ? "1" : "0"},
-                  {"silu", a.silu ? "1" : "0"}};
-  ConvPrepared p{op.make_problem(shape), {}};
-  auto& c = p.call;
-  c.x = reinterpret_cast<CUdeviceptr>(a.x);
-  c.weight = reinterpret_cast<CUdeviceptr>(a.weight);
-  c.bias = reinterpret_cast<CUdeviceptr>(a.bias);
-  c.out = reinterpret_cast<CUdeviceptr>(a.out);
-  c.x_channel_stride = a.x_channel_stride < 0 ? a.length : a.x_channel_stride;
-  c.x_batch_stride = a.x_batch_stride < 0 ? a.channels * c.x_channel_stride : a.x_batch_stride;
-  c.out_channel_stride = a.out_channel_stride < 0 ? a.length : a.out_channel_stride;
-  c.out_batch_stride =
-      a.out_batch_stride < 0 ? a.channels * c.out_channel_stride : a.out_batch_stride;
-  op.validate_call(p.problem, c);
-  return p;
-}
-
-const CausalConv1dOp& conv_op() {
-  return static_cast<const CausalConv1dOp&>(find_op("causal_conv1d"));
-}
-
-} // namespace
-
-Selection Runtime::select_causal_conv1d(const CausalConv1dArgs& args) {
-  ConvPrepared p = prepare(conv_op(), args);
-  return m_impl->get(conv_op(), p.problem).selection;
-}
-
-void Runtime::causal_conv1d(const CausalConv1dArgs& args, CUstream stream) {
-  const CausalConv1dOp& op = conv_op();
-  ConvPrepared p = prepare(op, args);
-  const Loaded& v = m_impl->get(op, p.problem);
-  ArgPack pack;
-  op.pack_call(v.config, p.problem, p.call, pack);
-  LaunchGeometry g = op.geometry(v.config, p.problem);
-  AUTOTUNE_CU(cuda::driver().cuLaunchKernel(v.function, g.grid[0], g.grid[1], g.grid[2],
-                                            g.block[0], g.block[1], g.block[2], g.dynamic_smem,
-                                            stream, pack.pointers(), nullptr));
 }
 
 } // namespace autotune
