@@ -1,5 +1,7 @@
 #include "cli.hpp"
 
+#include "commands.hpp"
+
 #include "progress.hpp"
 #include "report.hpp"
 #include "runtime/base/error.hpp"
@@ -278,8 +280,14 @@ int run_cli(int argc, char** argv) {
       return 2;
     }
     std::string first = argv[1];
-    if (first == "cache" || first == "regress" || first == "report") {
-      throw Error(ErrorKind::usage, "'autotune " + first + "' is not built yet");
+    if (first == "cache") {
+      return run_cache_command(argc - 1, argv + 1);
+    }
+    if (first == "regress") {
+      return run_regress_command(argc - 1, argv + 1);
+    }
+    if (first == "report") {
+      throw Error(ErrorKind::usage, "'autotune report' is not built yet");
     }
     Args a = parse(argc, argv);
     if (a.command == "list") {

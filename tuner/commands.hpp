@@ -1,0 +1,10 @@
+// Subcommands of the `autotune` CLI besides tuning, each in its own file.
+// argv[0] is the subcommand name; the return value is the exit code.
+#pragma once
+
+namespace autotune {
+
+int run_cache_command(int argc, char** argv);   // tuner/cache_cli.cpp
+int run_regress_command(int argc, char** argv); // tuner/regress.cpp
+
+} // namespace autotune
