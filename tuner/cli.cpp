@@ -14,6 +14,7 @@
 #include <toml++/toml.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -37,6 +38,13 @@ options:
   --jobs N            compile threads (default: one per core)
   --param NAME=V1|V2  restrict a parameter of the space (repeatable)
   --space FILE.toml   use this parameter space instead of the op's own
+  --strategy S        exhaustive (default): measure every valid variant;
+                      random: measure --samples N of them, drawn with --seed (default 1);
+                      halving: successive halving within --budget-s
+  --budget-s S        about S seconds of measurement per problem: every variant gets a
+                      cheap measurement, the best quarter a longer one, and so on
+  --timeout-s S       a variant that runs longer than S s (+ its timing cap) is killed
+                      and recorded as TIMEOUT (default 10)
   --force             re-measure even when a winner is stored
   --top N             rows per problem in the table (default 10)
   --json              print the full report as JSON instead of the table
@@ -60,6 +68,15 @@ std::string need_value(int& i, int argc, char** argv) {
     throw Error(ErrorKind::usage, std::string(argv[i]) + " needs a value");
   }
   return argv[++i];
+}
+
+double parse_seconds(const std::string& text, const std::string& what) {
+  char* end = nullptr;
+  double v = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || !(v > 0)) {
+    throw Error(ErrorKind::usage, what + ": expected a positive number of seconds, got '" + text + "'");
+  }
+  return v;
 }
 
 std::string toml_value_text(const toml::node& n) {
@@ -168,8 +185,24 @@ Args parse(int argc, char** argv) {
       a.quiet = true;
     } else if (o == "--top") {
       a.top = size_t(parse_int(need_value(i, argc, argv), "--top"));
-    } else if (o == "--budget-s" || o == "--strategy") {
-      throw Error(ErrorKind::usage, o + " is not built yet: every tuning run is exhaustive");
+    } else if (o == "--budget-s") {
+      a.tune.budget_s = parse_seconds(need_value(i, argc, argv), "--budget-s");
+    } else if (o == "--strategy") {
+      a.tune.strategy = need_value(i, argc, argv);
+      if (a.tune.strategy != "exhaustive" && a.tune.strategy != "random" &&
+          a.tune.strategy != "halving") {
+        throw Error(ErrorKind::usage, "--strategy must be exhaustive, random or halving, not '" +
+                                          a.tune.strategy + "'");
+      }
+    } else if (o == "--samples") {
+      a.tune.samples = int(parse_int(need_value(i, argc, argv), "--samples"));
+      if (a.tune.samples < 1) {
+        throw Error(ErrorKind::usage, "--samples must be at least 1");
+      }
+    } else if (o == "--seed") {
+      a.tune.sample_seed = (unsigned long long)parse_int(need_value(i, argc, argv), "--seed");
+    } else if (o == "--timeout-s") {
+      a.tune.measure_timeout_s = parse_seconds(need_value(i, argc, argv), "--timeout-s");
     } else {
       throw Error(ErrorKind::usage, "unknown option '" + o + "' (see autotune --help)");
     }
@@ -184,6 +217,12 @@ Args parse(int argc, char** argv) {
   const std::string& arch = a.tune.arch;
   if (arch != "auto" && !(starts_with(arch, "sm_") && arch.size() >= 5)) {
     throw Error(ErrorKind::usage, "--arch '" + arch + "' is not 'auto' or an sm_XY[a] target");
+  }
+  if (a.tune.strategy == "halving" && a.tune.budget_s <= 0) {
+    throw Error(ErrorKind::usage, "--strategy halving needs --budget-s SECONDS");
+  }
+  if (a.tune.budget_s > 0 && a.tune.strategy == "exhaustive") {
+    a.tune.strategy = "halving";
   }
   if (!a.shapes_file.empty()) {
     for (auto& s : shapes_from_file(a.shapes_file, a.tune.op)) {

@@ -1,3 +1,10 @@
 #include "cli.hpp"
+#include "worker.hpp"
 
-int main(int argc, char** argv) { return autotune::run_cli(argc, argv); }
+int main(int argc, char** argv) {
+  int code = 0;
+  if (autotune::maybe_run_worker(argc, argv, code)) {
+    return code;
+  }
+  return autotune::run_cli(argc, argv);
+}

@@ -48,7 +48,7 @@ void print_table(const TuneReport& report, std::FILE* out, size_t top) {
                    p.winner_config.c_str(), p.winner_us, gbps(p.bytes, p.winner_us));
       continue;
     }
-    size_t counts[6] = {};
+    size_t counts[int(cache::Outcome::wrong) + 1] = {};
     for (const auto& v : p.variants) {
       counts[int(v.outcome)]++;
     }
@@ -65,17 +65,28 @@ void print_table(const TuneReport& report, std::FILE* out, size_t top) {
     if (compile_only && !p.copy) {
       continue;
     }
-    std::fprintf(out, "  outcomes: OK %zu, WRONG %zu, RESOURCE %zu, FAULT %zu, COMPILE_FAIL %zu\n",
+    std::fprintf(out,
+                 "  outcomes: OK %zu, WRONG %zu, RESOURCE %zu, FAULT %zu, TIMEOUT %zu, "
+                 "COMPILE_FAIL %zu; %d worker restarts; %.0f MiB of GPU memory\n",
                  counts[int(cache::Outcome::ok)], counts[int(cache::Outcome::wrong)],
                  counts[int(cache::Outcome::resource)], counts[int(cache::Outcome::fault)],
-                 counts[int(cache::Outcome::compile_fail)]);
+                 counts[int(cache::Outcome::timeout)], counts[int(cache::Outcome::compile_fail)],
+                 p.worker_restarts, double(p.device_bytes) / (1 << 20));
+    if (p.sampled) {
+      std::fprintf(out, "  random search: %zu configurations sampled\n", p.sampled);
+    }
+    if (p.budget_exhausted) {
+      std::fprintf(out, "  budget spent: the last round's survivors keep their cheap timings\n");
+    }
     double copy_gbps = p.copy ? gbps(p.bytes, p.copy->median_us) : 0;
     if (p.copy) {
       std::fprintf(out, "  copy ceiling: %.2f us, %.0f GB/s (device-to-device copy, same bytes)\n",
                    p.copy->median_us, copy_gbps);
     }
+    const bool by_flops = p.flops > 0;
     std::fprintf(out, "  %-4s %-48s %-12s %10s %10s %9s %7s %9s\n", "rank", "variant", "status",
-                 "median_us", "p10-p90", "GB/s", "%copy", "rel_err");
+                 "median_us", "p10-p90", by_flops ? "TFLOP/s" : "GB/s", by_flops ? "" : "%copy",
+                 "rel_err");
     size_t shown = 0;
     for (size_t i : ranked(p)) {
       const auto& v = p.variants[i];
@@ -91,7 +102,11 @@ void print_table(const TuneReport& report, std::FILE* out, size_t top) {
         std::snprintf(med, sizeof med, "%.2f", v.timing.median_us);
         std::snprintf(spread, sizeof spread, "%.1f%%",
                       100.0 * (v.timing.p90_us - v.timing.p10_us) / v.timing.median_us);
-        std::snprintf(rate, sizeof rate, "%.0f", gbps(p.bytes, v.timing.median_us));
+        if (by_flops) {
+          std::snprintf(rate, sizeof rate, "%.1f", p.flops / (v.timing.median_us * 1e6));
+        } else {
+          std::snprintf(rate, sizeof rate, "%.0f", gbps(p.bytes, v.timing.median_us));
+        }
         if (copy_gbps > 0) {
           std::snprintf(pct, sizeof pct, "%.1f", 100.0 * gbps(p.bytes, v.timing.median_us) / copy_gbps);
         }
@@ -124,10 +139,13 @@ void print_json(const TuneReport& report, std::FILE* out) {
     std::fprintf(out,
                  "%s{\"problem\":\"%s\",\"cached\":%s,\"space\":%zu,\"invalid\":%zu,"
                  "\"compiled\":%zu,\"cubins_reused\":%zu,\"compile_failures\":%zu,"
-                 "\"compile_s\":%.4f,\"seconds\":%.4f,\"bytes\":%.0f,\"device_bytes\":%zu,",
+                 "\"compile_s\":%.4f,\"seconds\":%.4f,\"bytes\":%.0f,\"flops\":%.0f,"
+                 "\"device_bytes\":%zu,\"sampled\":%zu,\"budget_exhausted\":%s,"
+                 "\"worker_restarts\":%d,",
                  pi ? "," : "", json_escape(p.problem.key()).c_str(), p.cached ? "true" : "false",
                  p.space_size, p.invalid, p.compiled, p.cubins_reused, p.compile_failures,
-                 p.compile_seconds, p.seconds, p.bytes, p.device_bytes);
+                 p.compile_seconds, p.seconds, p.bytes, p.flops, p.device_bytes, p.sampled,
+                 p.budget_exhausted ? "true" : "false", p.worker_restarts);
     if (p.copy) {
       std::fprintf(out, "\"copy_us\":%.4f,", p.copy->median_us);
     }
@@ -137,10 +155,12 @@ void print_json(const TuneReport& report, std::FILE* out) {
       const auto& v = p.variants[i];
       std::fprintf(out,
                    "%s{\"variant\":\"%s\",\"outcome\":\"%s\",\"median_us\":%.4f,\"p10_us\":%.4f,"
-                   "\"p90_us\":%.4f,\"samples\":%d,\"rel_err\":%.4g,\"resumed\":%s,\"message\":\"%s\"}",
+                   "\"p90_us\":%.4f,\"samples\":%d,\"sm_clock_mhz\":%d,\"rel_err\":%.4g,"
+                   "\"resumed\":%s,\"message\":\"%s\"}",
                    i ? "," : "", json_escape(v.config).c_str(), cache::to_string(v.outcome),
                    v.timing.median_us, v.timing.p10_us, v.timing.p90_us, v.timing.samples,
-                   v.rel_err, v.reused_result ? "true" : "false", json_escape(v.message).c_str());
+                   v.sm_clock_mhz, v.rel_err, v.reused_result ? "true" : "false",
+                   json_escape(v.message).c_str());
     }
     std::fprintf(out, "]}");
   }

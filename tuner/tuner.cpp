@@ -2,6 +2,7 @@
 
 #include "compile.hpp"
 #include "progress.hpp"
+#include "worker.hpp"
 #include "runtime/base/hash.hpp"
 #include "runtime/base/log.hpp"
 #include "runtime/base/strings.hpp"
@@ -10,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -121,40 +123,26 @@ unsigned long long fresh_seed() {
   return (static_cast<unsigned long long>(rd()) << 32) ^ rd();
 }
 
-// Measures one candidate: resource limits, reference check, timing.
-VariantReport measure(const Op& op, const Problem& problem, const cuda::DeviceInfo& device,
-                      Candidate& c, Testbed& bed, const TimingProtocol& protocol) {
-  VariantReport v;
-  v.config = c.source.config_id;
-  v.variant_key = c.source.key;
-  cuda::Module module = cuda::load_module(c.cubin);
-  CUfunction f = cuda::get_function(module, c.source.kernel.c_str());
-  LaunchGeometry g = op.geometry(c.config, problem);
-  int max_threads = 0;
-  AUTOTUNE_CU(cuda::driver().cuFuncGetAttribute(&max_threads,
-                                                CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f));
-  unsigned threads = g.block[0] * g.block[1] * g.block[2];
-  if (threads > unsigned(max_threads)) {
-    v.outcome = cache::Outcome::resource;
-    v.message = "needs " + std::to_string(threads) + " threads per block, the compiled kernel " +
-                "allows " + std::to_string(max_threads) + " (registers)";
-    return v;
+// Exhaustive search measures every valid configuration. Random sampling picks
+// `samples` of them (seeded, so every rank samples the same ones); spaces larger
+// than k_max_exhaustive are sampled even when exhaustive search was asked for.
+constexpr size_t k_max_exhaustive = 4096;
+
+std::vector<Config> select_strategy(std::vector<Config> configs, const TuneOptions& o,
+                                    ProblemReport& report) {
+  bool random = o.strategy == "random" || configs.size() > k_max_exhaustive;
+  if (!random) {
+    return configs;
   }
-  if (g.dynamic_smem > unsigned(device.smem_per_block_optin)) {
-    v.outcome = cache::Outcome::resource;
-    v.message = "needs " + std::to_string(g.dynamic_smem) + " bytes of shared memory";
-    return v;
+  size_t n = o.samples > 0 ? size_t(o.samples) : std::min(configs.size(), k_max_exhaustive);
+  if (n >= configs.size()) {
+    return configs;
   }
-  CheckResult check = bed.check(f, c.config);
-  v.rel_err = check.rel_err;
-  if (!check.passed) {
-    v.outcome = cache::Outcome::wrong;
-    v.message = check.message;
-    return v;
-  }
-  v.timing = bed.time(f, c.config, protocol);
-  v.outcome = cache::Outcome::ok;
-  return v;
+  std::mt19937_64 rng(o.sample_seed);
+  std::shuffle(configs.begin(), configs.end(), rng);
+  configs.resize(n);
+  report.sampled = n;
+  return configs;
 }
 
 cache::ResultRecord to_record(const std::string& device_key, const Op& op, const Problem& problem,
@@ -171,6 +159,7 @@ cache::ResultRecord to_record(const std::string& device_key, const Op& op, const
   r.p90_us = v.timing.p90_us;
   r.samples = v.timing.samples;
   r.rel_err = v.rel_err;
+  r.sm_clock_mhz = v.sm_clock_mhz;
   r.message = v.message;
   return r;
 }
@@ -185,24 +174,64 @@ VariantReport from_record(const cache::ResultRecord& r) {
   v.timing.p90_us = r.p90_us;
   v.timing.samples = r.samples;
   v.rel_err = r.rel_err;
+  v.sm_clock_mhz = r.sm_clock_mhz;
   v.message = r.message;
   v.reused_result = true;
   return v;
 }
 
-// Order of preference: lower median; equal medians are broken by the variant id
-// so every process picks the same winner from the same measurements.
-bool better(const VariantReport& a, const VariantReport& b) {
-  if (a.timing.median_us != b.timing.median_us) {
-    return a.timing.median_us < b.timing.median_us;
+// The winner among correct measurements: the lowest median, except that variants
+// whose medians lie within the noise of the fastest count as tied, and a tie goes
+// to the smallest variant id. Every process measuring the same candidates thus
+// picks the same winner unless their measurements differ by more than the noise.
+std::vector<size_t> preference_order(const std::vector<VariantReport>& v) {
+  std::vector<size_t> ok;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i].outcome == cache::Outcome::ok && v[i].timing.median_us > 0) {
+      ok.push_back(i);
+    }
   }
-  return a.config < b.config;
+  std::sort(ok.begin(), ok.end(), [&](size_t a, size_t b) {
+    if (v[a].timing.median_us != v[b].timing.median_us) {
+      return v[a].timing.median_us < v[b].timing.median_us;
+    }
+    return v[a].config < v[b].config;
+  });
+  if (ok.empty()) {
+    return ok;
+  }
+  const Timing& best = v[ok.front()].timing;
+  // Half the p10-p90 spread of the fastest, and never less than 0.5%.
+  double band = std::max(0.005 * best.median_us, 0.5 * (best.p90_us - best.p10_us));
+  auto tied_end = std::find_if(ok.begin(), ok.end(), [&](size_t i) {
+    return v[i].timing.median_us > best.median_us + band;
+  });
+  std::sort(ok.begin(), tied_end, [&](size_t a, size_t b) { return v[a].config < v[b].config; });
+  return ok;
+}
+
+// Successive halving: every candidate gets a cheap measurement, the best quarter a
+// four times longer one, and so on until one is left or the budget is spent.
+constexpr int k_halving_eta = 4;
+
+TimingProtocol round_protocol(const TimingProtocol& full, int round, int rounds) {
+  if (round + 1 >= rounds) {
+    return full;
+  }
+  TimingProtocol p = full;
+  double scale = std::pow(double(k_halving_eta), double(rounds - 1 - round));
+  p.warmup = 1;
+  p.min_samples = std::max(3, int(full.min_samples / scale));
+  p.max_samples = std::max(p.min_samples, int(full.max_samples / scale));
+  p.min_seconds = full.min_seconds / scale;
+  p.max_seconds = std::max(0.005, full.max_seconds / scale);
+  return p;
 }
 
 void tune_problem(const Op& op, const Space& space, const Problem& problem,
                   const cuda::DeviceInfo& device, const cache::DeviceRecord& dev,
-                  cache::Database& db, const TuneOptions& options, Progress& progress,
-                  ProblemReport& report) {
+                  cache::Database& db, const TuneOptions& options, Worker& worker,
+                  Progress& progress, ProblemReport& report) {
   auto t0 = Clock::now();
   const std::string arch = device.arch();
   const std::string& thash = template_hash(op.template_path());
@@ -217,83 +246,128 @@ void tune_problem(const Op& op, const Space& space, const Problem& problem,
     }
   }
   auto configs = valid_configs(op, space, problem, arch, report.invalid);
+  configs = select_strategy(configs, options, report);
   std::vector<Candidate> candidates;
   build_candidates(op, configs, problem, arch, db, options.jobs, progress, candidates, report);
 
-  Testbed bed(op, problem, device);
-  bed.randomize(fresh_seed());
-  if (op.memory_bound()) {
-    report.copy = bed.time_copy(options.protocol);
+  SetupResult setup = worker.setup(op.name(), problem, fresh_seed(), options.protocol);
+  if (setup.has_copy) {
+    report.copy = setup.copy;
   }
+  report.device_bytes = setup.device_bytes;
+
+  // Outcomes known without measuring: resumed results and compile failures.
+  std::vector<VariantReport> reports(candidates.size());
+  std::vector<size_t> pending;
   for (size_t i = 0; i < candidates.size(); ++i) {
     Candidate& c = candidates[i];
-    progress.update("measure", problem.key(), i + 1, candidates.size());
+    VariantReport& v = reports[i];
+    v.config = c.source.config_id;
+    v.variant_key = c.source.key;
     if (!options.force) {
       if (auto stored = db.find_result(dev.key(), c.source.key, problem.key())) {
-        report.variants.push_back(from_record(*stored));
+        v = from_record(*stored);
         continue;
       }
     }
-    VariantReport v;
     if (c.cubin.empty()) {
-      v.config = c.source.config_id;
-      v.variant_key = c.source.key;
       v.outcome = cache::Outcome::compile_fail;
       v.message = c.compile_error;
-    } else {
-      try {
-        v = measure(op, problem, device, c, bed, options.protocol);
-      } catch (const Error& e) {
-        if (e.kind() != ErrorKind::cuda) {
-          throw;
-        }
-        // A fault leaves the context unusable. Record it so that a rerun skips this
-        // variant and resumes after it, then stop.
-        v.config = c.source.config_id;
-        v.variant_key = c.source.key;
-        v.outcome = cache::Outcome::fault;
-        v.message = e.what();
-        db.put_result(to_record(dev.key(), op, problem, v));
-        progress.finish();
-        throw Error(ErrorKind::cuda, "variant " + v.config + " faulted (" + e.what() +
-                                         "); its result is recorded, rerun the same command "
-                                         "to resume after it");
-      }
-    }
-    db.put_result(to_record(dev.key(), op, problem, v));
-    report.variants.push_back(std::move(v));
-  }
-  progress.finish();
-
-  // The best correct variant must also pass on a second, independent input set.
-  std::vector<size_t> order;
-  for (size_t i = 0; i < report.variants.size(); ++i) {
-    if (report.variants[i].outcome == cache::Outcome::ok) {
-      order.push_back(i);
-    }
-  }
-  std::sort(order.begin(), order.end(),
-            [&](size_t a, size_t b) { return better(report.variants[a], report.variants[b]); });
-  bed.randomize(fresh_seed());
-  for (size_t i : order) {
-    VariantReport& v = report.variants[i];
-    auto it = std::find_if(candidates.begin(), candidates.end(),
-                           [&](const Candidate& c) { return c.source.key == v.variant_key; });
-    if (it == candidates.end() || it->cubin.empty()) {
+      db.put_result(to_record(dev.key(), op, problem, v));
       continue;
     }
-    cuda::Module module = cuda::load_module(it->cubin);
-    CheckResult again = bed.check(cuda::get_function(module, it->source.kernel.c_str()), it->config);
-    if (!again.passed) {
-      v.outcome = cache::Outcome::wrong;
-      v.message = "second input set: " + again.message;
-      db.put_result(to_record(dev.key(), op, problem, v));
+    pending.push_back(i);
+  }
+
+  auto measure = [&](size_t i, const TimingProtocol& protocol) {
+    Candidate& c = candidates[i];
+    MeasureResult m = worker.measure(c.source.config_id, c.source.kernel, c.cubin, protocol);
+    VariantReport& v = reports[i];
+    v.outcome = m.outcome;
+    v.timing = m.timing;
+    v.rel_err = m.rel_err;
+    v.sm_clock_mhz = m.sm_clock_mhz;
+    v.message = m.message;
+  };
+
+  int rounds = 1;
+  if (options.budget_s > 0) {
+    while (std::pow(double(k_halving_eta), double(rounds)) < double(pending.size())) {
+      ++rounds;
+    }
+  }
+  auto measure_start = Clock::now();
+  for (int round = 0; round < rounds && !pending.empty(); ++round) {
+    TimingProtocol protocol = round_protocol(options.protocol, round, rounds);
+    bool last = round + 1 == rounds;
+    std::string stage = rounds > 1 ? "round " + std::to_string(round + 1) : "measure";
+    for (size_t k = 0; k < pending.size(); ++k) {
+      progress.update(stage, problem.key(), k + 1, pending.size());
+      measure(pending[k], protocol);
+      const VariantReport& v = reports[pending[k]];
+      // Failures are final in any round; timings only from the last.
+      if (last || v.outcome != cache::Outcome::ok) {
+        db.put_result(to_record(dev.key(), op, problem, v));
+      }
+    }
+    progress.finish();
+    if (last) {
+      break;
+    }
+    // Keep the best 1/eta of the correct ones for a longer measurement.
+    std::vector<size_t> ok;
+    for (size_t i : pending) {
+      if (reports[i].outcome == cache::Outcome::ok) {
+        ok.push_back(i);
+      }
+    }
+    std::sort(ok.begin(), ok.end(), [&](size_t a, size_t b) {
+      return reports[a].timing.median_us < reports[b].timing.median_us;
+    });
+    size_t keep = std::max<size_t>(1, (ok.size() + k_halving_eta - 1) / k_halving_eta);
+    ok.resize(std::min(keep, ok.size()));
+    double spent = since(measure_start);
+    double per_candidate = spent / double(std::max<size_t>(1, pending.size()));
+    double next_cost = per_candidate * k_halving_eta * double(ok.size());
+    if (spent + next_cost > options.budget_s && round + 2 < rounds) {
+      // No time for the intermediate rounds: go straight to the final one.
+      round = rounds - 2;
+    }
+    if (spent + next_cost > options.budget_s * 1.5) {
+      // Over budget: the survivors' cheap measurements stand as final.
+      for (size_t i : ok) {
+        db.put_result(to_record(dev.key(), op, problem, reports[i]));
+      }
+      report.budget_exhausted = true;
+      pending.clear();
+      break;
+    }
+    pending = ok;
+  }
+
+  // The winner must also pass on a second, independent input set.
+  std::vector<size_t> order = preference_order(reports);
+  if (!order.empty()) {
+    worker.reseed(fresh_seed());
+  }
+  for (size_t i : order) {
+    Candidate& c = candidates[i];
+    if (c.cubin.empty()) {
+      continue;
+    }
+    MeasureResult again =
+        worker.measure(c.source.config_id, c.source.kernel, c.cubin, options.protocol, true);
+    if (again.outcome != cache::Outcome::ok) {
+      reports[i].outcome = again.outcome;
+      reports[i].message = "second input set: " + again.message;
+      db.put_result(to_record(dev.key(), op, problem, reports[i]));
       continue;
     }
     report.winner = i;
     break;
   }
-  report.device_bytes = bed.device_bytes();
+  report.variants = std::move(reports);
+  report.worker_restarts = worker.restarts();
   if (report.winner) {
     const VariantReport& w = report.variants[*report.winner];
     cache::WinnerRecord r;
@@ -382,7 +456,6 @@ TuneReport tune(const TuneOptions& options, Progress& progress) {
     opts.jobs = default_jobs();
   }
 
-  std::optional<cuda::PrimaryContext> context;
   cuda::DeviceInfo device;
   if (options.arch == "auto" || !options.compile_only) {
     std::string why;
@@ -413,7 +486,8 @@ TuneReport tune(const TuneOptions& options, Progress& progress) {
     }
     return report;
   }
-  context.emplace(0);
+  // The parent holds no CUDA context: all GPU work happens in the worker process.
+  Worker worker(options.setup_timeout_s, options.measure_timeout_s);
   cache::DeviceRecord dev = device_record(device);
   db.put_device(dev);
   for (const auto& p : problems) {
@@ -422,7 +496,7 @@ TuneReport tune(const TuneOptions& options, Progress& progress) {
     r.space_size = space.size();
     r.bytes = op.bytes(p);
     r.flops = op.flops(p);
-    tune_problem(op, space, p, device, dev, db, opts, progress, r);
+    tune_problem(op, space, p, device, dev, db, opts, worker, progress, r);
     report.problems.push_back(std::move(r));
   }
   return report;

@@ -28,6 +28,12 @@ struct TuneOptions {
   Fields param_overrides;             // --param name=v1|v2
   std::string space_file;             // --space FILE.toml replaces the op's space
   TimingProtocol protocol;
+  std::string strategy = "exhaustive"; // or "random" (see samples)
+  int samples = 0;                     // random: how many configurations (0: up to 4096)
+  unsigned long long sample_seed = 1;  // random: the same seed samples the same configurations
+  double budget_s = 0;                 // > 0: successive halving within about this many seconds
+  double measure_timeout_s = 10;       // per variant, on top of the timing cap
+  double setup_timeout_s = 600;        // inputs and reference of one problem
 };
 
 struct VariantReport {
@@ -36,6 +42,7 @@ struct VariantReport {
   cache::Outcome outcome = cache::Outcome::ok;
   Timing timing;
   double rel_err = 0;
+  int sm_clock_mhz = 0;       // SM clock right after timing (NVML), 0 when unknown
   std::string message;
   bool reused_result = false; // measured by an earlier session (resume)
 };
@@ -58,6 +65,9 @@ struct ProblemReport {
   double bytes = 0;
   double flops = 0;
   size_t device_bytes = 0;      // GPU memory the testbed held
+  size_t sampled = 0;           // random strategy: configurations drawn (0: all)
+  bool budget_exhausted = false; // halving stopped early; cheap timings stand
+  int worker_restarts = 0;      // worker processes replaced after faults/timeouts
 };
 
 struct TuneReport {

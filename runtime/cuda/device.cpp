@@ -91,6 +91,14 @@ CUfunction get_function(const Module& module, const char* name) {
   return f;
 }
 
+void allow_dynamic_smem(CUfunction function, unsigned bytes) {
+  constexpr unsigned k_default_limit = 48 * 1024;
+  if (bytes > k_default_limit) {
+    AUTOTUNE_CU(driver().cuFuncSetAttribute(
+        function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(bytes)));
+  }
+}
+
 Event create_event() {
   CUevent e = nullptr;
   AUTOTUNE_CU(driver().cuEventCreate(&e, CU_EVENT_DEFAULT));

@@ -99,6 +99,9 @@ using Stream = Unique<CUstream, StreamDeleter>;
 // Loads a cubin (or PTX) image into the current context.
 Module load_module(const std::string& image);
 CUfunction get_function(const Module& module, const char* name);
+// Lets `function` take `bytes` of dynamic shared memory; above 48 KiB the driver
+// requires this opt-in before the launch.
+void allow_dynamic_smem(CUfunction function, unsigned bytes);
 Event create_event();
 Stream create_stream();
 

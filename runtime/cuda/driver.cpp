@@ -106,8 +106,32 @@ std::string error_string(CUresult result) {
 
 void check(CUresult result, const char* what) {
   if (result != CUDA_SUCCESS) {
-    throw Error(ErrorKind::cuda, std::string(what) + " failed: " + error_string(result));
+    throw CudaError(result, std::string(what) + " failed: " + error_string(result));
   }
+}
+
+bool CudaError::sticky() const {
+  switch (m_result) {
+  case CUDA_ERROR_ILLEGAL_ADDRESS:
+  case CUDA_ERROR_LAUNCH_FAILED:
+  case CUDA_ERROR_MISALIGNED_ADDRESS:
+  case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+  case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+  case CUDA_ERROR_INVALID_PC:
+  case CUDA_ERROR_HARDWARE_STACK_ERROR:
+  case CUDA_ERROR_ASSERT:
+  case CUDA_ERROR_LAUNCH_TIMEOUT:
+  case CUDA_ERROR_ECC_UNCORRECTABLE:
+  case CUDA_ERROR_CONTEXT_IS_DESTROYED:
+    return true;
+  default:
+    return false;
+  }
+}
+
+bool CudaError::resource() const {
+  return m_result == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES || m_result == CUDA_ERROR_INVALID_VALUE ||
+         m_result == CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
 }
 
 } // namespace autotune::cuda

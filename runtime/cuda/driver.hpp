@@ -3,6 +3,8 @@
 // GPU is actually needed, with ErrorKind::no_device and a message saying why.
 #pragma once
 
+#include "runtime/base/error.hpp"
+
 #include <cuda.h>
 
 #include <string>
@@ -67,7 +69,23 @@ const DriverApi& driver();
 // True when a driver loads and reports at least one device; never throws.
 bool gpu_available(std::string* why = nullptr);
 
-// Throws Error(cuda) carrying cuGetErrorName/cuGetErrorString and `what`.
+// A driver call failed; carries the CUresult so callers can tell a sticky fault
+// (the context is lost) from a refusal (bad launch configuration).
+class CudaError : public Error {
+public:
+  CudaError(CUresult result, const std::string& message)
+      : Error(ErrorKind::cuda, message), m_result(result) {}
+  CUresult result() const { return m_result; }
+  // True for errors after which the context cannot be used again.
+  bool sticky() const;
+  // True for launches refused for their resources (threads, registers, shared memory).
+  bool resource() const;
+
+private:
+  CUresult m_result;
+};
+
+// Throws CudaError carrying cuGetErrorName/cuGetErrorString and `what`.
 void check(CUresult result, const char* what);
 
 std::string error_string(CUresult result);

@@ -63,6 +63,9 @@ public:
 };
 
 const Op& find_op(const std::string& name); // throws Error(usage) listing the known ops
+// Adds an op beside the built-in ones (tests, plugins); call before any tuning.
+// The op must outlive every use.
+void register_op(const Op* op);
 std::vector<std::string> op_names();
 
 // Options every template is compiled with, besides the op's defines.

@@ -11,10 +11,24 @@ const std::vector<const Op*>& ops() {
   static const std::vector<const Op*> all = {&conv};
   return all;
 }
+// Ops registered at run time (tests' fault-injection op, plugins).
+std::vector<const Op*>& registered() {
+  static std::vector<const Op*> extra;
+  return extra;
+}
+
+std::vector<const Op*> all_ops() {
+  std::vector<const Op*> out = ops();
+  out.insert(out.end(), registered().begin(), registered().end());
+  return out;
+}
+
 } // namespace
 
+void register_op(const Op* op) { registered().push_back(op); }
+
 const Op& find_op(const std::string& name) {
-  for (const Op* op : ops()) {
+  for (const Op* op : all_ops()) {
     if (name == op->name()) {
       return *op;
     }
@@ -32,7 +46,7 @@ const Op& find_op(const std::string& name) {
 
 std::vector<std::string> op_names() {
   std::vector<std::string> out;
-  for (const Op* op : ops()) {
+  for (const Op* op : all_ops()) {
     out.emplace_back(op->name());
   }
   return out;

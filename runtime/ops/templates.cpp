@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <utility>
@@ -23,6 +24,17 @@ std::vector<std::string> embedded_template_paths() {
   return out;
 }
 
+namespace {
+std::map<std::string, std::string>& registered_templates() {
+  static std::map<std::string, std::string> files;
+  return files;
+}
+} // namespace
+
+void register_template(const std::string& path, const std::string& text) {
+  registered_templates()[path] = text;
+}
+
 std::string template_file(const std::string& path) {
   if (const char* dir = std::getenv("AUTOTUNE_TEMPLATE_DIR"); dir && *dir) {
     std::ifstream in(std::string(dir) + "/" + path, std::ios::binary);
@@ -31,6 +43,9 @@ std::string template_file(const std::string& path) {
       s << in.rdbuf();
       return s.str();
     }
+  }
+  if (auto it = registered_templates().find(path); it != registered_templates().end()) {
+    return it->second;
   }
   for (size_t i = 0; i < k_embedded_template_count; ++i) {
     if (path == k_embedded_templates[i].first) {

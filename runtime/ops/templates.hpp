@@ -18,4 +18,8 @@ std::string expand_template(const std::string& path);
 
 std::vector<std::string> embedded_template_paths();
 
+// Adds a template file at run time (tests' fault-injection templates, plugins);
+// it is found like an embedded one.
+void register_template(const std::string& path, const std::string& text);
+
 } // namespace autotune
