@@ -21,6 +21,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Spaces with more valid configurations than this are sampled, never enumerated.
+constexpr size_t k_max_exhaustive = 4096;
+
 double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -123,28 +126,6 @@ unsigned long long fresh_seed() {
   return (static_cast<unsigned long long>(rd()) << 32) ^ rd();
 }
 
-// Exhaustive search measures every valid configuration. Random sampling picks
-// `samples` of them (seeded, so every rank samples the same ones); spaces larger
-// than k_max_exhaustive are sampled even when exhaustive search was asked for.
-constexpr size_t k_max_exhaustive = 4096;
-
-std::vector<Config> select_strategy(std::vector<Config> configs, const TuneOptions& o,
-                                    ProblemReport& report) {
-  bool random = o.strategy == "random" || configs.size() > k_max_exhaustive;
-  if (!random) {
-    return configs;
-  }
-  size_t n = o.samples > 0 ? size_t(o.samples) : std::min(configs.size(), k_max_exhaustive);
-  if (n >= configs.size()) {
-    return configs;
-  }
-  std::mt19937_64 rng(o.sample_seed);
-  std::shuffle(configs.begin(), configs.end(), rng);
-  configs.resize(n);
-  report.sampled = n;
-  return configs;
-}
-
 cache::ResultRecord to_record(const std::string& device_key, const Op& op, const Problem& problem,
                               const VariantReport& v) {
   cache::ResultRecord r;
@@ -178,36 +159,6 @@ VariantReport from_record(const cache::ResultRecord& r) {
   v.message = r.message;
   v.reused_result = true;
   return v;
-}
-
-// The winner among correct measurements: the lowest median, except that variants
-// whose medians lie within the noise of the fastest count as tied, and a tie goes
-// to the smallest variant id. Every process measuring the same candidates thus
-// picks the same winner unless their measurements differ by more than the noise.
-std::vector<size_t> preference_order(const std::vector<VariantReport>& v) {
-  std::vector<size_t> ok;
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (v[i].outcome == cache::Outcome::ok && v[i].timing.median_us > 0) {
-      ok.push_back(i);
-    }
-  }
-  std::sort(ok.begin(), ok.end(), [&](size_t a, size_t b) {
-    if (v[a].timing.median_us != v[b].timing.median_us) {
-      return v[a].timing.median_us < v[b].timing.median_us;
-    }
-    return v[a].config < v[b].config;
-  });
-  if (ok.empty()) {
-    return ok;
-  }
-  const Timing& best = v[ok.front()].timing;
-  // Half the p10-p90 spread of the fastest, and never less than 0.5%.
-  double band = std::max(0.005 * best.median_us, 0.5 * (best.p90_us - best.p10_us));
-  auto tied_end = std::find_if(ok.begin(), ok.end(), [&](size_t i) {
-    return v[i].timing.median_us > best.median_us + band;
-  });
-  std::sort(ok.begin(), tied_end, [&](size_t a, size_t b) { return v[a].config < v[b].config; });
-  return ok;
 }
 
 // Successive halving: every candidate gets a cheap measurement, the best quarter a
@@ -408,6 +359,56 @@ void compile_problem(const Op& op, const Space& space, const Problem& problem,
 }
 
 } // namespace
+
+// The winner among correct measurements: the lowest median, except that variants
+// whose medians lie within the noise of the fastest count as tied, and a tie goes
+// to the smallest variant id. Every process measuring the same candidates thus
+// picks the same winner unless their measurements differ by more than the noise.
+std::vector<size_t> preference_order(const std::vector<VariantReport>& v) {
+  std::vector<size_t> ok;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i].outcome == cache::Outcome::ok && v[i].timing.median_us > 0) {
+      ok.push_back(i);
+    }
+  }
+  std::sort(ok.begin(), ok.end(), [&](size_t a, size_t b) {
+    if (v[a].timing.median_us != v[b].timing.median_us) {
+      return v[a].timing.median_us < v[b].timing.median_us;
+    }
+    return v[a].config < v[b].config;
+  });
+  if (ok.empty()) {
+    return ok;
+  }
+  const Timing& best = v[ok.front()].timing;
+  // Half the p10-p90 spread of the fastest, and never less than 0.5%.
+  double band = std::max(0.005 * best.median_us, 0.5 * (best.p90_us - best.p10_us));
+  auto tied_end = std::find_if(ok.begin(), ok.end(), [&](size_t i) {
+    return v[i].timing.median_us > best.median_us + band;
+  });
+  std::sort(ok.begin(), tied_end, [&](size_t a, size_t b) { return v[a].config < v[b].config; });
+  return ok;
+}
+
+// Exhaustive search measures every valid configuration. Random sampling picks
+// `samples` of them (seeded, so every rank samples the same ones); spaces larger
+// than k_max_exhaustive are sampled even when exhaustive search was asked for.
+std::vector<Config> select_strategy(std::vector<Config> configs, const TuneOptions& o,
+                                    ProblemReport& report) {
+  bool random = o.strategy == "random" || configs.size() > k_max_exhaustive;
+  if (!random) {
+    return configs;
+  }
+  size_t n = o.samples > 0 ? size_t(o.samples) : std::min(configs.size(), k_max_exhaustive);
+  if (n >= configs.size()) {
+    return configs;
+  }
+  std::mt19937_64 rng(o.sample_seed);
+  std::shuffle(configs.begin(), configs.end(), rng);
+  configs.resize(n);
+  report.sampled = n;
+  return configs;
+}
 
 bool TuneReport::compile_failed() const {
   for (const auto& p : problems) {

@@ -84,6 +84,16 @@ TuneReport tune(const TuneOptions& options, Progress& progress);
 // The op's space after --space and --param; throws Error(config/usage).
 Space load_space(const Op& op, const TuneOptions& options);
 
+// Indices of the correct variants in order of preference: fastest first, except
+// that medians within the fastest one's noise count as tied and ties go to the
+// smallest variant id (deterministic across processes).
+std::vector<size_t> preference_order(const std::vector<VariantReport>& variants);
+
+// The configurations a strategy measures: all (exhaustive), or a seeded random
+// sample (random, or any space over 4096 valid configurations).
+std::vector<Config> select_strategy(std::vector<Config> configs, const TuneOptions& options,
+                                    ProblemReport& report);
+
 // Problems from --shape strings, or the op's defaults.
 std::vector<Problem> load_problems(const Op& op, const std::vector<std::string>& shapes);
 
