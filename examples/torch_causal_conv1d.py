@@ -22,7 +22,8 @@ class _ConvArgs(ctypes.Structure):
                 ("x_dtype", ctypes.c_int32), ("weight_dtype", ctypes.c_int32),
                 ("silu", ctypes.c_int32), ("x_batch_stride", ctypes.c_int64),
                 ("x_channel_stride", ctypes.c_int64), ("out_batch_stride", ctypes.c_int64),
-                ("out_channel_stride", ctypes.c_int64)]
+                ("out_channel_stride", ctypes.c_int64),
+                ("initial_states", ctypes.c_void_p), ("final_states", ctypes.c_void_p)]
 
 
 class Autotune:

@@ -97,21 +97,37 @@ inline double relative_error(const HostTensor& out, const std::vector<double>& r
   return std::sqrt(d2 / (r2 > 0 ? r2 : 1));
 }
 
-// out[b,c,t] for x with channel stride xcs and batch stride xbs (elements).
+// out[b,c,t] for x with channel stride xcs and batch stride xbs (elements); inputs
+// before t = 0 come from `init` ([B, C, W-1]) or are zero. `final_states`, when
+// given, receives the last W-1 inputs of each row.
 inline std::vector<double> causal_conv1d_reference(const HostTensor& x, const HostTensor& w,
                                                    const HostTensor* bias, int B, int C, int L,
-                                                   int W, bool silu, long long xbs,
-                                                   long long xcs) {
+                                                   int W, bool silu, long long xbs, long long xcs,
+                                                   const HostTensor* init = nullptr,
+                                                   std::vector<double>* final_states = nullptr) {
   std::vector<double> out(size_t(B) * C * L);
+  auto input = [&](int b, int c, int s) -> double {
+    if (s >= 0) {
+      return x.get(size_t(b * xbs + c * xcs + s));
+    }
+    return init ? init->get((size_t(b) * C + c) * (W - 1) + size_t(W - 1 + s)) : 0.0;
+  };
+  if (final_states) {
+    final_states->assign(size_t(B) * C * (W - 1), 0.0);
+    for (int b = 0; b < B; ++b) {
+      for (int c = 0; c < C; ++c) {
+        for (int k = 0; k < W - 1; ++k) {
+          (*final_states)[(size_t(b) * C + c) * (W - 1) + k] = input(b, c, L - (W - 1) + k);
+        }
+      }
+    }
+  }
   for (int b = 0; b < B; ++b) {
     for (int c = 0; c < C; ++c) {
       for (int t = 0; t < L; ++t) {
         double acc = bias ? bias->get(size_t(c)) : 0.0;
         for (int k = 0; k < W; ++k) {
-          int s = t - (W - 1) + k;
-          if (s >= 0) {
-            acc += double(w.get(size_t(c) * W + k)) * double(x.get(size_t(b * xbs + c * xcs + s)));
-          }
+          acc += double(w.get(size_t(c) * W + k)) * input(b, c, t - (W - 1) + k);
         }
         if (silu) {
           acc = acc / (1.0 + std::exp(-acc));

@@ -32,22 +32,27 @@ cuda::PrimaryContext& context() {
 struct ConvCase {
   Problem problem;
   int B, C, L, W;
-  bool bias, silu;
-  HostTensor x, w, b;
-  std::vector<double> ref;
+  bool bias, silu, init_states, final_states;
+  HostTensor x, w, b, init;
+  std::vector<double> ref, ref_final;
 
   ConvCase(const std::string& shape, std::mt19937_64& rng)
       : problem(find_op("causal_conv1d").make_problem(parse_fields(shape, "shape"))),
         B(int(problem.get_int("B"))), C(int(problem.get_int("C"))), L(int(problem.get_int("L"))),
         W(int(problem.get_int("W"))), bias(problem.get_int("bias") != 0),
-        silu(problem.get_int("silu") != 0),
+        silu(problem.get_int("silu") != 0), init_states(problem.get_int("init_states") != 0),
+        final_states(problem.get_int("final_states") != 0),
         x(parse_dtype(problem.get("x"), "x"), size_t(B) * C * L),
         w(parse_dtype(problem.get("w"), "w"), size_t(C) * W),
-        b(parse_dtype(problem.get("w"), "w"), size_t(C)) {
+        b(parse_dtype(problem.get("w"), "w"), size_t(C)),
+        init(parse_dtype(problem.get("x"), "x"), size_t(B) * C * (W - 1)) {
     x.randomize(rng, -1, 1);
     w.randomize(rng, -0.5, 0.5);
     b.randomize(rng, -0.5, 0.5);
-    ref = causal_conv1d_reference(x, w, bias ? &b : nullptr, B, C, L, W, silu, (long long)C * L, L);
+    init.randomize(rng, -1, 1);
+    ref = causal_conv1d_reference(x, w, bias ? &b : nullptr, B, C, L, W, silu, (long long)C * L, L,
+                                  init_states ? &init : nullptr,
+                                  final_states ? &ref_final : nullptr);
   }
 };
 
@@ -70,6 +75,9 @@ TEST_CASE("every valid causal_conv1d variant matches a float64 reference") {
       "B=1,C=16,L=37,W=2,dtype=fp32,wdtype=bf16,bias=1,silu=0", // shorter than one tile
       "B=3,C=64,L=4096,W=4,dtype=bf16,bias=1,silu=1",
       "B=2,C=8,L=2050,W=4,dtype=fp16,wdtype=fp16,bias=1,silu=0",
+      "B=2,C=24,L=2048,W=4,dtype=bf16,init_states=1,final_states=1",  // a decoder's carry
+      "B=1,C=8,L=2,W=4,dtype=fp32,init_states=1,final_states=1",      // L shorter than the state
+      "B=2,C=16,L=333,W=3,dtype=fp16,init_states=0,final_states=1",
   };
   for (const char* shape : shapes) {
     ConvCase k(shape, rng);
@@ -87,8 +95,9 @@ TEST_CASE("every valid causal_conv1d variant matches a float64 reference") {
       jobs.push_back({&s});
     }
     compile_all(jobs, default_jobs(), [](CompileJob&, size_t) {});
-    DeviceTensor x(k.x), w(k.w), b(k.b);
+    DeviceTensor x(k.x), w(k.w), b(k.b), init(k.init);
     HostTensor out(k.x.type, k.x.n);
+    HostTensor fin(k.x.type, k.init.n);
     size_t checked = 0;
     for (size_t i = 0; i < configs.size(); ++i) {
       CAPTURE(shape);
@@ -98,12 +107,19 @@ TEST_CASE("every valid causal_conv1d variant matches a float64 reference") {
       cuda::Module m = cuda::load_module(jobs[i].output->binary);
       CUfunction f = cuda::get_function(m, op.kernel_name());
       out.poison();
-      DeviceTensor o(out);
+      fin.poison();
+      DeviceTensor o(out), f_out(fin);
       std::vector<CUdeviceptr> ptrs = {x.get(), w.get()};
       if (k.bias) {
         ptrs.push_back(b.get());
       }
+      if (k.init_states) {
+        ptrs.push_back(init.get());
+      }
       ptrs.push_back(o.get());
+      if (k.final_states) {
+        ptrs.push_back(f_out.get());
+      }
       ArgPack args;
       op.pack(configs[i], k.problem, ptrs, args);
       LaunchGeometry g = op.geometry(configs[i], k.problem);
@@ -114,6 +130,10 @@ TEST_CASE("every valid causal_conv1d variant matches a float64 reference") {
       o.download(out);
       double err = relative_error(out, k.ref);
       CHECK(err <= op.tolerance(k.problem));
+      if (k.final_states) {
+        f_out.download(fin);
+        CHECK(relative_error(fin, k.ref_final) == 0.0); // a copy of the inputs: exact
+      }
       ++checked;
     }
     MESSAGE(shape << ": " << checked << " variants checked");

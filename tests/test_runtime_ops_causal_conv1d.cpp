@@ -15,9 +15,9 @@ Config config(const std::string& text) { return parse_fields(text, "config"); }
 
 TEST_CASE("causal_conv1d problems are canonical, with documented defaults") {
   Problem p = problem("C=4096,B=8,L=2048,dtype=bf16");
-  CHECK(p.key() == "B=8,C=4096,L=2048,W=4,x=bf16,w=bf16,bias=1,silu=1,layout=bcl");
+  CHECK(p.key() == "B=8,C=4096,L=2048,W=4,x=bf16,w=bf16,bias=1,silu=1,init_states=0,final_states=0,layout=bcl");
   CHECK(problem("B=1,C=2,L=3,W=2,dtype=fp32,wdtype=bf16,bias=false,silu=0").key() ==
-        "B=1,C=2,L=3,W=2,x=fp32,w=bf16,bias=0,silu=0,layout=bcl");
+        "B=1,C=2,L=3,W=2,x=fp32,w=bf16,bias=0,silu=0,init_states=0,final_states=0,layout=bcl");
   CHECK(problem("B=1,C=2,L=3,dtype=float16").get("x") == "fp16");
 }
 
@@ -79,6 +79,12 @@ TEST_CASE("tensors and effective bytes follow the problem") {
   CHECK(t[3].output);
   CHECK(conv().bytes(p) == doctest::Approx(2.0 * 2 * 8 * 16 * 2 + 8 * 4 * 4));
   CHECK(conv().tensors(problem("B=2,C=8,L=16,bias=0")).size() == 3);
+  auto with_states = conv().tensors(problem("B=2,C=8,L=16,W=4,init_states=1,final_states=1"));
+  REQUIRE(with_states.size() == 6);
+  CHECK(with_states[3].name == "initial_states");
+  CHECK(with_states[3].elements == 2 * 8 * 3);
+  CHECK(with_states[5].name == "final_states");
+  CHECK(with_states[5].output);
 }
 
 TEST_CASE("a runtime call is validated before anything launches") {

@@ -39,6 +39,9 @@ typedef struct autotune_causal_conv1d_args {
   int32_t silu;
   /* strides in elements; negative means contiguous */
   int64_t x_batch_stride, x_channel_stride, out_batch_stride, out_channel_stride;
+  /* [batch, channels, width - 1] contiguous, x's dtype; NULL: zeros before t = 0 / not written */
+  const void* initial_states;
+  void* final_states;
 } autotune_causal_conv1d_args;
 
 /* stream: a CUstream (cudaStream_t), NULL for the legacy default stream. */
@@ -47,6 +50,50 @@ int autotune_causal_conv1d(autotune_runtime* rt, const autotune_causal_conv1d_ar
 /* Writes "source variant" (e.g. "tuned threads=128,...") of the variant args resolve to. */
 int autotune_causal_conv1d_variant(autotune_runtime* rt, const autotune_causal_conv1d_args* args,
                                    char* buffer, uint64_t size);
+
+typedef struct autotune_attention_args {
+  const void* q; /* [B, Hq, Sq, D]-shaped, strides below */
+  const void* k; /* [B, Hkv, Sk, D]-shaped */
+  const void* v;
+  void* o;
+  float* lse; /* fp32 [B, Hq, Sq] contiguous, or NULL */
+  int64_t batch, heads_q, heads_kv, seq_q, seq_k, head_dim;
+  int32_t dtype;       /* enum autotune_dtype: FP16 or BF16 */
+  int32_t causal;      /* bottom-right aligned when seq_q != seq_k */
+  int32_t layout_bhsd; /* what negative strides mean: 1 [B,H,S,D], 0 [B,S,H,D] */
+  double scale;        /* <= 0: 1/sqrt(head_dim) */
+  /* strides in elements, {batch, head, seq}; negative means contiguous */
+  int64_t q_strides[3], k_strides[3], v_strides[3], o_strides[3];
+} autotune_attention_args;
+
+int autotune_attention(autotune_runtime* rt, const autotune_attention_args* args, void* stream);
+int autotune_attention_variant(autotune_runtime* rt, const autotune_attention_args* args,
+                               char* buffer, uint64_t size);
+
+typedef struct autotune_selective_scan_args {
+  const void* u;     /* [B, D, L], contiguous last dimension */
+  const void* delta; /* [B, D, L] */
+  const float* A;    /* fp32 [D, N] */
+  const void* B;     /* variable_bc: [B, G, N, L] of dtype; else fp32 [D, N] */
+  const void* C;
+  const float* D;          /* fp32 [D] or NULL */
+  const void* z;           /* [B, D, L] or NULL (no gate) */
+  const float* delta_bias; /* fp32 [D] or NULL */
+  void* out;               /* [B, D, L] */
+  float* last_state;       /* fp32 [B, D, N] contiguous, or NULL */
+  int64_t batch, dim, length, dstate, groups;
+  int32_t dtype;          /* enum autotune_dtype, of u/delta/z/out and variable B/C */
+  int32_t variable_bc;    /* 1: B/C are [B, G, N, L]; 0: [D, N] fp32 */
+  int32_t delta_softplus; /* 1: delta = softplus(delta + delta_bias) */
+  /* strides in elements; negative means contiguous */
+  int64_t u_strides[2], delta_strides[2], z_strides[2], out_strides[2]; /* batch, dim */
+  int64_t b_strides[3], c_strides[3];                                   /* batch, group, state */
+} autotune_selective_scan_args;
+
+int autotune_selective_scan(autotune_runtime* rt, const autotune_selective_scan_args* args,
+                            void* stream);
+int autotune_selective_scan_variant(autotune_runtime* rt, const autotune_selective_scan_args* args,
+                                    char* buffer, uint64_t size);
 
 #ifdef __cplusplus
 }

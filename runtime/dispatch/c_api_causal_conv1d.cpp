@@ -27,6 +27,8 @@ autotune::CausalConv1dArgs convert(const autotune_causal_conv1d_args* a) {
   c.x_channel_stride = a->x_channel_stride;
   c.out_batch_stride = a->out_batch_stride;
   c.out_channel_stride = a->out_channel_stride;
+  c.initial_states = a->initial_states;
+  c.final_states = a->final_states;
   return c;
 }
 

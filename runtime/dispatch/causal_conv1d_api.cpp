@@ -19,13 +19,17 @@ ConvPrepared prepare(const CausalConv1dOp& op, const CausalConv1dArgs& a) {
                   {"dtype", to_string(to_dtype(a.x_type))},
                   {"wdtype", to_string(to_dtype(a.weight_type))},
                   {"bias", a.bias ? "1" : "0"},
-                  {"silu", a.silu ? "1" : "0"}};
+                  {"silu", a.silu ? "1" : "0"},
+                  {"init_states", a.initial_states ? "1" : "0"},
+                  {"final_states", a.final_states ? "1" : "0"}};
   ConvPrepared p{op.make_problem(shape), {}};
   auto& c = p.call;
   c.x = reinterpret_cast<CUdeviceptr>(a.x);
   c.weight = reinterpret_cast<CUdeviceptr>(a.weight);
   c.bias = reinterpret_cast<CUdeviceptr>(a.bias);
   c.out = reinterpret_cast<CUdeviceptr>(a.out);
+  c.initial_states = reinterpret_cast<CUdeviceptr>(a.initial_states);
+  c.final_states = reinterpret_cast<CUdeviceptr>(a.final_states);
   c.x_channel_stride = a.x_channel_stride < 0 ? a.length : a.x_channel_stride;
   c.x_batch_stride = a.x_batch_stride < 0 ? a.channels * c.x_channel_stride : a.x_batch_stride;
   c.out_channel_stride = a.out_channel_stride < 0 ? a.length : a.out_channel_stride;

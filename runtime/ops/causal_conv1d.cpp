@@ -10,7 +10,7 @@ namespace {
 struct Dims {
   long long B, C, L, W;
   DType x, w;
-  bool bias, silu;
+  bool bias, silu, init_states, final_states;
 };
 
 Dims dims(const Problem& p) {
@@ -21,7 +21,9 @@ Dims dims(const Problem& p) {
               parse_dtype(p.get("x"), "x"),
               parse_dtype(p.get("w"), "w"),
               p.get_int("bias") != 0,
-              p.get_int("silu") != 0};
+              p.get_int("silu") != 0,
+              p.get_int("init_states") != 0,
+              p.get_int("final_states") != 0};
 }
 
 struct Params {
@@ -76,13 +78,13 @@ std::vector<std::string> CausalConv1dOp::default_shapes() const {
 }
 
 Problem CausalConv1dOp::make_problem(const Fields& shape) const {
-  static const std::vector<std::string> k_known = {"B",     "C",     "L",    "W",     "dtype",
-                                                   "x",     "w",     "wdtype", "bias", "silu",
-                                                   "layout"};
+  static const std::vector<std::string> k_known = {
+      "B", "C", "L", "W", "dtype", "x", "w", "wdtype", "bias", "silu", "init_states",
+      "final_states", "layout"};
   for (const auto& [k, v] : shape) {
     if (std::find(k_known.begin(), k_known.end(), k) == k_known.end()) {
       throw Error(ErrorKind::usage, "causal_conv1d shape: unknown field '" + k +
-                                        "' (known: B, C, L, W, dtype, wdtype, bias, silu, layout)");
+                                        "' (known: B, C, L, W, dtype, wdtype, bias, silu, init_states, final_states, layout)");
     }
   }
   auto get = [&](const char* key, const char* fallback) -> std::string {
@@ -142,6 +144,8 @@ Problem CausalConv1dOp::make_problem(const Fields& shape) const {
               {"L", std::to_string(L)},  {"W", std::to_string(W)},
               {"x", to_string(x)},       {"w", to_string(w)},
               {"bias", flag("bias", "1")}, {"silu", flag("silu", "1")},
+              {"init_states", flag("init_states", "0")},
+              {"final_states", flag("final_states", "0")},
               {"layout", layout}};
   return p;
 }
@@ -235,7 +239,14 @@ std::vector<TensorSpec> CausalConv1dOp::tensors(const Problem& problem) const {
   if (d.bias) {
     t.push_back({"bias", d.w, size_t(d.C), false, -0.5f, 0.5f});
   }
+  size_t states = size_t(d.B * d.C * (d.W - 1));
+  if (d.init_states) {
+    t.push_back({"initial_states", d.x, states, false, -1.0f, 1.0f});
+  }
   t.push_back({"out", d.x, n, true});
+  if (d.final_states) {
+    t.push_back({"final_states", d.x, states, true});
+  }
   return t;
 }
 
@@ -249,11 +260,17 @@ void CausalConv1dOp::validate_call(const Problem& problem, const CausalConv1dCal
   need(call.x, "x");
   need(call.weight, "weight");
   need(call.out, "out");
-  if (d.bias) {
-    need(call.bias, "bias (the problem has bias=1)");
-  } else if (call.bias) {
-    throw Error(ErrorKind::usage, "causal_conv1d: bias given but the problem has bias=0");
-  }
+  auto optional = [&](bool wanted, CUdeviceptr p, const char* what) {
+    if (wanted) {
+      need(p, what);
+    } else if (p) {
+      throw Error(ErrorKind::usage, std::string("causal_conv1d: ") + what +
+                                        " given but the problem does not use it");
+    }
+  };
+  optional(d.bias, call.bias, "bias");
+  optional(d.init_states, call.initial_states, "initial_states");
+  optional(d.final_states, call.final_states, "final_states");
   auto aligned = [&](CUdeviceptr p, size_t a, const char* what) {
     if (p % a != 0) {
       throw Error(ErrorKind::usage, std::string("causal_conv1d: ") + what +
@@ -265,6 +282,8 @@ void CausalConv1dOp::validate_call(const Problem& problem, const CausalConv1dCal
   aligned(call.out, dtype_size(d.x), "out");
   aligned(call.weight, dtype_size(d.w), "weight");
   aligned(call.bias, dtype_size(d.w), "bias");
+  aligned(call.initial_states, dtype_size(d.x), "initial_states");
+  aligned(call.final_states, dtype_size(d.x), "final_states");
   // Rows of L elements must not overlap: out would race, x would alias.
   auto strides = [&](long long bs, long long cs, const char* what) {
     bool ok = (d.C == 1 || cs >= d.L) && (d.B == 1 || bs >= (d.C - 1) * cs + d.L) && bs >= 0 &&
@@ -286,7 +305,7 @@ void CausalConv1dOp::pack_call(const Config& config, const Problem& problem,
   Dims d = dims(problem);
   // Must match struct ConvArgs in templates/causal_conv1d/kernel.cuh.
   struct ConvArgs {
-    CUdeviceptr x, weight, bias, out;
+    CUdeviceptr x, weight, bias, out, initial_states, final_states;
     int batch, channels, length;
     long long x_batch_stride, x_channel_stride, out_batch_stride, out_channel_stride;
     int vector_ok;
@@ -295,6 +314,8 @@ void CausalConv1dOp::pack_call(const Config& config, const Problem& problem,
   a.weight = call.weight;
   a.bias = call.bias;
   a.out = call.out;
+  a.initial_states = call.initial_states;
+  a.final_states = call.final_states;
   a.batch = int(d.B);
   a.channels = int(d.C);
   a.length = int(d.L);
@@ -316,10 +337,13 @@ void CausalConv1dOp::pack(const Config& config, const Problem& problem,
                           const std::vector<CUdeviceptr>& t, ArgPack& args) const {
   Dims d = dims(problem);
   CausalConv1dCall call;
-  call.x = t.at(0);
-  call.weight = t.at(1);
-  call.bias = d.bias ? t.at(2) : 0;
-  call.out = t.at(d.bias ? 3 : 2);
+  size_t i = 0;
+  call.x = t.at(i++);
+  call.weight = t.at(i++);
+  call.bias = d.bias ? t.at(i++) : 0;
+  call.initial_states = d.init_states ? t.at(i++) : 0;
+  call.out = t.at(i++);
+  call.final_states = d.final_states ? t.at(i++) : 0;
   call.x_channel_stride = call.out_channel_stride = d.L;
   call.x_batch_stride = call.out_batch_stride = d.C * d.L;
   pack_call(config, problem, call, args);
@@ -344,10 +368,13 @@ LaunchGeometry CausalConv1dOp::reference_geometry(const Problem& problem) const 
 void CausalConv1dOp::pack_reference(const Problem& problem, const std::vector<CUdeviceptr>& t,
                                     const std::vector<CUdeviceptr>& ref, ArgPack& args) const {
   Dims d = dims(problem);
+  size_t i = 2;
   args.add(t.at(0));
   args.add(t.at(1));
-  args.add(d.bias ? t.at(2) : CUdeviceptr(0));
+  args.add(d.bias ? t.at(i++) : CUdeviceptr(0));
+  args.add(d.init_states ? t.at(i++) : CUdeviceptr(0));
   args.add(ref.at(0));
+  args.add(d.final_states ? ref.at(1) : CUdeviceptr(0));
   args.add(int(d.B));
   args.add(int(d.C));
   args.add(int(d.L));
@@ -370,9 +397,11 @@ double CausalConv1dOp::tolerance(const Problem& problem) const {
 
 double CausalConv1dOp::bytes(const Problem& problem) const {
   Dims d = dims(problem);
-  // x read once, out written once; weights and bias are C*(W+1) elements, noise.
+  // x read once, out written once; weights, bias and states are small beside them.
+  double states = double(d.B * d.C * (d.W - 1)) * double(dtype_size(d.x)) *
+                  double(int(d.init_states) + int(d.final_states));
   return 2.0 * double(d.B * d.C * d.L) * double(dtype_size(d.x)) +
-         double(d.C * (d.W + (d.bias ? 1 : 0))) * double(dtype_size(d.w));
+         double(d.C * (d.W + (d.bias ? 1 : 0))) * double(dtype_size(d.w)) + states;
 }
 
 } // namespace autotune

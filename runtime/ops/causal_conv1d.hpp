@@ -12,6 +12,8 @@ struct CausalConv1dCall {
   CUdeviceptr weight = 0;
   CUdeviceptr bias = 0; // 0 when the problem has no bias
   CUdeviceptr out = 0;
+  CUdeviceptr initial_states = 0; // [B, C, W-1]; 0 when the problem has init_states=0
+  CUdeviceptr final_states = 0;   // [B, C, W-1]; 0 when the problem has final_states=0
   long long x_batch_stride = 0;
   long long x_channel_stride = 0;
   long long out_batch_stride = 0;

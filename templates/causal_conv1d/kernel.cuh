@@ -1,5 +1,7 @@
 // Causal depthwise conv1d forward, channel-first [B, C, L]:
-//   out[b,c,t] = act(bias[c] + sum_{k<W} w[c,k] * x[b,c,t-W+1+k]),  x = 0 before t = 0.
+//   out[b,c,t] = act(bias[c] + sum_{k<W} w[c,k] * x[b,c,t-W+1+k]),
+// where x before t = 0 is the initial state (x[b,c,-j] = initial_states[b,c,W-1-j])
+// or zero. Optionally final_states[b,c,:] = the last W-1 inputs (a decoder's carry).
 //
 // The op is purely bandwidth-bound (about 2 FLOP per byte), so every parameter
 // below trades how many bytes each thread keeps in flight against occupancy and
@@ -46,6 +48,8 @@ struct ConvArgs {
   const w_t* weight; // [C, W], contiguous
   const w_t* bias;   // [C] or null
   x_t* out;
+  const x_t* initial_states; // [B, C, W-1] contiguous, or null: zeros before t = 0
+  x_t* final_states;         // [B, C, W-1] contiguous, or null
   int batch;
   int channels;
   int length;
@@ -120,6 +124,18 @@ extern "C" __global__ void __launch_bounds__(k_threads)
 #endif
   const x_t* x_row = args.x + b * args.x_batch_stride + cc * args.x_channel_stride;
   x_t* out_row = args.out + b * args.out_batch_stride + cc * args.out_channel_stride;
+  const long long state_row = (static_cast<long long>(b) * args.channels + cc) * k_halo;
+  const x_t* init_row = args.initial_states ? args.initial_states + state_row : nullptr;
+  // Input at any position q < length: x, or the initial state (or zero) before 0.
+  auto input_at = [&](int q) -> x_t {
+    if (q >= 0) {
+      return x_row[q];
+    }
+    return init_row ? init_row[k_halo + q] : at_from_float<x_t>(0.0f);
+  };
+  if (args.final_states && active && blockIdx.y == gridDim.y - 1 && t < k_halo) {
+    args.final_states[state_row + t] = input_at(args.length - k_halo + t);
+  }
 
 #if AT_SMEM
   __shared__ __align__(16) x_t tile[k_cpb][k_row_slots];
@@ -128,7 +144,7 @@ extern "C" __global__ void __launch_bounds__(k_threads)
     // Halo: the k_halo inputs in front of the tile (zeros before t = 0).
     if (t < k_halo) {
       const int p = tile_start - k_halo + t;
-      srow[k_pad - k_halo + t] = p >= 0 ? x_row[p] : at_from_float<x_t>(0.0f);
+      srow[k_pad - k_halo + t] = input_at(p);
     }
 #pragma unroll
     for (int i = 0; i < k_items; ++i) {
@@ -206,7 +222,7 @@ extern "C" __global__ void __launch_bounds__(k_threads)
       float from_left = __shfl_up_sync(0xffffffffu, win[k_vec + h], 1);
       if (lane == 0) {
         const int q = p - k_halo + h;
-        from_left = (q >= 0 && q < args.length) ? at_to_float(x_row[q]) : 0.0f;
+        from_left = q < args.length ? at_to_float(input_at(q)) : 0.0f;
       }
       win[h] = from_left;
     }

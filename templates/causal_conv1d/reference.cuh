@@ -5,8 +5,8 @@
 
 #define AT_DEFINE_CONV_REF(XT, WT, NAME)                                                           \
   extern "C" __global__ void causal_conv1d_ref_##NAME(                                             \
-      const XT* x, const WT* w, const WT* bias, float* out, int batch, int channels, int length,   \
-      int width, int silu, long long xbs, long long xcs) {                                         \
+      const XT* x, const WT* w, const WT* bias, const XT* init, float* out, float* final_out,      \
+      int batch, int channels, int length, int width, int silu, long long xbs, long long xcs) {    \
     long long n = static_cast<long long>(batch) * channels * length;                               \
     for (long long i = blockIdx.x * 256ll + threadIdx.x; i < n; i += 256ll * gridDim.x) {          \
       long long t = i % length;                                                                    \
@@ -15,15 +15,30 @@
       double acc = bias ? static_cast<double>(at_to_float(bias[c])) : 0.0;                         \
       for (int k = 0; k < width; ++k) {                                                            \
         long long s = t - (width - 1) + k;                                                         \
+        double xv = 0.0;                                                                           \
         if (s >= 0) {                                                                              \
-          acc += static_cast<double>(at_to_float(w[c * width + k])) *                              \
-                 static_cast<double>(at_to_float(x[b * xbs + c * xcs + s]));                       \
+          xv = at_to_float(x[b * xbs + c * xcs + s]);                                              \
+        } else if (init) {                                                                         \
+          xv = at_to_float(init[(b * channels + c) * (width - 1) + (width - 1) + s]);              \
         }                                                                                          \
+        acc += static_cast<double>(at_to_float(w[c * width + k])) * xv;                            \
       }                                                                                            \
       if (silu) {                                                                                  \
         acc = acc / (1.0 + exp(-acc));                                                             \
       }                                                                                            \
       out[i] = static_cast<float>(acc);                                                            \
+      if (final_out && t >= length - (width - 1)) {                                                \
+        long long k = t - (length - (width - 1));                                                  \
+        final_out[(b * channels + c) * (width - 1) + k] = at_to_float(x[b * xbs + c * xcs + t]);   \
+      }                                                                                            \
+      if (final_out && t == length - 1 && length < width - 1) {                                    \
+        /* fewer inputs than the state holds: its front comes from the initial state */            \
+        for (long long k = 0; k < (width - 1) - length; ++k) {                                     \
+          long long s = -(width - 1) + length + k;                                                 \
+          final_out[(b * channels + c) * (width - 1) + k] =                                        \
+              init ? at_to_float(init[(b * channels + c) * (width - 1) + (width - 1) + s]) : 0.0f; \
+        }                                                                                          \
+      }                                                                                            \
     }                                                                                              \
   }
 
