@@ -9,9 +9,10 @@ out="${BUNDLE_DIR:-.device}"
 case "$out" in .device*) ;; *) echo "BUNDLE_DIR must start with .device (git-ignored)" >&2; exit 2;; esac
 rm -rf "$out" && mkdir -p "$out"
 cp "$build"/autotune "$build"/libautotune.so.0 "$build"/tests/autotune_gpu_tests \
-   "$build"/examples/conv1d_example "$build"/examples/conv1d_example_c "$out"/
+   "$build"/examples/conv1d_example "$build"/examples/conv1d_example_c \
+   "$build"/autotune_dispatch_bench "$out"/
 ln -s libautotune.so.0 "$out"/libautotune.so
 cp -L "$(ldconfig -p | awk '/libsqlite3.so.0 .*x86-64/ {print $NF; exit}')" "$out"/libsqlite3.so.0
-strip "$out"/autotune "$out"/autotune_gpu_tests "$out"/conv1d_example "$out"/conv1d_example_c \
+strip "$out"/autotune "$out"/autotune_gpu_tests "$out"/autotune_dispatch_bench "$out"/conv1d_example "$out"/conv1d_example_c \
   "$out"/libautotune.so.0
 du -sh "$out"
