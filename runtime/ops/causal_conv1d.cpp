@@ -7,24 +7,9 @@
 namespace autotune {
 namespace {
 
-struct Dims {
-  long long B, C, L, W;
-  DType x, w;
-  bool bias, silu, init_states, final_states;
-};
+using Dims = CausalConv1dShape;
 
-Dims dims(const Problem& p) {
-  return Dims{p.get_int("B"),
-              p.get_int("C"),
-              p.get_int("L"),
-              p.get_int("W"),
-              parse_dtype(p.get("x"), "x"),
-              parse_dtype(p.get("w"), "w"),
-              p.get_int("bias") != 0,
-              p.get_int("silu") != 0,
-              p.get_int("init_states") != 0,
-              p.get_int("final_states") != 0};
-}
+Dims dims(const Problem& p) { return CausalConv1dShape::of(p); }
 
 struct Params {
   int threads, vec, items, cpb;
@@ -70,6 +55,21 @@ constexpr long long k_static_smem_limit = 48 * 1024;
 constexpr long long k_max_grid_y = 65535;
 
 } // namespace
+
+CausalConv1dShape CausalConv1dShape::of(const Problem& p) {
+  CausalConv1dShape d;
+  d.B = p.get_int("B");
+  d.C = p.get_int("C");
+  d.L = p.get_int("L");
+  d.W = p.get_int("W");
+  d.x = parse_dtype(p.get("x"), "x");
+  d.w = parse_dtype(p.get("w"), "w");
+  d.bias = p.get_int("bias") != 0;
+  d.silu = p.get_int("silu") != 0;
+  d.init_states = p.get_int("init_states") != 0;
+  d.final_states = p.get_int("final_states") != 0;
+  return d;
+}
 
 std::vector<std::string> CausalConv1dOp::default_shapes() const {
   // bench/shapes.toml [causal_conv1d]: Mamba block sizes, bf16, bias and SiLU on.
@@ -250,8 +250,7 @@ std::vector<TensorSpec> CausalConv1dOp::tensors(const Problem& problem) const {
   return t;
 }
 
-void CausalConv1dOp::validate_call(const Problem& problem, const CausalConv1dCall& call) const {
-  Dims d = dims(problem);
+void CausalConv1dOp::validate_call(const CausalConv1dShape& d, const CausalConv1dCall& call) const {
   auto need = [](CUdeviceptr p, const char* what) {
     if (!p) {
       throw Error(ErrorKind::usage, std::string("causal_conv1d: ") + what + " is a null pointer");
@@ -299,17 +298,18 @@ void CausalConv1dOp::validate_call(const Problem& problem, const CausalConv1dCal
   strides(call.out_batch_stride, call.out_channel_stride, "out");
 }
 
-void CausalConv1dOp::pack_call(const Config& config, const Problem& problem,
-                               const CausalConv1dCall& call, ArgPack& args) const {
-  Params p = params(config);
-  Dims d = dims(problem);
-  // Must match struct ConvArgs in templates/causal_conv1d/kernel.cuh.
-  struct ConvArgs {
-    CUdeviceptr x, weight, bias, out, initial_states, final_states;
-    int batch, channels, length;
-    long long x_batch_stride, x_channel_stride, out_batch_stride, out_channel_stride;
-    int vector_ok;
-  } a{};
+CausalConv1dPlan CausalConv1dOp::plan(const Config& config, const Problem& problem) const {
+  CausalConv1dPlan p;
+  p.shape = dims(problem);
+  p.vec = params(config).vec;
+  p.geometry = geometry(config, problem);
+  return p;
+}
+
+CausalConv1dKernelArgs CausalConv1dOp::kernel_args(const CausalConv1dPlan& plan,
+                                                   const CausalConv1dCall& call) const {
+  const Dims& d = plan.shape;
+  CausalConv1dKernelArgs a{};
   a.x = call.x;
   a.weight = call.weight;
   a.bias = call.bias;
@@ -324,13 +324,14 @@ void CausalConv1dOp::pack_call(const Config& config, const Problem& problem,
   a.out_batch_stride = call.out_batch_stride;
   a.out_channel_stride = call.out_channel_stride;
   const long long esize = (long long)dtype_size(d.x);
-  const long long vbytes = std::min<long long>(16, p.vec * esize);
+  const long long vbytes = std::min<long long>(16, plan.vec * esize);
   auto rows_aligned = [&](CUdeviceptr base, long long bs, long long cs) {
     return base % vbytes == 0 && (bs * esize) % vbytes == 0 && (cs * esize) % vbytes == 0;
   };
-  a.vector_ok = d.L % p.vec == 0 && rows_aligned(call.x, call.x_batch_stride, call.x_channel_stride) &&
+  a.vector_ok = d.L % plan.vec == 0 &&
+                rows_aligned(call.x, call.x_batch_stride, call.x_channel_stride) &&
                 rows_aligned(call.out, call.out_batch_stride, call.out_channel_stride);
-  args.add(a);
+  return a;
 }
 
 void CausalConv1dOp::pack(const Config& config, const Problem& problem,

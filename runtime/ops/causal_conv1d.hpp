@@ -20,6 +20,31 @@ struct CausalConv1dCall {
   long long out_channel_stride = 0;
 };
 
+// The problem's numbers, parsed once (the problem itself is strings).
+struct CausalConv1dShape {
+  long long B = 0, C = 0, L = 0, W = 0;
+  DType x = DType::bf16, w = DType::bf16;
+  bool bias = false, silu = false, init_states = false, final_states = false;
+  static CausalConv1dShape of(const Problem& problem);
+};
+
+// The kernel's by-value argument; must match struct ConvArgs in
+// templates/causal_conv1d/kernel.cuh field for field.
+struct CausalConv1dKernelArgs {
+  CUdeviceptr x, weight, bias, out, initial_states, final_states;
+  int batch, channels, length;
+  long long x_batch_stride, x_channel_stride, out_batch_stride, out_channel_stride;
+  int vector_ok;
+};
+
+// Everything a launch of one variant on one problem needs besides the call's
+// pointers and strides: what the runtime caches per shape for its warm path.
+struct CausalConv1dPlan {
+  CausalConv1dShape shape;
+  int vec = 0;
+  LaunchGeometry geometry;
+};
+
 class CausalConv1dOp final : public Op {
 public:
   const char* name() const override { return "causal_conv1d"; }
@@ -46,10 +71,19 @@ public:
   double tolerance(const Problem& problem) const override;
   double bytes(const Problem& problem) const override;
 
-  // Validates a user's call (null pointers, strides) before packing it.
-  void validate_call(const Problem& problem, const CausalConv1dCall& call) const;
+  CausalConv1dPlan plan(const Config& config, const Problem& problem) const;
+  // Validates a user's call (null pointers, alignment, strides) before it launches;
+  // integer checks only, cheap enough for every call.
+  void validate_call(const CausalConv1dShape& shape, const CausalConv1dCall& call) const;
+  void validate_call(const Problem& problem, const CausalConv1dCall& call) const {
+    validate_call(CausalConv1dShape::of(problem), call);
+  }
+  CausalConv1dKernelArgs kernel_args(const CausalConv1dPlan& plan,
+                                     const CausalConv1dCall& call) const;
   void pack_call(const Config& config, const Problem& problem, const CausalConv1dCall& call,
-                 ArgPack& args) const;
+                 ArgPack& args) const {
+    args.add(kernel_args(plan(config, problem), call));
+  }
 };
 
 } // namespace autotune
