@@ -25,35 +25,10 @@ import torch.nn.functional as F
 import triton.testing
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DTYPES = {"fp32": (torch.float32, 0), "fp16": (torch.float16, 1), "bf16": (torch.bfloat16, 2)}
+sys.path.insert(0, os.path.join(HERE, "..", "runtime", "python"))
+import autotune_runtime  # noqa: E402
 
-
-class ConvArgs(ctypes.Structure):
-    _fields_ = [("x", ctypes.c_void_p), ("weight", ctypes.c_void_p), ("bias", ctypes.c_void_p),
-                ("out", ctypes.c_void_p), ("batch", ctypes.c_int64), ("channels", ctypes.c_int64),
-                ("length", ctypes.c_int64), ("width", ctypes.c_int64),
-                ("x_dtype", ctypes.c_int32), ("weight_dtype", ctypes.c_int32),
-                ("silu", ctypes.c_int32), ("x_batch_stride", ctypes.c_int64),
-                ("x_channel_stride", ctypes.c_int64), ("out_batch_stride", ctypes.c_int64),
-                ("out_channel_stride", ctypes.c_int64),
-                ("initial_states", ctypes.c_void_p), ("final_states", ctypes.c_void_p)]
-
-
-def load_library(path):
-    lib = ctypes.CDLL(path)
-    lib.autotune_runtime_create.argtypes = [ctypes.c_char_p, ctypes.c_int,
-                                            ctypes.POINTER(ctypes.c_void_p)]
-    lib.autotune_last_error.restype = ctypes.c_char_p
-    lib.autotune_causal_conv1d.argtypes = [ctypes.c_void_p, ctypes.POINTER(ConvArgs),
-                                           ctypes.c_void_p]
-    lib.autotune_causal_conv1d_variant.argtypes = [ctypes.c_void_p, ctypes.POINTER(ConvArgs),
-                                                   ctypes.c_char_p, ctypes.c_uint64]
-    return lib
-
-
-def check(lib, rc, what):
-    if rc != 0:
-        raise RuntimeError(f"{what}: {lib.autotune_last_error().decode()} (status {rc})")
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def gpu_slug(name):
@@ -73,11 +48,9 @@ def main():
 
     with open(args.shapes, "rb") as f:
         spec = tomllib.load(f)["causal_conv1d"]
-    lib = load_library(args.lib)
-    rt = ctypes.c_void_p()
-    check(lib, lib.autotune_runtime_create(args.db.encode(), 1, ctypes.byref(rt)), "runtime")
+    rt = autotune_runtime.Runtime(args.lib, args.db, require_tuned=True)
     torch.manual_seed(0)
-    dtype, code = DTYPES[spec["dtype"]]
+    dtype = DTYPES[spec["dtype"]]
     silu = bool(spec["silu"])
     use_bias = bool(spec["bias"])
     name = torch.cuda.get_device_name()
@@ -88,16 +61,14 @@ def main():
         w = (torch.rand(C, W, device="cuda", dtype=dtype) - 0.5)
         bias = (torch.rand(C, device="cuda", dtype=dtype) - 0.5) if use_bias else None
         out = torch.full_like(x, float("nan"))
-        a = ConvArgs(x.data_ptr(), w.data_ptr(), bias.data_ptr() if bias is not None else None,
-                     out.data_ptr(), B, C, L, W, code, code, int(silu), -1, -1, -1, -1)
+        a = rt.causal_conv1d_args(x, w, bias, out, silu)
+        variant = rt.causal_conv1d_variant(a)
         stream = torch.cuda.current_stream().cuda_stream
-        buf = ctypes.create_string_buffer(512)
-        check(lib, lib.autotune_causal_conv1d_variant(rt, ctypes.byref(a), buf, 512), "variant")
+        launch = rt.lib.autotune_causal_conv1d
 
         def ours():
-            rc = lib.autotune_causal_conv1d(rt, ctypes.byref(a), stream)
-            if rc:
-                check(lib, rc, "launch")
+            # The prepared struct straight to the C ABI: what a production caller pays.
+            rt.check(launch(rt.handle, ctypes.byref(a), stream))
 
         def peer():
             y = F.conv1d(x, w.unsqueeze(1), bias, padding=W - 1, groups=C)[..., :L]
@@ -126,7 +97,7 @@ def main():
             "ours": round(gbps["ours"], 1),
             "ours_us": round(t["ours"] * 1e3, 2),
             "rel_err": float(f"{rel_err:.3g}"),
-            "variant": buf.value.decode(),
+            "variant": variant,
             "peers": {"torch_conv1d": round(gbps["torch_conv1d"], 1), "copy": round(gbps["copy"], 1)},
             "peers_us": {"torch_conv1d": round(t["torch_conv1d"] * 1e3, 2),
                          "copy": round(t["copy"] * 1e3, 2)},
