@@ -4,7 +4,10 @@
 #include "runtime/base/log.hpp"
 
 #include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -107,6 +110,30 @@ constexpr std::array<std::string_view, 7> k_schema_v1 = {
   updated_at TEXT NOT NULL,
   PRIMARY KEY (device_key, op, problem, template_hash, nvrtc_version)
 ))sql",
+};
+
+// Schema version 2, part 1: the winner's content hash. Filled by rekey_winners()
+// before part 2 makes it unique.
+constexpr std::string_view k_schema_v2_add_key =
+    "ALTER TABLE winners ADD COLUMN key TEXT NOT NULL DEFAULT ''";
+
+// Schema version 2, part 2.
+constexpr std::array<std::string_view, 2> k_schema_v2 = {
+    // find_winner looks winners up by their content hash.
+    "CREATE UNIQUE INDEX winners_by_key ON winners (key)",
+    // Every field of the tuning key as a column, for queries and `cache ls`.
+    R"sql(CREATE VIEW tuned AS SELECT
+  w.key AS key, d.name AS gpu_name, d.arch AS arch, d.cc AS cc, d.sm_count AS sm_count,
+  d.driver_version AS driver_version, w.op AS op, w.problem AS problem,
+  w.template_hash AS template_hash, w.nvrtc_version AS nvrtc_version, v.options AS options,
+  w.config AS config, w.kernel AS kernel, v.cubin_sha256 AS cubin_sha256,
+  w.median_us AS median_us, r.p10_us AS p10_us, r.p90_us AS p90_us, r.samples AS samples,
+  w.updated_at AS updated_at
+FROM winners AS w
+LEFT JOIN devices AS d ON d.key = w.device_key
+LEFT JOIN variants AS v ON v.key = w.variant_key
+LEFT JOIN results AS r
+  ON r.device_key = w.device_key AND r.variant_key = w.variant_key AND r.problem = w.problem)sql",
 };
 
 // ISO 8601 UTC, so timestamps sort as text and read well in `autotune cache ls`.
@@ -425,10 +452,39 @@ void enable_wal(sqlite3* db, const std::string& path) {
   }
 }
 
+// Recomputes winners.key from each row's columns. Keys hash the schema version,
+// so every migration step that reaches the current version ends with this.
+void rekey_winners(sqlite3* db, const std::string& path) {
+  struct Row {
+    int64_t rowid;
+    std::string key;
+  };
+  std::vector<Row> rows;
+  Statement select(
+      db, path, "SELECT rowid, device_key, op, problem, template_hash, nvrtc_version FROM winners");
+  while (select.step()) {
+    rows.push_back({select.integer(0), winner_key(select.text(1), select.text(2), select.text(3),
+                                                  select.text(4), select.text(5))});
+  }
+  for (const Row& row : rows) {
+    Statement(db, path, "UPDATE winners SET key = ?1 WHERE rowid = ?2")
+        .bind_text(1, row.key)
+        .bind_int(2, row.rowid)
+        .run();
+  }
+}
+
 void apply_migration(sqlite3* db, const std::string& path, int64_t from_version) {
   switch (from_version) {
   case 0:
     for (std::string_view sql : k_schema_v1) {
+      exec(db, path, sql);
+    }
+    return;
+  case 1:
+    exec(db, path, k_schema_v2_add_key);
+    rekey_winners(db, path);
+    for (std::string_view sql : k_schema_v2) {
       exec(db, path, sql);
     }
     return;
@@ -481,7 +537,8 @@ ResultRecord read_result(const Statement& stmt) {
 }
 
 constexpr const char* k_winner_columns =
-    "device_key, op, problem, template_hash, nvrtc_version, variant_key, config, kernel, median_us";
+    "device_key, op, problem, template_hash, nvrtc_version, variant_key, config, kernel, "
+    "median_us, key, updated_at";
 
 WinnerRecord read_winner(const Statement& stmt) {
   WinnerRecord w;
@@ -494,18 +551,68 @@ WinnerRecord read_winner(const Statement& stmt) {
   w.config = stmt.text(6);
   w.kernel = stmt.text(7);
   w.median_us = stmt.real(8);
+  w.key = stmt.text(9);
+  w.updated_at = stmt.text(10);
   return w;
+}
+
+DeviceRecord read_device(const Statement& stmt) {
+  DeviceRecord d;
+  d.name = stmt.text(1);
+  d.arch = stmt.text(2);
+  d.cc = int(stmt.integer(3));
+  d.sm_count = int(stmt.integer(4));
+  d.driver_version = int(stmt.integer(5));
+  return d;
+}
+
+constexpr const char* k_variant_columns =
+    "key, op, arch, template_hash, nvrtc_version, options, config, kernel, cubin_sha256, "
+    "compile_s, registers, static_smem";
+
+// Every schema object with its SQL, one line each, in a stable order.
+std::string read_schema_text(sqlite3* db, const std::string& path) {
+  Statement stmt(db, path,
+                 "SELECT type, name, tbl_name, ifnull(sql, '') FROM sqlite_master "
+                 "WHERE name NOT LIKE 'sqlite_%' ORDER BY name, type");
+  std::string text;
+  while (stmt.step()) {
+    // One line per object, so verify can name the objects that differ.
+    std::string sql = stmt.text(3);
+    std::replace(sql.begin(), sql.end(), '\n', ' ');
+    text += stmt.text(0) + " " + stmt.text(1) + " on " + stmt.text(2) + ": " + sql + "\n";
+  }
+  return text;
 }
 
 } // namespace
 
-std::string DeviceRecord::key() const {
+std::string DeviceRecord::key(std::string* dump) const {
   KeyHasher hasher("autotune.device.v1");
   hasher.field("name", name)
       .field("arch", arch)
       .field("cc", int64_t(cc))
       .field("sm_count", int64_t(sm_count))
       .field("driver_version", int64_t(driver_version));
+  if (dump) {
+    *dump = hasher.dump();
+  }
+  return hasher.hex();
+}
+
+std::string winner_key(const std::string& device_key, const std::string& op,
+                       const std::string& problem, const std::string& template_hash,
+                       const std::string& nvrtc_version, std::string* dump) {
+  KeyHasher hasher("autotune.winner");
+  hasher.field("schema_version", int64_t(k_schema_version))
+      .field("device_key", device_key)
+      .field("op", op)
+      .field("problem", problem)
+      .field("template_hash", template_hash)
+      .field("nvrtc_version", nvrtc_version);
+  if (dump) {
+    *dump = hasher.dump();
+  }
   return hasher.hex();
 }
 
@@ -847,7 +954,7 @@ void Database::put_winner(const WinnerRecord& winner) {
   transaction([&] {
     Statement(handle(), m_path,
               std::string("INSERT OR REPLACE INTO winners (") + k_winner_columns +
-                  ", updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, " + k_sql_now + ")")
+                  ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, " + k_sql_now + ")")
         .bind_text(1, winner.device_key)
         .bind_text(2, winner.op)
         .bind_text(3, winner.problem)
@@ -857,6 +964,8 @@ void Database::put_winner(const WinnerRecord& winner) {
         .bind_text(7, winner.config)
         .bind_text(8, winner.kernel)
         .bind_real(9, winner.median_us)
+        .bind_text(10, winner_key(winner.device_key, winner.op, winner.problem,
+                                  winner.template_hash, winner.nvrtc_version))
         .run();
   });
 }
@@ -865,15 +974,18 @@ std::optional<WinnerRecord> Database::find_winner(const std::string& device_key,
                                                   const std::string& op, const std::string& problem,
                                                   const std::string& template_hash,
                                                   const std::string& nvrtc_version) const {
+  return find_winner(device_key, op, problem, template_hash, nvrtc_version, nullptr);
+}
+
+std::optional<WinnerRecord> Database::find_winner(const std::string& device_key,
+                                                  const std::string& op, const std::string& problem,
+                                                  const std::string& template_hash,
+                                                  const std::string& nvrtc_version,
+                                                  std::string* dump) const {
+  std::string key = winner_key(device_key, op, problem, template_hash, nvrtc_version, dump);
   Statement stmt(handle(), m_path,
-                 std::string("SELECT ") + k_winner_columns +
-                     " FROM winners WHERE device_key = ?1 AND op = ?2 AND problem = ?3"
-                     " AND template_hash = ?4 AND nvrtc_version = ?5");
-  stmt.bind_text(1, device_key)
-      .bind_text(2, op)
-      .bind_text(3, problem)
-      .bind_text(4, template_hash)
-      .bind_text(5, nvrtc_version);
+                 std::string("SELECT ") + k_winner_columns + " FROM winners WHERE key = ?1");
+  stmt.bind_text(1, key);
   if (!stmt.step()) {
     return std::nullopt;
   }
@@ -890,6 +1002,239 @@ std::vector<WinnerRecord> Database::winners() const {
     out.push_back(read_winner(stmt));
   }
   return out;
+}
+
+std::vector<DeviceRecord> Database::devices() const {
+  Statement stmt(handle(), m_path,
+                 "SELECT key, name, arch, cc, sm_count, driver_version FROM devices ORDER BY key");
+  std::vector<DeviceRecord> out;
+  while (stmt.step()) {
+    out.push_back(read_device(stmt));
+  }
+  return out;
+}
+
+std::optional<DeviceRecord> Database::find_device(const std::string& key) const {
+  Statement stmt(
+      handle(), m_path,
+      "SELECT key, name, arch, cc, sm_count, driver_version FROM devices WHERE key = ?1");
+  stmt.bind_text(1, key);
+  if (!stmt.step()) {
+    return std::nullopt;
+  }
+  return read_device(stmt);
+}
+
+std::vector<VariantRecord> Database::variants() const {
+  Statement stmt(handle(), m_path,
+                 std::string("SELECT ") + k_variant_columns + " FROM variants ORDER BY key");
+  std::vector<VariantRecord> out;
+  while (stmt.step()) {
+    out.push_back(read_variant(stmt));
+  }
+  return out;
+}
+
+std::vector<ResultRecord> Database::all_results() const {
+  Statement stmt(handle(), m_path,
+                 std::string("SELECT ") + k_result_columns +
+                     " FROM results ORDER BY device_key, op, problem, variant_key");
+  std::vector<ResultRecord> out;
+  while (stmt.step()) {
+    out.push_back(read_result(stmt));
+  }
+  return out;
+}
+
+std::vector<std::string> Database::integrity_problems() const {
+  std::vector<std::string> out;
+  Statement integrity(handle(), m_path, "PRAGMA integrity_check");
+  while (integrity.step()) {
+    if (integrity.text(0) != "ok") {
+      out.push_back("integrity_check: " + integrity.text(0));
+    }
+  }
+  Statement foreign(handle(), m_path, "PRAGMA foreign_key_check");
+  while (foreign.step()) {
+    out.push_back("foreign_key_check: row " + std::to_string(foreign.integer(1)) + " of " +
+                  foreign.text(0) + " names a missing " + foreign.text(2) + " row");
+  }
+  return out;
+}
+
+std::vector<CubinProblem> Database::cubin_problems() const {
+  // One blob at a time: a database may hold gigabytes of cubins.
+  Statement stmt(handle(), m_path, "SELECT sha256, size, data FROM cubins ORDER BY sha256");
+  std::vector<CubinProblem> out;
+  while (stmt.step()) {
+    std::string sha = stmt.text(0);
+    int64_t size = stmt.integer(1);
+    std::string data = stmt.blob(2);
+    if (int64_t(data.size()) != size) {
+      out.push_back({sha, "size column says " + std::to_string(size) + " bytes, the blob has " +
+                              std::to_string(data.size())});
+    } else if (sha256_hex(data) != sha) {
+      out.push_back({sha, "checksum mismatch: the blob hashes to " + sha256_hex(data)});
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> Database::schema_problems() const {
+  std::vector<std::string> out;
+  std::string have = schema_text();
+  std::string want = expected_schema_text();
+  if (have != want) {
+    std::set<std::string> have_lines;
+    std::set<std::string> want_lines;
+    for (std::string* text : {&have, &want}) {
+      std::set<std::string>& lines = text == &have ? have_lines : want_lines;
+      size_t start = 0;
+      for (size_t end; (end = text->find('\n', start)) != std::string::npos; start = end + 1) {
+        lines.insert(text->substr(start, end - start));
+      }
+    }
+    for (const std::string& line : want_lines) {
+      if (!have_lines.count(line)) {
+        out.push_back("schema: missing or changed: " + quote_sql(line));
+      }
+    }
+    for (const std::string& line : have_lines) {
+      if (!want_lines.count(line)) {
+        out.push_back("schema: unexpected: " + quote_sql(line));
+      }
+    }
+  }
+  for (const WinnerRecord& w : winners()) {
+    std::string key = winner_key(w.device_key, w.op, w.problem, w.template_hash, w.nvrtc_version);
+    std::string what = "winner " + w.op + " " + w.problem;
+    if (w.key != key) {
+      out.push_back(what + ": stored key " + w.key + " is not the hash of its fields (" + key +
+                    ")");
+    }
+    std::optional<VariantRecord> v = find_variant(w.variant_key);
+    if (!v) {
+      out.push_back(what + ": names variant " + w.variant_key + ", which is not stored");
+      continue;
+    }
+    // The runtime loads the variant the winner names; one compiled from another
+    // template, NVRTC or op would run a binary the key does not describe.
+    if (v->op != w.op || v->template_hash != w.template_hash ||
+        v->nvrtc_version != w.nvrtc_version || v->kernel != w.kernel) {
+      out.push_back(what + ": names variant " + w.variant_key + " of op " + v->op + ", template " +
+                    v->template_hash + ", NVRTC " + v->nvrtc_version + ", kernel " + v->kernel +
+                    ", which is not what the winner's key says");
+    }
+    std::optional<DeviceRecord> d = find_device(w.device_key);
+    if (d && d->arch != v->arch) {
+      out.push_back(what + ": variant " + w.variant_key + " was compiled for " + v->arch +
+                    ", the device is " + d->arch);
+    }
+  }
+  return out;
+}
+
+std::string Database::schema_text() const {
+  return read_schema_text(handle(), m_path);
+}
+
+std::string Database::expected_schema_text() {
+  const std::string name = "(expected schema)";
+  sqlite3* raw = nullptr;
+  int rc = sqlite3_open_v2(":memory:", &raw, SQLITE_OPEN_READWRITE, nullptr);
+  std::unique_ptr<sqlite3, Closer> db(raw);
+  if (rc != SQLITE_OK) {
+    throw_sqlite(raw, name, "cannot open an in-memory database");
+  }
+  // The same steps a new file goes through, so this is what a read-write open
+  // of this build leaves in any file it created or migrated.
+  for (int64_t version = 0; version < k_schema_version; ++version) {
+    apply_migration(db.get(), name, version);
+  }
+  return read_schema_text(db.get(), name);
+}
+
+GcStats Database::remove_stale(const std::map<std::string, std::string>& template_hashes,
+                               const std::string& nvrtc_version) {
+  if (nvrtc_version.empty()) {
+    throw Error(ErrorKind::internal, "remove_stale needs the current NVRTC version");
+  }
+  GcStats stats;
+  auto stale = [&](const std::string& op, const std::string& thash, const std::string& nvrtc) {
+    if (nvrtc != nvrtc_version) {
+      return true;
+    }
+    auto it = template_hashes.find(op);
+    return it != template_hashes.end() && it->second != thash;
+  };
+  transaction([&] {
+    for (const WinnerRecord& w : winners()) {
+      if (stale(w.op, w.template_hash, w.nvrtc_version)) {
+        Statement(handle(), m_path, "DELETE FROM winners WHERE key = ?1").bind_text(1, w.key).run();
+        stats.winners += size_t(sqlite3_changes(handle()));
+      }
+    }
+    for (const VariantRecord& v : variants()) {
+      if (!stale(v.op, v.template_hash, v.nvrtc_version)) {
+        continue;
+      }
+      Statement(handle(), m_path, "DELETE FROM results WHERE variant_key = ?1")
+          .bind_text(1, v.key)
+          .run();
+      stats.results += size_t(sqlite3_changes(handle()));
+      Statement(handle(), m_path, "DELETE FROM variants WHERE key = ?1").bind_text(1, v.key).run();
+      stats.variants += size_t(sqlite3_changes(handle()));
+    }
+    exec(handle(), m_path,
+         "DELETE FROM cubins WHERE sha256 NOT IN (SELECT cubin_sha256 FROM variants)");
+    stats.cubins = size_t(sqlite3_changes(handle()));
+  });
+  if (stats.cubins + stats.results + stats.variants + stats.winners > 0 && m_depth == 0) {
+    // Deleted pages only become free space; VACUUM gives them back to the disk.
+    exec(handle(), m_path, "VACUUM");
+  }
+  return stats;
+}
+
+void Database::make_portable() {
+  if (m_mode == Mode::read_only || m_depth != 0) {
+    throw_database(m_path, "make_portable needs a read-write database outside a transaction");
+  }
+  exec(handle(), m_path, "PRAGMA wal_checkpoint(TRUNCATE)");
+  Statement journal(handle(), m_path, "PRAGMA journal_mode = DELETE");
+  if (!journal.step() || journal.text(0) != "delete") {
+    throw_database(m_path, "cannot leave WAL mode (is another process using the file?)");
+  }
+}
+
+std::string insecure_permissions(const std::string& path) {
+  struct stat file_stat {};
+  if (::stat(path.c_str(), &file_stat) != 0) {
+    return {};
+  }
+  uid_t me = ::geteuid();
+  if (file_stat.st_mode & (S_IWGRP | S_IWOTH)) {
+    return "the file is writable by " +
+           std::string(file_stat.st_mode & S_IWOTH ? "all users" : "its group");
+  }
+  if (file_stat.st_uid != me && file_stat.st_uid != 0) {
+    return "the file is owned by another user (uid " + std::to_string(file_stat.st_uid) + ")";
+  }
+  // Whoever may write the directory may replace the file with their own.
+  fs::path dir = fs::absolute(path).parent_path();
+  struct stat dir_stat {};
+  if (::stat(dir.c_str(), &dir_stat) == 0) {
+    bool sticky = dir_stat.st_mode & S_ISVTX;
+    if ((dir_stat.st_mode & (S_IWGRP | S_IWOTH)) && !sticky) {
+      return "its directory " + dir.string() + " is writable by " +
+             std::string(dir_stat.st_mode & S_IWOTH ? "all users" : "its group");
+    }
+    if (dir_stat.st_uid != me && dir_stat.st_uid != 0 && !sticky) {
+      return "its directory " + dir.string() + " is owned by another user (uid " +
+             std::to_string(dir_stat.st_uid) + ")";
+    }
+  }
+  return {};
 }
 
 std::string default_database_path() {

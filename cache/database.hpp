@@ -10,6 +10,7 @@
 #include "runtime/base/error.hpp"
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,16 +21,19 @@ struct sqlite3_stmt;
 
 namespace autotune::cache {
 
-constexpr int k_schema_version = 1;
+// Version 2 added winners.key (the content hash of a winner's whole lookup key)
+// and the `tuned` view; see SCHEMA.md.
+constexpr int k_schema_version = 2;
 
 struct DeviceRecord {
-  std::string name;          // "NVIDIA H100 80GB HBM3"
-  std::string arch;          // "sm_90a"
-  int cc = 0;                // 90
+  std::string name; // "NVIDIA H100 80GB HBM3"
+  std::string arch; // "sm_90a"
+  int cc = 0;       // 90
   int sm_count = 0;
-  int driver_version = 0;    // 13000
-  // sha256 over the fields above, the device part of every tuning key
-  std::string key() const;
+  int driver_version = 0; // 13000
+  // sha256 over the fields above, the device part of every tuning key; `dump`
+  // receives what was hashed.
+  std::string key(std::string* dump = nullptr) const;
 };
 
 // A compiled instantiation of a template. Its key hashes everything that changes
@@ -41,12 +45,12 @@ struct VariantRecord {
   std::string arch;
   std::string template_hash;
   std::string nvrtc_version;
-  std::string options;       // all NVRTC options, space-separated
-  std::string config;        // "threads=128,vec=8,..."
-  std::string kernel;        // entry point name
-  std::string cubin_sha256;  // content address of the cubin
+  std::string options;      // all NVRTC options, space-separated
+  std::string config;       // "threads=128,vec=8,..."
+  std::string kernel;       // entry point name
+  std::string cubin_sha256; // content address of the cubin
   double compile_s = 0;
-  int registers = -1;        // from the loaded function, -1 when not yet known
+  int registers = -1; // from the loaded function, -1 when not yet known
   int static_smem = -1;
 };
 
@@ -62,7 +66,7 @@ Outcome parse_outcome(const std::string& text);
 struct ResultRecord {
   std::string device_key;
   std::string op;
-  std::string problem;        // canonical problem key, "B=8,C=4096,..."
+  std::string problem; // canonical problem key, "B=8,C=4096,..."
   std::string variant_key;
   std::string config;
   Outcome outcome = Outcome::ok;
@@ -70,10 +74,18 @@ struct ResultRecord {
   double p10_us = 0;
   double p90_us = 0;
   int samples = 0;
-  int sm_clock_mhz = 0;       // 0 when unknown
+  int sm_clock_mhz = 0; // 0 when unknown
   double rel_err = 0;
-  std::string message;        // NVRTC log, fault text, check failure
+  std::string message; // NVRTC log, fault text, check failure
 };
+
+// The content hash of a winner's lookup key: schema version, device key (GPU
+// name, arch, compute capability, SM count, driver), op, problem (shape, dtypes,
+// layout), template hash and NVRTC version. Stored in winners.key; find_winner
+// looks winners up by it, so any differing field is a miss.
+std::string winner_key(const std::string& device_key, const std::string& op,
+                       const std::string& problem, const std::string& template_hash,
+                       const std::string& nvrtc_version, std::string* dump = nullptr);
 
 struct WinnerRecord {
   std::string device_key;
@@ -85,6 +97,22 @@ struct WinnerRecord {
   std::string config;
   std::string kernel;
   double median_us = 0;
+  std::string key;        // winner_key(), filled on read (put_winner computes it)
+  std::string updated_at; // filled on read
+};
+
+// A stored cubin that fails its checksum (verify).
+struct CubinProblem {
+  std::string sha256;
+  std::string what;
+};
+
+// What `cache gc` removed.
+struct GcStats {
+  size_t winners = 0;
+  size_t variants = 0;
+  size_t results = 0;
+  size_t cubins = 0;
 };
 
 class Database {
@@ -124,7 +152,44 @@ public:
                                           const std::string& problem,
                                           const std::string& template_hash,
                                           const std::string& nvrtc_version) const;
+  // `dump`, when given, receives what was hashed (for AUTOTUNE_LOG=debug on a miss).
+  std::optional<WinnerRecord> find_winner(const std::string& device_key, const std::string& op,
+                                          const std::string& problem,
+                                          const std::string& template_hash,
+                                          const std::string& nvrtc_version,
+                                          std::string* dump) const;
   std::vector<WinnerRecord> winners() const;
+
+  // Whole-table listings for maintenance (export, merge, verify), in key order.
+  std::vector<DeviceRecord> devices() const;
+  std::optional<DeviceRecord> find_device(const std::string& key) const;
+  std::vector<VariantRecord> variants() const;
+  std::vector<ResultRecord> all_results() const;
+
+  // Integrity checks for `cache verify`; each returns one line per problem found.
+  // SQLite's integrity_check and foreign_key_check:
+  std::vector<std::string> integrity_problems() const;
+  // Every cubin whose size or SHA-256 disagrees with its row:
+  std::vector<CubinProblem> cubin_problems() const;
+  // Schema objects that differ from what this build creates, winners whose
+  // stored key is not winner_key() of their columns, and dangling references:
+  std::vector<std::string> schema_problems() const;
+
+  // The schema as SQLite stores it (type, name, table, SQL of every object), one
+  // line each in name order; the golden test hashes it.
+  std::string schema_text() const;
+  // schema_text() of a new database of this build (built in memory).
+  static std::string expected_schema_text();
+
+  // Deletes winners and variants whose template hash (per op, for the ops in
+  // `template_hashes`) or NVRTC version is not current, the results of deleted
+  // variants and the cubins no variant uses any more; then compacts the file.
+  GcStats remove_stale(const std::map<std::string, std::string>& template_hashes,
+                       const std::string& nvrtc_version);
+
+  // Checkpoints the WAL and switches the file to rollback-journal mode, so it is
+  // one self-contained file that readers can open without creating -shm files.
+  void make_portable();
 
   // Runs `body` inside BEGIN IMMEDIATE ... COMMIT (ROLLBACK on exception).
   template <typename F> void transaction(F&& body) {
@@ -162,6 +227,12 @@ private:
   Mode m_mode;
   int m_depth = 0;
 };
+
+// Why the file at `path`, holding executable code, could be changed by another
+// user: it or its directory is group/other writable (a directory with the sticky
+// bit excepted), or it is owned by someone other than this user or root. Empty
+// when it is safe (or does not exist).
+std::string insecure_permissions(const std::string& path);
 
 // $AUTOTUNE_DB, else $XDG_CACHE_HOME/autotune/tuning.db, else ~/.cache/autotune/tuning.db.
 std::string default_database_path();

@@ -231,13 +231,19 @@ TEST_CASE("variant keys hash every field and the schema version") {
 TEST_CASE("the key formats are locked by golden values") {
   std::string dump;
   CHECK(variant_key("attention", "t", "13.0", "sm_90a", "-O3", "k", &dump) ==
-        "330f22e7a1c2a5ab45dcd881ef56c56704db2485563f13eb2e37999de3a8dbfb");
-  CHECK(dump == "domain=autotune.variant\nschema_version=1\nop=attention\ntemplate_hash=t\n"
+        "0bcb978acb1c368d3304d11ddf527d9b739f730a3a2081f174d6e58d3b89b969");
+  CHECK(dump == "domain=autotune.variant\nschema_version=2\nop=attention\ntemplate_hash=t\n"
                 "nvrtc_version=13.0\narch=sm_90a\noptions=-O3\nkernel=k\n");
-  CHECK(h100().key() == "287c06daa6b427559992ae6de874a33cc065a449b8db94c6393ac00659342ca4");
+  CHECK(h100().key(&dump) == "287c06daa6b427559992ae6de874a33cc065a449b8db94c6393ac00659342ca4");
+  CHECK(dump == "domain=autotune.device.v1\nname=NVIDIA H100 80GB HBM3\narch=sm_90a\ncc=90\n"
+                "sm_count=132\ndriver_version=13000\n");
+  CHECK(winner_key("dev", "attention", "B=1,S=128", "t", "13.0", &dump) ==
+        "4f00d6319fa8c359708232e6425b209fd7ea9ac43af45723233406c92dc9c4d3");
+  CHECK(dump == "domain=autotune.winner\nschema_version=2\ndevice_key=dev\nop=attention\n"
+                "problem=B=1,S=128\ntemplate_hash=t\nnvrtc_version=13.0\n");
 }
 
-TEST_CASE("schema version 1 has the documented tables and columns") {
+TEST_CASE("the current schema has the documented tables and columns") {
   TempPath path;
   { Database db(path.str(), Database::Mode::read_write); }
   auto columns = [&](const std::string& table) {
@@ -263,7 +269,10 @@ TEST_CASE("schema version 1 has the documented tables and columns") {
   CHECK(columns("results") == "device_key variant_key op problem config outcome median_us p10_us "
                               "p90_us samples sm_clock_mhz rel_err message created_at ");
   CHECK(columns("winners") == "device_key op problem template_hash nvrtc_version variant_key "
-                              "config kernel median_us updated_at ");
+                              "config kernel median_us updated_at key ");
+  CHECK(columns("tuned") == "key gpu_name arch cc sm_count driver_version op problem template_hash "
+                            "nvrtc_version options config kernel cubin_sha256 median_us p10_us "
+                            "p90_us samples updated_at ");
   // 0x4154554e, "ATUN": what tells an autotune file from any other SQLite file.
   CHECK(raw_count(path.str(), "pragma_application_id WHERE application_id = 1096045902") == 1);
 }

@@ -16,6 +16,7 @@
 #include <sqlite3.h>
 
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <map>
@@ -194,6 +195,21 @@ long long count_rows(const fs::path& db, const char* table) {
   return n;
 }
 
+// The first column of the first row of `sql`, or NaN.
+double query_double(const fs::path& db, const char* sql) {
+  sqlite3* h = nullptr;
+  double v = std::nan("");
+  if (sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
+    sqlite3_stmt* st = nullptr;
+    if (sqlite3_prepare_v2(h, sql, -1, &st, nullptr) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
+      v = sqlite3_column_double(st, 0);
+    }
+    sqlite3_finalize(st);
+  }
+  sqlite3_close(h);
+  return v;
+}
+
 std::string self_dir() {
   char exe[4096];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -312,8 +328,14 @@ TEST_CASE("successive halving within a budget still finds a correct winner") {
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const ProblemReport& p = report.problems.at(0);
   REQUIRE(p.winner.has_value());
-  CHECK(p.variants[*p.winner].outcome == cache::Outcome::ok);
-  CHECK(p.variants[*p.winner].timing.median_us > 0);
+  const VariantReport& w = p.variants[*p.winner];
+  CHECK(w.outcome == cache::Outcome::ok);
+  CHECK(w.eliminated_in_round == 0);
+  CHECK(w.timing.median_us > 0);
+  // The winner's full measurement is stored, and it is the one the winner row quotes.
+  CHECK(query_double(db, "SELECT r.median_us FROM results r JOIN winners w ON "
+                         "r.variant_key = w.variant_key AND r.problem = w.problem") ==
+        doctest::Approx(w.timing.median_us));
   MESSAGE("halving: " << p.variants.size() << " candidates, " << seconds << " s, winner "
                       << p.winner_config << " " << p.winner_us << " us");
   remove_db(db);

@@ -32,6 +32,13 @@ TEST_CASE("winners within the measured noise are broken by variant id") {
     v[2].timing.median_us = 103;
     CHECK(v[preference_order(v)[0]].config == "d");
   }
+  SUBCASE("variants cut by successive halving never win") {
+    v[2].eliminated_in_round = 1;
+    v[0].eliminated_in_round = 2;
+    auto survivors = preference_order(v);
+    REQUIRE(survivors.size() == 1);
+    CHECK(v[survivors[0]].config == "x");
+  }
   SUBCASE("failed variants never appear") {
     for (auto& x : v) {
       x.outcome = cache::Outcome::fault;

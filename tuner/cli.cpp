@@ -26,6 +26,12 @@ constexpr const char* k_usage = R"(usage:
   autotune --arch auto|sm_XY[a] --op OP [options]     tune and store winners
   autotune --arch sm_90a --op OP --compile-only       compile every valid variant (no GPU)
   autotune list --op OP --arch ARCH [--shape S]        valid variants, one JSON per line
+  autotune cache ls|show|export|import|merge|verify|gc  inspect and maintain the tuning
+                                                       database (autotune cache for details)
+  autotune regress --baseline A.db --current B.db [--threshold PCT] [--junit FILE]
+                   [--markdown FILE]                   compare stored timings; exit 1 on a
+                                                       regression (--retime: re-time A.db's
+                                                       winners on this GPU instead of B.db)
   autotune --help | --version
 
 options:

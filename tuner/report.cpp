@@ -112,6 +112,9 @@ void print_table(const TuneReport& report, std::FILE* out, size_t top) {
         }
       }
       std::string status = cache::to_string(v.outcome);
+      if (v.eliminated_in_round) {
+        status += "/cut" + std::to_string(v.eliminated_in_round);
+      }
       if (p.winner && *p.winner == i) {
         status += "*";
       }
@@ -156,11 +159,11 @@ void print_json(const TuneReport& report, std::FILE* out) {
       std::fprintf(out,
                    "%s{\"variant\":\"%s\",\"outcome\":\"%s\",\"median_us\":%.4f,\"p10_us\":%.4f,"
                    "\"p90_us\":%.4f,\"samples\":%d,\"sm_clock_mhz\":%d,\"rel_err\":%.4g,"
-                   "\"resumed\":%s,\"message\":\"%s\"}",
+                   "\"resumed\":%s,\"eliminated_in_round\":%d,\"message\":\"%s\"}",
                    i ? "," : "", json_escape(v.config).c_str(), cache::to_string(v.outcome),
                    v.timing.median_us, v.timing.p10_us, v.timing.p90_us, v.timing.samples,
                    v.sm_clock_mhz, v.rel_err, v.reused_result ? "true" : "false",
-                   json_escape(v.message).c_str());
+                   v.eliminated_in_round, json_escape(v.message).c_str());
     }
     std::fprintf(out, "]}");
   }

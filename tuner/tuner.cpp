@@ -276,6 +276,11 @@ void tune_problem(const Op& op, const Space& space, const Problem& problem,
       return reports[a].timing.median_us < reports[b].timing.median_us;
     });
     size_t keep = std::max<size_t>(1, (ok.size() + k_halving_eta - 1) / k_halving_eta);
+    for (size_t k = keep; k < ok.size(); ++k) {
+      // Measured only cheaply: kept for the report, never a winner, not stored
+      // (a resumed session measures it again).
+      reports[ok[k]].eliminated_in_round = round + 1;
+    }
     ok.resize(std::min(keep, ok.size()));
     double spent = since(measure_start);
     double per_candidate = spent / double(std::max<size_t>(1, pending.size()));
@@ -367,7 +372,8 @@ void compile_problem(const Op& op, const Space& space, const Problem& problem,
 std::vector<size_t> preference_order(const std::vector<VariantReport>& v) {
   std::vector<size_t> ok;
   for (size_t i = 0; i < v.size(); ++i) {
-    if (v[i].outcome == cache::Outcome::ok && v[i].timing.median_us > 0) {
+    if (v[i].outcome == cache::Outcome::ok && v[i].timing.median_us > 0 &&
+        v[i].eliminated_in_round == 0) {
       ok.push_back(i);
     }
   }

@@ -45,6 +45,7 @@ struct VariantReport {
   int sm_clock_mhz = 0;       // SM clock right after timing (NVML), 0 when unknown
   std::string message;
   bool reused_result = false; // measured by an earlier session (resume)
+  int eliminated_in_round = 0; // successive halving cut it after this round (cheap timing only)
 };
 
 struct ProblemReport {
@@ -84,7 +85,8 @@ TuneReport tune(const TuneOptions& options, Progress& progress);
 // The op's space after --space and --param; throws Error(config/usage).
 Space load_space(const Op& op, const TuneOptions& options);
 
-// Indices of the correct variants in order of preference: fastest first, except
+// Indices of the correct variants that survived every halving round, in order of
+// preference: fastest first, except
 // that medians within the fastest one's noise count as tied and ties go to the
 // smallest variant id (deterministic across processes).
 std::vector<size_t> preference_order(const std::vector<VariantReport>& variants);

@@ -27,6 +27,11 @@ struct RuntimeOptions {
   std::string database;
   bool require_tuned = false;
   int device = 0;
+  // A database that other users may write (group/other-writable file or
+  // directory, or another owner) could feed this process their kernels. By
+  // default that is a warning; true (or AUTOTUNE_INSECURE_DB=refuse) makes it an
+  // Error(database) instead.
+  bool refuse_insecure_database = false;
 };
 
 // x, out: [batch, channels, length], last dimension contiguous; weight: [channels,

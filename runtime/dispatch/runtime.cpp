@@ -8,6 +8,7 @@
 #include "runtime/ops/templates.hpp"
 #include "variant.hpp"
 
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -35,6 +36,20 @@ Runtime::Impl::Impl(const RuntimeOptions& o) : options(o) {
     device_record.driver_version = device.driver_version;
     std::string path = o.database.empty() ? cache::default_database_path() : o.database;
     if (std::filesystem::exists(path)) {
+      // The file holds code this process will run: someone else able to write it
+      // could make us launch their kernel.
+      if (std::string why = cache::insecure_permissions(path); !why.empty()) {
+        const char* env = std::getenv("AUTOTUNE_INSECURE_DB");
+        bool refuse = o.refuse_insecure_database || (env && std::string(env) == "refuse");
+        std::string message = "tuning database " + path + " holds executable code, but " + why;
+        if (refuse) {
+          throw Error(ErrorKind::database,
+                      message + "; refusing to use it (make it writable by its owner only)");
+        }
+        log(LogLevel::warn, message + "; another user could make this process run their "
+                                      "kernels (set AUTOTUNE_INSECURE_DB=refuse to refuse such "
+                                      "files)");
+      }
       db.emplace(path, cache::Database::Mode::read_only);
     } else {
       log(LogLevel::info, "no tuning database at " + path + ": default variants only");
@@ -48,8 +63,9 @@ std::unique_ptr<LoadedVariant> Runtime::Impl::resolve(const Op& op, const Proble
     const std::string& thash = template_hash(op.template_path());
     std::string nvrtc = cuda::nvrtc_version();
     if (db) {
-      auto winner =
-          db->find_winner(device_record.key(), op.name(), problem.key(), thash, nvrtc);
+      std::string hashed;
+      auto winner = db->find_winner(device_record.key(), op.name(), problem.key(), thash, nvrtc,
+                                    log_enabled(LogLevel::debug) ? &hashed : nullptr);
       if (winner) {
         auto variant = db->find_variant(winner->variant_key);
         if (!variant) {
@@ -66,9 +82,13 @@ std::unique_ptr<LoadedVariant> Runtime::Impl::resolve(const Op& op, const Proble
         return out;
       }
       if (log_enabled(LogLevel::debug)) {
+        // What was hashed, so a miss can be compared field by field with
+        // `autotune cache show KEY` of the entry that was expected to hit.
+        std::string device_fields;
+        device_record.key(&device_fields);
         log(LogLevel::debug, std::string("no tuned winner for ") + op.name() + " " +
-                                 problem.key() + " on device " + device_record.key() +
-                                 " (template " + thash + ", nvrtc " + nvrtc + ")");
+                                 problem.key() + " in " + db->path() + "; winner key hashed:\n" +
+                                 hashed + "device key hashed:\n" + device_fields);
       }
     }
     if (options.require_tuned) {
@@ -121,7 +141,11 @@ const LoadedVariant& Runtime::Impl::get(const Op& op, const Problem& problem) {
     auto it = loaded.find(key);
     if (it == loaded.end()) {
       context->make_current();
-      it = loaded.emplace(key, resolve(op, problem)).first;
+      auto resolved = resolve(op, problem);
+      // Above 48 KiB of dynamic shared memory the driver needs an opt-in per function.
+      cuda::allow_dynamic_smem(resolved->function,
+                               op.geometry(resolved->config, problem).dynamic_smem);
+      it = loaded.emplace(key, std::move(resolved)).first;
     }
     return *it->second;
   }
