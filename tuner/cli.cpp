@@ -56,7 +56,7 @@ options:
   --json              print the full report as JSON instead of the table
   --quiet             no progress on stderr
 
-ops: causal_conv1d (attention and selective_scan are not built yet)
+ops: causal_conv1d, attention, selective_scan
 exit codes: 0 ok, 1 failed check, 2 usage or configuration error, 3 no GPU or driver
 )";
 

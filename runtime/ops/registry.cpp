@@ -1,5 +1,7 @@
+#include "attention.hpp"
 #include "causal_conv1d.hpp"
 #include "op.hpp"
+#include "selective_scan.hpp"
 
 #include "runtime/base/strings.hpp"
 
@@ -8,7 +10,9 @@ namespace autotune {
 namespace {
 const std::vector<const Op*>& ops() {
   static const CausalConv1dOp conv;
-  static const std::vector<const Op*> all = {&conv};
+  static const AttentionOp attention;
+  static const SelectiveScanOp selective_scan;
+  static const std::vector<const Op*> all = {&conv, &attention, &selective_scan};
   return all;
 }
 // Ops registered at run time (tests' fault-injection op, plugins).
@@ -33,7 +37,7 @@ const Op& find_op(const std::string& name) {
       return *op;
     }
   }
-  std::vector<std::string> planned = {"attention", "selective_scan"};
+  std::vector<std::string> planned = {};
   for (const auto& p : planned) {
     if (name == p) {
       throw Error(ErrorKind::usage, "op '" + name + "' is not built yet (built: " +

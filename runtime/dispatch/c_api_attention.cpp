@@ -1,0 +1,64 @@
+// C ABI entry points for attention.
+#include "c_api_impl.hpp"
+
+#include <cstring>
+
+namespace {
+
+using autotune::c_api::element_type;
+
+autotune::AttentionArgs convert(const autotune_attention_args* a) {
+  if (!a) {
+    throw autotune::Error(autotune::ErrorKind::usage, "attention: args is NULL");
+  }
+  autotune::AttentionArgs c;
+  c.q = a->q;
+  c.k = a->k;
+  c.v = a->v;
+  c.o = a->o;
+  c.lse = a->lse;
+  c.batch = a->batch;
+  c.heads_q = a->heads_q;
+  c.heads_kv = a->heads_kv;
+  c.seq_q = a->seq_q;
+  c.seq_k = a->seq_k;
+  c.head_dim = a->head_dim;
+  c.type = element_type(a->dtype, "attention: dtype");
+  c.causal = a->causal != 0;
+  c.layout_bhsd = a->layout_bhsd != 0;
+  c.scale = a->scale;
+  for (int i = 0; i < 3; ++i) {
+    c.q_strides[i] = a->q_strides[i];
+    c.k_strides[i] = a->k_strides[i];
+    c.v_strides[i] = a->v_strides[i];
+    c.o_strides[i] = a->o_strides[i];
+  }
+  return c;
+}
+
+} // namespace
+
+using autotune::c_api::guarded;
+using autotune::c_api::runtime_of;
+
+extern "C" {
+
+int autotune_attention(autotune_runtime* rt, const autotune_attention_args* args, void* stream) {
+  return guarded(
+      [&] { runtime_of(rt).attention(convert(args), static_cast<CUstream>(stream)); });
+}
+
+int autotune_attention_variant(autotune_runtime* rt, const autotune_attention_args* args,
+                               char* buffer, uint64_t size) {
+  return guarded([&] {
+    auto s = runtime_of(rt).select_attention(convert(args));
+    std::string text = s.source + " " + s.variant;
+    if (!buffer || size < text.size() + 1) {
+      throw autotune::Error(autotune::ErrorKind::usage,
+                            "buffer too small: need " + std::to_string(text.size() + 1) + " bytes");
+    }
+    std::memcpy(buffer, text.c_str(), text.size() + 1);
+  });
+}
+
+} // extern "C"

@@ -1,0 +1,497 @@
+#include "attention.hpp"
+
+#include "runtime/base/strings.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+namespace autotune {
+namespace {
+
+struct Dims {
+  long long B, Hq, Hkv, Sq, Sk, D;
+  bool causal, lse, bhsd;
+  DType dtype;
+};
+
+Dims dims(const Problem& p) {
+  return Dims{p.get_int("B"),         p.get_int("Hq"),        p.get_int("Hkv"),
+              p.get_int("Sq"),        p.get_int("Sk"),        p.get_int("D"),
+              p.get_int("causal") != 0, p.get_int("lse") != 0, p.get("layout") == "bhsd",
+              parse_dtype(p.get("dtype"), "dtype")};
+}
+
+struct Params {
+  int block_m = 0, block_n = 0, warps = 0, stages = 0;
+  bool swizzle = true, q_regs = false;
+};
+
+Params params(const Config& c) {
+  Params p;
+  bool have[6] = {};
+  auto pick = [&](const std::string& key, const std::string& v, const char* a, const char* b) {
+    if (v != a && v != b) {
+      throw Error(ErrorKind::config, "attention: " + key + " must be '" + a + "' or '" + b +
+                                         "', not '" + v + "'");
+    }
+    return v == a;
+  };
+  for (const auto& [k, v] : c) {
+    if (k == "block_m") {
+      p.block_m = int(parse_int(v, "block_m")), have[0] = true;
+    } else if (k == "block_n") {
+      p.block_n = int(parse_int(v, "block_n")), have[1] = true;
+    } else if (k == "warps") {
+      p.warps = int(parse_int(v, "warps")), have[2] = true;
+    } else if (k == "stages") {
+      p.stages = int(parse_int(v, "stages")), have[3] = true;
+    } else if (k == "swizzle") {
+      p.swizzle = pick(k, v, "xor", "pad"), have[4] = true;
+    } else if (k == "q") {
+      p.q_regs = pick(k, v, "regs", "smem"), have[5] = true;
+    } else {
+      throw Error(ErrorKind::config, "attention: unknown parameter '" + k + "'");
+    }
+  }
+  for (bool h : have) {
+    if (!h) {
+      throw Error(ErrorKind::config, "attention: configuration '" + format_fields(c) +
+                                         "' lacks one of block_m, block_n, warps, stages, "
+                                         "swizzle, q");
+    }
+  }
+  return p;
+}
+
+long long smem_bytes(const Params& p, const Dims& d) {
+  long long row = p.swizzle ? d.D : d.D + 8;
+  return (p.block_m + 2LL * p.stages * p.block_n) * row * (long long)dtype_size(d.dtype);
+}
+
+// Per-block opt-in shared memory of an arch ("sm_90a" -> 227 KiB).
+long long smem_limit(const std::string& arch) {
+  std::string digits;
+  for (char ch : arch) {
+    if (ch >= '0' && ch <= '9') {
+      digits += ch;
+    }
+  }
+  long long cc = digits.empty() ? 0 : parse_int(digits, "arch");
+  switch (cc) {
+  case 80:
+  case 87: return 163 * 1024;
+  case 90:
+  case 100: return 227 * 1024;
+  default: return 99 * 1024; // sm_86, sm_89, sm_120 and unknown: the smallest of them
+  }
+}
+
+// Registers per thread the accumulators need (O and S tiles in fp32, Q fragments
+// when kept) plus what addressing, softmax state and fragments in flight take.
+long long register_estimate(const Params& p, const Dims& d) {
+  long long m_tiles = p.block_m / p.warps / 16;
+  long long regs = m_tiles * (d.D / 2 + p.block_n / 2) + 48;
+  if (p.q_regs) {
+    regs += m_tiles * d.D / 4;
+  }
+  return regs;
+}
+
+constexpr long long k_max_grid_yz = 65535;
+
+std::string flag(const Fields& shape, const char* key, const char* fallback) {
+  const std::string* v = find_field(shape, key);
+  std::string s = v ? *v : fallback;
+  if (s == "1" || s == "true") {
+    return "1";
+  }
+  if (s == "0" || s == "false") {
+    return "0";
+  }
+  throw Error(ErrorKind::usage, std::string("attention shape: ") + key + "=" + s +
+                                    " must be 0 or 1");
+}
+
+} // namespace
+
+std::vector<std::string> AttentionOp::default_shapes() const {
+  // bench/shapes.toml [attention]: the FlashAttention grid (B*S = 16k tokens,
+  // Hq*D = 2048, layout [B,S,H,D]) in bf16 and fp16, then the extra shapes (fp16,
+  // [B,H,S,D]).
+  std::vector<std::string> out;
+  for (const char* dtype : {"bf16", "fp16"}) {
+    for (int d : {64, 128}) {
+      for (int causal : {0, 1}) {
+        for (int s : {512, 1024, 2048, 4096, 8192, 16384}) {
+          out.push_back("B=" + std::to_string(16384 / s) + ",H=" + std::to_string(2048 / d) +
+                        ",S=" + std::to_string(s) + ",D=" + std::to_string(d) +
+                        ",causal=" + std::to_string(causal) + ",dtype=" + dtype +
+                        ",layout=bshd");
+        }
+      }
+    }
+  }
+  out.push_back("B=16,H=96,S=512,D=64,dtype=fp16,layout=bhsd");
+  out.push_back("B=16,H=16,S=2048,D=64,dtype=fp16,layout=bhsd");
+  out.push_back("B=4,Hq=32,Hkv=8,S=4096,D=128,causal=1,dtype=fp16,layout=bhsd");
+  return out;
+}
+
+Problem AttentionOp::make_problem(const Fields& shape) const {
+  static const std::vector<std::string> k_known = {"B",      "H",     "Hq",  "Hkv",   "S",
+                                                   "Sq",     "Sk",    "D",   "causal", "dtype",
+                                                   "lse",    "layout"};
+  for (const auto& [k, v] : shape) {
+    if (std::find(k_known.begin(), k_known.end(), k) == k_known.end()) {
+      throw Error(ErrorKind::usage, "attention shape: unknown field '" + k +
+                                        "' (known: " + join(k_known, ", ") + ")");
+    }
+  }
+  auto number = [&](const char* key, const char* alias, long long max) {
+    const std::string* v = find_field(shape, key);
+    if (!v && alias) {
+      v = find_field(shape, alias);
+    }
+    if (!v) {
+      throw Error(ErrorKind::usage, std::string("attention shape: missing field '") + key +
+                                        "' (in \"" + format_fields(shape) + "\")");
+    }
+    long long n = parse_int(*v, std::string("attention shape field ") + key);
+    if (n < 1 || n > max) {
+      throw Error(ErrorKind::usage, std::string("attention shape: ") + key + "=" +
+                                        std::to_string(n) + " is out of range 1.." +
+                                        std::to_string(max));
+    }
+    return n;
+  };
+  long long B = number("B", nullptr, k_max_grid_yz);
+  long long Hq = number("Hq", "H", k_max_grid_yz);
+  long long Hkv = find_field(shape, "Hkv") ? number("Hkv", nullptr, k_max_grid_yz) : Hq;
+  long long Sq = number("Sq", "S", 1 << 24);
+  long long Sk = number("Sk", "S", 1 << 24);
+  long long D = number("D", nullptr, 256);
+  if (D != 64 && D != 128 && D != 256) {
+    throw Error(ErrorKind::usage, "attention shape: head dim D=" + std::to_string(D) +
+                                      " is not supported (64, 128 or 256)");
+  }
+  if (Hq % Hkv != 0) {
+    throw Error(ErrorKind::usage, "attention shape: Hq=" + std::to_string(Hq) +
+                                      " is not a multiple of Hkv=" + std::to_string(Hkv));
+  }
+  if (B * Hq * std::max(Sq, Sk) * D >= (1LL << 40)) {
+    throw Error(ErrorKind::usage, "attention shape: tensors are too large");
+  }
+  const std::string* dt = find_field(shape, "dtype");
+  DType dtype = parse_dtype(dt ? *dt : "bf16", "attention shape field dtype");
+  if (dtype == DType::f32) {
+    throw Error(ErrorKind::usage, "attention shape: dtype fp32 is not supported (fp16, bf16)");
+  }
+  const std::string* lay = find_field(shape, "layout");
+  std::string layout = lay ? *lay : "bshd";
+  if (layout != "bshd" && layout != "bhsd") {
+    throw Error(ErrorKind::usage,
+                "attention shape: layout '" + layout + "' is not one of bshd, bhsd");
+  }
+  Problem p;
+  p.op = name();
+  p.fields = {{"B", std::to_string(B)},    {"Hq", std::to_string(Hq)},
+              {"Hkv", std::to_string(Hkv)}, {"Sq", std::to_string(Sq)},
+              {"Sk", std::to_string(Sk)},  {"D", std::to_string(D)},
+              {"causal", flag(shape, "causal", "0")}, {"dtype", to_string(dtype)},
+              {"lse", flag(shape, "lse", "0")},       {"layout", layout}};
+  return p;
+}
+
+Result<bool> AttentionOp::check(const Config& config, const Problem& problem,
+                                const std::string& arch) const {
+  Params p = params(config);
+  Dims d = dims(problem);
+  if (p.warps != 4 && p.warps != 8) {
+    return fail("warps must be 4 or 8");
+  }
+  if (p.block_m % p.warps != 0 || (p.block_m / p.warps) % 16 != 0 || p.block_m / p.warps > 64) {
+    return fail("each warp must own 16, 32, 48 or 64 query rows (block_m / warps)");
+  }
+  if (p.block_n < 16 || p.block_n % 16 != 0 || p.block_n > 256) {
+    return fail("block_n must be a multiple of 16 in 16..256");
+  }
+  if (p.stages < 1 || p.stages > 3) {
+    return fail("stages must be 1, 2 or 3");
+  }
+  long long threads = 32LL * p.warps;
+  if ((p.block_n * d.D / 8) % threads != 0 || (p.block_m * d.D / 8) % threads != 0) {
+    return fail("tiles do not split evenly into 16-byte chunks per thread");
+  }
+  long long regs = register_estimate(p, d);
+  if (regs > 255) {
+    return fail("needs about " + std::to_string(regs) +
+                " registers per thread (O, S and Q tiles): over 255");
+  }
+  long long smem = smem_bytes(p, d);
+  if (smem > smem_limit(arch)) {
+    return fail(std::to_string(smem) + " bytes of shared memory exceed the " + arch +
+                " per-block limit of " + std::to_string(smem_limit(arch)));
+  }
+  if ((d.Sq + p.block_m - 1) / p.block_m > 0x7fffffffLL) {
+    return fail("grid too large");
+  }
+  return true;
+}
+
+Result<bool> AttentionOp::worth_measuring(const Config& config, const Problem& problem) const {
+  Params p = params(config);
+  Dims d = dims(problem);
+  if (p.block_m == 128 && d.Sq <= 64) {
+    return fail("block_m=128 leaves over half of each block idle at Sq=" +
+                std::to_string(d.Sq));
+  }
+  if (p.stages == 3 && (d.Sk + p.block_n - 1) / p.block_n < 4) {
+    return fail("three stages for fewer than four key tiles");
+  }
+  return true;
+}
+
+std::vector<std::string> AttentionOp::defines(const Config& config, const Problem& problem) const {
+  Params p = params(config);
+  Dims d = dims(problem);
+  return {"-DAT_BLOCK_M=" + std::to_string(p.block_m),
+          "-DAT_BLOCK_N=" + std::to_string(p.block_n),
+          "-DAT_WARPS=" + std::to_string(p.warps),
+          "-DAT_STAGES=" + std::to_string(p.stages),
+          std::string("-DAT_SWIZZLE=") + (p.swizzle ? "1" : "0"),
+          std::string("-DAT_Q_REGS=") + (p.q_regs ? "1" : "0"),
+          "-DAT_HEAD_DIM=" + std::to_string(d.D),
+          std::string("-DAT_CAUSAL=") + (d.causal ? "1" : "0"),
+          std::string("-DAT_LSE=") + (d.lse ? "1" : "0"),
+          std::string("-DAT_T=") + template_type(d.dtype)};
+}
+
+LaunchGeometry AttentionOp::geometry(const Config& config, const Problem& problem) const {
+  Params p = params(config);
+  Dims d = dims(problem);
+  LaunchGeometry g;
+  g.block[0] = unsigned(32 * p.warps);
+  g.grid[0] = unsigned((d.Sq + p.block_m - 1) / p.block_m);
+  g.grid[1] = unsigned(d.Hq);
+  g.grid[2] = unsigned(d.B);
+  g.dynamic_smem = unsigned(smem_bytes(p, d));
+  return g;
+}
+
+AttentionOp::Strides AttentionOp::contiguous_strides(const Problem& problem, long long heads,
+                                                     long long seq) {
+  Dims d = dims(problem);
+  if (d.bhsd) {
+    return {heads * seq * d.D, seq * d.D, d.D};
+  }
+  return {seq * heads * d.D, d.D, heads * d.D};
+}
+
+std::vector<TensorSpec> AttentionOp::tensors(const Problem& problem) const {
+  Dims d = dims(problem);
+  size_t nq = size_t(d.B * d.Hq * d.Sq * d.D);
+  size_t nk = size_t(d.B * d.Hkv * d.Sk * d.D);
+  // Q drawn wider than K so that the softmax is far from flat (a check that
+  // averages V uniformly would hide indexing errors).
+  std::vector<TensorSpec> t = {{"q", d.dtype, nq, false, -2.0f, 2.0f},
+                               {"k", d.dtype, nk, false, -1.0f, 1.0f},
+                               {"v", d.dtype, nk, false, -1.0f, 1.0f},
+                               {"o", d.dtype, nq, true}};
+  if (d.lse) {
+    t.push_back({"lse", DType::f32, size_t(d.B * d.Hq * d.Sq), true});
+  }
+  return t;
+}
+
+void AttentionOp::validate_call(const Problem& problem, const AttentionCall& call) const {
+  Dims d = dims(problem);
+  auto need = [](CUdeviceptr p, const char* what) {
+    if (!p) {
+      throw Error(ErrorKind::usage, std::string("attention: ") + what + " is a null pointer");
+    }
+  };
+  need(call.q, "q");
+  need(call.k, "k");
+  need(call.v, "v");
+  need(call.o, "o");
+  if (d.lse) {
+    need(call.lse, "lse (the problem has lse=1)");
+    if (call.lse % 4 != 0) {
+      throw Error(ErrorKind::usage, "attention: lse is not 4-byte aligned");
+    }
+  } else if (call.lse) {
+    throw Error(ErrorKind::usage, "attention: lse given but the problem has lse=0");
+  }
+  if (!(call.scale >= 0) || !std::isfinite(call.scale)) {
+    throw Error(ErrorKind::usage, "attention: scale must be positive and finite (0: 1/sqrt(D))");
+  }
+  // Rows move as 16-byte chunks (cp.async, vector stores).
+  const long long esize = (long long)dtype_size(d.dtype);
+  auto rows_aligned = [&](CUdeviceptr base, long long bs, long long hs, long long ss,
+                          const char* what) {
+    if (base % 16 != 0 || (bs * esize) % 16 != 0 || (hs * esize) % 16 != 0 ||
+        (ss * esize) % 16 != 0 || bs < 0 || hs < 0 || ss < 0) {
+      throw Error(ErrorKind::usage,
+                  std::string("attention: ") + what +
+                      " must be 16-byte aligned with non-negative strides that are multiples of " +
+                      std::to_string(16 / esize) + " elements (batch " + std::to_string(bs) +
+                      ", head " + std::to_string(hs) + ", seq " + std::to_string(ss) + ")");
+    }
+  };
+  rows_aligned(call.q, call.q_batch_stride, call.q_head_stride, call.q_seq_stride, "q");
+  rows_aligned(call.k, call.k_batch_stride, call.k_head_stride, call.k_seq_stride, "k");
+  rows_aligned(call.v, call.v_batch_stride, call.v_head_stride, call.v_seq_stride, "v");
+  rows_aligned(call.o, call.o_batch_stride, call.o_head_stride, call.o_seq_stride, "o");
+  // Output rows must not overlap (blocks would race): ordered by stride, every
+  // dimension must step over the whole span of the smaller ones.
+  std::array<std::pair<long long, long long>, 3> o_dims = {
+      {{call.o_seq_stride, d.Sq}, {call.o_head_stride, d.Hq}, {call.o_batch_stride, d.B}}};
+  std::sort(o_dims.begin(), o_dims.end());
+  long long span = d.D;
+  for (const auto& [stride, extent] : o_dims) {
+    if (extent > 1) {
+      if (stride < span) {
+        throw Error(ErrorKind::usage,
+                    "attention: o strides (batch " + std::to_string(call.o_batch_stride) +
+                        ", head " + std::to_string(call.o_head_stride) + ", seq " +
+                        std::to_string(call.o_seq_stride) +
+                        ") make output rows overlap; the last dimension must be contiguous");
+      }
+      span = stride * (extent - 1) + span;
+    }
+  }
+}
+
+void AttentionOp::pack_call(const Config& config, const Problem& problem,
+                            const AttentionCall& call, ArgPack& args) const {
+  (void)config;
+  Dims d = dims(problem);
+  // Must match struct AttnArgs in templates/attention/kernel.cuh.
+  struct AttnArgs {
+    CUdeviceptr q, k, v, o, lse;
+    long long q_batch_stride, q_head_stride, q_seq_stride;
+    long long k_batch_stride, k_head_stride, k_seq_stride;
+    long long v_batch_stride, v_head_stride, v_seq_stride;
+    long long o_batch_stride, o_head_stride, o_seq_stride;
+    int heads_q, heads_kv, seq_q, seq_k;
+    float scale_log2;
+  } a{};
+  a.q = call.q;
+  a.k = call.k;
+  a.v = call.v;
+  a.o = call.o;
+  a.lse = call.lse;
+  a.q_batch_stride = call.q_batch_stride;
+  a.q_head_stride = call.q_head_stride;
+  a.q_seq_stride = call.q_seq_stride;
+  a.k_batch_stride = call.k_batch_stride;
+  a.k_head_stride = call.k_head_stride;
+  a.k_seq_stride = call.k_seq_stride;
+  a.v_batch_stride = call.v_batch_stride;
+  a.v_head_stride = call.v_head_stride;
+  a.v_seq_stride = call.v_seq_stride;
+  a.o_batch_stride = call.o_batch_stride;
+  a.o_head_stride = call.o_head_stride;
+  a.o_seq_stride = call.o_seq_stride;
+  a.heads_q = int(d.Hq);
+  a.heads_kv = int(d.Hkv);
+  a.seq_q = int(d.Sq);
+  a.seq_k = int(d.Sk);
+  double scale = call.scale > 0 ? call.scale : 1.0 / std::sqrt(double(d.D));
+  a.scale_log2 = float(scale * 1.4426950408889634);
+  args.add(a);
+}
+
+void AttentionOp::pack(const Config& config, const Problem& problem,
+                       const std::vector<CUdeviceptr>& t, ArgPack& args) const {
+  Dims d = dims(problem);
+  AttentionCall call;
+  call.q = t.at(0);
+  call.k = t.at(1);
+  call.v = t.at(2);
+  call.o = t.at(3);
+  call.lse = d.lse ? t.at(4) : 0;
+  Strides qs = contiguous_strides(problem, d.Hq, d.Sq);
+  Strides ks = contiguous_strides(problem, d.Hkv, d.Sk);
+  call.q_batch_stride = call.o_batch_stride = qs.batch;
+  call.q_head_stride = call.o_head_stride = qs.head;
+  call.q_seq_stride = call.o_seq_stride = qs.seq;
+  call.k_batch_stride = call.v_batch_stride = ks.batch;
+  call.k_head_stride = call.v_head_stride = ks.head;
+  call.k_seq_stride = call.v_seq_stride = ks.seq;
+  pack_call(config, problem, call, args);
+}
+
+std::string AttentionOp::reference_kernel(const Problem& problem) const {
+  return dims(problem).dtype == DType::bf16 ? "attention_ref_bf16" : "attention_ref_f16";
+}
+
+LaunchGeometry AttentionOp::reference_geometry(const Problem& problem) const {
+  Dims d = dims(problem);
+  constexpr long long k_rows_per_block = 8; // k_ref_warps in reference.cuh
+  LaunchGeometry g;
+  g.block[0] = 256;
+  g.grid[0] = unsigned(std::min<long long>(
+      (d.B * d.Hq * d.Sq + k_rows_per_block - 1) / k_rows_per_block, 1LL << 24));
+  return g;
+}
+
+void AttentionOp::pack_reference(const Problem& problem, const std::vector<CUdeviceptr>& t,
+                                 const std::vector<CUdeviceptr>& ref, ArgPack& args) const {
+  Dims d = dims(problem);
+  Strides qs = contiguous_strides(problem, d.Hq, d.Sq);
+  Strides ks = contiguous_strides(problem, d.Hkv, d.Sk);
+  args.add(t.at(0));
+  args.add(t.at(1));
+  args.add(t.at(2));
+  args.add(ref.at(0));
+  args.add(d.lse ? ref.at(1) : CUdeviceptr(0));
+  args.add(int(d.B));
+  args.add(int(d.Hq));
+  args.add(int(d.Hkv));
+  args.add(int(d.Sq));
+  args.add(int(d.Sk));
+  args.add(int(d.D));
+  args.add(int(d.causal));
+  args.add(float(1.0 / std::sqrt(double(d.D))));
+  for (const Strides& s : {qs, ks, ks, qs}) {
+    args.add(s.batch);
+    args.add(s.head);
+    args.add(s.seq);
+  }
+}
+
+double AttentionOp::tolerance(const Problem& problem) const {
+  // P and O are rounded to 16 bits once each: bf16 keeps 8 significant bits,
+  // fp16 11; the fp32 accumulation and ex2.approx add far less.
+  return dims(problem).dtype == DType::bf16 ? 1e-2 : 3e-3;
+}
+
+double AttentionOp::bytes(const Problem& problem) const {
+  Dims d = dims(problem);
+  double e = double(dtype_size(d.dtype));
+  double q = double(d.B * d.Hq * d.Sq * d.D) * e;
+  double kv = 2.0 * double(d.B * d.Hkv * d.Sk * d.D) * e;
+  double lse = d.lse ? double(d.B * d.Hq * d.Sq) * 4.0 : 0.0;
+  return 2.0 * q + kv + lse; // Q read, O written
+}
+
+double AttentionOp::flops(const Problem& problem) const {
+  Dims d = dims(problem);
+  double pairs = double(d.Sq) * double(d.Sk);
+  if (d.causal) {
+    if (d.Sq == d.Sk) {
+      pairs /= 2; // the FlashAttention papers' convention
+    } else {
+      // Query i sees min(Sk, max(0, i + Sk - Sq + 1)) keys.
+      pairs = 0;
+      for (long long i = 0; i < d.Sq; ++i) {
+        pairs += double(std::clamp(i + d.Sk - d.Sq + 1, 0LL, d.Sk));
+      }
+    }
+  }
+  return 4.0 * double(d.B * d.Hq) * pairs * double(d.D);
+}
+
+} // namespace autotune

@@ -1,0 +1,607 @@
+#include "selective_scan.hpp"
+
+#include "runtime/base/strings.hpp"
+
+#include <algorithm>
+
+namespace autotune {
+namespace {
+
+struct Dims {
+  long long B, D, L, N, G;
+  DType x;
+  bool var_bc, bias, softplus, has_d, has_z, last_state;
+};
+
+Dims dims(const Problem& p) {
+  return Dims{p.get_int("B"),
+              p.get_int("D"),
+              p.get_int("L"),
+              p.get_int("N"),
+              p.get_int("G"),
+              parse_dtype(p.get("dtype"), "dtype"),
+              p.get_int("var_bc") != 0,
+              p.get_int("delta_bias") != 0,
+              p.get_int("softplus") != 0,
+              p.get_int("has_d") != 0,
+              p.get_int("has_z") != 0,
+              p.get_int("last_state") != 0};
+}
+
+struct Params {
+  int threads, items, cpb, nsplit, vec, poly, minblocks;
+  bool smem_scan;
+  int tpc() const { return threads / (cpb * nsplit); } // time lanes per (channel, state group)
+  long long chunk() const { return (long long)tpc() * items; }
+};
+
+Params params(const Config& c) {
+  Params p{};
+  bool have[8] = {};
+  const char* names[8] = {"threads", "items", "cpb", "nsplit", "vec", "poly", "minblocks", "scan"};
+  int* ints[7] = {&p.threads, &p.items, &p.cpb, &p.nsplit, &p.vec, &p.poly, &p.minblocks};
+  for (const auto& [k, v] : c) {
+    bool known = false;
+    for (int i = 0; i < 7; ++i) {
+      if (k == names[i]) {
+        *ints[i] = int(parse_int(v, std::string("selective_scan parameter ") + names[i]));
+        have[i] = known = true;
+      }
+    }
+    if (k == "scan") {
+      if (v != "shfl" && v != "smem") {
+        throw Error(ErrorKind::config,
+                    "selective_scan: scan must be 'shfl' or 'smem', not '" + v + "'");
+      }
+      p.smem_scan = v == "smem";
+      have[7] = known = true;
+    }
+    if (!known) {
+      throw Error(ErrorKind::config, "selective_scan: unknown parameter '" + k + "'");
+    }
+  }
+  for (bool h : have) {
+    if (!h) {
+      throw Error(ErrorKind::config, "selective_scan: configuration '" + format_fields(c) +
+                                         "' lacks one of threads, items, cpb, nsplit, scan, vec, "
+                                         "poly, minblocks");
+    }
+  }
+  return p;
+}
+
+// Shared memory a block may use without the driver opt-in (the runtime and the
+// tuner opt in only when the dynamic part alone exceeds it).
+constexpr long long k_default_smem_limit = 48 * 1024;
+// Dynamic shared memory the staged B/C may take: 96 KiB fits every sm_80+ GPU's
+// per-block opt-in (99 KiB on sm_86/89/120) and leaves room for two blocks per SM
+// on sm_80 / sm_90.
+constexpr long long k_staging_budget = 96 * 1024;
+constexpr long long k_max_n = 64; // templates/selective_scan/reference.cuh AT_REF_MAX_N
+
+// Largest shared memory per block with the opt-in, by architecture.
+long long opt_in_limit(const std::string& arch) {
+  if (arch.rfind("sm_80", 0) == 0 || arch.rfind("sm_87", 0) == 0) {
+    return 163 * 1024;
+  }
+  if (arch.rfind("sm_90", 0) == 0 || arch.rfind("sm_100", 0) == 0) {
+    return 227 * 1024;
+  }
+  return 99 * 1024;
+}
+
+// Shared-memory words of one staged row (thread-major, 4 words of padding per
+// thread when items >= 8): must match k_slots in kernel.cuh.
+long long row_slots(const Params& p) {
+  return (long long)p.tpc() * (p.items + (p.items >= 8 ? 4 : 0));
+}
+
+// Static shared memory: the scan exchange.
+long long static_smem(const Params& p) {
+  long long groups = (long long)p.cpb * p.nsplit;
+  return p.smem_scan ? 2 * groups * p.tpc() * 8 : 2 * groups * (p.tpc() / 32) * 8;
+}
+
+// Dynamic shared memory besides the staged B/C: the partial y of state groups 1...
+long long partial_y_smem(const Params& p) {
+  return p.nsplit > 1 ? (long long)p.cpb * (p.nsplit - 1) * row_slots(p) * 4 : 0;
+}
+
+std::string flag_of(bool b) {
+  return b ? "1" : "0";
+}
+
+} // namespace
+
+std::vector<std::string> SelectiveScanOp::default_shapes() const {
+  // bench/shapes.toml [selective_scan]: Mamba-1 usage, bf16, variable B/C with one
+  // group, D skip, z gate, delta_bias and softplus (the problem defaults).
+  return {"B=8,D=2048,L=2048,N=16", "B=4,D=5120,L=2048,N=16", "B=1,D=4096,L=16384,N=16",
+          "B=16,D=1536,L=1024,N=16"};
+}
+
+Problem SelectiveScanOp::make_problem(const Fields& shape) const {
+  static const std::vector<std::string> k_known = {"B",        "D",     "L",      "N",
+                                                   "G",        "dtype", "var_bc", "delta_bias",
+                                                   "softplus", "has_d", "has_z",  "last_state"};
+  for (const auto& [k, v] : shape) {
+    if (std::find(k_known.begin(), k_known.end(), k) == k_known.end()) {
+      throw Error(ErrorKind::usage, "selective_scan shape: unknown field '" + k +
+                                        "' (known: " + join(k_known, ", ") + ")");
+    }
+  }
+  auto get = [&](const char* key, const char* fallback) -> std::string {
+    const std::string* v = find_field(shape, key);
+    if (v) {
+      return *v;
+    }
+    if (!fallback) {
+      throw Error(ErrorKind::usage, std::string("selective_scan shape: missing field '") + key +
+                                        "' (in \"" + format_fields(shape) + "\")");
+    }
+    return fallback;
+  };
+  auto ranged = [&](const char* key, const char* fallback, long long max) {
+    long long v = parse_int(get(key, fallback), std::string("selective_scan shape field ") + key);
+    if (v < 1 || v > max) {
+      throw Error(ErrorKind::usage, std::string("selective_scan shape: ") + key + "=" +
+                                        std::to_string(v) + " is out of range 1.." +
+                                        std::to_string(max));
+    }
+    return v;
+  };
+  long long B = ranged("B", nullptr, 1 << 20);
+  long long D = ranged("D", nullptr, 1 << 20);
+  long long L = ranged("L", nullptr, (1ll << 31) - 1);
+  long long N = ranged("N", nullptr, k_max_n);
+  long long G = ranged("G", "1", D);
+  if (D % G != 0) {
+    throw Error(ErrorKind::usage, "selective_scan shape: G=" + std::to_string(G) +
+                                      " must divide D=" + std::to_string(D));
+  }
+  if (B * D * L >= (1ll << 40) || B * G * N * L >= (1ll << 40)) {
+    throw Error(ErrorKind::usage, "selective_scan shape: B*D*L is too large");
+  }
+  DType x = parse_dtype(get("dtype", "bf16"), "selective_scan shape field dtype");
+  auto flag = [&](const char* key, const char* fallback) {
+    std::string v = get(key, fallback);
+    if (v == "1" || v == "true") {
+      return std::string("1");
+    }
+    if (v == "0" || v == "false") {
+      return std::string("0");
+    }
+    throw Error(ErrorKind::usage,
+                std::string("selective_scan shape: ") + key + "=" + v + " must be 0 or 1");
+  };
+  std::string var_bc = flag("var_bc", "1");
+  if (var_bc == "0" && G != 1) {
+    throw Error(ErrorKind::usage, "selective_scan shape: G=" + std::to_string(G) +
+                                      " needs variable B/C (var_bc=1); fixed B/C are [D, N]");
+  }
+  Problem p;
+  p.op = name();
+  p.fields = {{"B", std::to_string(B)},
+              {"D", std::to_string(D)},
+              {"L", std::to_string(L)},
+              {"N", std::to_string(N)},
+              {"G", std::to_string(G)},
+              {"dtype", to_string(x)},
+              {"var_bc", var_bc},
+              {"delta_bias", flag("delta_bias", "1")},
+              {"softplus", flag("softplus", "1")},
+              {"has_d", flag("has_d", "1")},
+              {"has_z", flag("has_z", "1")},
+              {"last_state", flag("last_state", "0")}};
+  return p;
+}
+
+int SelectiveScanOp::state_slice(const Config& config, const Problem& problem) const {
+  Params p = params(config);
+  Dims d = dims(problem);
+  if (d.N % p.nsplit != 0) {
+    return 0;
+  }
+  if (!d.var_bc) {
+    return int(d.N); // nothing is staged
+  }
+  long long budget = k_staging_budget - partial_y_smem(p);
+  for (long long s = d.N; s >= p.nsplit; --s) {
+    if (d.N % s == 0 && s % p.nsplit == 0 && 2 * s * row_slots(p) * 4 <= budget) {
+      return int(s);
+    }
+  }
+  return 0;
+}
+
+Result<bool> SelectiveScanOp::check(const Config& config, const Problem& problem,
+                                    const std::string& arch) const {
+  Params p = params(config);
+  Dims d = dims(problem);
+  (void)arch; // every variant runs on sm_80 and newer
+  if (p.threads % 32 != 0 || p.threads < 32 || p.threads > 1024) {
+    return fail("threads must be a multiple of 32 in 32..1024");
+  }
+  if (p.cpb < 1 || p.nsplit < 1 || p.threads % (p.cpb * p.nsplit) != 0 || p.tpc() % 32 != 0) {
+    return fail("each (channel, state group) needs whole warps: threads / (cpb * nsplit) % 32 "
+                "== 0");
+  }
+  if (p.items < 1 || p.vec < 1 || (p.vec & (p.vec - 1)) != 0 || p.items % p.vec != 0) {
+    return fail("vec must be a power of two dividing items");
+  }
+  if (p.poly < 0 || p.poly > 8) {
+    return fail("poly counts states out of 8 (0..8)");
+  }
+  if (d.N % p.nsplit != 0) {
+    return fail("nsplit must divide N");
+  }
+  if (d.var_bc && d.G > 1 && (d.D / d.G) % p.cpb != 0) {
+    return fail("the channels of a block must share one B/C group: cpb must divide D/G");
+  }
+  if (p.minblocks < 1 || p.minblocks > 8) {
+    return fail("minblocks must be 1..8");
+  }
+  if (p.threads * p.minblocks > 2048) {
+    return fail("threads * minblocks exceeds 2048 threads per SM");
+  }
+  int slice = state_slice(config, problem);
+  if (slice == 0) {
+    return fail("the staged B/C of one state exceed the 96 KiB staging budget");
+  }
+  long long smem = static_smem(p) + geometry(config, problem).dynamic_smem;
+  if (smem > opt_in_limit(arch)) {
+    return fail("shared memory of " + std::to_string(smem) + " bytes exceeds what " + arch +
+                " allows per block");
+  }
+  if (d.B * ((d.D + p.cpb - 1) / p.cpb) > 0x7fffffffll) {
+    return fail("grid too large");
+  }
+  return true;
+}
+
+Result<bool> SelectiveScanOp::worth_measuring(const Config& config, const Problem& problem) const {
+  Params p = params(config);
+  Dims d = dims(problem);
+  if (p.smem_scan && (p.poly > 0 || p.minblocks > 1)) {
+    return fail("the polynomial share and minblocks are measured with the shuffle scan only");
+  }
+  if (p.threads * p.minblocks > 512) {
+    return fail("under 128 registers per thread: the state arrays would spill");
+  }
+  if (p.chunk() >= 2 * d.L && (p.items > 8 || p.tpc() > 32)) {
+    return fail("a chunk of " + std::to_string(p.chunk()) + " steps leaves over half of each " +
+                "block idle at L=" + std::to_string(d.L));
+  }
+  return true;
+}
+
+std::vector<std::string> SelectiveScanOp::defines(const Config& config,
+                                                  const Problem& problem) const {
+  Params p = params(config);
+  Dims d = dims(problem);
+  return {"-DAT_THREADS=" + std::to_string(p.threads),
+          "-DAT_ITEMS=" + std::to_string(p.items),
+          "-DAT_CPB=" + std::to_string(p.cpb),
+          "-DAT_NSPLIT=" + std::to_string(p.nsplit),
+          std::string("-DAT_SCAN=") + (p.smem_scan ? "1" : "0"),
+          "-DAT_VEC=" + std::to_string(p.vec),
+          "-DAT_POLY=" + std::to_string(p.poly),
+          "-DAT_MINB=" + std::to_string(p.minblocks),
+          "-DAT_N=" + std::to_string(d.N),
+          "-DAT_NSLICE=" + std::to_string(state_slice(config, problem)),
+          "-DAT_VAR_BC=" + flag_of(d.var_bc),
+          "-DAT_HAS_BIAS=" + flag_of(d.bias),
+          "-DAT_SOFTPLUS=" + flag_of(d.softplus),
+          "-DAT_HAS_D=" + flag_of(d.has_d),
+          "-DAT_HAS_Z=" + flag_of(d.has_z),
+          "-DAT_LAST_STATE=" + flag_of(d.last_state),
+          std::string("-DAT_X_T=") + template_type(d.x)};
+}
+
+LaunchGeometry SelectiveScanOp::geometry(const Config& config, const Problem& problem) const {
+  Params p = params(config);
+  Dims d = dims(problem);
+  LaunchGeometry g;
+  g.block[0] = unsigned(p.threads);
+  g.grid[0] = unsigned(d.B * ((d.D + p.cpb - 1) / p.cpb));
+  long long slice = state_slice(config, problem);
+  long long dyn = (d.var_bc ? 2 * slice * row_slots(p) * 4 : 0) + partial_y_smem(p);
+  // The launchers opt in only when the dynamic part alone exceeds 48 KiB; a block
+  // whose static + dynamic total exceeds it asks for just over 48 KiB instead.
+  if (dyn <= k_default_smem_limit && dyn + static_smem(p) > k_default_smem_limit) {
+    dyn = k_default_smem_limit + 16;
+  }
+  g.dynamic_smem = unsigned(dyn);
+  return g;
+}
+
+std::vector<TensorSpec> SelectiveScanOp::tensors(const Problem& problem) const {
+  Dims d = dims(problem);
+  std::vector<TensorSpec> t;
+  size_t row = size_t(d.B * d.D * d.L);
+  size_t dn = size_t(d.D * d.N);
+  // Ranges like a trained Mamba layer: softplus(delta + bias) in about [0.02, 0.7];
+  // decays exp(delta * A) from 0.25 to 0.9998, so some states remember thousands of
+  // steps and errors in the chunk-to-chunk carry show.
+  t.push_back({"u", d.x, row, false, -1.0f, 1.0f});
+  if (d.softplus) {
+    t.push_back({"delta", d.x, row, false, -3.0f, 0.0f});
+  } else {
+    t.push_back({"delta", d.x, row, false, 0.0f, 0.5f});
+  }
+  t.push_back({"A", DType::f32, dn, false, -2.0f, -0.01f});
+  size_t bc = d.var_bc ? size_t(d.B * d.G * d.N * d.L) : dn;
+  DType bct = d.var_bc ? d.x : DType::f32;
+  t.push_back({"B", bct, bc, false, -1.0f, 1.0f});
+  t.push_back({"C", bct, bc, false, -1.0f, 1.0f});
+  if (d.has_d) {
+    t.push_back({"D", DType::f32, size_t(d.D), false, -1.0f, 1.0f});
+  }
+  if (d.has_z) {
+    t.push_back({"z", d.x, row, false, -2.0f, 2.0f});
+  }
+  if (d.bias) {
+    if (d.softplus) {
+      t.push_back({"delta_bias", DType::f32, size_t(d.D), false, -1.0f, 0.0f});
+    } else {
+      t.push_back({"delta_bias", DType::f32, size_t(d.D), false, 0.0f, 0.5f});
+    }
+  }
+  t.push_back({"out", d.x, row, true});
+  if (d.last_state) {
+    t.push_back({"last_state", DType::f32, size_t(d.B * d.D * d.N), true});
+  }
+  return t;
+}
+
+void SelectiveScanOp::validate_call(const Problem& problem, const SelectiveScanCall& call) const {
+  Dims d = dims(problem);
+  auto need = [](CUdeviceptr p, bool wanted, const char* what, const char* flag) {
+    if (wanted && !p) {
+      throw Error(ErrorKind::usage,
+                  std::string("selective_scan: ") + what + " is a null pointer" +
+                      (flag ? std::string(" (the problem has ") + flag + "=1)" : std::string()));
+    }
+    if (!wanted && p) {
+      throw Error(ErrorKind::usage, std::string("selective_scan: ") + what +
+                                        " given but the problem has " + (flag ? flag : what) +
+                                        "=0");
+    }
+  };
+  need(call.u, true, "u", nullptr);
+  need(call.delta, true, "delta", nullptr);
+  need(call.A, true, "A", nullptr);
+  need(call.B, true, "B", nullptr);
+  need(call.C, true, "C", nullptr);
+  need(call.out, true, "out", nullptr);
+  need(call.D, d.has_d, "D", "has_d");
+  need(call.z, d.has_z, "z", "has_z");
+  need(call.delta_bias, d.bias, "delta_bias", "delta_bias");
+  need(call.last_state, d.last_state, "last_state", "last_state");
+  const size_t xs = dtype_size(d.x);
+  auto aligned = [&](CUdeviceptr p, size_t a, const char* what) {
+    if (p % a != 0) {
+      throw Error(ErrorKind::usage, std::string("selective_scan: ") + what +
+                                        " is not aligned to its element size (" +
+                                        std::to_string(a) + " bytes)");
+    }
+  };
+  aligned(call.u, xs, "u");
+  aligned(call.delta, xs, "delta");
+  aligned(call.z, xs, "z");
+  aligned(call.out, xs, "out");
+  aligned(call.A, 4, "A");
+  aligned(call.B, d.var_bc ? xs : 4, "B");
+  aligned(call.C, d.var_bc ? xs : 4, "C");
+  aligned(call.D, 4, "D");
+  aligned(call.delta_bias, 4, "delta_bias");
+  aligned(call.last_state, 4, "last_state");
+  // Rows of L elements must not overlap (out would race); strides are not negative.
+  auto rows = [&](long long bs, long long ds, const char* what) {
+    bool ok =
+        bs >= 0 && ds >= 0 && (d.D == 1 || ds >= d.L) && (d.B == 1 || bs >= (d.D - 1) * ds + d.L);
+    if (!ok) {
+      throw Error(ErrorKind::usage, std::string("selective_scan: ") + what + " strides (batch " +
+                                        std::to_string(bs) + ", channel " + std::to_string(ds) +
+                                        ") make rows of L=" + std::to_string(d.L) +
+                                        " overlap; the last dimension must be contiguous");
+    }
+  };
+  rows(call.u_batch_stride, call.u_dim_stride, "u");
+  rows(call.delta_batch_stride, call.delta_dim_stride, "delta");
+  rows(call.out_batch_stride, call.out_dim_stride, "out");
+  if (d.has_z) {
+    rows(call.z_batch_stride, call.z_dim_stride, "z");
+  }
+  if (d.var_bc) {
+    auto bc = [&](long long bs, long long gs, long long ns, const char* what) {
+      bool ok = bs >= 0 && gs >= 0 && ns >= 0 && (d.N == 1 || ns >= d.L) &&
+                (d.G == 1 || gs >= (d.N - 1) * ns + d.L) &&
+                (d.B == 1 || bs >= (d.G - 1) * gs + (d.N - 1) * ns + d.L);
+      if (!ok) {
+        throw Error(ErrorKind::usage, std::string("selective_scan: ") + what + " strides (batch " +
+                                          std::to_string(bs) + ", group " + std::to_string(gs) +
+                                          ", state " + std::to_string(ns) +
+                                          ") make rows of L=" + std::to_string(d.L) + " overlap");
+      }
+    };
+    bc(call.b_batch_stride, call.b_group_stride, call.b_state_stride, "B");
+    bc(call.c_batch_stride, call.c_group_stride, call.c_state_stride, "C");
+  }
+}
+
+void SelectiveScanOp::pack_call(const Config& config, const Problem& problem,
+                                const SelectiveScanCall& call, ArgPack& args) const {
+  Params p = params(config);
+  Dims d = dims(problem);
+  // Must match struct ScanArgs in templates/selective_scan/kernel.cuh.
+  struct ScanArgs {
+    CUdeviceptr u, delta, A, B, C, D, z, delta_bias, out, last_state;
+    int batch, dim, length, groups;
+    long long u_bs, u_ds, delta_bs, delta_ds, z_bs, z_ds, out_bs, out_ds;
+    long long b_bs, b_gs, b_ns, c_bs, c_gs, c_ns;
+    int vector_ok;
+  } a{};
+  a.u = call.u;
+  a.delta = call.delta;
+  a.A = call.A;
+  a.B = call.B;
+  a.C = call.C;
+  a.D = call.D;
+  a.z = call.z;
+  a.delta_bias = call.delta_bias;
+  a.out = call.out;
+  a.last_state = call.last_state;
+  a.batch = int(d.B);
+  a.dim = int(d.D);
+  a.length = int(d.L);
+  a.groups = int(d.G);
+  a.u_bs = call.u_batch_stride;
+  a.u_ds = call.u_dim_stride;
+  a.delta_bs = call.delta_batch_stride;
+  a.delta_ds = call.delta_dim_stride;
+  a.z_bs = call.z_batch_stride;
+  a.z_ds = call.z_dim_stride;
+  a.out_bs = call.out_batch_stride;
+  a.out_ds = call.out_dim_stride;
+  a.b_bs = call.b_batch_stride;
+  a.b_gs = call.b_group_stride;
+  a.b_ns = call.b_state_stride;
+  a.c_bs = call.c_batch_stride;
+  a.c_gs = call.c_group_stride;
+  a.c_ns = call.c_state_stride;
+  const long long esize = (long long)dtype_size(d.x);
+  const long long vbytes = std::min<long long>(16, p.vec * esize);
+  auto ok = [&](CUdeviceptr base, std::initializer_list<long long> strides) {
+    if (base % vbytes != 0) {
+      return false;
+    }
+    for (long long s : strides) {
+      if ((s * esize) % vbytes != 0) {
+        return false;
+      }
+    }
+    return true;
+  };
+  bool vector_ok = d.L % p.vec == 0 && ok(call.u, {a.u_bs, a.u_ds}) &&
+                   ok(call.delta, {a.delta_bs, a.delta_ds}) && ok(call.out, {a.out_bs, a.out_ds});
+  if (d.has_z) {
+    vector_ok = vector_ok && ok(call.z, {a.z_bs, a.z_ds});
+  }
+  if (d.var_bc) {
+    vector_ok =
+        vector_ok && ok(call.B, {a.b_bs, a.b_gs, a.b_ns}) && ok(call.C, {a.c_bs, a.c_gs, a.c_ns});
+  }
+  a.vector_ok = vector_ok ? 1 : 0;
+  args.add(a);
+}
+
+void SelectiveScanOp::pack(const Config& config, const Problem& problem,
+                           const std::vector<CUdeviceptr>& t, ArgPack& args) const {
+  Dims d = dims(problem);
+  SelectiveScanCall c;
+  size_t i = 0;
+  c.u = t.at(i++);
+  c.delta = t.at(i++);
+  c.A = t.at(i++);
+  c.B = t.at(i++);
+  c.C = t.at(i++);
+  c.D = d.has_d ? t.at(i++) : 0;
+  c.z = d.has_z ? t.at(i++) : 0;
+  c.delta_bias = d.bias ? t.at(i++) : 0;
+  c.out = t.at(i++);
+  c.last_state = d.last_state ? t.at(i++) : 0;
+  c.u_dim_stride = c.delta_dim_stride = c.z_dim_stride = c.out_dim_stride = d.L;
+  c.u_batch_stride = c.delta_batch_stride = c.z_batch_stride = c.out_batch_stride = d.D * d.L;
+  c.b_state_stride = c.c_state_stride = d.L;
+  c.b_group_stride = c.c_group_stride = d.N * d.L;
+  c.b_batch_stride = c.c_batch_stride = d.G * d.N * d.L;
+  pack_call(config, problem, c, args);
+}
+
+std::string SelectiveScanOp::reference_kernel(const Problem& problem) const {
+  switch (dims(problem).x) {
+  case DType::f32:
+    return "selective_scan_ref_f32";
+  case DType::f16:
+    return "selective_scan_ref_f16";
+  case DType::bf16:
+    return "selective_scan_ref_bf16";
+  }
+  return "";
+}
+
+LaunchGeometry SelectiveScanOp::reference_geometry(const Problem& problem) const {
+  Dims d = dims(problem);
+  LaunchGeometry g;
+  g.block[0] = 128; // templates/selective_scan/reference.cuh indexes with 128
+  g.grid[0] = unsigned((d.B * d.D + 127) / 128);
+  return g;
+}
+
+void SelectiveScanOp::pack_reference(const Problem& problem, const std::vector<CUdeviceptr>& t,
+                                     const std::vector<CUdeviceptr>& ref, ArgPack& args) const {
+  Dims d = dims(problem);
+  size_t i = 0;
+  CUdeviceptr u = t.at(i++), delta = t.at(i++), A = t.at(i++), B = t.at(i++), C = t.at(i++);
+  CUdeviceptr D = d.has_d ? t.at(i++) : 0;
+  CUdeviceptr z = d.has_z ? t.at(i++) : 0;
+  CUdeviceptr bias = d.bias ? t.at(i++) : 0;
+  args.add(u);
+  args.add(delta);
+  args.add(A);
+  args.add(d.var_bc ? B : CUdeviceptr(0));
+  args.add(d.var_bc ? C : CUdeviceptr(0));
+  args.add(d.var_bc ? CUdeviceptr(0) : B);
+  args.add(d.var_bc ? CUdeviceptr(0) : C);
+  args.add(D);
+  args.add(z);
+  args.add(bias);
+  args.add(ref.at(0));
+  args.add(d.last_state ? ref.at(1) : CUdeviceptr(0));
+  args.add(int(d.B));
+  args.add(int(d.D));
+  args.add(int(d.L));
+  args.add(int(d.N));
+  args.add(int(d.G));
+  args.add(int(d.softplus));
+}
+
+double SelectiveScanOp::tolerance(const Problem& problem) const {
+  // The output's rounding dominates for 16-bit outputs (bf16 keeps 8 significant
+  // bits, fp16 11). fp32 sees ex2.approx / the polynomial (about 1e-7 per step),
+  // compounded over the steps a slowly decaying state remembers.
+  switch (dims(problem).x) {
+  case DType::bf16:
+    return 1e-2;
+  case DType::f16:
+    return 2e-3;
+  case DType::f32:
+    return 1e-4;
+  }
+  return 0;
+}
+
+double SelectiveScanOp::bytes(const Problem& problem) const {
+  Dims d = dims(problem);
+  const double row = double(d.B * d.D * d.L) * double(dtype_size(d.x));
+  double total = row * (3.0 + (d.has_z ? 1.0 : 0.0)); // u, delta, out (+ z)
+  if (d.var_bc) {
+    total += 2.0 * double(d.B * d.G * d.N * d.L) * double(dtype_size(d.x));
+  } else {
+    total += 2.0 * double(d.D * d.N) * 4.0;
+  }
+  total += double(d.D * d.N) * 4.0;                                            // A
+  total += double(d.D) * 4.0 * ((d.has_d ? 1.0 : 0.0) + (d.bias ? 1.0 : 0.0)); // D, bias
+  if (d.last_state) {
+    total += double(d.B * d.D * d.N) * 4.0;
+  }
+  return total;
+}
+
+double SelectiveScanOp::exponentials(const Problem& problem) const {
+  Dims d = dims(problem);
+  return double(d.B * d.D * d.L) * double(d.N);
+}
+
+} // namespace autotune

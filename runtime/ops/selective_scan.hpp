@@ -1,0 +1,66 @@
+// selective_scan: the Mamba-1 selective scan forward (see templates/selective_scan/kernel.cuh
+// for the recurrence). Problem fields: B, D, L, N, G, dtype (u/delta/z/out and
+// variable B/C), var_bc, delta_bias, softplus, has_d, has_z, last_state.
+#pragma once
+
+#include "op.hpp"
+
+namespace autotune {
+
+// Device pointers and strides of one call (elements, not bytes). u, delta, z, out
+// are [B, D, L] with a contiguous last dimension; variable B and C are [B, G, N, L]
+// with a contiguous last dimension; A [D, N], fixed B/C [D, N], D and delta_bias
+// [D] and last_state [B, D, N] are contiguous fp32.
+struct SelectiveScanCall {
+  CUdeviceptr u = 0, delta = 0, A = 0, B = 0, C = 0;
+  CUdeviceptr D = 0;          // 0 unless has_d
+  CUdeviceptr z = 0;          // 0 unless has_z
+  CUdeviceptr delta_bias = 0; // 0 unless delta_bias
+  CUdeviceptr out = 0;
+  CUdeviceptr last_state = 0; // 0 unless last_state
+  long long u_batch_stride = 0, u_dim_stride = 0;
+  long long delta_batch_stride = 0, delta_dim_stride = 0;
+  long long z_batch_stride = 0, z_dim_stride = 0;
+  long long out_batch_stride = 0, out_dim_stride = 0;
+  long long b_batch_stride = 0, b_group_stride = 0, b_state_stride = 0;
+  long long c_batch_stride = 0, c_group_stride = 0, c_state_stride = 0;
+};
+
+class SelectiveScanOp final : public Op {
+public:
+  const char* name() const override { return "selective_scan"; }
+  const char* kernel_name() const override { return "selective_scan_fwd"; }
+  const char* template_path() const override { return "selective_scan/kernel.cuh"; }
+  const char* space_path() const override { return "selective_scan/space.toml"; }
+  const char* reference_path() const override { return "selective_scan/reference.cuh"; }
+
+  std::vector<std::string> default_shapes() const override;
+  Problem make_problem(const Fields& shape) const override;
+  Result<bool> check(const Config& config, const Problem& problem,
+                     const std::string& arch) const override;
+  Result<bool> worth_measuring(const Config& config, const Problem& problem) const override;
+  std::vector<std::string> defines(const Config& config, const Problem& problem) const override;
+  LaunchGeometry geometry(const Config& config, const Problem& problem) const override;
+  std::vector<TensorSpec> tensors(const Problem& problem) const override;
+  void pack(const Config& config, const Problem& problem, const std::vector<CUdeviceptr>& tensors,
+            ArgPack& args) const override;
+  std::string reference_kernel(const Problem& problem) const override;
+  LaunchGeometry reference_geometry(const Problem& problem) const override;
+  void pack_reference(const Problem& problem, const std::vector<CUdeviceptr>& tensors,
+                      const std::vector<CUdeviceptr>& reference_outputs,
+                      ArgPack& args) const override;
+  double tolerance(const Problem& problem) const override;
+  double bytes(const Problem& problem) const override;
+  // Exponentials per call (B*D*L*N): with bytes(), the floor of the op on a GPU is
+  // max(bytes / copy bandwidth, exps / exp-unit rate).
+  double exponentials(const Problem& problem) const;
+
+  // Validates a user's call (null pointers, alignment, strides) before packing it.
+  void validate_call(const Problem& problem, const SelectiveScanCall& call) const;
+  void pack_call(const Config& config, const Problem& problem, const SelectiveScanCall& call,
+                 ArgPack& args) const;
+  // The states staged in shared memory at once for config and problem (0: none fit).
+  int state_slice(const Config& config, const Problem& problem) const;
+};
+
+} // namespace autotune

@@ -1,0 +1,425 @@
+// Attention forward (FlashAttention-2 structure, sm_80 and newer):
+//   O = softmax(scale * Q K^T + mask) V,  LSE = log sum_j exp(scale * q.k_j)  (optional)
+// The causal mask is bottom-right aligned: query i sees keys j <= i + Sk - Sq.
+// A query row that sees no key gets O = 0 and LSE = -inf.
+//
+// One block owns k_block_m query rows of one (batch, head); each warp owns
+// k_block_m / k_warps of them (one or two 16-row MMA tiles). K and V tiles of
+// k_block_n keys stream through shared memory with cp.async; S = Q K^T and O += P V
+// run on mma.sync m16n8k16 with fp32 accumulators; the softmax is online, in fp32,
+// with exp2 (scale folded with log2 e); P goes from the S accumulators straight into
+// the A operand of the P V product (no shared-memory round trip); O is rescaled
+// once per key tile and normalised once at the end. Key tiles are visited from the
+// last to the first, so the tiles that need masking come first.
+//
+// Compile-time parameters (NVRTC -D, set by runtime/ops/attention.cpp):
+//   AT_BLOCK_M   query rows per block: larger blocks reuse each K/V tile for more
+//                rows (less shared-memory traffic per FLOP), smaller ones make more
+//                blocks for small batch*heads and short sequences.
+//   AT_BLOCK_N   keys per tile: larger tiles amortise the per-tile softmax work
+//                and barriers, but cost registers (the S tile lives in registers).
+//   AT_WARPS     warps per block (4 or 8): rows per warp = BLOCK_M / WARPS, 16 to 64;
+//                32 rows per warp reuse each K/V fragment twice, 64 four times (less
+//                shared-memory traffic per MMA, more registers).
+//   AT_STAGES    1: FlashAttention-2's schedule (one K and one V buffer; V of this
+//                tile and K of the next load while the other product runs);
+//                2 or 3: K and V of the next tiles prefetched as a ring of buffers.
+//   AT_SWIZZLE   1: 16-byte chunks XOR-swizzled by row (no bank conflicts, no
+//                padding); 0: rows padded by 16 bytes.
+//   AT_Q_REGS    1: Q fragments loaded into registers once; 0: re-read from shared
+//                memory with ldmatrix for every key tile (fewer registers).
+//   AT_HEAD_DIM  64, 128 or 256; AT_CAUSAL, AT_LSE: 0/1; AT_T: at_bf16 or at_f16.
+#include "common/numeric.cuh"
+#include "attention/mma.cuh"
+
+#ifndef AT_BLOCK_M
+#error "AT_BLOCK_M must be defined"
+#endif
+
+typedef AT_T elem_t;
+
+constexpr int k_head_dim = AT_HEAD_DIM;
+constexpr int k_block_m = AT_BLOCK_M;
+constexpr int k_block_n = AT_BLOCK_N;
+constexpr int k_warps = AT_WARPS;
+constexpr int k_stages = AT_STAGES;
+constexpr bool k_swizzle = AT_SWIZZLE != 0;
+constexpr bool k_q_in_regs = AT_Q_REGS != 0;
+constexpr bool k_causal = AT_CAUSAL != 0;
+constexpr bool k_lse = AT_LSE != 0;
+
+constexpr int k_threads = 32 * k_warps;
+constexpr int k_warp_m = k_block_m / k_warps; // query rows per warp
+constexpr int k_m_tiles = k_warp_m / 16;      // 16-row MMA tiles per warp
+constexpr int k_n_tiles = k_block_n / 8;      // 8-key MMA tiles per key tile
+constexpr int k_d_tiles = k_head_dim / 8;     // 8-column MMA tiles of O
+constexpr int k_k_steps = k_head_dim / 16;    // k=16 steps of Q K^T
+constexpr int k_chunks = k_head_dim / 8;      // 16-byte chunks per row
+constexpr int k_row_elems = k_swizzle ? k_head_dim : k_head_dim + 8;
+constexpr int k_kv_tile_elems = k_block_n * k_row_elems;
+
+static_assert(k_warp_m % 16 == 0 && k_warp_m <= 64, "each warp owns 16, 32, 48 or 64 query rows");
+static_assert(k_block_n % 16 == 0, "key tiles are whole k=16 steps of P V");
+static_assert(k_head_dim % 16 == 0 && k_head_dim <= 256, "head dim");
+static_assert(k_stages >= 1 && k_stages <= 3, "pipeline stages");
+static_assert(k_threads % k_chunks == 0, "each thread loads one chunk column");
+static_assert(k_block_n % (k_threads / k_chunks) == 0 && k_block_m % (k_threads / k_chunks) == 0,
+              "tiles split evenly over threads");
+
+struct AttnArgs {
+  const elem_t* q;
+  const elem_t* k;
+  const elem_t* v;
+  elem_t* o;
+  float* lse; // [B, Hq, Sq] contiguous, or null when AT_LSE is 0
+  long long q_batch_stride, q_head_stride, q_seq_stride;
+  long long k_batch_stride, k_head_stride, k_seq_stride;
+  long long v_batch_stride, v_head_stride, v_seq_stride;
+  long long o_batch_stride, o_head_stride, o_seq_stride;
+  int heads_q;
+  int heads_kv;
+  int seq_q;
+  int seq_k;
+  float scale_log2; // softmax scale * log2(e)
+};
+
+// Element offset of 16-byte chunk `chunk` of row `row` in a shared-memory tile.
+__device__ __forceinline__ int tile_offset(int row, int chunk) {
+  if (k_swizzle) {
+    // ldmatrix reads one chunk column of 8 consecutive rows: XOR with row % 8 puts
+    // those 8 chunks in 8 different 4-bank groups.
+    return row * k_head_dim + ((chunk ^ (row & 7)) << 3);
+  }
+  return row * k_row_elems + (chunk << 3);
+}
+
+// ROWS x head_dim elements from global (row stride in elements) into a tile, as
+// cp.async 16-byte chunks; rows at or past rows_valid are zero-filled. Each thread
+// keeps one chunk column and steps down the rows, so its addresses are one base
+// plus multiples of a stride (few registers live across the main loop).
+template <int ROWS>
+__device__ __forceinline__ void load_tile(unsigned tile, const elem_t* src, long long row_stride,
+                                          int rows_valid) {
+  constexpr int k_row_step = k_threads / k_chunks;
+  constexpr int k_per_thread = ROWS / k_row_step;
+  const int chunk = static_cast<int>(threadIdx.x) % k_chunks;
+  const int row0 = static_cast<int>(threadIdx.x) / k_chunks;
+  const elem_t* p = src + row0 * row_stride + chunk * 8;
+  const long long step = k_row_step * row_stride;
+#pragma unroll
+  for (int i = 0; i < k_per_thread; ++i) {
+    const int row = row0 + i * k_row_step;
+    // A zero-filled chunk reads nothing, so p may point past the tensor there.
+    cp_async_16(tile + tile_offset(row, chunk) * static_cast<int>(sizeof(elem_t)), p,
+                row < rows_valid);
+    p += step;
+  }
+}
+
+// A fragments (16 rows x 16 columns) of the rows [row0, row0+16) of a tile at k step
+// ks. Addresses are 32-bit shared-window offsets from the tile's base, so most of
+// them fold into the instruction's immediate.
+__device__ __forceinline__ void load_a_fragment(unsigned (&a)[4], unsigned tile, int row0, int ks,
+                                                int lane) {
+  const int row = row0 + (lane & 7) + ((lane >> 3) & 1) * 8;
+  const int chunk = 2 * ks + (lane >> 4);
+  ldmatrix_x4(a, tile + tile_offset(row, chunk) * static_cast<int>(sizeof(elem_t)));
+}
+
+extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const AttnArgs args) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  elem_t* q_s = reinterpret_cast<elem_t*>(smem_raw);
+  elem_t* k_s = q_s + k_block_m * k_row_elems;
+  elem_t* v_s = k_s + k_stages * k_kv_tile_elems;
+  constexpr unsigned k_kv_tile_bytes = k_kv_tile_elems * sizeof(elem_t);
+  const unsigned q_base = smem_address(q_s);
+  const unsigned k_base = smem_address(k_s);
+  const unsigned v_base = smem_address(v_s);
+
+  // Blocks of the last query rows see the most keys under the causal mask: launch
+  // them first so that the short ones fill the tail.
+  const int m_block = static_cast<int>(gridDim.x - 1 - blockIdx.x);
+  const int head = static_cast<int>(blockIdx.y);
+  const int batch = static_cast<int>(blockIdx.z);
+  const int kv_head = head / (args.heads_q / args.heads_kv);
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = lane >> 2; // row within an 8-row group of an MMA fragment
+  const int t = lane & 3;  // column pair within an MMA fragment
+  const int m0 = m_block * k_block_m;
+  const int diag = args.seq_k - args.seq_q; // query i sees keys j <= i + diag when causal
+
+  int n_blocks = (args.seq_k + k_block_n - 1) / k_block_n;
+  if (k_causal) {
+    const int last_key = m0 + k_block_m - 1 + diag; // the last key any row here sees
+    n_blocks = min(n_blocks, last_key < 0 ? 0 : last_key / k_block_n + 1);
+  }
+
+  const elem_t* q_g = args.q + batch * args.q_batch_stride + head * args.q_head_stride +
+                      m0 * args.q_seq_stride;
+  const elem_t* k_g = args.k + batch * args.k_batch_stride + kv_head * args.k_head_stride;
+  const elem_t* v_g = args.v + batch * args.v_batch_stride + kv_head * args.v_head_stride;
+
+  auto load_k = [&](int n_block, int buffer) {
+    const int n0 = n_block * k_block_n;
+    load_tile<k_block_n>(k_base + buffer * k_kv_tile_bytes, k_g + n0 * args.k_seq_stride,
+                         args.k_seq_stride, args.seq_k - n0);
+  };
+  auto load_v = [&](int n_block, int buffer) {
+    const int n0 = n_block * k_block_n;
+    load_tile<k_block_n>(v_base + buffer * k_kv_tile_bytes, v_g + n0 * args.v_seq_stride,
+                         args.v_seq_stride, args.seq_k - n0);
+  };
+
+  // Prologue: Q, then the first key tiles (the last ones in key order).
+  load_tile<k_block_m>(q_base, q_g, args.q_seq_stride, args.seq_q - m0);
+  if (k_stages == 1) {
+    if (n_blocks > 0) {
+      load_k(n_blocks - 1, 0);
+    }
+    cp_async_commit();
+  } else {
+#pragma unroll
+    for (int s = 0; s < k_stages - 1; ++s) {
+      if (s < n_blocks) {
+        load_k(n_blocks - 1 - s, s);
+        load_v(n_blocks - 1 - s, s);
+      }
+      cp_async_commit(); // empty groups keep the group count uniform
+    }
+  }
+
+  float o[k_m_tiles][k_d_tiles][4];
+  float row_max[k_m_tiles][2]; // running max of the raw scores, rows g and g + 8
+  float row_sum[k_m_tiles][2]; // this thread's share of the running sum
+#pragma unroll
+  for (int mt = 0; mt < k_m_tiles; ++mt) {
+#pragma unroll
+    for (int dt = 0; dt < k_d_tiles; ++dt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        o[mt][dt][e] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      row_max[mt][h] = neg_inf();
+      row_sum[mt][h] = 0.0f;
+    }
+  }
+  unsigned q_frag[k_q_in_regs ? k_m_tiles : 1][k_q_in_regs ? k_k_steps : 1][4];
+  const int warp_row0 = warp * k_warp_m; // this warp's first row within the block
+
+  for (int it = 0; it < n_blocks; ++it) {
+    const int n_block = n_blocks - 1 - it;
+    const int n0 = n_block * k_block_n;
+    const int buffer = k_stages == 1 ? 0 : it % k_stages;
+    const unsigned k_tile = k_base + buffer * k_kv_tile_bytes;
+    const unsigned v_tile = v_base + buffer * k_kv_tile_bytes;
+
+    if (k_stages == 1) {
+      cp_async_wait<0>(); // K of this tile (and Q) landed
+      __syncthreads();    // ... for every thread; and everyone is done with the last V
+      load_v(n_block, 0);
+      cp_async_commit();
+    } else {
+      cp_async_wait<(k_stages >= 2 ? k_stages - 2 : 0)>();
+      __syncthreads(); // this tile landed; everyone is done with the buffer refilled next
+      const int ahead = it + k_stages - 1;
+      if (ahead < n_blocks) {
+        load_k(n_blocks - 1 - ahead, ahead % k_stages);
+        load_v(n_blocks - 1 - ahead, ahead % k_stages);
+      }
+      cp_async_commit();
+    }
+
+    if (k_q_in_regs && it == 0) {
+#pragma unroll
+      for (int mt = 0; mt < k_m_tiles; ++mt) {
+#pragma unroll
+        for (int ks = 0; ks < k_k_steps; ++ks) {
+          load_a_fragment(q_frag[k_q_in_regs ? mt : 0][k_q_in_regs ? ks : 0], q_base,
+                          warp_row0 + mt * 16, ks, lane);
+        }
+      }
+    }
+
+    // S = Q K^T for this warp's rows and the tile's keys.
+    float s[k_m_tiles][k_n_tiles][4];
+#pragma unroll
+    for (int mt = 0; mt < k_m_tiles; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < k_n_tiles; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[mt][nt][e] = 0.0f;
+        }
+      }
+    }
+#pragma unroll
+    for (int ks = 0; ks < k_k_steps; ++ks) {
+      unsigned qa[k_m_tiles][4];
+#pragma unroll
+      for (int mt = 0; mt < k_m_tiles; ++mt) {
+        if (k_q_in_regs) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            qa[mt][e] = q_frag[k_q_in_regs ? mt : 0][k_q_in_regs ? ks : 0][e];
+          }
+        } else {
+          load_a_fragment(qa[mt], q_base, warp_row0 + mt * 16, ks, lane);
+        }
+      }
+#pragma unroll
+      for (int np = 0; np < k_n_tiles / 2; ++np) {
+        // Two 8-key tiles x (k 0..7, k 8..15) of K rows as B fragments.
+        unsigned kb[4];
+        const int row = np * 16 + (lane & 7) + (lane >> 4) * 8;
+        const int chunk = 2 * ks + ((lane >> 3) & 1);
+        ldmatrix_x4(kb, k_tile + tile_offset(row, chunk) * static_cast<int>(sizeof(elem_t)));
+#pragma unroll
+        for (int mt = 0; mt < k_m_tiles; ++mt) {
+          mma_m16n8k16(s[mt][2 * np], qa[mt], kb[0], kb[1], elem_t{});
+          mma_m16n8k16(s[mt][2 * np + 1], qa[mt], kb[2], kb[3], elem_t{});
+        }
+      }
+    }
+
+    // Keys past the end, and (causal) keys after each row's diagonal.
+    const bool need_mask =
+        n0 + k_block_n > args.seq_k || (k_causal && n0 + k_block_n - 1 > m0 + diag);
+    if (need_mask) {
+#pragma unroll
+      for (int mt = 0; mt < k_m_tiles; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < k_n_tiles; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int row = m0 + warp_row0 + mt * 16 + g + (e >> 1) * 8;
+            const int col = n0 + nt * 8 + 2 * t + (e & 1);
+            if (col >= args.seq_k || (k_causal && col > row + diag)) {
+              s[mt][nt][e] = neg_inf();
+            }
+          }
+        }
+      }
+    }
+
+    if (k_stages == 1) {
+      // Before the softmax, as FlashAttention-2 does: the next K load then overlaps
+      // the softmax as well as P V.
+      cp_async_wait<0>(); // V of this tile landed
+      __syncthreads();    // ... for every thread; and everyone is done with K
+      if (it + 1 < n_blocks) {
+        load_k(n_block - 1, 0);
+      }
+      cp_async_commit();
+    }
+
+    // Online softmax: new row max, P = exp2(scale_log2 * (S - max)), O and the sum
+    // rescaled by exp2(scale_log2 * (old max - new max)).
+#pragma unroll
+    for (int mt = 0; mt < k_m_tiles; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = row_max[mt][h];
+#pragma unroll
+        for (int nt = 0; nt < k_n_tiles; ++nt) {
+          mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+        }
+        // The four threads of a quad hold one row between them.
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        // A row that has seen no key yet keeps max -inf: subtract 0 so that every
+        // exponent stays -inf (giving 0) instead of -inf - -inf = NaN.
+        const float max_scaled = mx == neg_inf() ? 0.0f : mx * args.scale_log2;
+        const float alpha = exp2_approx(row_max[mt][h] * args.scale_log2 - max_scaled);
+        row_max[mt][h] = mx;
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < k_n_tiles; ++nt) {
+#pragma unroll
+          for (int e = 2 * h; e < 2 * h + 2; ++e) {
+            const float p = exp2_approx(fmaf(s[mt][nt][e], args.scale_log2, -max_scaled));
+            s[mt][nt][e] = p;
+            sum += p;
+          }
+        }
+        row_sum[mt][h] = row_sum[mt][h] * alpha + sum;
+#pragma unroll
+        for (int dt = 0; dt < k_d_tiles; ++dt) {
+          o[mt][dt][2 * h] *= alpha;
+          o[mt][dt][2 * h + 1] *= alpha;
+        }
+      }
+    }
+
+    // O += P V, P taken from the S accumulators as 16-bit A fragments.
+#pragma unroll
+    for (int kc = 0; kc < k_block_n / 16; ++kc) {
+      unsigned pa[k_m_tiles][4];
+#pragma unroll
+      for (int mt = 0; mt < k_m_tiles; ++mt) {
+        pa[mt][0] = pack2(s[mt][2 * kc][0], s[mt][2 * kc][1], elem_t{});
+        pa[mt][1] = pack2(s[mt][2 * kc][2], s[mt][2 * kc][3], elem_t{});
+        pa[mt][2] = pack2(s[mt][2 * kc + 1][0], s[mt][2 * kc + 1][1], elem_t{});
+        pa[mt][3] = pack2(s[mt][2 * kc + 1][2], s[mt][2 * kc + 1][3], elem_t{});
+      }
+#pragma unroll
+      for (int dp = 0; dp < k_d_tiles / 2; ++dp) {
+        // Keys kc*16 .. +15 x two 8-column tiles of V, transposed into B fragments.
+        unsigned vb[4];
+        const int row = kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+        const int chunk = 2 * dp + (lane >> 4);
+        ldmatrix_x4_trans(vb, v_tile + tile_offset(row, chunk) * static_cast<int>(sizeof(elem_t)));
+#pragma unroll
+        for (int mt = 0; mt < k_m_tiles; ++mt) {
+          mma_m16n8k16(o[mt][2 * dp], pa[mt], vb[0], vb[1], elem_t{});
+          mma_m16n8k16(o[mt][2 * dp + 1], pa[mt], vb[2], vb[3], elem_t{});
+        }
+      }
+    }
+  }
+  cp_async_wait<0>(); // nothing may still write into shared memory we reuse below
+
+  // Epilogue: O / sum, staged through this warp's own rows of the Q tile (only this
+  // warp ever reads them) so that global stores are whole 16-byte chunks.
+#pragma unroll
+  for (int mt = 0; mt < k_m_tiles; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float sum = row_sum[mt][h];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      const int local_row = warp_row0 + mt * 16 + g + h * 8;
+#pragma unroll
+      for (int dt = 0; dt < k_d_tiles; ++dt) {
+        const unsigned packed =
+            pack2(o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv, elem_t{});
+        *reinterpret_cast<unsigned*>(q_s + tile_offset(local_row, dt) + 2 * t) = packed;
+      }
+      if (k_lse && t == 0 && m0 + local_row < args.seq_q) {
+        // ln(sum exp(scale*s)) = ln 2 * (max * scale_log2 + log2(sum of exp2 terms)).
+        const float lse = sum > 0.0f
+                              ? (row_max[mt][h] * args.scale_log2 + log2_approx(sum)) *
+                                    0.6931471805599453f
+                              : neg_inf();
+        args.lse[(static_cast<long long>(batch) * args.heads_q + head) * args.seq_q + m0 +
+                 local_row] = lse;
+      }
+    }
+  }
+  __syncwarp();
+  elem_t* o_g = args.o + batch * args.o_batch_stride + head * args.o_head_stride;
+#pragma unroll
+  for (int i = lane; i < k_warp_m * k_chunks; i += 32) {
+    const int local_row = warp_row0 + i / k_chunks;
+    const int chunk = i % k_chunks;
+    const int row = m0 + local_row;
+    if (row < args.seq_q) {
+      *reinterpret_cast<uint4*>(o_g + row * args.o_seq_stride + chunk * 8) =
+          *reinterpret_cast<const uint4*>(q_s + tile_offset(local_row, chunk));
+    }
+  }
+}

@@ -1,0 +1,414 @@
+// GPU tests for selective_scan: a spread of variants against a float64 CPU
+// reference over dtypes, N in {4..64}, groups, lengths that are no multiple of any
+// chunk and the optional parts on and off; the GPU reference kernel against the
+// same CPU reference; the tune -> store -> dispatch round trip; strided calls
+// through the runtime's default variant.
+#include "gpu_support.hpp"
+
+#include "runtime/dispatch/autotune.hpp"
+#include "runtime/dispatch/variant.hpp"
+#include "runtime/ops/selective_scan.hpp"
+#include "runtime/ops/space.hpp"
+#include "runtime/ops/templates.hpp"
+#include "tuner/compile.hpp"
+#include "tuner/progress.hpp"
+#include "tuner/tuner.hpp"
+
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+
+using namespace autotune;
+using namespace autotune::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+cuda::PrimaryContext& context() {
+  static cuda::PrimaryContext ctx(0);
+  ctx.make_current();
+  return ctx;
+}
+
+const SelectiveScanOp& scan_op() {
+  return static_cast<const SelectiveScanOp&>(find_op("selective_scan"));
+}
+
+struct ScanReference {
+  std::vector<double> out;  // [B, D, L]
+  std::vector<double> last; // [B, D, N]
+};
+
+// The recurrence in float64, in order, over contiguous host tensors named as in
+// SelectiveScanOp::tensors().
+ScanReference scan_reference(const Problem& p, const std::map<std::string, const HostTensor*>& t) {
+  const long long B = p.get_int("B"), D = p.get_int("D"), L = p.get_int("L"), N = p.get_int("N"),
+                  G = p.get_int("G");
+  const bool var_bc = p.get_int("var_bc") != 0, softplus = p.get_int("softplus") != 0;
+  auto opt = [&](const char* name) -> const HostTensor* {
+    auto it = t.find(name);
+    return it == t.end() ? nullptr : it->second;
+  };
+  const HostTensor &u = *t.at("u"), &delta = *t.at("delta"), &A = *t.at("A"), &Bt = *t.at("B"),
+                   &Ct = *t.at("C");
+  const HostTensor* Dt = p.get_int("has_d") ? opt("D") : nullptr;
+  const HostTensor* z = p.get_int("has_z") ? opt("z") : nullptr;
+  const HostTensor* bias = p.get_int("delta_bias") ? opt("delta_bias") : nullptr;
+  ScanReference r;
+  r.out.resize(size_t(B * D * L));
+  r.last.resize(size_t(B * D * N));
+  std::vector<double> h(static_cast<size_t>(N));
+  for (long long b = 0; b < B; ++b) {
+    for (long long d = 0; d < D; ++d) {
+      const long long g = d / (D / G);
+      std::fill(h.begin(), h.end(), 0.0);
+      for (long long t0 = 0; t0 < L; ++t0) {
+        const size_t row = size_t((b * D + d) * L + t0);
+        double x = double(delta.get(row)) + (bias ? double(bias->get(size_t(d))) : 0.0);
+        if (softplus) {
+          x = x > 20.0 ? x : std::log1p(std::exp(x));
+        }
+        const double uu = u.get(row);
+        double y = 0;
+        for (long long n = 0; n < N; ++n) {
+          const size_t bc = var_bc ? size_t(((b * G + g) * N + n) * L + t0) : size_t(d * N + n);
+          h[size_t(n)] = std::exp(x * double(A.get(size_t(d * N + n)))) * h[size_t(n)] +
+                         x * double(Bt.get(bc)) * uu;
+          y += double(Ct.get(bc)) * h[size_t(n)];
+        }
+        if (Dt) {
+          y += double(Dt->get(size_t(d))) * uu;
+        }
+        if (z) {
+          const double zz = z->get(row);
+          y *= zz / (1.0 + std::exp(-zz));
+        }
+        r.out[row] = y;
+      }
+      for (long long n = 0; n < N; ++n) {
+        r.last[size_t((b * D + d) * N + n)] = h[size_t(n)];
+      }
+    }
+  }
+  return r;
+}
+
+// One problem's tensors on host and device (inputs random in the op's ranges,
+// outputs NaN), with the float64 reference.
+struct ScanCase {
+  Problem problem;
+  std::vector<TensorSpec> specs;
+  std::vector<HostTensor> host;
+  std::vector<std::unique_ptr<DeviceTensor>> device;
+  ScanReference ref;
+
+  ScanCase(const std::string& shape, std::mt19937_64& rng)
+      : problem(scan_op().make_problem(parse_fields(shape, "shape"))),
+        specs(scan_op().tensors(problem)) {
+    std::map<std::string, const HostTensor*> named;
+    host.reserve(specs.size());
+    for (const auto& s : specs) {
+      host.emplace_back(s.dtype, s.elements);
+      if (s.output) {
+        host.back().poison();
+      } else {
+        host.back().randomize(rng, s.lo, s.hi);
+      }
+    }
+    for (size_t i = 0; i < specs.size(); ++i) {
+      named[specs[i].name] = &host[i];
+      device.push_back(std::make_unique<DeviceTensor>(host[i]));
+    }
+    ref = scan_reference(problem, named);
+  }
+
+  std::vector<CUdeviceptr> pointers() const {
+    std::vector<CUdeviceptr> out;
+    for (const auto& d : device) {
+      out.push_back(d->get());
+    }
+    return out;
+  }
+  size_t index(const std::string& name) const {
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (specs[i].name == name) {
+        return i;
+      }
+    }
+    throw Error(ErrorKind::internal, "no tensor " + name);
+  }
+  void poison_outputs() {
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (specs[i].output) {
+        host[i].poison();
+        device[i]->buffer.upload(host[i].bytes.data(), host[i].bytes.size());
+      }
+    }
+  }
+  // Largest relative error over the outputs after a launch.
+  double error() {
+    size_t o = index("out");
+    device[o]->download(host[o]);
+    double err = relative_error(host[o], ref.out);
+    if (problem.get_int("last_state")) {
+      size_t l = index("last_state");
+      device[l]->download(host[l]);
+      err = std::max(err, relative_error(host[l], ref.last));
+    }
+    return err;
+  }
+};
+
+fs::path temp_db() {
+  return fs::temp_directory_path() /
+         ("autotune-gpu-scan-" + std::to_string(::getpid()) + "-" + std::to_string(rand()) + ".db");
+}
+
+void launch(CUfunction f, const LaunchGeometry& g, ArgPack& args) {
+  if (g.dynamic_smem > 48 * 1024) {
+    cuda::allow_dynamic_smem(f, g.dynamic_smem);
+  }
+  AUTOTUNE_CU(cuda::driver().cuLaunchKernel(f, g.grid[0], g.grid[1], g.grid[2], g.block[0],
+                                            g.block[1], g.block[2], g.dynamic_smem, nullptr,
+                                            args.pointers(), nullptr));
+  AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+}
+
+// Configurations that between them take every path of the template: one to four
+// warps per scan group, state splits, both scans, items without padding (2, 4),
+// scalar and vector accesses, no / some / all exponentials on the polynomial,
+// register caps (minblocks), 16 channels per block, static + dynamic shared memory
+// over 48 KiB.
+const char* k_configs[] = {
+    "threads=32,items=16,cpb=1,nsplit=1,scan=shfl,vec=8,poly=0,minblocks=1",
+    "threads=128,items=16,cpb=4,nsplit=1,scan=shfl,vec=8,poly=2,minblocks=1",
+    "threads=128,items=8,cpb=2,nsplit=1,scan=shfl,vec=4,poly=8,minblocks=1",
+    "threads=128,items=8,cpb=1,nsplit=2,scan=shfl,vec=2,poly=1,minblocks=1",
+    "threads=256,items=4,cpb=2,nsplit=2,scan=shfl,vec=4,poly=0,minblocks=1",
+    "threads=128,items=4,cpb=1,nsplit=1,scan=shfl,vec=4,poly=3,minblocks=1",
+    "threads=64,items=16,cpb=1,nsplit=1,scan=smem,vec=8,poly=0,minblocks=1",
+    "threads=128,items=8,cpb=2,nsplit=2,scan=smem,vec=8,poly=3,minblocks=1",
+    "threads=64,items=2,cpb=2,nsplit=1,scan=shfl,vec=2,poly=4,minblocks=1",
+    "threads=32,items=16,cpb=1,nsplit=1,scan=shfl,vec=1,poly=0,minblocks=1",
+    "threads=256,items=8,cpb=8,nsplit=1,scan=shfl,vec=8,poly=1,minblocks=2",
+    "threads=512,items=8,cpb=16,nsplit=1,scan=shfl,vec=8,poly=0,minblocks=1",
+    "threads=256,items=16,cpb=4,nsplit=2,scan=shfl,vec=8,poly=0,minblocks=2",
+};
+
+} // namespace
+
+TEST_CASE("selective_scan variants match a float64 reference across dtypes, N, G and options") {
+  context();
+  const auto& op = scan_op();
+  cuda::DeviceInfo dev = cuda::query_device(0);
+  std::mt19937_64 rng(std::random_device{}());
+  const char* shapes[] = {
+      "B=2,D=8,L=1000,N=16,dtype=bf16", // the Mamba defaults; L no multiple of a chunk
+      "B=1,D=6,L=777,N=4,dtype=fp16,has_z=0,last_state=1", // odd L: scalar accesses
+      "B=2,D=8,L=1536,N=8,G=2,dtype=fp32,delta_bias=0,softplus=0,has_d=0,last_state=1",
+      "B=1,D=4,L=2100,N=32,G=4,dtype=bf16,last_state=1",
+      "B=1,D=3,L=300,N=64,var_bc=0,dtype=fp32,last_state=1",
+      "B=2,D=4,L=37,N=16,var_bc=0,dtype=bf16,softplus=0", // shorter than one chunk
+      "B=1,D=2,L=4096,N=16,dtype=fp32,last_state=1",      // many chunks: the carry in fp32
+      "B=1,D=4,L=512,N=64,G=2,dtype=fp16,last_state=1",
+  };
+  for (const char* shape : shapes) {
+    ScanCase k(shape, rng);
+    std::vector<Config> configs;
+    std::vector<VariantSource> sources;
+    for (const char* text : k_configs) {
+      Config c = parse_fields(text, "config");
+      if (op.check(c, k.problem, dev.arch())) {
+        configs.push_back(c);
+        sources.push_back(describe_variant(op, c, k.problem, dev.arch()));
+      }
+    }
+    REQUIRE(configs.size() >= 5);
+    std::vector<CompileJob> jobs;
+    for (const auto& s : sources) {
+      jobs.push_back({&s});
+    }
+    compile_all(jobs, default_jobs(), [](CompileJob&, size_t) {});
+    for (size_t i = 0; i < configs.size(); ++i) {
+      CAPTURE(shape);
+      CAPTURE(sources[i].config_id);
+      REQUIRE_MESSAGE(jobs[i].output.ok(),
+                      (jobs[i].output.ok() ? "" : jobs[i].output.failure().detail));
+      cuda::Module m = cuda::load_module(jobs[i].output->binary);
+      CUfunction f = cuda::get_function(m, op.kernel_name());
+      k.poison_outputs();
+      ArgPack args;
+      op.pack(configs[i], k.problem, k.pointers(), args);
+      launch(f, op.geometry(configs[i], k.problem), args);
+      double err = k.error();
+      CHECK(err <= op.tolerance(k.problem));
+    }
+    MESSAGE(shape << ": " << configs.size() << " variants checked");
+  }
+}
+
+TEST_CASE("the selective_scan GPU reference kernel agrees with the float64 CPU reference") {
+  context();
+  const auto& op = scan_op();
+  cuda::DeviceInfo dev = cuda::query_device(0);
+  cuda::CompileRequest r;
+  r.source = template_source(op.reference_path());
+  r.name = op.reference_path();
+  r.arch = dev.arch();
+  r.options = base_compile_options();
+  auto compiled = cuda::compile(r);
+  REQUIRE_MESSAGE(compiled.ok(), (compiled.ok() ? "" : compiled.failure().detail));
+  cuda::Module m = cuda::load_module(compiled->binary);
+  std::mt19937_64 rng(std::random_device{}());
+  for (const char* shape : {"B=2,D=8,L=1000,N=16,dtype=bf16,last_state=1",
+                            "B=1,D=4,L=600,N=64,G=2,dtype=fp32,softplus=0,has_z=0,last_state=1",
+                            "B=2,D=3,L=100,N=4,var_bc=0,dtype=fp16,has_d=0,last_state=1"}) {
+    CAPTURE(shape);
+    ScanCase k(shape, rng);
+    std::vector<cuda::DeviceBuffer> refs;
+    std::vector<CUdeviceptr> ref_ptrs;
+    refs.emplace_back(k.ref.out.size() * 4);
+    refs.emplace_back(k.ref.last.size() * 4);
+    ref_ptrs = {refs[0].get(), refs[1].get()};
+    ArgPack args;
+    op.pack_reference(k.problem, k.pointers(), ref_ptrs, args);
+    CUfunction f = cuda::get_function(m, op.reference_kernel(k.problem).c_str());
+    launch(f, op.reference_geometry(k.problem), args);
+    HostTensor out(DType::f32, k.ref.out.size()), last(DType::f32, k.ref.last.size());
+    refs[0].download(out.bytes.data(), out.bytes.size());
+    refs[1].download(last.bytes.data(), last.bytes.size());
+    CHECK(relative_error(out, k.ref.out) <= 1e-5);
+    CHECK(relative_error(last, k.ref.last) <= 1e-5);
+  }
+}
+
+TEST_CASE("tuning selective_scan stores a winner that the runtime then dispatches") {
+  context();
+  fs::path db = temp_db();
+  const std::string shape = "B=2,D=64,L=2048,N=16,dtype=bf16";
+  TuneOptions o;
+  o.op = "selective_scan";
+  o.shapes = {shape};
+  o.db_path = db.string();
+  o.param_overrides = {{"threads", "32|128"}, {"items", "8|16"}, {"poly", "0|2"}};
+  Progress quiet(false);
+  TuneReport first = tune(o, quiet);
+  REQUIRE(first.problems.size() == 1);
+  const ProblemReport& p = first.problems[0];
+  REQUIRE(p.winner.has_value());
+  for (const auto& v : p.variants) {
+    CHECK_MESSAGE(v.outcome == cache::Outcome::ok, v.config << ": " << v.message);
+  }
+
+  std::mt19937_64 rng(std::random_device{}());
+  ScanCase k(shape, rng);
+  RuntimeOptions ro;
+  ro.database = db.string();
+  ro.require_tuned = true;
+  Runtime rt(ro);
+  auto vp = [&](const char* name) {
+    return reinterpret_cast<void*>(k.device[k.index(name)]->get());
+  };
+  SelectiveScanArgs a;
+  a.u = vp("u");
+  a.delta = vp("delta");
+  a.A = static_cast<const float*>(vp("A"));
+  a.B = vp("B");
+  a.C = vp("C");
+  a.D = static_cast<const float*>(vp("D"));
+  a.z = vp("z");
+  a.delta_bias = static_cast<const float*>(vp("delta_bias"));
+  a.out = vp("out");
+  a.batch = 2;
+  a.dim = 64;
+  a.length = 2048;
+  a.dstate = 16;
+  Selection s = rt.select_selective_scan(a);
+  CHECK(s.source == "tuned");
+  CHECK(s.variant == p.winner_config);
+  rt.selective_scan(a);
+  AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+  CHECK(k.error() <= 1e-2);
+
+  a.length = 2047; // not tuned: require_tuned refuses instead of falling back
+  CHECK_THROWS_WITH_AS(rt.selective_scan(a), doctest::Contains("nothing tuned"), Error);
+  fs::remove(db);
+  fs::remove(db.string() + "-wal");
+  fs::remove(db.string() + "-shm");
+}
+
+TEST_CASE("the runtime's default selective_scan variant handles strided tensors") {
+  context();
+  std::mt19937_64 rng(std::random_device{}());
+  // Contiguous case for the reference; the device copies get padded rows.
+  const long long B = 2, D = 6, L = 640, N = 8, G = 2, pad = 24;
+  ScanCase k("B=2,D=6,L=640,N=8,G=2,dtype=fp16,last_state=1", rng);
+  auto padded = [&](const HostTensor& h, long long rows) {
+    HostTensor p(h.type, size_t(rows * (L + pad)));
+    p.poison();
+    for (long long r = 0; r < rows; ++r) {
+      for (long long t = 0; t < L; ++t) {
+        p.set(size_t(r * (L + pad) + t), h.get(size_t(r * L + t)));
+      }
+    }
+    return p;
+  };
+  HostTensor u = padded(k.host[k.index("u")], B * D);
+  HostTensor delta = padded(k.host[k.index("delta")], B * D);
+  HostTensor z = padded(k.host[k.index("z")], B * D);
+  HostTensor bm = padded(k.host[k.index("B")], B * G * N);
+  HostTensor cm = padded(k.host[k.index("C")], B * G * N);
+  HostTensor out(DType::f16, size_t(B * D * L));
+  out.poison();
+  DeviceTensor du(u), dd(delta), dz(z), db(bm), dc(cm), dout(out);
+  HostTensor last(DType::f32, size_t(B * D * N));
+  last.poison();
+  DeviceTensor dlast(last);
+  RuntimeOptions ro;
+  ro.database = (fs::temp_directory_path() / "autotune-does-not-exist.db").string();
+  Runtime rt(ro);
+  auto vp = [&](const char* name) {
+    return reinterpret_cast<void*>(k.device[k.index(name)]->get());
+  };
+  auto ptr = [](const DeviceTensor& t) { return reinterpret_cast<void*>(t.get()); };
+  SelectiveScanArgs a;
+  a.u = ptr(du);
+  a.delta = ptr(dd);
+  a.z = ptr(dz);
+  a.B = ptr(db);
+  a.C = ptr(dc);
+  a.A = static_cast<const float*>(vp("A"));
+  a.D = static_cast<const float*>(vp("D"));
+  a.delta_bias = static_cast<const float*>(vp("delta_bias"));
+  a.out = ptr(dout);
+  a.last_state = static_cast<float*>(ptr(dlast));
+  a.batch = B;
+  a.dim = D;
+  a.length = L;
+  a.dstate = N;
+  a.groups = G;
+  a.type = ElementType::fp16;
+  for (auto* s : {a.u_strides, a.delta_strides, a.z_strides}) {
+    s[0] = D * (L + pad);
+    s[1] = L + pad;
+  }
+  for (auto* s : {a.b_strides, a.c_strides}) {
+    s[0] = G * N * (L + pad);
+    s[1] = N * (L + pad);
+    s[2] = L + pad;
+  }
+  CHECK(rt.select_selective_scan(a).source == "default");
+  rt.selective_scan(a);
+  AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+  dout.download(out);
+  dlast.download(last);
+  CHECK(relative_error(out, k.ref.out) <= 2e-3);
+  CHECK(relative_error(last, k.ref.last) <= 1e-4);
+
+  SUBCASE("bad arguments are refused before launching") {
+    a.out = nullptr;
+    CHECK_THROWS_WITH_AS(rt.selective_scan(a), doctest::Contains("null pointer"), Error);
+  }
+}

@@ -1,0 +1,152 @@
+#include "runtime/base/error.hpp"
+#include "runtime/dispatch/variant.hpp"
+#include "runtime/ops/attention.hpp"
+#include "runtime/ops/space.hpp"
+#include "runtime/ops/templates.hpp"
+
+#include <doctest/doctest.h>
+
+using namespace autotune;
+
+namespace {
+const AttentionOp& attn() { return static_cast<const AttentionOp&>(find_op("attention")); }
+Problem problem(const std::string& shape) { return attn().make_problem(parse_fields(shape, "t")); }
+Config config(const std::string& text) { return parse_fields(text, "config"); }
+const char* k_fa2 = "block_m=128,block_n=64,warps=4,stages=1,swizzle=xor,q=smem";
+} // namespace
+
+TEST_CASE("attention problems are canonical, with documented defaults") {
+  Problem p = problem("B=8,H=16,S=2048,D=128");
+  CHECK(p.key() == "B=8,Hq=16,Hkv=16,Sq=2048,Sk=2048,D=128,causal=0,dtype=bf16,lse=0,layout=bshd");
+  CHECK(problem("B=1,Hq=32,Hkv=8,Sq=3,Sk=70,D=64,causal=true,dtype=float16,lse=1,layout=bhsd")
+            .key() == "B=1,Hq=32,Hkv=8,Sq=3,Sk=70,D=64,causal=1,dtype=fp16,lse=1,layout=bhsd");
+  CHECK(attn().default_shapes().size() == 51);
+  for (const auto& s : attn().default_shapes()) {
+    CHECK_NOTHROW(problem(s));
+  }
+}
+
+TEST_CASE("bad attention shapes are rejected with the field named") {
+  CHECK_THROWS_WITH_AS(problem("B=1,H=4,S=8,D=96"), doctest::Contains("D=96 is not supported"),
+                       Error);
+  CHECK_THROWS_WITH_AS(problem("B=1,Hq=6,Hkv=4,S=8,D=64"),
+                       doctest::Contains("not a multiple of Hkv"), Error);
+  CHECK_THROWS_WITH_AS(problem("B=1,H=4,D=64"), doctest::Contains("missing field 'Sq'"), Error);
+  CHECK_THROWS_WITH_AS(problem("B=1,H=4,S=8,D=64,window=3"), doctest::Contains("unknown field"),
+                       Error);
+  CHECK_THROWS_WITH_AS(problem("B=1,H=4,S=8,D=64,dtype=fp32"), doctest::Contains("fp32"), Error);
+  CHECK_THROWS_WITH_AS(problem("B=1,H=4,S=8,D=64,layout=sbhd"), doctest::Contains("layout"),
+                       Error);
+}
+
+TEST_CASE("attention configuration constraints drop what cannot run") {
+  Problem d128 = problem("B=8,H=16,S=2048,D=128");
+  CHECK(attn().check(config(k_fa2), d128, "sm_80"));
+  SUBCASE("rows per warp") {
+    auto r = attn().check(config("block_m=64,block_n=64,warps=8,stages=1,swizzle=xor,q=smem"),
+                          d128, "sm_90a");
+    REQUIRE_FALSE(r);
+    CHECK(r.failure().message.find("query rows") != std::string::npos);
+  }
+  SUBCASE("registers") {
+    auto r = attn().check(config("block_m=128,block_n=128,warps=4,stages=1,swizzle=xor,q=regs"),
+                          d128, "sm_90a");
+    REQUIRE_FALSE(r);
+    CHECK(r.failure().message.find("registers") != std::string::npos);
+  }
+  SUBCASE("shared memory depends on the arch") {
+    Config c = config("block_m=128,block_n=64,warps=8,stages=3,swizzle=xor,q=smem");
+    CHECK(attn().check(c, d128, "sm_90a"));
+    auto r = attn().check(c, d128, "sm_86");
+    REQUIRE_FALSE(r);
+    CHECK(r.failure().message.find("shared memory") != std::string::npos);
+  }
+  SUBCASE("the default variant runs every head dim on every arch") {
+    Space space = parse_space(template_file(attn().space_path()), attn().space_path());
+    for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90a", "sm_120"}) {
+      for (const char* d : {"64", "128", "256"}) {
+        CHECK(attn().check(space.default_config,
+                           problem(std::string("B=1,H=2,S=100,D=") + d + ",causal=1"), arch));
+      }
+    }
+  }
+  SUBCASE("unknown parameters are configuration errors") {
+    CHECK_THROWS_AS(attn().check(config("block_m=128,block_n=64,warps=4,stages=1,swizzle=xor,"
+                                        "q=smem,splits=2"),
+                                 d128, "sm_90a"),
+                    Error);
+  }
+}
+
+TEST_CASE("attention geometry, tensors and FLOPs follow the problem") {
+  Problem p = problem("B=3,Hq=8,Hkv=2,Sq=1000,Sk=1000,D=64,causal=1,lse=1");
+  LaunchGeometry g = attn().geometry(config(k_fa2), p);
+  CHECK(g.block[0] == 128);
+  CHECK(g.grid[0] == 8); // ceil(1000 / 128)
+  CHECK(g.grid[1] == 8);
+  CHECK(g.grid[2] == 3);
+  CHECK(g.dynamic_smem == (128 + 2 * 64) * 64 * 2);
+  auto t = attn().tensors(p);
+  REQUIRE(t.size() == 5);
+  CHECK(t[1].elements == size_t(3 * 2 * 1000 * 64));
+  CHECK(t[4].name == "lse");
+  CHECK(t[4].dtype == DType::f32);
+  CHECK(attn().flops(p) == doctest::Approx(4.0 * 3 * 8 * 1000 * 1000 * 64 / 2));
+  CHECK_FALSE(attn().memory_bound());
+  // Bottom-right causal with Sq < Sk: query i sees i + Sk - Sq + 1 keys.
+  Problem r = problem("B=1,H=1,Sq=2,Sk=5,D=64,causal=1");
+  CHECK(attn().flops(r) == doctest::Approx(4.0 * (4 + 5) * 64));
+  AttentionOp::Strides bshd = AttentionOp::contiguous_strides(p, 8, 1000);
+  CHECK(bshd.seq == 8 * 64);
+  CHECK(bshd.head == 64);
+}
+
+TEST_CASE("an attention call is validated before anything launches") {
+  Problem p = problem("B=2,H=4,S=16,D=64,layout=bhsd");
+  AttentionCall c;
+  c.q = c.k = c.v = 0x10000;
+  c.o = 0x40000;
+  auto set = [](long long& b, long long& h, long long& s) {
+    b = 4 * 16 * 64;
+    h = 16 * 64;
+    s = 64;
+  };
+  set(c.q_batch_stride, c.q_head_stride, c.q_seq_stride);
+  set(c.k_batch_stride, c.k_head_stride, c.k_seq_stride);
+  set(c.v_batch_stride, c.v_head_stride, c.v_seq_stride);
+  set(c.o_batch_stride, c.o_head_stride, c.o_seq_stride);
+  CHECK_NOTHROW(attn().validate_call(p, c));
+  SUBCASE("null output") {
+    c.o = 0;
+    CHECK_THROWS_WITH_AS(attn().validate_call(p, c), doctest::Contains("o is a null pointer"),
+                         Error);
+  }
+  SUBCASE("overlapping output rows") {
+    c.o_head_stride = 64;
+    CHECK_THROWS_WITH_AS(attn().validate_call(p, c), doctest::Contains("overlap"), Error);
+  }
+  SUBCASE("strides that break 16-byte rows") {
+    c.k_seq_stride = 68;
+    CHECK_THROWS_WITH_AS(attn().validate_call(p, c), doctest::Contains("16-byte"), Error);
+  }
+  SUBCASE("lse without the problem asking for it") {
+    c.lse = 0x80000;
+    CHECK_THROWS_WITH_AS(attn().validate_call(p, c), doctest::Contains("lse"), Error);
+  }
+}
+
+TEST_CASE("attention variants compile for every target arch") {
+  // One variant per arch keeps this cheap (an attention kernel takes about a
+  // second of NVRTC); sm_90a and sm_120 are the ends of the range.
+  Problem p = problem("B=1,Hq=8,Hkv=2,Sq=100,Sk=300,D=128,causal=1,lse=1,dtype=fp16");
+  for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90a", "sm_120"}) {
+    CAPTURE(arch);
+    Config c = config(std::string(arch) == "sm_90a" ? k_fa2
+                                                    : "block_m=64,block_n=64,warps=4,stages=2,"
+                                                      "swizzle=pad,q=regs");
+    REQUIRE(attn().check(c, p, arch));
+    auto out = compile_variant(describe_variant(attn(), c, p, arch));
+    REQUIRE_MESSAGE(out.ok(), (out.ok() ? "" : out.failure().detail));
+    CHECK(!out->binary.empty());
+  }
+}

@@ -1,0 +1,188 @@
+#include "runtime/base/error.hpp"
+#include "runtime/dispatch/variant.hpp"
+#include "runtime/ops/selective_scan.hpp"
+#include "runtime/ops/space.hpp"
+#include "runtime/ops/templates.hpp"
+
+#include <doctest/doctest.h>
+
+using namespace autotune;
+
+namespace {
+const SelectiveScanOp& scan() {
+  return static_cast<const SelectiveScanOp&>(find_op("selective_scan"));
+}
+Problem problem(const std::string& shape) {
+  return scan().make_problem(parse_fields(shape, "t"));
+}
+Config config(const std::string& text) {
+  return parse_fields(text, "config");
+}
+const char* k_default = "threads=32,items=16,cpb=1,nsplit=1,scan=shfl,vec=8,poly=0,minblocks=1";
+} // namespace
+
+TEST_CASE("selective_scan problems are canonical, with the Mamba-1 defaults") {
+  CHECK(problem("N=16,L=2048,D=2048,B=8").key() ==
+        "B=8,D=2048,L=2048,N=16,G=1,dtype=bf16,var_bc=1,delta_bias=1,softplus=1,has_d=1,"
+        "has_z=1,last_state=0");
+  CHECK(problem("B=1,D=4,L=3,N=4,G=2,dtype=float32,has_z=false,last_state=true").key() ==
+        "B=1,D=4,L=3,N=4,G=2,dtype=fp32,var_bc=1,delta_bias=1,softplus=1,has_d=1,has_z=0,"
+        "last_state=1");
+  for (const auto& s : scan().default_shapes()) {
+    CHECK_NOTHROW(problem(s));
+  }
+}
+
+TEST_CASE("bad selective_scan shapes are rejected with the field named") {
+  CHECK_THROWS_WITH_AS(problem("B=8,D=64,L=10"), doctest::Contains("missing field 'N'"), Error);
+  CHECK_THROWS_WITH_AS(problem("B=8,D=64,L=10,N=128"), doctest::Contains("out of range"), Error);
+  CHECK_THROWS_WITH_AS(problem("B=8,D=64,L=10,N=16,G=3"), doctest::Contains("must divide D"),
+                       Error);
+  CHECK_THROWS_WITH_AS(problem("B=8,D=64,L=10,N=16,G=2,var_bc=0"),
+                       doctest::Contains("needs variable B/C"), Error);
+  CHECK_THROWS_WITH_AS(problem("B=8,D=64,L=10,N=16,W=4"), doctest::Contains("unknown field 'W'"),
+                       Error);
+  CHECK_THROWS_WITH_AS(problem("B=8,D=64,L=10,N=16,has_z=2"), doctest::Contains("must be 0 or 1"),
+                       Error);
+}
+
+TEST_CASE("selective_scan configuration constraints drop what cannot run") {
+  Problem p = problem("B=8,D=2048,L=2048,N=16");
+  CHECK(scan().check(config(k_default), p, "sm_90a"));
+  CHECK(
+      scan().check(config("threads=128,items=16,cpb=4,nsplit=1,scan=shfl,vec=8,poly=2,minblocks=1"),
+                   p, "sm_90a"));
+  SUBCASE("scan groups must be whole warps") {
+    auto r =
+        scan().check(config("threads=64,items=8,cpb=2,nsplit=2,scan=shfl,vec=8,poly=0,minblocks=1"),
+                     p, "sm_90a");
+    REQUIRE_FALSE(r);
+    CHECK(r.failure().message.find("whole warps") != std::string::npos);
+  }
+  SUBCASE("vectors must divide a thread's steps") {
+    CHECK_FALSE(
+        scan().check(config("threads=32,items=4,cpb=1,nsplit=1,scan=shfl,vec=8,poly=0,minblocks=1"),
+                     p, "sm_90a"));
+  }
+  SUBCASE("channels of a block share one B/C group") {
+    Problem g = problem("B=1,D=12,L=64,N=16,G=4"); // 3 channels per group
+    auto r =
+        scan().check(config("threads=64,items=8,cpb=2,nsplit=1,scan=shfl,vec=8,poly=0,minblocks=1"),
+                     g, "sm_90a");
+    REQUIRE_FALSE(r);
+    CHECK(r.failure().message.find("cpb must divide D/G") != std::string::npos);
+  }
+  SUBCASE("the default variant runs every accepted problem") {
+    for (const char* s :
+         {"B=1,D=1,L=1,N=1", "B=3,D=7,L=5,N=64,G=7,dtype=fp32", "B=1,D=5,L=9,N=33,var_bc=0"}) {
+      CAPTURE(s);
+      CHECK(scan().check(config(k_default), problem(s), "sm_80"));
+    }
+  }
+  SUBCASE("the staged states shrink to fit 48 KiB") {
+    Problem big = problem("B=1,D=64,L=4096,N=64,dtype=fp32");
+    // 2 x 64 states x 640 words of fp32 exceed the 96 KiB staging budget.
+    int slice = scan().state_slice(config(k_default), big);
+    CHECK(slice >= 1);
+    CHECK(slice < 64);
+    CHECK(64 % slice == 0);
+  }
+  SUBCASE("tuning skips the shared-memory scan with a polynomial share") {
+    Config c = config("threads=64,items=8,cpb=1,nsplit=1,scan=smem,vec=8,poly=2,minblocks=1");
+    CHECK(scan().check(c, p, "sm_90a"));
+    CHECK_FALSE(scan().worth_measuring(c, p));
+  }
+  SUBCASE("register caps that would spill are not measured") {
+    Config c = config("threads=512,items=8,cpb=16,nsplit=1,scan=shfl,vec=8,poly=0,minblocks=2");
+    CHECK(scan().check(c, p, "sm_90a"));
+    CHECK_FALSE(scan().worth_measuring(c, p));
+  }
+  SUBCASE("more than 48 KiB of shared memory is dynamic, within every arch's limit") {
+    LaunchGeometry g = scan().geometry(config(k_default), p);
+    CHECK(g.dynamic_smem == 2 * 16 * 32 * (16 + 4) * 4); // all 16 states staged at once
+    Config big = config("threads=512,items=16,cpb=4,nsplit=2,scan=smem,vec=8,poly=0,minblocks=1");
+    for (const char* arch : {"sm_80", "sm_89", "sm_90a", "sm_120"}) {
+      CAPTURE(arch);
+      CHECK(scan().check(big, p, arch));
+    }
+  }
+  SUBCASE("unknown parameters are configuration errors") {
+    CHECK_THROWS_AS(scan().check(config("threads=32,items=16,cpb=1,nsplit=1,scan=fast,vec=8,"
+                                        "poly=0,minblocks=1"),
+                                 p, "sm_90a"),
+                    Error);
+  }
+}
+
+TEST_CASE("selective_scan geometry, tensors and effective bytes follow the problem") {
+  Problem p = problem("B=3,D=10,L=1000,N=16");
+  LaunchGeometry g = scan().geometry(config("threads=128,items=8,cpb=4,nsplit=1,scan=shfl,vec=8,"
+                                            "poly=0,minblocks=1"),
+                                     p);
+  CHECK(g.block[0] == 128);
+  CHECK(g.grid[0] == 3 * 3); // ceil(10 / 4) channel blocks per batch
+  auto t = scan().tensors(p);
+  REQUIRE(t.size() == 9); // u delta A B C D z delta_bias out
+  CHECK(t[3].name == "B");
+  CHECK(t[3].bytes() == 3 * 1 * 16 * 1000 * 2);
+  CHECK(t.back().output);
+  // bench/shapes.toml: 4*B*D*L*2 + 2*B*N*L*2, plus A, D and delta_bias (fp32).
+  Problem bench = problem("B=8,D=2048,L=2048,N=16");
+  CHECK(scan().bytes(bench) == doctest::Approx(4.0 * 8 * 2048 * 2048 * 2 + 2.0 * 8 * 16 * 2048 * 2 +
+                                               2048 * 16 * 4 + 2 * 2048 * 4));
+  CHECK(scan().exponentials(bench) == doctest::Approx(8.0 * 2048 * 2048 * 16));
+  auto fixed = scan().tensors(problem("B=1,D=4,L=8,N=4,var_bc=0,has_z=0,last_state=1"));
+  CHECK(fixed[3].dtype == DType::f32);
+  CHECK(fixed[3].elements == 16);
+  CHECK(fixed.back().name == "last_state");
+}
+
+TEST_CASE("a selective_scan call is validated before anything launches") {
+  Problem p = problem("B=2,D=8,L=16,N=4,has_z=0");
+  SelectiveScanCall c;
+  c.u = 0x10000, c.delta = 0x20000, c.A = 0x30000, c.B = 0x40000, c.C = 0x50000;
+  c.D = 0x60000, c.delta_bias = 0x70000, c.out = 0x80000;
+  c.u_dim_stride = c.delta_dim_stride = c.out_dim_stride = 16;
+  c.u_batch_stride = c.delta_batch_stride = c.out_batch_stride = 128;
+  c.b_state_stride = c.c_state_stride = 16;
+  c.b_group_stride = c.c_group_stride = 64;
+  c.b_batch_stride = c.c_batch_stride = 64;
+  CHECK_NOTHROW(scan().validate_call(p, c));
+  SUBCASE("null output") {
+    c.out = 0;
+    CHECK_THROWS_WITH_AS(scan().validate_call(p, c), doctest::Contains("out is a null pointer"),
+                         Error);
+  }
+  SUBCASE("a gate the problem does not have") {
+    c.z = 0x90000;
+    CHECK_THROWS_WITH_AS(scan().validate_call(p, c), doctest::Contains("has_z=0"), Error);
+  }
+  SUBCASE("overlapping rows") {
+    c.out_dim_stride = 8;
+    CHECK_THROWS_WITH_AS(scan().validate_call(p, c), doctest::Contains("overlap"), Error);
+  }
+  SUBCASE("misaligned pointer") {
+    c.u = 0x10001;
+    CHECK_THROWS_WITH_AS(scan().validate_call(p, c), doctest::Contains("not aligned"), Error);
+  }
+}
+
+TEST_CASE("NVRTC compiles selective_scan for sm_80, sm_89, sm_90a and sm_120 without a GPU") {
+  // A handful of compiles only: each takes about a second on one core.
+  const Op& op = scan();
+  Problem bench = problem("B=8,D=2048,L=2048,N=16");
+  for (const char* arch : {"sm_80", "sm_89", "sm_90a", "sm_120"}) {
+    CAPTURE(arch);
+    VariantSource v = describe_variant(op, config(k_default), bench, arch);
+    auto out = compile_variant(v);
+    REQUIRE_MESSAGE(out.ok(), (out.ok() ? "" : out.failure().message + out.failure().detail));
+    CHECK(out->binary.substr(1, 3) == "ELF");
+  }
+  // The other paths: shared-memory scan, split states, fixed B/C, all optional parts.
+  Problem other = problem("B=2,D=8,L=100,N=8,var_bc=0,dtype=fp32,last_state=1");
+  VariantSource v = describe_variant(
+      op, config("threads=128,items=4,cpb=2,nsplit=2,scan=smem,vec=4,poly=8,minblocks=1"), other,
+      "sm_90a");
+  auto out = compile_variant(v);
+  REQUIRE_MESSAGE(out.ok(), (out.ok() ? "" : out.failure().message + out.failure().detail));
+}
