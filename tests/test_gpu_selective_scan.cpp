@@ -180,7 +180,7 @@ void launch(CUfunction f, const LaunchGeometry& g, ArgPack& args) {
 // warps per scan group, state splits, both scans, items without padding (2, 4),
 // scalar and vector accesses, no / some / all exponentials on the polynomial,
 // register caps (minblocks), 16 channels per block, static + dynamic shared memory
-// over 48 KiB.
+// over 48 KiB; then the state-parallel form.
 const char* k_configs[] = {
     "threads=32,items=16,cpb=1,nsplit=1,scan=shfl,vec=8,poly=0,minblocks=1",
     "threads=128,items=16,cpb=4,nsplit=1,scan=shfl,vec=8,poly=2,minblocks=1",
@@ -195,6 +195,18 @@ const char* k_configs[] = {
     "threads=256,items=8,cpb=8,nsplit=1,scan=shfl,vec=8,poly=1,minblocks=2",
     "threads=512,items=8,cpb=16,nsplit=1,scan=shfl,vec=8,poly=0,minblocks=1",
     "threads=256,items=16,cpb=4,nsplit=2,scan=shfl,vec=8,poly=0,minblocks=2",
+    // The state-parallel form: 1 to 32 lanes per channel (1 to 16 states per lane),
+    // chunks of 16 to 64 steps, 4- and 8-wide vectors, a block wider than D (idle
+    // channels), 3 warps, one channel per block (groups of one channel).
+    "threads=128,items=32,cpb=16,nsplit=8,scan=state,vec=8,poly=0,minblocks=1",
+    "threads=64,items=16,cpb=16,nsplit=4,scan=state,vec=4,poly=3,minblocks=1",
+    "threads=32,items=64,cpb=2,nsplit=16,scan=state,vec=8,poly=8,minblocks=1",
+    "threads=256,items=16,cpb=64,nsplit=4,scan=state,vec=8,poly=1,minblocks=2",
+    "threads=96,items=24,cpb=3,nsplit=32,scan=state,vec=8,poly=2,minblocks=1",
+    "threads=32,items=16,cpb=32,nsplit=1,scan=state,vec=4,poly=0,minblocks=1",
+    "threads=32,items=32,cpb=4,nsplit=8,scan=state,vec=4,poly=0,minblocks=1",
+    "threads=32,items=16,cpb=1,nsplit=32,scan=state,vec=8,poly=1,minblocks=1",
+    "threads=64,items=32,cpb=2,nsplit=32,scan=state,vec=8,poly=0,minblocks=1",
 };
 
 } // namespace

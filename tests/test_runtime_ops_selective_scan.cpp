@@ -106,6 +106,31 @@ TEST_CASE("selective_scan configuration constraints drop what cannot run") {
       CHECK(scan().check(big, p, arch));
     }
   }
+  SUBCASE("the state-parallel form needs cpb = warps * 32 / nsplit and nsplit dividing N") {
+    CHECK(scan().check(
+        config("threads=128,items=32,cpb=16,nsplit=8,scan=state,vec=8,poly=0,minblocks=4"), p,
+        "sm_90a"));
+    auto r = scan().check(
+        config("threads=128,items=32,cpb=8,nsplit=8,scan=state,vec=8,poly=0,minblocks=4"), p,
+        "sm_90a");
+    REQUIRE_FALSE(r);
+    CHECK(r.failure().message.find("cpb must equal warps * 32 / nsplit (16)") != std::string::npos);
+    Problem n4 = problem("B=1,D=64,L=100,N=4");
+    CHECK_FALSE(scan().check(
+        config("threads=128,items=32,cpb=16,nsplit=8,scan=state,vec=8,poly=0,minblocks=1"), n4,
+        "sm_90a"));
+    // Dynamic shared memory: 2 x 16 channel rows + 2 x 16 state rows + 8 x 17 partial
+    // rows of 32 + 4 floats, and 2 x 16 rows of 32 + 8 bf16 inputs.
+    LaunchGeometry g = scan().geometry(
+        config("threads=128,items=32,cpb=16,nsplit=8,scan=state,vec=8,poly=0,minblocks=4"), p);
+    CHECK(g.dynamic_smem == (2 * 16 + 2 * 16 + 8 * 17) * 36 * 4 + 2 * 16 * 40 * 2);
+    CHECK(g.grid[0] == 8 * 2048 / 16);
+  }
+  SUBCASE("tuning skips state-parallel variants whose registers cannot fit") {
+    Config c = config("threads=512,items=64,cpb=64,nsplit=8,scan=state,vec=8,poly=0,minblocks=2");
+    CHECK(scan().check(c, p, "sm_90a"));
+    CHECK_FALSE(scan().worth_measuring(c, p));
+  }
   SUBCASE("unknown parameters are configuration errors") {
     CHECK_THROWS_AS(scan().check(config("threads=32,items=16,cpb=1,nsplit=1,scan=fast,vec=8,"
                                         "poly=0,minblocks=1"),

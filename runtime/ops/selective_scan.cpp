@@ -28,9 +28,16 @@ Dims dims(const Problem& p) {
               p.get_int("last_state") != 0};
 }
 
+// How the recurrence is parallelized (templates/selective_scan/kernel.cuh AT_SCAN):
+// across time with a warp-shuffle scan (0) or a shared-memory block scan (1), or
+// across states with each lane walking time in order (2, state_parallel.cuh).
+enum class ScanForm { shfl = 0, smem = 1, state = 2 };
+
 struct Params {
   int threads, items, cpb, nsplit, vec, poly, minblocks;
+  ScanForm form;
   bool smem_scan;
+  bool state() const { return form == ScanForm::state; }
   int tpc() const { return threads / (cpb * nsplit); } // time lanes per (channel, state group)
   long long chunk() const { return (long long)tpc() * items; }
 };
@@ -49,11 +56,12 @@ Params params(const Config& c) {
       }
     }
     if (k == "scan") {
-      if (v != "shfl" && v != "smem") {
+      if (v != "shfl" && v != "smem" && v != "state") {
         throw Error(ErrorKind::config,
-                    "selective_scan: scan must be 'shfl' or 'smem', not '" + v + "'");
+                    "selective_scan: scan must be 'shfl', 'smem' or 'state', not '" + v + "'");
       }
-      p.smem_scan = v == "smem";
+      p.form = v == "state" ? ScanForm::state : v == "smem" ? ScanForm::smem : ScanForm::shfl;
+      p.smem_scan = p.form == ScanForm::smem;
       have[7] = known = true;
     }
     if (!known) {
@@ -96,8 +104,11 @@ long long row_slots(const Params& p) {
   return (long long)p.tpc() * (p.items + (p.items >= 8 ? 4 : 0));
 }
 
-// Static shared memory: the scan exchange.
+// Static shared memory: the scan exchange (the state-parallel form has none).
 long long static_smem(const Params& p) {
+  if (p.state()) {
+    return 0;
+  }
   long long groups = (long long)p.cpb * p.nsplit;
   return p.smem_scan ? 2 * groups * p.tpc() * 8 : 2 * groups * (p.tpc() / 32) * 8;
 }
@@ -105,6 +116,15 @@ long long static_smem(const Params& p) {
 // Dynamic shared memory besides the staged B/C: the partial y of state groups 1...
 long long partial_y_smem(const Params& p) {
   return p.nsplit > 1 ? (long long)p.cpb * (p.nsplit - 1) * row_slots(p) * 4 : 0;
+}
+
+// Dynamic shared memory of the state-parallel form, as laid out in
+// templates/selective_scan/state_parallel.cuh: fp32 rows of ITEMS + 4 floats (dt and
+// dt*u per channel, B and C per state with variable B/C, NSPLIT x (CPB + 1) rows of
+// partial y), then rows of ITEMS + 8 input elements (u and z per channel).
+long long state_form_smem(const Params& p, long long n, bool var_bc, long long esize) {
+  const long long rows = 2LL * p.cpb + (var_bc ? 2 * n : 0) + (long long)p.nsplit * (p.cpb + 1);
+  return rows * (p.items + 4) * 4 + 2LL * p.cpb * (p.items + 8) * esize;
 }
 
 std::string flag_of(bool b) {
@@ -202,7 +222,7 @@ int SelectiveScanOp::state_slice(const Config& config, const Problem& problem) c
   if (d.N % p.nsplit != 0) {
     return 0;
   }
-  if (!d.var_bc) {
+  if (!d.var_bc || p.state()) {
     return int(d.N); // nothing is staged
   }
   long long budget = k_staging_budget - partial_y_smem(p);
@@ -214,6 +234,42 @@ int SelectiveScanOp::state_slice(const Config& config, const Problem& problem) c
   return 0;
 }
 
+namespace {
+Result<bool> check_state_form(const Params& p, const Dims& d, const std::string& arch) {
+  if (p.nsplit < 1 || 32 % p.nsplit != 0 || d.N % p.nsplit != 0) {
+    return fail("scan=state: nsplit (lanes per channel) must divide 32 and N");
+  }
+  if (d.N / p.nsplit > 16) {
+    return fail("scan=state: at most 16 states per lane (N / nsplit)");
+  }
+  if (p.cpb != (p.threads / 32) * (32 / p.nsplit)) {
+    return fail("scan=state: cpb must equal warps * 32 / nsplit (" +
+                std::to_string((p.threads / 32) * (32 / p.nsplit)) + ")");
+  }
+  if ((p.vec != 4 && p.vec != 8) || p.items % p.vec != 0 || p.items % 8 != 0 || p.items > 64) {
+    return fail("scan=state: vec must be 4 or 8 and items a multiple of 8 and of vec, at most 64");
+  }
+  if (p.poly < 0 || p.poly > 8) {
+    return fail("poly counts steps out of 8 (0..8)");
+  }
+  if (d.var_bc && d.G > 1 && (d.D / d.G) % p.cpb != 0) {
+    return fail("the channels of a block must share one B/C group: cpb must divide D/G");
+  }
+  if (p.minblocks < 1 || p.minblocks > 8 || p.threads * p.minblocks > 2048) {
+    return fail("minblocks must be 1..8 with threads * minblocks <= 2048");
+  }
+  const long long smem = state_form_smem(p, d.N, d.var_bc, (long long)dtype_size(d.x));
+  if (smem > opt_in_limit(arch)) {
+    return fail("shared memory of " + std::to_string(smem) + " bytes exceeds what " + arch +
+                " allows per block");
+  }
+  if (d.B * ((d.D + p.cpb - 1) / p.cpb) > 0x7fffffffll) {
+    return fail("grid too large");
+  }
+  return true;
+}
+} // namespace
+
 Result<bool> SelectiveScanOp::check(const Config& config, const Problem& problem,
                                     const std::string& arch) const {
   Params p = params(config);
@@ -221,6 +277,9 @@ Result<bool> SelectiveScanOp::check(const Config& config, const Problem& problem
   (void)arch; // every variant runs on sm_80 and newer
   if (p.threads % 32 != 0 || p.threads < 32 || p.threads > 1024) {
     return fail("threads must be a multiple of 32 in 32..1024");
+  }
+  if (p.state()) {
+    return check_state_form(p, d, arch);
   }
   if (p.cpb < 1 || p.nsplit < 1 || p.threads % (p.cpb * p.nsplit) != 0 || p.tpc() % 32 != 0) {
     return fail("each (channel, state group) needs whole warps: threads / (cpb * nsplit) % 32 "
@@ -262,6 +321,32 @@ Result<bool> SelectiveScanOp::check(const Config& config, const Problem& problem
 Result<bool> SelectiveScanOp::worth_measuring(const Config& config, const Problem& problem) const {
   Params p = params(config);
   Dims d = dims(problem);
+  if (p.state()) {
+    // Registers (measured with ptxas): ITEMS partial sums plus as many staged reads in
+    // flight, 4 per state (h, A, B, C), the next chunk's loads in flight, ~32 more.
+    const long long vec_regs = std::max<long long>(1, p.vec * (long long)dtype_size(d.x) / 4);
+    const long long tv = p.items / p.vec;
+    const long long iters_x = (p.cpb * tv + p.threads - 1) / p.threads;
+    const long long iters_bc = d.var_bc ? (2 * d.N * tv + p.threads - 1) / p.threads : 0;
+    const long long prefetch = vec_regs * (iters_x * (d.has_z ? 3 : 2) + iters_bc);
+    const long long regs = std::min<long long>(
+        255, 2LL * p.items + 4LL * (d.N / p.nsplit) + prefetch + 32);
+    if (regs * p.threads * p.minblocks > 65536) {
+      return fail("scan=state: about " + std::to_string(regs) +
+                  " registers per thread do not fit minblocks blocks per SM");
+    }
+    if (p.items < 16) {
+      return fail("scan=state: chunks under 16 steps spend more on barriers than on the scan");
+    }
+    const long long blocks = d.B * ((d.D + p.cpb - 1) / p.cpb);
+    if (blocks < 64 && p.cpb > 8) {
+      return fail("scan=state: too few blocks for the GPU at this cpb");
+    }
+    return true;
+  }
+  if (p.items > 16 || p.nsplit > 2 || p.cpb > 16) {
+    return fail("the time-parallel scans are measured with items <= 16, nsplit <= 2, cpb <= 16");
+  }
   if (p.smem_scan && (p.poly > 0 || p.minblocks > 1)) {
     return fail("the polynomial share and minblocks are measured with the shuffle scan only");
   }
@@ -283,7 +368,7 @@ std::vector<std::string> SelectiveScanOp::defines(const Config& config,
           "-DAT_ITEMS=" + std::to_string(p.items),
           "-DAT_CPB=" + std::to_string(p.cpb),
           "-DAT_NSPLIT=" + std::to_string(p.nsplit),
-          std::string("-DAT_SCAN=") + (p.smem_scan ? "1" : "0"),
+          "-DAT_SCAN=" + std::to_string(int(p.form)),
           "-DAT_VEC=" + std::to_string(p.vec),
           "-DAT_POLY=" + std::to_string(p.poly),
           "-DAT_MINB=" + std::to_string(p.minblocks),
@@ -305,7 +390,8 @@ LaunchGeometry SelectiveScanOp::geometry(const Config& config, const Problem& pr
   g.block[0] = unsigned(p.threads);
   g.grid[0] = unsigned(d.B * ((d.D + p.cpb - 1) / p.cpb));
   long long slice = state_slice(config, problem);
-  long long dyn = (d.var_bc ? 2 * slice * row_slots(p) * 4 : 0) + partial_y_smem(p);
+  long long dyn = p.state() ? state_form_smem(p, d.N, d.var_bc, (long long)dtype_size(d.x))
+                            : (d.var_bc ? 2 * slice * row_slots(p) * 4 : 0) + partial_y_smem(p);
   // The launchers opt in only when the dynamic part alone exceeds 48 KiB; a block
   // whose static + dynamic total exceeds it asks for just over 48 KiB instead.
   if (dyn <= k_default_smem_limit && dyn + static_smem(p) > k_default_smem_limit) {

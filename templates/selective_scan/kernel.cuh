@@ -61,26 +61,9 @@ constexpr int k_poly = AT_POLY;
 constexpr int k_n = AT_N;
 constexpr int k_nslice = AT_NSLICE;
 
-constexpr int k_tpc = k_threads / (k_cpb * k_nsplit); // time lanes per channel and state group
-constexpr int k_chunk = k_tpc * k_items;               // time steps per chunk
-constexpr int k_warps_pc = k_tpc / 32;                 // warps per (channel, state group)
-constexpr int k_groups = k_cpb * k_nsplit;             // scan groups per block
-constexpr int k_npg = k_n / k_nsplit;                  // states per group
-constexpr int k_slices = k_n / k_nslice;
-constexpr int k_spg = k_nslice / k_nsplit; // states per group per staged slice
-// Shared rows keep each thread's ITEMS values contiguous (vector reads); 4 words of
-// padding per thread spread a quarter-warp's 16-byte reads over all 32 banks.
-constexpr int k_pad = k_items >= 8 ? 4 : 0;
-constexpr int k_lane_stride = k_items + k_pad;
-constexpr int k_slots = k_tpc * k_lane_stride;
-
 constexpr float k_log2e = 1.4426950408889634f;
 constexpr float k_ln2 = 0.6931471805599453f;
 
-static_assert(k_threads % (k_cpb * k_nsplit) == 0, "CPB * NSPLIT must divide the threads");
-static_assert(k_tpc % 32 == 0, "each (channel, state group) needs whole warps");
-static_assert(k_items % k_vec == 0, "a thread's steps must be whole vectors");
-static_assert(k_n % k_nslice == 0 && k_nslice % k_nsplit == 0, "slices must split N evenly");
 static_assert(k_poly >= 0 && k_poly <= 8, "POLY counts states out of 8");
 
 struct ScanArgs {
@@ -232,6 +215,29 @@ __device__ __forceinline__ void store_steps(x_t* row, int t0, int length, bool v
 #ifndef AT_MINB
 #define AT_MINB 1
 #endif
+
+#if AT_SCAN == 2
+#include "selective_scan/state_parallel.cuh"
+#else
+// ---- Time-parallel scan (AT_SCAN 0: warp shuffles, 1: shared memory) ----
+constexpr int k_tpc = k_threads / (k_cpb * k_nsplit); // time lanes per channel and state group
+constexpr int k_chunk = k_tpc * k_items;               // time steps per chunk
+constexpr int k_warps_pc = k_tpc / 32;                 // warps per (channel, state group)
+constexpr int k_groups = k_cpb * k_nsplit;             // scan groups per block
+constexpr int k_npg = k_n / k_nsplit;                  // states per group
+constexpr int k_slices = k_n / k_nslice;
+constexpr int k_spg = k_nslice / k_nsplit; // states per group per staged slice
+// Shared rows keep each thread's ITEMS values contiguous (vector reads); 4 words of
+// padding per thread spread a quarter-warp's 16-byte reads over all 32 banks.
+constexpr int k_pad = k_items >= 8 ? 4 : 0;
+constexpr int k_lane_stride = k_items + k_pad;
+constexpr int k_slots = k_tpc * k_lane_stride;
+
+
+static_assert(k_threads % (k_cpb * k_nsplit) == 0, "CPB * NSPLIT must divide the threads");
+static_assert(k_tpc % 32 == 0, "each (channel, state group) needs whole warps");
+static_assert(k_items % k_vec == 0, "a thread's steps must be whole vectors");
+static_assert(k_n % k_nslice == 0 && k_nslice % k_nsplit == 0, "slices must split N evenly");
 
 #if AT_VAR_BC
 // Stages NSLICE states x CHUNK steps of one variable B or C tensor as fp32 in the
@@ -509,3 +515,4 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
   (void)carry;
 #endif
 }
+#endif // AT_SCAN

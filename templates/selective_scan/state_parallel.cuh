@@ -1,0 +1,393 @@
+// Selective scan, state-parallel form (AT_SCAN == 2), included by kernel.cuh.
+//
+// A lane owns NPL = N / NSPLIT states of one channel and walks the time steps in
+// order, so there is no scan across threads at all: per (step, state) it spends one
+// multiply for the exponent, one exp2, one multiply for dt*u*B, and one
+// multiply-add each into h and into its partial y -- about half the instructions of
+// the time-parallel form, whose cross-thread scan and compose/replay passes cost as
+// much as the recurrence itself. NSPLIT lanes share a channel (a warp holds
+// 32 / NSPLIT channels); their partial y meet in shared memory.
+//
+// A block owns CPB = warps * 32 / NSPLIT channels of one batch and walks L in
+// chunks of T = ITEMS steps. Per chunk:
+//   1. stage: all threads load u, delta (and z) of the block's channels with vector
+//      loads, compute dt = softplus(delta + bias) and dt*u once per (channel, step),
+//      and stage them -- with the chunk's B and C, shared by every channel -- as
+//      fp32 in shared memory;
+//   2. scan: each lane runs its states through the T steps (broadcast 16-byte
+//      reads: the lanes of a channel read the same dt, the channels of a warp the
+//      same B/C rows) and stores its partial y;
+//   3. finish: all threads sum the NSPLIT partials per (channel, step), add D*u,
+//      gate with silu(z) and store out with vector stores.
+// The global loads of chunk k+1 are issued before the scan of chunk k and staged
+// after it, so their latency hides behind the scan; two barriers per chunk.
+//
+// Parameters as in kernel.cuh, read for this form as:
+//   AT_ITEMS   T, steps per chunk: longer chunks amortize the barriers and the
+//              staging, at T registers of partial y per lane.
+//   AT_NSPLIT  lanes per channel (divides 32 and N): more lanes per channel give
+//              more parallelism for few channels, fewer give fewer partials to sum
+//              and more independent recurrences per lane (latency hiding).
+//   AT_CPB     must equal warps * 32 / NSPLIT.
+//   AT_VEC     elements per vector access of u/delta/z/out/B/C (4 or 8).
+//   AT_POLY    of every 8 steps, how many take exp2 from the FMA-pipe polynomial.
+
+constexpr int k_lpc = k_nsplit;           // lanes per channel
+constexpr int k_npl = k_n / k_nsplit;     // states per lane
+constexpr int k_cpw = 32 / k_lpc;         // channels per warp
+constexpr int k_warps = k_threads / 32;
+constexpr int k_t = k_items;              // steps per chunk
+constexpr int k_tv = k_t / k_vec;         // vectors per channel row per chunk
+// Rows of T floats padded by 4 words: consecutive rows start 4 banks apart, so the
+// 16-byte reads of up to 8 distinct rows in one instruction hit distinct banks.
+constexpr int k_row = k_t + 4;
+// Rows of T raw input elements (u and z, read back by the thread that staged them):
+// padded to keep every row 16-byte aligned.
+constexpr int k_row_x = k_t + 8;
+
+// silu(z) = z * sigmoid(z) = z * (1 + tanh(z / 2)) / 2: one tanh.approx on the
+// special-function unit instead of an ex2 and a reciprocal. tanh.approx is good to
+// about 2^-11 relative, under half an ulp of the 16-bit outputs it gates; fp32
+// outputs keep the exact form.
+__device__ __forceinline__ float silu_gate(float z) {
+  if constexpr (sizeof(x_t) == 2) {
+    float t;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(0.5f * z));
+    return 0.5f * z * (1.0f + t);
+  } else {
+    return silu(z);
+  }
+}
+
+static_assert(k_threads % 32 == 0, "whole warps");
+static_assert(32 % k_lpc == 0 && k_n % k_lpc == 0, "NSPLIT must divide 32 and N");
+static_assert(k_cpb == k_warps * k_cpw, "CPB must equal warps * 32 / NSPLIT");
+static_assert(k_vec % 4 == 0 && k_t % k_vec == 0 && k_t % 8 == 0,
+              "T must be whole vectors of 4 or 8 and a multiple of 8");
+
+__device__ __forceinline__ void store_shared(float* p, const float (&v)[k_vec]) {
+#pragma unroll
+  for (int j = 0; j < k_vec; j += 4) {
+    *reinterpret_cast<float4*>(p + j) = make_float4(v[j], v[j + 1], v[j + 2], v[j + 3]);
+  }
+}
+
+typedef float (*row_ptr)[k_row];
+typedef x_t (*row_x_ptr)[k_row_x];
+
+// One chunk's inputs in flight: this thread's share of the (channel, vector) items
+// of u, delta, z and of the (state, vector) items of B and C, as raw vectors.
+struct Prefetch {
+  static constexpr int k_items_x = k_cpb * k_tv;        // (channel, vector) items
+  static constexpr int k_iters_x = (k_items_x + k_threads - 1) / k_threads;
+  static constexpr int k_items_bc = 2 * k_n * k_tv;     // (B or C row, vector) items
+  static constexpr int k_iters_bc = (k_items_bc + k_threads - 1) / k_threads;
+  at_vec<x_t, k_vec> u[k_iters_x], delta[k_iters_x];
+#if AT_HAS_Z
+  at_vec<x_t, k_vec> z[k_iters_x];
+#endif
+#if AT_VAR_BC
+  at_vec<x_t, k_vec> bc[k_iters_bc];
+#endif
+
+  // VEC elements of a [.., L] row at t (zero past L; scalar reads unless vector_ok).
+  static __device__ __forceinline__ void fetch(at_vec<x_t, k_vec>& w, const x_t* row, int t,
+                                               int length, bool vector_ok) {
+    if (vector_ok) {
+      if (t < length) { // L % VEC == 0: the whole vector is inside
+        w.load(row + t);
+      } else {
+#pragma unroll
+        for (int j = 0; j < k_vec; ++j) {
+          w.elem[j] = at_from_float<x_t>(0.0f);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < k_vec; ++j) {
+        w.elem[j] = t + j < length ? row[t + j] : at_from_float<x_t>(0.0f);
+      }
+    }
+  }
+
+  __device__ __forceinline__ void load(const ScanArgs& args, int b, int d_first, int chunk_start,
+                                       int length, bool vector_ok) {
+#pragma unroll
+    for (int i = 0; i < k_iters_x; ++i) {
+      const int e = threadIdx.x + i * k_threads;
+      if (k_items_x % k_threads == 0 || e < k_items_x) {
+        const int c = e / k_tv;
+        const int t = chunk_start + (e % k_tv) * k_vec;
+        const int d = min(d_first + c, args.dim - 1);
+        fetch(u[i], args.u + b * args.u_bs + d * args.u_ds, t, length, vector_ok);
+        fetch(delta[i], args.delta + b * args.delta_bs + d * args.delta_ds, t, length, vector_ok);
+#if AT_HAS_Z
+        fetch(z[i], args.z + b * args.z_bs + d * args.z_ds, t, length, vector_ok);
+#endif
+      }
+    }
+  }
+
+#if AT_VAR_BC
+  __device__ __forceinline__ void load_bc(const ScanArgs& args, const x_t* b_base,
+                                          const x_t* c_base, int chunk_start, int length,
+                                          bool vector_ok) {
+#pragma unroll
+    for (int i = 0; i < k_iters_bc; ++i) {
+      const int e = threadIdx.x + i * k_threads;
+      if (k_items_bc % k_threads == 0 || e < k_items_bc) {
+        const bool is_c = e >= k_n * k_tv;
+        const int r = is_c ? e - k_n * k_tv : e;
+        const int n = r / k_tv;
+        const x_t* src = is_c ? c_base + n * args.c_ns : b_base + n * args.b_ns;
+        fetch(bc[i], src, chunk_start + (r % k_tv) * k_vec, length, vector_ok);
+      }
+    }
+  }
+#endif
+
+  // Converts and stages the chunk: dt = softplus(delta + bias) (0 past L: decay 1,
+  // input 0) and dt*u as fp32, u and z as they came, per (channel, step); B and C
+  // as fp32.
+  __device__ __forceinline__ void stage(const ScanArgs& args, row_ptr s_dt, row_ptr s_du,
+                                        row_x_ptr s_u, row_x_ptr s_z, row_ptr s_b, row_ptr s_c,
+                                        int d_first, int chunk_start, int length) const {
+#pragma unroll
+    for (int i = 0; i < k_iters_x; ++i) {
+      const int e = threadIdx.x + i * k_threads;
+      if (k_items_x % k_threads == 0 || e < k_items_x) {
+        const int c = e / k_tv;
+        const int tt = (e % k_tv) * k_vec;
+        const int t = chunk_start + tt;
+        const int d = min(d_first + c, args.dim - 1);
+        const float bias = AT_HAS_BIAS ? args.delta_bias[d] : 0.0f;
+        float uv[k_vec], dv[k_vec];
+#pragma unroll
+        for (int j = 0; j < k_vec; ++j) {
+          uv[j] = at_to_float(u[i].elem[j]);
+          float x = at_to_float(delta[i].elem[j]) + bias;
+#if AT_SOFTPLUS
+          x = softplus(x);
+#endif
+          dv[j] = t + j < length ? x : 0.0f;
+        }
+        store_shared(&s_dt[c][tt], dv);
+#pragma unroll
+        for (int j = 0; j < k_vec; ++j) {
+          dv[j] *= uv[j];
+        }
+        store_shared(&s_du[c][tt], dv);
+#if AT_HAS_D
+        u[i].store(&s_u[c][tt]);
+#endif
+#if AT_HAS_Z
+        z[i].store(&s_z[c][tt]);
+#endif
+      }
+    }
+#if AT_VAR_BC
+#pragma unroll
+    for (int i = 0; i < k_iters_bc; ++i) {
+      const int e = threadIdx.x + i * k_threads;
+      if (k_items_bc % k_threads == 0 || e < k_items_bc) {
+        const bool is_c = e >= k_n * k_tv;
+        const int r = is_c ? e - k_n * k_tv : e;
+        const int n = r / k_tv;
+        const int tt = (r % k_tv) * k_vec;
+        float v[k_vec];
+#pragma unroll
+        for (int j = 0; j < k_vec; ++j) {
+          v[j] = at_to_float(bc[i].elem[j]);
+        }
+        store_shared(is_c ? &s_c[n][tt] : &s_b[n][tt], v);
+      }
+    }
+#endif
+    (void)s_u;
+    (void)s_z;
+    (void)s_b;
+    (void)s_c;
+    (void)length;
+  }
+};
+
+extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
+    selective_scan_fwd(const ScanArgs args) {
+  // Dynamic shared memory (runtime/ops/selective_scan.cpp sizes it):
+  //   dt, dt*u      fp32 [CPB][row] each
+  //   B, C          fp32 [N][row] each, variable B/C only
+  //   partial y     fp32 [NSPLIT][CPB + 1][row] (the extra row staggers banks)
+  //   u, z          x_t  [CPB][row_x] each
+  extern __shared__ __align__(16) float s_dyn[];
+  float(*s_dt)[k_row] = reinterpret_cast<float(*)[k_row]>(s_dyn);
+  float(*s_du)[k_row] = s_dt + k_cpb;
+  float(*s_b)[k_row] = s_du + k_cpb;
+  float(*s_c)[k_row] = s_b + (AT_VAR_BC ? k_n : 0);
+  float(*s_part)[k_cpb + 1][k_row] =
+      reinterpret_cast<float(*)[k_cpb + 1][k_row]>(s_c + (AT_VAR_BC ? k_n : 0));
+  x_t(*s_u)[k_row_x] = reinterpret_cast<x_t(*)[k_row_x]>(s_part + k_lpc);
+  x_t(*s_z)[k_row_x] = s_u + k_cpb;
+
+  const int blocks_per_batch = (args.dim + k_cpb - 1) / k_cpb;
+  const int b = blockIdx.x / blocks_per_batch;
+  const int d_first = (blockIdx.x % blocks_per_batch) * k_cpb;
+  const int length = args.length;
+  const bool vector_ok = args.vector_ok != 0;
+
+  // This lane's channel and states in the scan phase. Channels past D (the last
+  // block of a batch) compute on the last channel's data and never store.
+  const int lane = threadIdx.x % 32;
+  const int c_scan = (threadIdx.x / 32) * k_cpw + lane / k_lpc;
+  const int l = lane % k_lpc;
+  const int d_scan = min(d_first + c_scan, args.dim - 1);
+  float a2[k_npl], h[k_npl];
+#if !AT_VAR_BC
+  float b_fixed[k_npl], c_fixed[k_npl];
+#endif
+#pragma unroll
+  for (int j = 0; j < k_npl; ++j) {
+    const int n = j * k_lpc + l; // states n % NSPLIT == l, as in the time-parallel form
+    a2[j] = args.A[static_cast<long long>(d_scan) * k_n + n] * k_log2e;
+    h[j] = 0.0f;
+#if !AT_VAR_BC
+    b_fixed[j] = args.B[static_cast<long long>(d_scan) * k_n + n];
+    c_fixed[j] = args.C[static_cast<long long>(d_scan) * k_n + n];
+#endif
+  }
+#if AT_VAR_BC
+  // Every channel of the block is in one group (the op checks (D/G) % CPB == 0).
+  const int bc_group = d_first / (args.dim / args.groups);
+  const x_t* b_base = args.B + b * args.b_bs + bc_group * args.b_gs;
+  const x_t* c_base = args.C + b * args.c_bs + bc_group * args.c_gs;
+#endif
+
+  // Chunk k+1's global loads are issued before chunk k's recurrence and land while
+  // it runs; they are converted and staged after it (the loads' latency would
+  // otherwise stall every warp of the block at the staging barrier).
+  Prefetch pf;
+  pf.load(args, b, d_first, 0, length, vector_ok);
+#if AT_VAR_BC
+  pf.load_bc(args, b_base, c_base, 0, length, vector_ok);
+#endif
+  pf.stage(args, s_dt, s_du, s_u, s_z, s_b, s_c, d_first, 0, length);
+  __syncthreads();
+
+  for (int chunk_start = 0; chunk_start < length; chunk_start += k_t) {
+    const int next = chunk_start + k_t;
+    if (next < length) {
+      pf.load(args, b, d_first, next, length, vector_ok);
+#if AT_VAR_BC
+      pf.load_bc(args, b_base, c_base, next, length, vector_ok);
+#endif
+    }
+
+    // 2. The recurrence, step by step; acc[t] is this lane's share of y_t.
+    float acc[k_t];
+#pragma unroll
+    for (int q = 0; q < k_t; q += 4) {
+      const float4 dt4 = *reinterpret_cast<const float4*>(&s_dt[c_scan][q]);
+      const float4 du4 = *reinterpret_cast<const float4*>(&s_du[c_scan][q]);
+      const float dt[4] = {dt4.x, dt4.y, dt4.z, dt4.w};
+      const float du[4] = {du4.x, du4.y, du4.z, du4.w};
+#pragma unroll
+      for (int j = 0; j < k_npl; ++j) {
+#if AT_VAR_BC
+        const int n = j * k_lpc + l;
+        const float4 b4 = *reinterpret_cast<const float4*>(&s_b[n][q]);
+        const float4 c4 = *reinterpret_cast<const float4*>(&s_c[n][q]);
+        const float bv[4] = {b4.x, b4.y, b4.z, b4.w};
+        const float cv[4] = {c4.x, c4.y, c4.z, c4.w};
+#else
+        const float bv[4] = {b_fixed[j], b_fixed[j], b_fixed[j], b_fixed[j]};
+        const float cv[4] = {c_fixed[j], c_fixed[j], c_fixed[j], c_fixed[j]};
+#endif
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float a = exp2_sel((q + i) % 8 < k_poly, dt[i] * a2[j]);
+          h[j] = fmaf(a, h[j], du[i] * bv[i]);
+          acc[q + i] = j == 0 ? cv[i] * h[j] : fmaf(cv[i], h[j], acc[q + i]);
+        }
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < k_t; q += 4) {
+      *reinterpret_cast<float4*>(&s_part[l][c_scan][q]) =
+          make_float4(acc[q], acc[q + 1], acc[q + 2], acc[q + 3]);
+    }
+    __syncthreads();
+
+    // 3. y = sum of the partials + D*u, gated, stored. The same (channel, vector)
+    // assignment as the staging loop: a thread reads back only its own s_u / s_z,
+    // so the next chunk's staging may overwrite them without another barrier.
+    for (int e = threadIdx.x; e < k_cpb * k_tv; e += k_threads) {
+      const int c = e / k_tv;
+      const int tt = (e % k_tv) * k_vec;
+      const int d = d_first + c;
+      const int t = chunk_start + tt;
+      float y[k_vec];
+      load_shared(&s_part[0][c][tt], y);
+#pragma unroll
+      for (int r = 1; r < k_lpc; ++r) {
+        float part[k_vec];
+        load_shared(&s_part[r][c][tt], part);
+#pragma unroll
+        for (int j = 0; j < k_vec; ++j) {
+          y[j] += part[j];
+        }
+      }
+      if (d < args.dim) {
+#if AT_HAS_D
+        const float dskip = args.D[d];
+        at_vec<x_t, k_vec> uv;
+        uv.load(&s_u[c][tt]);
+#pragma unroll
+        for (int j = 0; j < k_vec; ++j) {
+          y[j] = fmaf(dskip, at_to_float(uv.elem[j]), y[j]);
+        }
+#endif
+#if AT_HAS_Z
+        at_vec<x_t, k_vec> zv;
+        zv.load(&s_z[c][tt]);
+#pragma unroll
+        for (int j = 0; j < k_vec; ++j) {
+          y[j] *= silu_gate(at_to_float(zv.elem[j]));
+        }
+#endif
+        x_t* row = args.out + b * args.out_bs + d * args.out_ds;
+        at_vec<x_t, k_vec> w;
+#pragma unroll
+        for (int j = 0; j < k_vec; ++j) {
+          w.elem[j] = at_from_float<x_t>(y[j]);
+        }
+        if (vector_ok) {
+          if (t < length) {
+            w.store(row + t);
+          }
+        } else {
+#pragma unroll
+          for (int j = 0; j < k_vec; ++j) {
+            if (t + j < length) {
+              row[t + j] = w.elem[j];
+            }
+          }
+        }
+      }
+    }
+    if (next < length) {
+      pf.stage(args, s_dt, s_du, s_u, s_z, s_b, s_c, d_first, next, length);
+    }
+    __syncthreads();
+  }
+  (void)s_u;
+  (void)s_z;
+
+#if AT_LAST_STATE
+  if (d_first + c_scan < args.dim) {
+    float* dst = args.last_state + (static_cast<long long>(b) * args.dim + d_scan) * k_n;
+#pragma unroll
+    for (int j = 0; j < k_npl; ++j) {
+      dst[j * k_lpc + l] = h[j];
+    }
+  }
+#endif
+}
