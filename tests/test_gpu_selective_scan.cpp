@@ -207,6 +207,12 @@ const char* k_configs[] = {
     "threads=32,items=32,cpb=4,nsplit=8,scan=state,vec=4,poly=0,minblocks=1",
     "threads=32,items=16,cpb=1,nsplit=32,scan=state,vec=8,poly=1,minblocks=1",
     "threads=64,items=32,cpb=2,nsplit=32,scan=state,vec=8,poly=0,minblocks=1",
+    // Time slices: 2 and 4 per chunk, with 1 to 4 warps per slice.
+    "threads=256,items=32,cpb=32,nsplit=4,scan=state,vec=8,poly=0,minblocks=1,tsplit=2",
+    "threads=128,items=64,cpb=8,nsplit=4,scan=state,vec=8,poly=1,minblocks=1,tsplit=4",
+    "threads=128,items=16,cpb=2,nsplit=16,scan=state,vec=4,poly=0,minblocks=1,tsplit=4",
+    "threads=64,items=32,cpb=1,nsplit=32,scan=state,vec=8,poly=0,minblocks=1,tsplit=2",
+    "threads=256,items=32,cpb=4,nsplit=16,scan=state,vec=8,poly=0,minblocks=1,tsplit=4",
 };
 
 } // namespace

@@ -114,16 +114,29 @@ TEST_CASE("selective_scan configuration constraints drop what cannot run") {
         config("threads=128,items=32,cpb=8,nsplit=8,scan=state,vec=8,poly=0,minblocks=4"), p,
         "sm_90a");
     REQUIRE_FALSE(r);
-    CHECK(r.failure().message.find("cpb must equal warps * 32 / nsplit (16)") != std::string::npos);
+    CHECK(r.failure().message.find("cpb must equal warps / tsplit * 32 / nsplit (16)") != std::string::npos);
     Problem n4 = problem("B=1,D=64,L=100,N=4");
     CHECK_FALSE(scan().check(
         config("threads=128,items=32,cpb=16,nsplit=8,scan=state,vec=8,poly=0,minblocks=1"), n4,
         "sm_90a"));
     // Dynamic shared memory: 2 x 16 channel rows + 2 x 16 state rows + 8 x 17 partial
-    // rows of 32 + 4 floats, and 2 x 16 rows of 32 + 8 bf16 inputs.
+    // rows of 32 + 4 floats, 2 x 16 rows of 32 + 8 bf16 inputs, and the slice
+    // exchange (2 x tsplit x 16 channels x 16 states floats).
     LaunchGeometry g = scan().geometry(
         config("threads=128,items=32,cpb=16,nsplit=8,scan=state,vec=8,poly=0,minblocks=4"), p);
-    CHECK(g.dynamic_smem == (2 * 16 + 2 * 16 + 8 * 17) * 36 * 4 + 2 * 16 * 40 * 2);
+    CHECK(g.dynamic_smem == (2 * 16 + 2 * 16 + 8 * 17) * 36 * 4 + 2 * 16 * 40 * 2 + 2 * 16 * 16 * 4);
+    SUBCASE("time slices divide the warps and the chunk") {
+      Config t2 = config("threads=256,items=32,cpb=32,nsplit=4,scan=state,vec=8,poly=0,"
+                         "minblocks=1,tsplit=2");
+      CHECK(scan().check(t2, p, "sm_90a"));
+      CHECK(scan().geometry(t2, p).grid[0] == 8 * 2048 / 32);
+      CHECK_FALSE(scan().check(config("threads=256,items=32,cpb=8,nsplit=4,scan=state,vec=8,"
+                                      "poly=0,minblocks=1,tsplit=4"),
+                               p, "sm_90a")); // 8 / 4 = 2 warps per slice: cpb 16
+      CHECK_FALSE(scan().check(config("threads=32,items=16,cpb=1,nsplit=1,scan=shfl,vec=8,"
+                                      "poly=0,minblocks=1,tsplit=2"),
+                               p, "sm_90a")); // the time-parallel forms have no slices
+    }
     CHECK(g.grid[0] == 8 * 2048 / 16);
   }
   SUBCASE("tuning skips state-parallel variants whose registers cannot fit") {

@@ -35,6 +35,7 @@ enum class ScanForm { shfl = 0, smem = 1, state = 2 };
 
 struct Params {
   int threads, items, cpb, nsplit, vec, poly, minblocks;
+  int tsplit = 1; // time slices per chunk (state form); optional, 1 when absent
   ScanForm form;
   bool smem_scan;
   bool state() const { return form == ScanForm::state; }
@@ -54,6 +55,10 @@ Params params(const Config& c) {
         *ints[i] = int(parse_int(v, std::string("selective_scan parameter ") + names[i]));
         have[i] = known = true;
       }
+    }
+    if (k == "tsplit") {
+      p.tsplit = int(parse_int(v, "selective_scan parameter tsplit"));
+      known = true;
     }
     if (k == "scan") {
       if (v != "shfl" && v != "smem" && v != "state") {
@@ -124,7 +129,8 @@ long long partial_y_smem(const Params& p) {
 // partial y), then rows of ITEMS + 8 input elements (u and z per channel).
 long long state_form_smem(const Params& p, long long n, bool var_bc, long long esize) {
   const long long rows = 2LL * p.cpb + (var_bc ? 2 * n : 0) + (long long)p.nsplit * (p.cpb + 1);
-  return rows * (p.items + 4) * 4 + 2LL * p.cpb * (p.items + 8) * esize;
+  const long long exchange = 2LL * p.tsplit * p.cpb * n * 4; // slice end states and decays
+  return rows * (p.items + 4) * 4 + 2LL * p.cpb * (p.items + 8) * esize + exchange;
 }
 
 std::string flag_of(bool b) {
@@ -242,12 +248,18 @@ Result<bool> check_state_form(const Params& p, const Dims& d, const std::string&
   if (d.N / p.nsplit > 16) {
     return fail("scan=state: at most 16 states per lane (N / nsplit)");
   }
-  if (p.cpb != (p.threads / 32) * (32 / p.nsplit)) {
-    return fail("scan=state: cpb must equal warps * 32 / nsplit (" +
-                std::to_string((p.threads / 32) * (32 / p.nsplit)) + ")");
+  if (p.tsplit < 1 || (p.threads / 32) % p.tsplit != 0) {
+    return fail("scan=state: tsplit must divide the warps");
+  }
+  if (p.cpb != (p.threads / 32 / p.tsplit) * (32 / p.nsplit)) {
+    return fail("scan=state: cpb must equal warps / tsplit * 32 / nsplit (" +
+                std::to_string((p.threads / 32 / p.tsplit) * (32 / p.nsplit)) + ")");
   }
   if ((p.vec != 4 && p.vec != 8) || p.items % p.vec != 0 || p.items % 8 != 0 || p.items > 64) {
     return fail("scan=state: vec must be 4 or 8 and items a multiple of 8 and of vec, at most 64");
+  }
+  if (p.items % (4 * p.tsplit) != 0) {
+    return fail("scan=state: items must split into tsplit slices of whole 4-step groups");
   }
   if (p.poly < 0 || p.poly > 8) {
     return fail("poly counts steps out of 8 (0..8)");
@@ -280,6 +292,9 @@ Result<bool> SelectiveScanOp::check(const Config& config, const Problem& problem
   }
   if (p.state()) {
     return check_state_form(p, d, arch);
+  }
+  if (p.tsplit != 1) {
+    return fail("tsplit applies to scan=state only");
   }
   if (p.cpb < 1 || p.nsplit < 1 || p.threads % (p.cpb * p.nsplit) != 0 || p.tpc() % 32 != 0) {
     return fail("each (channel, state group) needs whole warps: threads / (cpb * nsplit) % 32 "
@@ -329,8 +344,11 @@ Result<bool> SelectiveScanOp::worth_measuring(const Config& config, const Proble
     const long long iters_x = (p.cpb * tv + p.threads - 1) / p.threads;
     const long long iters_bc = d.var_bc ? (2 * d.N * tv + p.threads - 1) / p.threads : 0;
     const long long prefetch = vec_regs * (iters_x * (d.has_z ? 3 : 2) + iters_bc);
-    const long long regs = std::min<long long>(
-        255, 2LL * p.items + 4LL * (d.N / p.nsplit) + prefetch + 32);
+    const long long slice = p.items / p.tsplit;
+    const long long npl = d.N / p.nsplit;
+    const long long correction = p.tsplit > 1 ? slice * npl + npl : 0; // C*P per step, P
+    const long long regs =
+        std::min<long long>(255, 2LL * slice + 4LL * npl + correction + prefetch + 32);
     if (regs * p.threads * p.minblocks > 65536) {
       return fail("scan=state: about " + std::to_string(regs) +
                   " registers per thread do not fit minblocks blocks per SM");
@@ -372,6 +390,7 @@ std::vector<std::string> SelectiveScanOp::defines(const Config& config,
           "-DAT_VEC=" + std::to_string(p.vec),
           "-DAT_POLY=" + std::to_string(p.poly),
           "-DAT_MINB=" + std::to_string(p.minblocks),
+          "-DAT_TSPLIT=" + std::to_string(p.tsplit),
           "-DAT_N=" + std::to_string(d.N),
           "-DAT_NSLICE=" + std::to_string(state_slice(config, problem)),
           "-DAT_VAR_BC=" + flag_of(d.var_bc),

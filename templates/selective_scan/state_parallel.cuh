@@ -28,15 +28,29 @@
 //   AT_NSPLIT  lanes per channel (divides 32 and N): more lanes per channel give
 //              more parallelism for few channels, fewer give fewer partials to sum
 //              and more independent recurrences per lane (latency hiding).
-//   AT_CPB     must equal warps * 32 / NSPLIT.
+//   AT_TSPLIT  time slices per chunk (S): the warps form S groups, group s walks
+//              steps [s*T/S, (s+1)*T/S) of every chunk. Group 0 starts from the
+//              true state; groups s > 0 start from zero and keep the running decay
+//              product P_t = a_1 ... a_t of their slice, so that once the states at
+//              the slice boundaries are known (composed through shared memory),
+//              y_t gains sum_n C_t[n] P_t[n] h_in[n] -- three more FP32 operations
+//              per (step, state), no more exponentials, S times the parallelism for
+//              problems with few channels.
+//   AT_CPB     must equal warps / TSPLIT * 32 / NSPLIT.
 //   AT_VEC     elements per vector access of u/delta/z/out/B/C (4 or 8).
 //   AT_POLY    of every 8 steps, how many take exp2 from the FMA-pipe polynomial.
 
+#ifndef AT_TSPLIT
+#define AT_TSPLIT 1
+#endif
 constexpr int k_lpc = k_nsplit;           // lanes per channel
 constexpr int k_npl = k_n / k_nsplit;     // states per lane
 constexpr int k_cpw = 32 / k_lpc;         // channels per warp
 constexpr int k_warps = k_threads / 32;
+constexpr int k_s = AT_TSPLIT;            // time slices of a chunk
+constexpr int k_warps_c = k_warps / k_s;  // warps per time slice (cover the block's channels)
 constexpr int k_t = k_items;              // steps per chunk
+constexpr int k_ts = k_t / k_s;           // steps per time slice
 constexpr int k_tv = k_t / k_vec;         // vectors per channel row per chunk
 // Rows of T floats padded by 4 words: consecutive rows start 4 banks apart, so the
 // 16-byte reads of up to 8 distinct rows in one instruction hit distinct banks.
@@ -61,7 +75,9 @@ __device__ __forceinline__ float silu_gate(float z) {
 
 static_assert(k_threads % 32 == 0, "whole warps");
 static_assert(32 % k_lpc == 0 && k_n % k_lpc == 0, "NSPLIT must divide 32 and N");
-static_assert(k_cpb == k_warps * k_cpw, "CPB must equal warps * 32 / NSPLIT");
+static_assert(k_warps % k_s == 0, "TSPLIT must divide the warps");
+static_assert(k_cpb == k_warps_c * k_cpw, "CPB must equal warps / TSPLIT * 32 / NSPLIT");
+static_assert(k_ts % 4 == 0, "time slices of whole 4-step groups");
 static_assert(k_vec % 4 == 0 && k_t % k_vec == 0 && k_t % 8 == 0,
               "T must be whole vectors of 4 or 8 and a multiple of 8");
 
@@ -211,6 +227,57 @@ struct Prefetch {
   }
 };
 
+// TS steps of the recurrence from step t0 of the chunk for this lane's states:
+// h <- a h + dt*u*B, acc <- sum_j C h. With CORRECT (time slices after the first,
+// which start from h = 0) it also keeps the running decay product p and
+// qc[i][j] = C * p, the weights of the state entering the slice in y.
+template <bool CORRECT>
+__device__ __forceinline__ void scan_slice(const row_ptr s_dt, const row_ptr s_du, const row_ptr s_b,
+                                           const row_ptr s_c, int c_scan, int l, int t0,
+                                           const float (&b_fixed)[k_npl],
+                                           const float (&c_fixed)[k_npl],
+                                           const float (&a2)[k_npl], float (&h)[k_npl],
+                                           float (&acc)[k_ts], float* p, float (*qc)[k_npl]) {
+#if AT_VAR_BC
+  (void)b_fixed;
+  (void)c_fixed;
+#else
+  (void)s_b;
+  (void)s_c;
+  (void)l;
+#endif
+#pragma unroll
+  for (int q = 0; q < k_ts; q += 4) {
+    const float4 dt4 = *reinterpret_cast<const float4*>(&s_dt[c_scan][t0 + q]);
+    const float4 du4 = *reinterpret_cast<const float4*>(&s_du[c_scan][t0 + q]);
+    const float dt[4] = {dt4.x, dt4.y, dt4.z, dt4.w};
+    const float du[4] = {du4.x, du4.y, du4.z, du4.w};
+#pragma unroll
+    for (int j = 0; j < k_npl; ++j) {
+#if AT_VAR_BC
+      const int n = j * k_lpc + l;
+      const float4 b4 = *reinterpret_cast<const float4*>(&s_b[n][t0 + q]);
+      const float4 c4 = *reinterpret_cast<const float4*>(&s_c[n][t0 + q]);
+      const float bv[4] = {b4.x, b4.y, b4.z, b4.w};
+      const float cv[4] = {c4.x, c4.y, c4.z, c4.w};
+#else
+      const float bv[4] = {b_fixed[j], b_fixed[j], b_fixed[j], b_fixed[j]};
+      const float cv[4] = {c_fixed[j], c_fixed[j], c_fixed[j], c_fixed[j]};
+#endif
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float a = exp2_sel((q + i) % 8 < k_poly, dt[i] * a2[j]);
+        h[j] = fmaf(a, h[j], du[i] * bv[i]);
+        acc[q + i] = j == 0 ? cv[i] * h[j] : fmaf(cv[i], h[j], acc[q + i]);
+        if constexpr (CORRECT) {
+          p[j] *= a;
+          qc[q + i][j] = cv[i] * p[j];
+        }
+      }
+    }
+  }
+}
+
 extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
     selective_scan_fwd(const ScanArgs args) {
   // Dynamic shared memory (runtime/ops/selective_scan.cpp sizes it):
@@ -227,6 +294,10 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
       reinterpret_cast<float(*)[k_cpb + 1][k_row]>(s_c + (AT_VAR_BC ? k_n : 0));
   x_t(*s_u)[k_row_x] = reinterpret_cast<x_t(*)[k_row_x]>(s_part + k_lpc);
   x_t(*s_z)[k_row_x] = s_u + k_cpb;
+  // Slice boundary exchange: end state and decay product per (slice, channel, state).
+  float(*s_xh)[k_cpb][k_n] = reinterpret_cast<float(*)[k_cpb][k_n]>(s_z + k_cpb);
+  float(*s_xp)[k_cpb][k_n] = s_xh + k_s;
+  (void)s_xp;
 
   const int blocks_per_batch = (args.dim + k_cpb - 1) / k_cpb;
   const int b = blockIdx.x / blocks_per_batch;
@@ -237,19 +308,21 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
   // This lane's channel and states in the scan phase. Channels past D (the last
   // block of a batch) compute on the last channel's data and never store.
   const int lane = threadIdx.x % 32;
-  const int c_scan = (threadIdx.x / 32) * k_cpw + lane / k_lpc;
+  const int warp = threadIdx.x / 32;
+  const int slice = k_s == 1 ? 0 : warp / k_warps_c; // this lane's time slice
+  const int c_scan = (warp % k_warps_c) * k_cpw + lane / k_lpc;
   const int l = lane % k_lpc;
   const int d_scan = min(d_first + c_scan, args.dim - 1);
   float a2[k_npl], h[k_npl];
-#if !AT_VAR_BC
-  float b_fixed[k_npl], c_fixed[k_npl];
-#endif
+  float b_fixed[k_npl], c_fixed[k_npl]; // fixed B/C; unused with variable B/C
 #pragma unroll
   for (int j = 0; j < k_npl; ++j) {
     const int n = j * k_lpc + l; // states n % NSPLIT == l, as in the time-parallel form
     a2[j] = args.A[static_cast<long long>(d_scan) * k_n + n] * k_log2e;
     h[j] = 0.0f;
-#if !AT_VAR_BC
+#if AT_VAR_BC
+    b_fixed[j] = c_fixed[j] = 0.0f;
+#else
     b_fixed[j] = args.B[static_cast<long long>(d_scan) * k_n + n];
     c_fixed[j] = args.C[static_cast<long long>(d_scan) * k_n + n];
 #endif
@@ -281,37 +354,67 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
 #endif
     }
 
-    // 2. The recurrence, step by step; acc[t] is this lane's share of y_t.
-    float acc[k_t];
-#pragma unroll
-    for (int q = 0; q < k_t; q += 4) {
-      const float4 dt4 = *reinterpret_cast<const float4*>(&s_dt[c_scan][q]);
-      const float4 du4 = *reinterpret_cast<const float4*>(&s_du[c_scan][q]);
-      const float dt[4] = {dt4.x, dt4.y, dt4.z, dt4.w};
-      const float du[4] = {du4.x, du4.y, du4.z, du4.w};
+    // 2. The recurrence over this lane's slice; acc[i] is its share of y at step
+    // slice * TS + i.
+    float acc[k_ts];
+#if AT_TSPLIT == 1
+    scan_slice<false>(s_dt, s_du, s_b, s_c, c_scan, l, 0, b_fixed, c_fixed, a2, h, acc, nullptr,
+                      nullptr);
+#else
+    float p[k_npl], qc[k_ts][k_npl];
+    if (slice == 0) {
+      scan_slice<false>(s_dt, s_du, s_b, s_c, c_scan, l, 0, b_fixed, c_fixed, a2, h, acc, nullptr,
+                        nullptr);
+    } else {
 #pragma unroll
       for (int j = 0; j < k_npl; ++j) {
-#if AT_VAR_BC
-        const int n = j * k_lpc + l;
-        const float4 b4 = *reinterpret_cast<const float4*>(&s_b[n][q]);
-        const float4 c4 = *reinterpret_cast<const float4*>(&s_c[n][q]);
-        const float bv[4] = {b4.x, b4.y, b4.z, b4.w};
-        const float cv[4] = {c4.x, c4.y, c4.z, c4.w};
-#else
-        const float bv[4] = {b_fixed[j], b_fixed[j], b_fixed[j], b_fixed[j]};
-        const float cv[4] = {c_fixed[j], c_fixed[j], c_fixed[j], c_fixed[j]};
-#endif
+        h[j] = 0.0f;
+        p[j] = 1.0f;
+      }
+      scan_slice<true>(s_dt, s_du, s_b, s_c, c_scan, l, slice * k_ts, b_fixed, c_fixed, a2, h,
+                       acc, p, qc);
+    }
+    // Publish each slice's end state (slice 0's is the true one, the others' start
+    // from zero) and decay product; compose the states at the slice boundaries.
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float a = exp2_sel((q + i) % 8 < k_poly, dt[i] * a2[j]);
-          h[j] = fmaf(a, h[j], du[i] * bv[i]);
-          acc[q + i] = j == 0 ? cv[i] * h[j] : fmaf(cv[i], h[j], acc[q + i]);
+    for (int j = 0; j < k_npl; ++j) {
+      s_xh[slice][c_scan][j * k_lpc + l] = h[j];
+      s_xp[slice][c_scan][j * k_lpc + l] = slice == 0 ? 0.0f : p[j];
+    }
+    __syncthreads();
+    if (slice > 0) {
+      // y of this slice gains sum_j C P h_in, with h_in the true entering state.
+      float h_in[k_npl];
+#pragma unroll
+      for (int j = 0; j < k_npl; ++j) {
+        const int n = j * k_lpc + l;
+        h_in[j] = s_xh[0][c_scan][n];
+        for (int r = 1; r < slice; ++r) {
+          h_in[j] = fmaf(s_xp[r][c_scan][n], h_in[j], s_xh[r][c_scan][n]);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < k_ts; ++i) {
+#pragma unroll
+        for (int j = 0; j < k_npl; ++j) {
+          acc[i] = fmaf(qc[i][j], h_in[j], acc[i]);
+        }
+      }
+    } else {
+      // The true state at the chunk's end: the next chunk's starting state.
+#pragma unroll
+      for (int j = 0; j < k_npl; ++j) {
+        const int n = j * k_lpc + l;
+#pragma unroll
+        for (int r = 1; r < k_s; ++r) {
+          h[j] = fmaf(s_xp[r][c_scan][n], h[j], s_xh[r][c_scan][n]);
         }
       }
     }
+#endif
 #pragma unroll
-    for (int q = 0; q < k_t; q += 4) {
-      *reinterpret_cast<float4*>(&s_part[l][c_scan][q]) =
+    for (int q = 0; q < k_ts; q += 4) {
+      *reinterpret_cast<float4*>(&s_part[l][c_scan][slice * k_ts + q]) =
           make_float4(acc[q], acc[q + 1], acc[q + 2], acc[q + 3]);
     }
     __syncthreads();
@@ -382,7 +485,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
   (void)s_z;
 
 #if AT_LAST_STATE
-  if (d_first + c_scan < args.dim) {
+  if (slice == 0 && d_first + c_scan < args.dim) {
     float* dst = args.last_state + (static_cast<long long>(b) * args.dim + d_scan) * k_n;
 #pragma unroll
     for (int j = 0; j < k_npl; ++j) {
