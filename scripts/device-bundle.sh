@@ -15,4 +15,7 @@ ln -s libautotune.so.0 "$out"/libautotune.so
 cp -L "$(ldconfig -p | awk '/libsqlite3.so.0 .*x86-64/ {print $NF; exit}')" "$out"/libsqlite3.so.0
 strip "$out"/autotune "$out"/autotune_gpu_tests "$out"/autotune_dispatch_bench "$out"/conv1d_example "$out"/conv1d_example_c \
   "$out"/libautotune.so.0
+# The commit the bundle was built from (+dirty when the tree had changes), for results.
+{ git rev-parse --short HEAD 2>/dev/null || echo unknown; } | tr -d '\n' >"$out"/COMMIT
+git diff --quiet HEAD 2>/dev/null || echo -n "+dirty" >>"$out"/COMMIT
 du -sh "$out"

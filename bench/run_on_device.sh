@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The benchmark run of one op on the GPU machine, over a bundle made here with
+# ./scripts/device-bundle.sh (carried as .device/):
+#   bash bench/run_on_device.sh OP [autotune options, e.g. --strategy halving --budget-s 20]
+# Tunes OP's benchmark shapes into a fresh database, then runs bench/bench_OP.py,
+# which measures the winners beside their peers in one process. Results (and the
+# tuning report) go to $OUT when set (the device tool brings that folder back),
+# else to bench/results; copy them into bench/results/ and commit them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+op=${1:?usage: run_on_device.sh OP [autotune options]}
+shift
+out=${OUT:-bench/results}
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$PWD/.device:${LD_LIBRARY_PATH:-}
+export AUTOTUNE_DB=${AUTOTUNE_DB:-/tmp/autotune-bench-$op.db}
+export PYTHONUNBUFFERED=1
+rm -f "$AUTOTUNE_DB"
+commit=$(cat .device/COMMIT 2>/dev/null || echo unknown)
+start=$(date +%s)
+.device/autotune --arch auto --op "$op" "$@" --quiet >"$out/tune-$op.txt"
+echo "tuned $op in $(($(date +%s) - start)) s"
+python3 "bench/bench_$op.py" --lib .device/libautotune.so --db "$AUTOTUNE_DB" --out "$out" \
+  --commit "$commit" \
+  --command "autotune --arch auto --op $op $* && python3 bench/bench_$op.py --lib .device/libautotune.so --db \$AUTOTUNE_DB --out bench/results (bench/run_on_device.sh $op $*)"
+tail -n 70 "$out"/*-"$op".md
