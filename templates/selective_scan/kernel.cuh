@@ -59,7 +59,7 @@ constexpr int k_nsplit = AT_NSPLIT;
 constexpr int k_vec = AT_VEC;
 constexpr int k_poly = AT_POLY;
 constexpr int k_n = AT_N;
-constexpr int k_nslice = AT_NSLICE;
+[[maybe_unused]] constexpr int k_nslice = AT_NSLICE; // time-parallel forms only
 
 constexpr float k_log2e = 1.4426950408889634f;
 constexpr float k_ln2 = 0.6931471805599453f;

@@ -59,6 +59,10 @@ constexpr int k_row = k_t + 4;
 // padded to keep every row 16-byte aligned.
 constexpr int k_row_x = k_t + 8;
 
+template <typename T> struct at_is_bf16 { static constexpr bool value = false; };
+template <> struct at_is_bf16<at_bf16> { static constexpr bool value = true; };
+__device__ __forceinline__ constexpr bool x_t_is_bf16() { return at_is_bf16<x_t>::value; }
+
 // silu(z) = z * sigmoid(z) = z * (1 + tanh(z / 2)) / 2: one tanh.approx on the
 // special-function unit instead of an ex2 and a reciprocal. tanh.approx is good to
 // about 2^-11 relative, under half an ulp of the 16-bit outputs it gates; fp32
@@ -88,6 +92,35 @@ __device__ __forceinline__ void store_shared(float* p, const float (&v)[k_vec]) 
   }
 }
 
+// Variable 16-bit B and C are staged as they came, B_t and C_t of a state packed in
+// one 32-bit word: the recurrence then reads a state's B and C for 4 steps with
+// one 16-byte shared load -- half the shared-memory traffic of fp32 rows, which
+// bounds the scan when few states share a lane -- for two integer or convert
+// instructions per (step, state).
+constexpr bool k_pack_bc = AT_VAR_BC && sizeof(x_t) == 2;
+constexpr int k_bc_rows = AT_VAR_BC ? (k_pack_bc ? k_n : 2 * k_n) : 0;
+
+__device__ __forceinline__ void unpack_bc(unsigned w, float& b, float& c) {
+  if constexpr (sizeof(x_t) == 2 && x_t_is_bf16()) {
+    b = __uint_as_float(w << 16);
+    c = __uint_as_float(w & 0xffff0000u);
+  } else {
+    asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %2;\n\tcvt.f32.f16 %0, lo;\n\t"
+        "cvt.f32.f16 %1, hi;\n\t}"
+        : "=f"(b), "=f"(c)
+        : "r"(w));
+  }
+}
+
+// (B, C) in one word, B in the low half (16-bit types only; fp32 is never packed).
+__device__ __forceinline__ unsigned pack_pair(at_bf16 b, at_bf16 c) {
+  return b.bits | (unsigned(c.bits) << 16);
+}
+__device__ __forceinline__ unsigned pack_pair(at_f16 b, at_f16 c) {
+  return b.bits | (unsigned(c.bits) << 16);
+}
+__device__ __forceinline__ unsigned pack_pair(float, float) { return 0u; }
+
 typedef float (*row_ptr)[k_row];
 typedef x_t (*row_x_ptr)[k_row_x];
 
@@ -96,7 +129,8 @@ typedef x_t (*row_x_ptr)[k_row_x];
 struct Prefetch {
   static constexpr int k_items_x = k_cpb * k_tv;        // (channel, vector) items
   static constexpr int k_iters_x = (k_items_x + k_threads - 1) / k_threads;
-  static constexpr int k_items_bc = 2 * k_n * k_tv;     // (B or C row, vector) items
+  // (B or C row, vector) items; packed: (state, vector) items carrying both
+  static constexpr int k_items_bc = (k_pack_bc ? 1 : 2) * k_n * k_tv;
   static constexpr int k_iters_bc = (k_items_bc + k_threads - 1) / k_threads;
   at_vec<x_t, k_vec> u[k_iters_x], delta[k_iters_x];
 #if AT_HAS_Z
@@ -104,6 +138,7 @@ struct Prefetch {
 #endif
 #if AT_VAR_BC
   at_vec<x_t, k_vec> bc[k_iters_bc];
+  at_vec<x_t, k_vec> bc_c[k_pack_bc ? k_iters_bc : 1]; // C when packed
 #endif
 
   // VEC elements of a [.., L] row at t (zero past L; scalar reads unless vector_ok).
@@ -152,11 +187,18 @@ struct Prefetch {
     for (int i = 0; i < k_iters_bc; ++i) {
       const int e = threadIdx.x + i * k_threads;
       if (k_items_bc % k_threads == 0 || e < k_items_bc) {
-        const bool is_c = e >= k_n * k_tv;
-        const int r = is_c ? e - k_n * k_tv : e;
-        const int n = r / k_tv;
-        const x_t* src = is_c ? c_base + n * args.c_ns : b_base + n * args.b_ns;
-        fetch(bc[i], src, chunk_start + (r % k_tv) * k_vec, length, vector_ok);
+        if constexpr (k_pack_bc) {
+          const int n = e / k_tv;
+          const int t = chunk_start + (e % k_tv) * k_vec;
+          fetch(bc[i], b_base + n * args.b_ns, t, length, vector_ok);
+          fetch(bc_c[i], c_base + n * args.c_ns, t, length, vector_ok);
+        } else {
+          const bool is_c = e >= k_n * k_tv;
+          const int r = is_c ? e - k_n * k_tv : e;
+          const int n = r / k_tv;
+          const x_t* src = is_c ? c_base + n * args.c_ns : b_base + n * args.b_ns;
+          fetch(bc[i], src, chunk_start + (r % k_tv) * k_vec, length, vector_ok);
+        }
       }
     }
   }
@@ -205,7 +247,22 @@ struct Prefetch {
 #pragma unroll
     for (int i = 0; i < k_iters_bc; ++i) {
       const int e = threadIdx.x + i * k_threads;
-      if (k_items_bc % k_threads == 0 || e < k_items_bc) {
+      if constexpr (k_pack_bc) {
+        if (k_items_bc % k_threads == 0 || e < k_items_bc) {
+          const int n = e / k_tv;
+          const int tt = (e % k_tv) * k_vec;
+          unsigned* dst = reinterpret_cast<unsigned*>(&s_b[n][tt]);
+#pragma unroll
+          for (int j = 0; j < k_vec; j += 4) {
+            uint4 w;
+            w.x = pack_pair(bc[i].elem[j], bc_c[i].elem[j]);
+            w.y = pack_pair(bc[i].elem[j + 1], bc_c[i].elem[j + 1]);
+            w.z = pack_pair(bc[i].elem[j + 2], bc_c[i].elem[j + 2]);
+            w.w = pack_pair(bc[i].elem[j + 3], bc_c[i].elem[j + 3]);
+            *reinterpret_cast<uint4*>(dst + j) = w;
+          }
+        }
+      } else if (k_items_bc % k_threads == 0 || e < k_items_bc) {
         const bool is_c = e >= k_n * k_tv;
         const int r = is_c ? e - k_n * k_tv : e;
         const int n = r / k_tv;
@@ -256,10 +313,19 @@ __device__ __forceinline__ void scan_slice(const row_ptr s_dt, const row_ptr s_d
     for (int j = 0; j < k_npl; ++j) {
 #if AT_VAR_BC
       const int n = j * k_lpc + l;
-      const float4 b4 = *reinterpret_cast<const float4*>(&s_b[n][t0 + q]);
-      const float4 c4 = *reinterpret_cast<const float4*>(&s_c[n][t0 + q]);
-      const float bv[4] = {b4.x, b4.y, b4.z, b4.w};
-      const float cv[4] = {c4.x, c4.y, c4.z, c4.w};
+      float bv[4], cv[4];
+      if constexpr (k_pack_bc) {
+        const uint4 w = *reinterpret_cast<const uint4*>(&s_b[n][t0 + q]);
+        unpack_bc(w.x, bv[0], cv[0]);
+        unpack_bc(w.y, bv[1], cv[1]);
+        unpack_bc(w.z, bv[2], cv[2]);
+        unpack_bc(w.w, bv[3], cv[3]);
+      } else {
+        const float4 b4 = *reinterpret_cast<const float4*>(&s_b[n][t0 + q]);
+        const float4 c4 = *reinterpret_cast<const float4*>(&s_c[n][t0 + q]);
+        bv[0] = b4.x, bv[1] = b4.y, bv[2] = b4.z, bv[3] = b4.w;
+        cv[0] = c4.x, cv[1] = c4.y, cv[2] = c4.z, cv[3] = c4.w;
+      }
 #else
       const float bv[4] = {b_fixed[j], b_fixed[j], b_fixed[j], b_fixed[j]};
       const float cv[4] = {c_fixed[j], c_fixed[j], c_fixed[j], c_fixed[j]};
@@ -282,22 +348,22 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
     selective_scan_fwd(const ScanArgs args) {
   // Dynamic shared memory (runtime/ops/selective_scan.cpp sizes it):
   //   dt, dt*u      fp32 [CPB][row] each
-  //   B, C          fp32 [N][row] each, variable B/C only
+  //   B, C          fp32 [N][row] each, variable B/C only; 16-bit B/C: one [N][row]
+  //                 of packed (B, C) pairs
   //   partial y     fp32 [NSPLIT][CPB + 1][row] (the extra row staggers banks)
   //   u, z          x_t  [CPB][row_x] each
   extern __shared__ __align__(16) float s_dyn[];
   float(*s_dt)[k_row] = reinterpret_cast<float(*)[k_row]>(s_dyn);
   float(*s_du)[k_row] = s_dt + k_cpb;
-  float(*s_b)[k_row] = s_du + k_cpb;
-  float(*s_c)[k_row] = s_b + (AT_VAR_BC ? k_n : 0);
+  float(*s_b)[k_row] = s_du + k_cpb;                        // or packed B/C pairs
+  float(*s_c)[k_row] = s_b + (AT_VAR_BC && !k_pack_bc ? k_n : 0); // unused when packed
   float(*s_part)[k_cpb + 1][k_row] =
-      reinterpret_cast<float(*)[k_cpb + 1][k_row]>(s_c + (AT_VAR_BC ? k_n : 0));
+      reinterpret_cast<float(*)[k_cpb + 1][k_row]>(s_b + k_bc_rows);
   x_t(*s_u)[k_row_x] = reinterpret_cast<x_t(*)[k_row_x]>(s_part + k_lpc);
   x_t(*s_z)[k_row_x] = s_u + k_cpb;
   // Slice boundary exchange: end state and decay product per (slice, channel, state).
   float(*s_xh)[k_cpb][k_n] = reinterpret_cast<float(*)[k_cpb][k_n]>(s_z + k_cpb);
-  float(*s_xp)[k_cpb][k_n] = s_xh + k_s;
-  (void)s_xp;
+  [[maybe_unused]] float(*s_xp)[k_cpb][k_n] = s_xh + k_s;
 
   const int blocks_per_batch = (args.dim + k_cpb - 1) / k_cpb;
   const int b = blockIdx.x / blocks_per_batch;
