@@ -213,6 +213,9 @@ const char* k_configs[] = {
     "threads=128,items=16,cpb=2,nsplit=16,scan=state,vec=4,poly=0,minblocks=1,tsplit=4",
     "threads=64,items=32,cpb=1,nsplit=32,scan=state,vec=8,poly=0,minblocks=1,tsplit=2",
     "threads=256,items=32,cpb=4,nsplit=16,scan=state,vec=8,poly=0,minblocks=1,tsplit=4",
+    // Packed 16-bit (B, C) pairs (skipped where B/C are fp32 or fixed), with slices.
+    "threads=128,items=32,cpb=16,nsplit=8,scan=state,vec=8,poly=0,minblocks=1,bc=pair",
+    "threads=64,items=16,cpb=1,nsplit=32,scan=state,vec=4,poly=1,minblocks=1,tsplit=2,bc=pair",
 };
 
 } // namespace

@@ -35,7 +35,8 @@ enum class ScanForm { shfl = 0, smem = 1, state = 2 };
 
 struct Params {
   int threads, items, cpb, nsplit, vec, poly, minblocks;
-  int tsplit = 1; // time slices per chunk (state form); optional, 1 when absent
+  int tsplit = 1;     // time slices per chunk (state form); optional, 1 when absent
+  bool bc_pair = false; // 16-bit variable B/C staged as packed pairs (state form)
   ScanForm form;
   bool smem_scan;
   bool state() const { return form == ScanForm::state; }
@@ -55,6 +56,13 @@ Params params(const Config& c) {
         *ints[i] = int(parse_int(v, std::string("selective_scan parameter ") + names[i]));
         have[i] = known = true;
       }
+    }
+    if (k == "bc") {
+      if (v != "f32" && v != "pair") {
+        throw Error(ErrorKind::config, "selective_scan: bc must be 'f32' or 'pair', not '" + v + "'");
+      }
+      p.bc_pair = v == "pair";
+      known = true;
     }
     if (k == "tsplit") {
       p.tsplit = int(parse_int(v, "selective_scan parameter tsplit"));
@@ -129,8 +137,8 @@ long long partial_y_smem(const Params& p) {
 // they are 16-bit --, NSPLIT x (CPB + 1) rows of partial y), then rows of ITEMS + 8
 // input elements (u and z per channel), then the time slices' exchange.
 long long state_form_smem(const Params& p, long long n, bool var_bc, long long esize) {
-  // 16-bit variable B/C are staged as packed (B, C) pairs: one row per state.
-  const long long bc_rows = var_bc ? (esize == 2 ? n : 2 * n) : 0;
+  // bc=pair stages 16-bit variable B/C as packed (B, C) pairs: one row per state.
+  const long long bc_rows = var_bc ? (p.bc_pair ? n : 2 * n) : 0;
   const long long rows = 2LL * p.cpb + bc_rows + (long long)p.nsplit * (p.cpb + 1);
   const long long exchange = 2LL * p.tsplit * p.cpb * n * 4; // slice end states and decays
   return rows * (p.items + 4) * 4 + 2LL * p.cpb * (p.items + 8) * esize + exchange;
@@ -251,6 +259,9 @@ Result<bool> check_state_form(const Params& p, const Dims& d, const std::string&
   if (d.N / p.nsplit > 16) {
     return fail("scan=state: at most 16 states per lane (N / nsplit)");
   }
+  if (p.bc_pair && (!d.var_bc || dtype_size(d.x) != 2)) {
+    return fail("scan=state: bc=pair packs 16-bit variable B/C only");
+  }
   if (p.tsplit < 1 || (p.threads / 32) % p.tsplit != 0) {
     return fail("scan=state: tsplit must divide the warps");
   }
@@ -296,8 +307,8 @@ Result<bool> SelectiveScanOp::check(const Config& config, const Problem& problem
   if (p.state()) {
     return check_state_form(p, d, arch);
   }
-  if (p.tsplit != 1) {
-    return fail("tsplit applies to scan=state only");
+  if (p.tsplit != 1 || p.bc_pair) {
+    return fail("tsplit and bc=pair apply to scan=state only");
   }
   if (p.cpb < 1 || p.nsplit < 1 || p.threads % (p.cpb * p.nsplit) != 0 || p.tpc() % 32 != 0) {
     return fail("each (channel, state group) needs whole warps: threads / (cpb * nsplit) % 32 "
@@ -394,6 +405,7 @@ std::vector<std::string> SelectiveScanOp::defines(const Config& config,
           "-DAT_POLY=" + std::to_string(p.poly),
           "-DAT_MINB=" + std::to_string(p.minblocks),
           "-DAT_TSPLIT=" + std::to_string(p.tsplit),
+          std::string("-DAT_BC_PAIR=") + (p.bc_pair ? "1" : "0"),
           "-DAT_N=" + std::to_string(d.N),
           "-DAT_NSLICE=" + std::to_string(state_slice(config, problem)),
           "-DAT_VAR_BC=" + flag_of(d.var_bc),

@@ -92,12 +92,17 @@ __device__ __forceinline__ void store_shared(float* p, const float (&v)[k_vec]) 
   }
 }
 
-// Variable 16-bit B and C are staged as they came, B_t and C_t of a state packed in
-// one 32-bit word: the recurrence then reads a state's B and C for 4 steps with
-// one 16-byte shared load -- half the shared-memory traffic of fp32 rows, which
-// bounds the scan when few states share a lane -- for two integer or convert
-// instructions per (step, state).
-constexpr bool k_pack_bc = AT_VAR_BC && sizeof(x_t) == 2;
+// AT_BC_PAIR: variable 16-bit B and C are staged as they came, B_t and C_t of a
+// state packed in one 32-bit word: the recurrence then reads a state's B and C for
+// 4 steps with one 16-byte shared load -- half the shared-memory traffic of fp32
+// rows, which bounds the scan when few states share a lane -- for two integer or
+// convert instructions per (step, state). On the H100 it wins with few states per
+// lane (long L, few channels) and loses with many.
+#ifndef AT_BC_PAIR
+#define AT_BC_PAIR 0
+#endif
+constexpr bool k_pack_bc = AT_BC_PAIR != 0;
+static_assert(!k_pack_bc || (AT_VAR_BC && sizeof(x_t) == 2), "BC_PAIR packs 16-bit variable B/C");
 constexpr int k_bc_rows = AT_VAR_BC ? (k_pack_bc ? k_n : 2 * k_n) : 0;
 
 __device__ __forceinline__ void unpack_bc(unsigned w, float& b, float& c) {
