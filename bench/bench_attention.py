@@ -43,7 +43,8 @@ class AttnArgs(ctypes.Structure):
                 ("dtype", ctypes.c_int32), ("causal", ctypes.c_int32),
                 ("layout_bhsd", ctypes.c_int32), ("scale", ctypes.c_double),
                 ("q_strides", ctypes.c_int64 * 3), ("k_strides", ctypes.c_int64 * 3),
-                ("v_strides", ctypes.c_int64 * 3), ("o_strides", ctypes.c_int64 * 3)]
+                ("v_strides", ctypes.c_int64 * 3), ("o_strides", ctypes.c_int64 * 3),
+                ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_uint64)]
 
 
 def load_library(path):

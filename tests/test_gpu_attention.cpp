@@ -188,7 +188,14 @@ TEST_CASE("attention variants match a float64 reference over every feature") {
     AttnCase k(shape, rng);
     std::vector<Config> configs;
     std::vector<VariantSource> sources;
+    // Split-KV variants on the GQA and the decoding shapes (where the keys outnumber
+    // the queries), single-split ones elsewhere.
+    const bool splits_here = shape_index == 2 || shape_index == 6;
     for (size_t i = 0; i < all.size(); ++i) {
+      const std::string* sp = find_field(all[i], "splits");
+      if ((sp && *sp != "1") != splits_here && !(splits_here && all[i] == space.default_config)) {
+        continue;
+      }
       // A rotating quarter of the space per shape, plus the default variant.
       bool pick = i % 4 == shape_index % 4 || all[i] == space.default_config;
       if (pick && attn().check(all[i], k.problem, dev.arch())) {
@@ -206,6 +213,11 @@ TEST_CASE("attention variants match a float64 reference over every feature") {
     DeviceTensor q(k.q), kk(k.k), v(k.v);
     HostTensor out(k.dtype, k.q.n);
     HostTensor lse(DType::f32, size_t(k.B) * k.Hq * k.Sq);
+    // The split-KV workspace the op asks for, zero-filled once: every launch must
+    // leave its counters at zero for the next variant.
+    std::vector<TensorSpec> specs = attn().tensors(k.problem);
+    HostTensor ws_host(DType::f32, specs.back().name == "workspace" ? specs.back().elements : 1);
+    DeviceTensor ws(ws_host);
     size_t checked = 0;
     double worst = 0;
     for (size_t i = 0; i < configs.size(); ++i) {
@@ -222,11 +234,31 @@ TEST_CASE("attention variants match a float64 reference over every feature") {
       if (k.lse) {
         ptrs.push_back(l.get());
       }
+      if (specs.back().name == "workspace") {
+        ptrs.push_back(ws.get());
+      }
       ArgPack args;
       attn().pack(configs[i], k.problem, ptrs, args);
       launch(f, attn().geometry(configs[i], k.problem), args);
       o.download(out);
       double err = rel_err(k.logical(out), k.ref.o);
+      if (const std::string* sp = find_field(configs[i], "splits"); sp && *sp != "1") {
+        // Every split-KV launch leaves its arrival counters (after the partial O and
+        // LSE of its splits) at zero for the next one.
+        const size_t splits = std::stoul(*sp);
+        const size_t rows = size_t(k.B) * k.Hq * k.Sq;
+        const size_t block_m = std::stoul(*find_field(configs[i], "block_m"));
+        const size_t first = splits * rows * size_t(k.D + 1);
+        const size_t counters = size_t(k.B) * k.Hq * ((size_t(k.Sq) + block_m - 1) / block_m);
+        ws.download(ws_host);
+        size_t nonzero = 0;
+        for (size_t j = first; j < first + counters; ++j) {
+          uint32_t c;
+          std::memcpy(&c, &ws_host.bytes[j * 4], 4);
+          nonzero += c != 0;
+        }
+        CHECK(nonzero == 0);
+      }
       CHECK(err <= attn().tolerance(k.problem));
       worst = std::max(worst, err);
       if (k.lse) {
@@ -322,7 +354,7 @@ TEST_CASE("the runtime's default attention variant takes arbitrary strides") {
   }
 }
 
-TEST_CASE("tuning attention stores a winner that the runtime then dispatches") {
+TEST_CASE("tuning attention stores a winner that the runtime then dispatches, with its workspace") {
   context();
   fs::path db = temp_db();
   const char* shape = "B=2,Hq=8,Hkv=2,Sq=300,Sk=300,D=64,causal=1,dtype=fp16,layout=bhsd";
@@ -330,7 +362,9 @@ TEST_CASE("tuning attention stores a winner that the runtime then dispatches") {
   o.op = "attention";
   o.shapes = {shape};
   o.db_path = db.string();
-  o.param_overrides = {{"block_n", "32|64"}, {"stages", "1|2"}, {"swizzle", "xor"}};
+  // Split-KV only, so that the winner needs the caller's workspace.
+  o.param_overrides = {
+      {"block_n", "32|64"}, {"stages", "1|2"}, {"swizzle", "xor"}, {"splits", "2"}};
   Progress quiet(false);
   TuneReport first = tune(o, quiet);
   REQUIRE(first.problems.size() == 1);
@@ -365,7 +399,15 @@ TEST_CASE("tuning attention stores a winner that the runtime then dispatches") {
   Selection s = rt.select_attention(a);
   CHECK(s.source == "tuned");
   CHECK(s.variant == p.winner_config);
+  const uint64_t need = rt.attention_workspace_size(a);
+  CHECK(need > 0);
+  CHECK_THROWS_WITH_AS(rt.attention(a), doctest::Contains("zero-filled workspace of"), Error);
+  HostTensor ws_host(DType::f32, size_t(need / 4));
+  DeviceTensor ws(ws_host);
+  a.workspace = reinterpret_cast<void*>(ws.get());
+  a.workspace_bytes = need;
   rt.attention(a);
+  rt.attention(a); // the workspace is left ready for the next call
   AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
   od.download(out);
   CHECK(rel_err(k.logical(out), k.ref.o) <= attn().tolerance(k.problem));

@@ -72,9 +72,45 @@ TEST_CASE("attention configuration constraints drop what cannot run") {
   }
   SUBCASE("unknown parameters are configuration errors") {
     CHECK_THROWS_AS(attn().check(config("block_m=128,block_n=64,warps=4,stages=1,swizzle=xor,"
-                                        "q=smem,splits=2"),
+                                        "q=smem,clusters=2"),
                                  d128, "sm_90a"),
                     Error);
+  }
+}
+
+TEST_CASE("split-KV variants serve problems with few query blocks, with a sized workspace") {
+  Problem decode = problem("B=2,Hq=8,Hkv=2,Sq=1,Sk=4096,D=128");
+  Config split4 = config("block_m=64,block_n=64,warps=4,stages=1,swizzle=xor,q=smem,splits=4");
+  REQUIRE(attn().check(split4, decode, "sm_90a"));
+  CHECK(attn().worth_measuring(split4, decode));
+  // One query block per (batch, head), four splits of it.
+  CHECK(attn().geometry(split4, decode).grid[0] == 4);
+  // Partial O and LSE per split and row, then a counter per query block.
+  CHECK(attn().workspace_bytes(split4, decode) == size_t((4 * 16 * 1 * 129 + 16) * 4));
+  CHECK(attn().workspace_bytes(config(k_fa2), decode) == 0);
+  // The tuner's tensors carry a zero-filled workspace for the most splits.
+  auto t = attn().tensors(decode);
+  REQUIRE(t.back().name == "workspace");
+  CHECK(t.back().lo == 0.0f);
+  CHECK(t.back().hi == 0.0f);
+  CHECK_FALSE(t.back().output);
+  SUBCASE("large problems are not split") {
+    auto r = attn().check(split4, problem("B=8,H=16,S=2048,D=128"), "sm_90a");
+    REQUIRE_FALSE(r);
+    CHECK(r.failure().message.find("split-KV is for problems") != std::string::npos);
+    CHECK(attn().tensors(problem("B=8,H=16,S=2048,D=128")).back().name == "o");
+  }
+  SUBCASE("splits are powers of two up to 8, with two key tiles each") {
+    CHECK_FALSE(attn().check(config(std::string(k_fa2) + ",splits=3"), decode, "sm_90a"));
+    CHECK_FALSE(attn().check(config(std::string(k_fa2) + ",splits=16"), decode, "sm_90a"));
+    CHECK_FALSE(attn().worth_measuring(split4, problem("B=1,H=2,Sq=1,Sk=256,D=128")));
+  }
+  SUBCASE("a call without the workspace is refused with the size it needs") {
+    AttentionCall call;
+    call.q = call.k = call.v = call.o = 256;
+    ArgPack args;
+    CHECK_THROWS_WITH_AS(attn().pack_call(split4, decode, call, args),
+                         doctest::Contains("workspace of 33088 bytes"), Error);
   }
 }
 

@@ -54,6 +54,8 @@ AttentionPrepared prepare(const AttentionOp& op, const AttentionArgs& a) {
   strides(a.v_strides, a.heads_kv, a.seq_k, c.v_batch_stride, c.v_head_stride, c.v_seq_stride);
   strides(a.o_strides, a.heads_q, a.seq_q, c.o_batch_stride, c.o_head_stride, c.o_seq_stride);
   c.scale = a.scale > 0 ? a.scale : 0.0;
+  c.workspace = reinterpret_cast<CUdeviceptr>(a.workspace);
+  c.workspace_bytes = size_t(a.workspace_bytes);
   op.validate_call(p.problem, c);
   return p;
 }
@@ -67,6 +69,12 @@ const AttentionOp& attention_op() {
 Selection Runtime::select_attention(const AttentionArgs& args) {
   AttentionPrepared p = prepare(attention_op(), args);
   return m_impl->get(attention_op(), p.problem).selection;
+}
+
+uint64_t Runtime::attention_workspace_size(const AttentionArgs& args) {
+  const AttentionOp& op = attention_op();
+  AttentionPrepared p = prepare(op, args);
+  return op.workspace_bytes(m_impl->get(op, p.problem).config, p.problem);
 }
 
 void Runtime::attention(const AttentionArgs& args, CUstream stream) {

@@ -64,9 +64,16 @@ typedef struct autotune_attention_args {
   double scale;        /* <= 0: 1/sqrt(head_dim) */
   /* strides in elements, {batch, head, seq}; negative means contiguous */
   int64_t q_strides[3], k_strides[3], v_strides[3], o_strides[3];
+  /* split-KV variants only: zero-filled once before first use, at least
+     autotune_attention_workspace_size bytes; NULL/0 otherwise */
+  void* workspace;
+  uint64_t workspace_bytes;
 } autotune_attention_args;
 
 int autotune_attention(autotune_runtime* rt, const autotune_attention_args* args, void* stream);
+/* Bytes of workspace the variant args resolve to needs (0 unless it splits the keys). */
+int autotune_attention_workspace_size(autotune_runtime* rt, const autotune_attention_args* args,
+                                      uint64_t* bytes);
 int autotune_attention_variant(autotune_runtime* rt, const autotune_attention_args* args,
                                char* buffer, uint64_t size);
 

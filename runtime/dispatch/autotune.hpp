@@ -85,6 +85,11 @@ struct AttentionArgs {
   int64_t k_strides[3] = {-1, -1, -1};
   int64_t v_strides[3] = {-1, -1, -1};
   int64_t o_strides[3] = {-1, -1, -1};
+  // Split-KV variants (flash-decoding, tuned for problems with few query blocks)
+  // need a workspace: Runtime::attention_workspace_size says how many bytes (0 for
+  // the others). Zero-fill it once before its first use; every call leaves it so.
+  void* workspace = nullptr;
+  uint64_t workspace_bytes = 0;
 };
 
 // Mamba-1 selective scan forward. u, delta, z, out: [batch, dim, length], element
@@ -140,6 +145,9 @@ public:
   Selection select_causal_conv1d(const CausalConv1dArgs& args);
   void attention(const AttentionArgs& args, CUstream stream = nullptr);
   Selection select_attention(const AttentionArgs& args);
+  // Bytes of workspace the variant `args` resolve to needs (0 unless it splits the
+  // keys); ask once per shape, before the first call.
+  uint64_t attention_workspace_size(const AttentionArgs& args);
   void selective_scan(const SelectiveScanArgs& args, CUstream stream = nullptr);
   Selection select_selective_scan(const SelectiveScanArgs& args);
 

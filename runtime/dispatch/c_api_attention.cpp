@@ -27,6 +27,8 @@ autotune::AttentionArgs convert(const autotune_attention_args* a) {
   c.causal = a->causal != 0;
   c.layout_bhsd = a->layout_bhsd != 0;
   c.scale = a->scale;
+  c.workspace = a->workspace;
+  c.workspace_bytes = a->workspace_bytes;
   for (int i = 0; i < 3; ++i) {
     c.q_strides[i] = a->q_strides[i];
     c.k_strides[i] = a->k_strides[i];
@@ -46,6 +48,16 @@ extern "C" {
 int autotune_attention(autotune_runtime* rt, const autotune_attention_args* args, void* stream) {
   return guarded(
       [&] { runtime_of(rt).attention(convert(args), static_cast<CUstream>(stream)); });
+}
+
+int autotune_attention_workspace_size(autotune_runtime* rt, const autotune_attention_args* args,
+                                      uint64_t* bytes) {
+  return guarded([&] {
+    if (!bytes) {
+      throw autotune::Error(autotune::ErrorKind::usage, "attention: bytes is NULL");
+    }
+    *bytes = runtime_of(rt).attention_workspace_size(convert(args));
+  });
 }
 
 int autotune_attention_variant(autotune_runtime* rt, const autotune_attention_args* args,

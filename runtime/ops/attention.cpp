@@ -25,7 +25,29 @@ Dims dims(const Problem& p) {
 struct Params {
   int block_m = 0, block_n = 0, warps = 0, stages = 0;
   bool swizzle = true, q_regs = false;
+  int splits = 1; // key splits (flash-decoding); optional, 1 when absent
 };
+
+// Split-KV variants are for problems with few query blocks (decoding, small
+// batch x heads); the tuner sizes one workspace for the most splits, which this
+// bound keeps under 8 x 16384 rows x (D + 1) floats.
+constexpr long long k_split_max_query_blocks = 256; // counted in 64-row blocks
+constexpr int k_max_splits = 8;
+
+bool split_eligible(const Dims& d) {
+  return d.B * d.Hq * ((d.Sq + 63) / 64) <= k_split_max_query_blocks;
+}
+
+// Workspace bytes of a variant: partial O and LSE per split, one counter per
+// (batch, head, query block). 0 without splits.
+size_t split_workspace_bytes(const Params& p, const Dims& d) {
+  if (p.splits <= 1) {
+    return 0;
+  }
+  const long long rows = d.B * d.Hq * d.Sq;
+  const long long counters = d.B * d.Hq * ((d.Sq + p.block_m - 1) / p.block_m);
+  return size_t((p.splits * rows * (d.D + 1) + counters) * 4);
+}
 
 Params params(const Config& c) {
   Params p;
@@ -50,6 +72,8 @@ Params params(const Config& c) {
       p.swizzle = pick(k, v, "xor", "pad"), have[4] = true;
     } else if (k == "q") {
       p.q_regs = pick(k, v, "regs", "smem"), have[5] = true;
+    } else if (k == "splits") {
+      p.splits = int(parse_int(v, "splits"));
     } else {
       throw Error(ErrorKind::config, "attention: unknown parameter '" + k + "'");
     }
@@ -233,8 +257,16 @@ Result<bool> AttentionOp::check(const Config& config, const Problem& problem,
     return fail(std::to_string(smem) + " bytes of shared memory exceed the " + arch +
                 " per-block limit of " + std::to_string(smem_limit(arch)));
   }
-  if ((d.Sq + p.block_m - 1) / p.block_m > 0x7fffffffLL) {
+  if ((d.Sq + p.block_m - 1) / p.block_m * p.splits > 0x7fffffffLL) {
     return fail("grid too large");
+  }
+  if (p.splits < 1 || p.splits > k_max_splits || (p.splits & (p.splits - 1)) != 0) {
+    return fail("splits must be 1, 2, 4 or 8");
+  }
+  if (p.splits > 1 && !split_eligible(d)) {
+    return fail("split-KV is for problems of at most " +
+                std::to_string(k_split_max_query_blocks) +
+                " query blocks of 64 rows (B * Hq * ceil(Sq / 64))");
   }
   return true;
 }
@@ -248,6 +280,12 @@ Result<bool> AttentionOp::worth_measuring(const Config& config, const Problem& p
   }
   if (p.stages == 3 && (d.Sk + p.block_n - 1) / p.block_n < 4) {
     return fail("three stages for fewer than four key tiles");
+  }
+  if (p.splits > 1 && (d.Sk + p.block_n - 1) / p.block_n < 2 * p.splits) {
+    return fail("fewer than two key tiles per split");
+  }
+  if (p.splits > 1 && d.B * d.Hq * ((d.Sq + p.block_m - 1) / p.block_m) >= 128) {
+    return fail("enough query blocks to fill the GPU without splitting the keys");
   }
   return true;
 }
@@ -264,6 +302,7 @@ std::vector<std::string> AttentionOp::defines(const Config& config, const Proble
           "-DAT_HEAD_DIM=" + std::to_string(d.D),
           std::string("-DAT_CAUSAL=") + (d.causal ? "1" : "0"),
           std::string("-DAT_LSE=") + (d.lse ? "1" : "0"),
+          "-DAT_SPLITS=" + std::to_string(p.splits),
           std::string("-DAT_T=") + template_type(d.dtype)};
 }
 
@@ -272,7 +311,7 @@ LaunchGeometry AttentionOp::geometry(const Config& config, const Problem& proble
   Dims d = dims(problem);
   LaunchGeometry g;
   g.block[0] = unsigned(32 * p.warps);
-  g.grid[0] = unsigned((d.Sq + p.block_m - 1) / p.block_m);
+  g.grid[0] = unsigned((d.Sq + p.block_m - 1) / p.block_m * p.splits);
   g.grid[1] = unsigned(d.Hq);
   g.grid[2] = unsigned(d.B);
   g.dynamic_smem = unsigned(smem_bytes(p, d));
@@ -300,6 +339,14 @@ std::vector<TensorSpec> AttentionOp::tensors(const Problem& problem) const {
                                {"o", d.dtype, nq, true}};
   if (d.lse) {
     t.push_back({"lse", DType::f32, size_t(d.B * d.Hq * d.Sq), true});
+  }
+  if (split_eligible(d)) {
+    // For split-KV variants: room for the most splits with the smallest query
+    // blocks (16 rows), zero-filled (the counters must start at zero).
+    Params most;
+    most.splits = k_max_splits;
+    most.block_m = 16;
+    t.push_back({"workspace", DType::f32, split_workspace_bytes(most, d) / 4, false, 0.0f, 0.0f});
   }
   return t;
 }
@@ -363,10 +410,23 @@ void AttentionOp::validate_call(const Problem& problem, const AttentionCall& cal
   }
 }
 
+size_t AttentionOp::workspace_bytes(const Config& config, const Problem& problem) const {
+  return split_workspace_bytes(params(config), dims(problem));
+}
+
 void AttentionOp::pack_call(const Config& config, const Problem& problem,
                             const AttentionCall& call, ArgPack& args) const {
-  (void)config;
+  Params p = params(config);
   Dims d = dims(problem);
+  const size_t need = split_workspace_bytes(p, d);
+  if (need > 0 && (!call.workspace || call.workspace_bytes < need || call.workspace % 16 != 0)) {
+    throw Error(ErrorKind::usage,
+                "attention: variant '" + format_fields(config) + "' splits the keys " +
+                    std::to_string(p.splits) + " ways and needs a 16-byte aligned, zero-filled "
+                    "workspace of " + std::to_string(need) + " bytes (given " +
+                    std::to_string(call.workspace_bytes) +
+                    "); Runtime::attention_workspace_size reports it");
+  }
   // Must match struct AttnArgs in templates/attention/kernel.cuh.
   struct AttnArgs {
     CUdeviceptr q, k, v, o, lse;
@@ -376,6 +436,8 @@ void AttentionOp::pack_call(const Config& config, const Problem& problem,
     long long o_batch_stride, o_head_stride, o_seq_stride;
     int heads_q, heads_kv, seq_q, seq_k;
     float scale_log2;
+    CUdeviceptr ws_o, ws_lse, ws_count;
+    int batch;
   } a{};
   a.q = call.q;
   a.k = call.k;
@@ -400,6 +462,13 @@ void AttentionOp::pack_call(const Config& config, const Problem& problem,
   a.seq_k = int(d.Sk);
   double scale = call.scale > 0 ? call.scale : 1.0 / std::sqrt(double(d.D));
   a.scale_log2 = float(scale * 1.4426950408889634);
+  if (need > 0) {
+    const long long rows = d.B * d.Hq * d.Sq;
+    a.ws_o = call.workspace;
+    a.ws_lse = a.ws_o + CUdeviceptr(p.splits * rows * d.D * 4);
+    a.ws_count = a.ws_lse + CUdeviceptr(p.splits * rows * 4);
+  }
+  a.batch = int(d.B);
   args.add(a);
 }
 
@@ -412,6 +481,13 @@ void AttentionOp::pack(const Config& config, const Problem& problem,
   call.v = t.at(2);
   call.o = t.at(3);
   call.lse = d.lse ? t.at(4) : 0;
+  if (split_eligible(d)) {
+    call.workspace = t.at(d.lse ? 5 : 4);
+    Params most;
+    most.splits = k_max_splits;
+    most.block_m = 16;
+    call.workspace_bytes = split_workspace_bytes(most, d);
+  }
   Strides qs = contiguous_strides(problem, d.Hq, d.Sq);
   Strides ks = contiguous_strides(problem, d.Hkv, d.Sk);
   call.q_batch_stride = call.o_batch_stride = qs.batch;

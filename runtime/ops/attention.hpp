@@ -22,6 +22,10 @@ struct AttentionCall {
   long long v_batch_stride = 0, v_head_stride = 0, v_seq_stride = 0;
   long long o_batch_stride = 0, o_head_stride = 0, o_seq_stride = 0;
   double scale = 0; // 0: 1/sqrt(D)
+  // Split-KV variants only: zero-filled before the first call (each call leaves it
+  // zero-filled where the counters live); AttentionOp::workspace_bytes says how much.
+  CUdeviceptr workspace = 0;
+  size_t workspace_bytes = 0;
 };
 
 class AttentionOp final : public Op {
@@ -57,6 +61,9 @@ public:
     long long batch, head, seq;
   };
   static Strides contiguous_strides(const Problem& problem, long long heads, long long seq);
+
+  // Bytes of workspace a variant needs for a problem (0 unless it splits the keys).
+  size_t workspace_bytes(const Config& config, const Problem& problem) const;
 
   // Validates a user's call (null pointers, alignment, overlapping rows).
   void validate_call(const Problem& problem, const AttentionCall& call) const;

@@ -28,6 +28,12 @@
 //                padding); 0: rows padded by 16 bytes.
 //   AT_Q_REGS    1: Q fragments loaded into registers once; 0: re-read from shared
 //                memory with ldmatrix for every key tile (fewer registers).
+//   AT_SPLITS    key splits (flash-decoding): 1, or 2..16 blocks per (query block,
+//                batch, head), each over its share of the key tiles, for problems
+//                with too few query blocks to fill the GPU. Each writes its O
+//                (normalized, fp32) and LSE to the caller's workspace; the last of
+//                them to finish (a counter per query block, which it returns to
+//                zero) merges the splits into O and LSE.
 //   AT_HEAD_DIM  64, 128 or 256; AT_CAUSAL, AT_LSE: 0/1; AT_T: at_bf16 or at_f16.
 #include "common/numeric.cuh"
 #include "attention/mma.cuh"
@@ -47,6 +53,10 @@ constexpr bool k_swizzle = AT_SWIZZLE != 0;
 constexpr bool k_q_in_regs = AT_Q_REGS != 0;
 constexpr bool k_causal = AT_CAUSAL != 0;
 constexpr bool k_lse = AT_LSE != 0;
+#ifndef AT_SPLITS
+#define AT_SPLITS 1
+#endif
+constexpr int k_splits = AT_SPLITS;
 
 constexpr int k_threads = 32 * k_warps;
 constexpr int k_warp_m = k_block_m / k_warps; // query rows per warp
@@ -62,6 +72,7 @@ static_assert(k_warp_m % 16 == 0 && k_warp_m <= 64, "each warp owns 16, 32, 48 o
 static_assert(k_block_n % 16 == 0, "key tiles are whole k=16 steps of P V");
 static_assert(k_head_dim % 16 == 0 && k_head_dim <= 256, "head dim");
 static_assert(k_stages >= 1 && k_stages <= 3, "pipeline stages");
+static_assert(k_splits >= 1 && k_splits <= 16, "key splits");
 static_assert(k_threads % k_chunks == 0, "each thread loads one chunk column");
 static_assert(k_block_n % (k_threads / k_chunks) == 0 && k_block_m % (k_threads / k_chunks) == 0,
               "tiles split evenly over threads");
@@ -81,6 +92,13 @@ struct AttnArgs {
   int seq_q;
   int seq_k;
   float scale_log2; // softmax scale * log2(e)
+  // AT_SPLITS > 1: the workspace. Partial O [splits][B][Hq][Sq][D] and LSE
+  // [splits][B][Hq][Sq] in fp32, then one arrival counter per (batch, head, query
+  // block), zero before the first launch and left zero by every launch.
+  float* ws_o;
+  float* ws_lse;
+  unsigned* ws_count;
+  int batch;
 };
 
 // Element offset of 16-byte chunk `chunk` of row `row` in a shared-memory tile.
@@ -126,6 +144,110 @@ __device__ __forceinline__ void load_a_fragment(unsigned (&a)[4], unsigned tile,
   ldmatrix_x4(a, tile + tile_offset(row, chunk) * static_cast<int>(sizeof(elem_t)));
 }
 
+// Key splits: this block's O (normalized by its own sum) and LSE go to the
+// workspace; the block that finishes last for its query block merges all splits:
+//   LSE = log sum_s exp(LSE_s),  O = sum_s exp(LSE_s - LSE) O_s.
+// Splits that saw no key have LSE_s = -inf and weigh nothing.
+__device__ __forceinline__ void store_split_and_merge(const AttnArgs& args,
+                                                   const float (&o)[k_m_tiles][k_d_tiles][4],
+                                                   const float (&row_max)[k_m_tiles][2],
+                                                   const float (&row_sum)[k_m_tiles][2],
+                                                   int batch, int head, int m_blocks,
+                                                   int m_block, int m0,
+                                                   int split, int warp_row0, int g, int t,
+                                                   unsigned* flag_smem) {
+  const long long rows = static_cast<long long>(args.batch) * args.heads_q * args.seq_q;
+  const long long bh_row = (static_cast<long long>(batch) * args.heads_q + head) * args.seq_q;
+#pragma unroll
+  for (int mt = 0; mt < k_m_tiles; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float sum = row_sum[mt][h];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      const int row = m0 + warp_row0 + mt * 16 + g + h * 8;
+      if (row < args.seq_q) {
+        float* dst = args.ws_o + (split * rows + bh_row + row) * k_head_dim;
+#pragma unroll
+        for (int dt = 0; dt < k_d_tiles; ++dt) {
+          *reinterpret_cast<float2*>(dst + dt * 8 + 2 * t) =
+              make_float2(o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv);
+        }
+        if (t == 0) {
+          args.ws_lse[split * rows + bh_row + row] =
+              sum > 0.0f ? (row_max[mt][h] * args.scale_log2 + log2_approx(sum)) *
+                               0.6931471805599453f
+                         : neg_inf();
+        }
+      }
+    }
+  }
+  // Publish, then count arrivals: the last block of this query block merges.
+  __threadfence();
+  __syncthreads();
+  unsigned* counter =
+      args.ws_count + (static_cast<long long>(batch) * args.heads_q + head) * m_blocks + m_block;
+  if (threadIdx.x == 0) {
+    const unsigned arrived = atomicAdd(counter, 1u);
+    const bool last = arrived == k_splits - 1;
+    if (last) {
+      *counter = 0; // every split has arrived: ready for the next launch
+    }
+    *flag_smem = last ? 1u : 0u;
+  }
+  __syncthreads();
+  if (*flag_smem == 0u) {
+    return;
+  }
+  __threadfence(); // see the other splits' partials
+  // One warp per row at a time; lanes over the head dim (2 or more columns each).
+  constexpr int k_cols = k_head_dim / 32;
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  elem_t* o_g = args.o + batch * args.o_batch_stride + head * args.o_head_stride;
+  for (int r = warp; r < k_block_m; r += k_warps) {
+    const int row = m0 + r;
+    if (row >= args.seq_q) {
+      break;
+    }
+    float lse_s[k_splits];
+    float lse_max = neg_inf();
+#pragma unroll
+    for (int s = 0; s < k_splits; ++s) {
+      lse_s[s] = __ldcg(args.ws_lse + s * rows + bh_row + row);
+      lse_max = fmaxf(lse_max, lse_s[s]);
+    }
+    float acc[k_cols];
+#pragma unroll
+    for (int c = 0; c < k_cols; ++c) {
+      acc[c] = 0.0f;
+    }
+    float wsum = 0.0f;
+#pragma unroll
+    for (int s = 0; s < k_splits; ++s) {
+      const float w =
+          lse_max == neg_inf() ? 0.0f : exp2_approx((lse_s[s] - lse_max) * 1.4426950408889634f);
+      wsum += w;
+      const float* src = args.ws_o + (s * rows + bh_row + row) * k_head_dim;
+#pragma unroll
+      for (int c = 0; c < k_cols; ++c) {
+        acc[c] = fmaf(w, __ldcg(src + c * 32 + lane), acc[c]);
+      }
+    }
+    const float inv = wsum > 0.0f ? 1.0f / wsum : 0.0f;
+    elem_t* dst = o_g + row * args.o_seq_stride;
+#pragma unroll
+    for (int c = 0; c < k_cols; ++c) {
+      dst[c * 32 + lane] = at_from_float<elem_t>(acc[c] * inv);
+    }
+    if (k_lse && lane == 0) {
+      args.lse[bh_row + row] =
+          wsum > 0.0f ? lse_max + log2_approx(wsum) * 0.6931471805599453f : neg_inf();
+    }
+  }
+}
+
 extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const AttnArgs args) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   elem_t* q_s = reinterpret_cast<elem_t*>(smem_raw);
@@ -137,8 +259,11 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
   const unsigned v_base = smem_address(v_s);
 
   // Blocks of the last query rows see the most keys under the causal mask: launch
-  // them first so that the short ones fill the tail.
-  const int m_block = static_cast<int>(gridDim.x - 1 - blockIdx.x);
+  // them first so that the short ones fill the tail. With key splits, the splits
+  // of one query block are neighbours.
+  const int m_blocks = static_cast<int>(gridDim.x) / k_splits;
+  const int m_block = m_blocks - 1 - static_cast<int>(blockIdx.x) / k_splits;
+  const int split = k_splits == 1 ? 0 : static_cast<int>(blockIdx.x) % k_splits;
   const int head = static_cast<int>(blockIdx.y);
   const int batch = static_cast<int>(blockIdx.z);
   const int kv_head = head / (args.heads_q / args.heads_kv);
@@ -149,11 +274,15 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
   const int m0 = m_block * k_block_m;
   const int diag = args.seq_k - args.seq_q; // query i sees keys j <= i + diag when causal
 
-  int n_blocks = (args.seq_k + k_block_n - 1) / k_block_n;
+  int n_total = (args.seq_k + k_block_n - 1) / k_block_n;
   if (k_causal) {
     const int last_key = m0 + k_block_m - 1 + diag; // the last key any row here sees
-    n_blocks = min(n_blocks, last_key < 0 ? 0 : last_key / k_block_n + 1);
+    n_total = min(n_total, last_key < 0 ? 0 : last_key / k_block_n + 1);
   }
+  // This split's key tiles: [n_first, n_first + n_blocks), visited last to first.
+  const int per_split = (n_total + k_splits - 1) / k_splits;
+  const int n_first = min(n_total, split * per_split);
+  const int n_blocks = min(n_total, n_first + per_split) - n_first;
 
   const elem_t* q_g = args.q + batch * args.q_batch_stride + head * args.q_head_stride +
                       m0 * args.q_seq_stride;
@@ -175,15 +304,15 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
   load_tile<k_block_m>(q_base, q_g, args.q_seq_stride, args.seq_q - m0);
   if (k_stages == 1) {
     if (n_blocks > 0) {
-      load_k(n_blocks - 1, 0);
+      load_k(n_first + n_blocks - 1, 0);
     }
     cp_async_commit();
   } else {
 #pragma unroll
     for (int s = 0; s < k_stages - 1; ++s) {
       if (s < n_blocks) {
-        load_k(n_blocks - 1 - s, s);
-        load_v(n_blocks - 1 - s, s);
+        load_k(n_first + n_blocks - 1 - s, s);
+        load_v(n_first + n_blocks - 1 - s, s);
       }
       cp_async_commit(); // empty groups keep the group count uniform
     }
@@ -211,7 +340,7 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
   const int warp_row0 = warp * k_warp_m; // this warp's first row within the block
 
   for (int it = 0; it < n_blocks; ++it) {
-    const int n_block = n_blocks - 1 - it;
+    const int n_block = n_first + n_blocks - 1 - it;
     const int n0 = n_block * k_block_n;
     const int buffer = k_stages == 1 ? 0 : it % k_stages;
     const unsigned k_tile = k_base + buffer * k_kv_tile_bytes;
@@ -227,8 +356,8 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
       __syncthreads(); // this tile landed; everyone is done with the buffer refilled next
       const int ahead = it + k_stages - 1;
       if (ahead < n_blocks) {
-        load_k(n_blocks - 1 - ahead, ahead % k_stages);
-        load_v(n_blocks - 1 - ahead, ahead % k_stages);
+        load_k(n_first + n_blocks - 1 - ahead, ahead % k_stages);
+        load_v(n_first + n_blocks - 1 - ahead, ahead % k_stages);
       }
       cp_async_commit();
     }
@@ -381,6 +510,12 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
     }
   }
   cp_async_wait<0>(); // nothing may still write into shared memory we reuse below
+
+  if constexpr (k_splits > 1) {
+    store_split_and_merge(args, o, row_max, row_sum, batch, head, m_blocks, m_block, m0, split,
+                          warp_row0, g, t, reinterpret_cast<unsigned*>(q_s));
+    return;
+  }
 
   // Epilogue: O / sum, staged through this warp's own rows of the Q tile (only this
   // warp ever reads them) so that global stores are whole 16-byte chunks.
