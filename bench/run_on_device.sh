@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The benchmark run of one op on the GPU machine, over a bundle made here with
 # ./scripts/device-bundle.sh (carried as .device/):
-#   bash bench/run_on_device.sh OP [autotune options, e.g. --strategy halving --budget-s 20]
+#   [BENCH_ARGS="--rep 100"] bash bench/run_on_device.sh OP [autotune options, e.g.
+#     --strategy halving --budget-s 20]
 # Tunes OP's benchmark shapes into a fresh database, then runs bench/bench_OP.py,
 # which measures the winners beside their peers in one process. Results (and the
 # tuning report) go to $OUT when set (the device tool brings that folder back),
@@ -19,7 +20,8 @@ commit=$(cat .device/COMMIT 2>/dev/null || echo unknown)
 start=$(date +%s)
 .device/autotune --arch auto --op "$op" "$@" --quiet >"$out/tune-$op.txt"
 echo "tuned $op in $(($(date +%s) - start)) s"
+# shellcheck disable=SC2086 # BENCH_ARGS is a list of options
 python3 "bench/bench_$op.py" --lib .device/libautotune.so --db "$AUTOTUNE_DB" --out "$out" \
-  --commit "$commit" \
-  --command "autotune --arch auto --op $op $* && python3 bench/bench_$op.py --lib .device/libautotune.so --db \$AUTOTUNE_DB --out bench/results (bench/run_on_device.sh $op $*)"
+  --commit "$commit" ${BENCH_ARGS:-} \
+  --command "autotune --arch auto --op $op $* && python3 bench/bench_$op.py --lib .device/libautotune.so --db \$AUTOTUNE_DB --out bench/results ${BENCH_ARGS:-} (bench/run_on_device.sh $op $*)"
 tail -n 70 "$out"/*-"$op".md
