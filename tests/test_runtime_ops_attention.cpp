@@ -185,4 +185,12 @@ TEST_CASE("attention variants compile for every target arch") {
     REQUIRE_MESSAGE(out.ok(), (out.ok() ? "" : out.failure().detail));
     CHECK(!out->binary.empty());
   }
+  // A split-KV variant at both ends of the range.
+  for (const char* arch : {"sm_80", "sm_120"}) {
+    CAPTURE(arch);
+    Config c = config("block_m=64,block_n=64,warps=4,stages=2,swizzle=xor,q=smem,splits=4");
+    REQUIRE(attn().check(c, p, arch));
+    auto out = compile_variant(describe_variant(attn(), c, p, arch));
+    REQUIRE_MESSAGE(out.ok(), (out.ok() ? "" : out.failure().detail));
+  }
 }

@@ -219,10 +219,17 @@ TEST_CASE("NVRTC compiles selective_scan for sm_80, sm_89, sm_90a and sm_120 wit
   Problem bench = problem("B=8,D=2048,L=2048,N=16");
   for (const char* arch : {"sm_80", "sm_89", "sm_90a", "sm_120"}) {
     CAPTURE(arch);
-    VariantSource v = describe_variant(op, config(k_default), bench, arch);
-    auto out = compile_variant(v);
-    REQUIRE_MESSAGE(out.ok(), (out.ok() ? "" : out.failure().message + out.failure().detail));
-    CHECK(out->binary.substr(1, 3) == "ELF");
+    // The default (time-parallel) variant and a state-parallel one with time slices
+    // and packed B/C.
+    for (const char* c : {k_default, "threads=128,items=32,cpb=16,nsplit=4,scan=state,vec=8,"
+                                     "poly=1,minblocks=2,tsplit=2,bc=pair"}) {
+      CAPTURE(c);
+      REQUIRE(op.check(config(c), bench, arch));
+      VariantSource v = describe_variant(op, config(c), bench, arch);
+      auto out = compile_variant(v);
+      REQUIRE_MESSAGE(out.ok(), (out.ok() ? "" : out.failure().message + out.failure().detail));
+      CHECK(out->binary.substr(1, 3) == "ELF");
+    }
   }
   // The other paths: shared-memory scan, split states, fixed B/C, all optional parts.
   Problem other = problem("B=2,D=8,L=100,N=8,var_bc=0,dtype=fp32,last_state=1");
