@@ -144,6 +144,19 @@ __device__ __forceinline__ void load_a_fragment(unsigned (&a)[4], unsigned tile,
   ldmatrix_x4(a, tile + tile_offset(row, chunk) * static_cast<int>(sizeof(elem_t)));
 }
 
+// A row's softmax sum: the four threads of a quad hold its shares.
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// ln(sum exp(scale*s)) = ln 2 * (max * scale_log2 + log2(sum of the exp2 terms)); -inf
+// for a row that saw no key.
+__device__ __forceinline__ float row_lse(float row_max, float sum, float scale_log2) {
+  return sum > 0.0f ? (row_max * scale_log2 + log2_approx(sum)) * 0.6931471805599453f
+                    : neg_inf();
+}
+
 // Key splits: this block's O (normalized by its own sum) and LSE go to the
 // workspace; the block that finishes last for its query block merges all splits:
 //   LSE = log sum_s exp(LSE_s),  O = sum_s exp(LSE_s - LSE) O_s.
@@ -162,9 +175,7 @@ __device__ __forceinline__ void store_split_and_merge(const AttnArgs& args,
   for (int mt = 0; mt < k_m_tiles; ++mt) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float sum = row_sum[mt][h];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const float sum = quad_sum(row_sum[mt][h]);
       const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
       const int row = m0 + warp_row0 + mt * 16 + g + h * 8;
       if (row < args.seq_q) {
@@ -176,9 +187,7 @@ __device__ __forceinline__ void store_split_and_merge(const AttnArgs& args,
         }
         if (t == 0) {
           args.ws_lse[split * rows + bh_row + row] =
-              sum > 0.0f ? (row_max[mt][h] * args.scale_log2 + log2_approx(sum)) *
-                               0.6931471805599453f
-                         : neg_inf();
+              row_lse(row_max[mt][h], sum, args.scale_log2);
         }
       }
     }
@@ -523,9 +532,7 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
   for (int mt = 0; mt < k_m_tiles; ++mt) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float sum = row_sum[mt][h];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const float sum = quad_sum(row_sum[mt][h]);
       const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
       const int local_row = warp_row0 + mt * 16 + g + h * 8;
 #pragma unroll
@@ -535,11 +542,7 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
         *reinterpret_cast<unsigned*>(q_s + tile_offset(local_row, dt) + 2 * t) = packed;
       }
       if (k_lse && t == 0 && m0 + local_row < args.seq_q) {
-        // ln(sum exp(scale*s)) = ln 2 * (max * scale_log2 + log2(sum of exp2 terms)).
-        const float lse = sum > 0.0f
-                              ? (row_max[mt][h] * args.scale_log2 + log2_approx(sum)) *
-                                    0.6931471805599453f
-                              : neg_inf();
+        const float lse = row_lse(row_max[mt][h], sum, args.scale_log2);
         args.lse[(static_cast<long long>(batch) * args.heads_q + head) * args.seq_q + m0 +
                  local_row] = lse;
       }

@@ -294,9 +294,9 @@ struct Prefetch {
 // which start from h = 0) it also keeps the running decay product p and
 // qc[i][j] = C * p, the weights of the state entering the slice in y.
 template <bool CORRECT>
-__device__ __forceinline__ void scan_slice(const row_ptr s_dt, const row_ptr s_du, const row_ptr s_b,
-                                           const row_ptr s_c, int c_scan, int l, int t0,
-                                           const float (&b_fixed)[k_npl],
+__device__ __forceinline__ void scan_slice(const row_ptr s_dt, const row_ptr s_du,
+                                           const row_ptr s_b, const row_ptr s_c, int c_scan,
+                                           int l, int t0, const float (&b_fixed)[k_npl],
                                            const float (&c_fixed)[k_npl],
                                            const float (&a2)[k_npl], float (&h)[k_npl],
                                            float (&acc)[k_ts], float* p, float (*qc)[k_npl]) {
