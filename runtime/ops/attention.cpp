@@ -38,15 +38,21 @@ bool split_eligible(const Dims& d) {
   return d.B * d.Hq * ((d.Sq + 63) / 64) <= k_split_max_query_blocks;
 }
 
-// Workspace bytes of a variant: partial O and LSE per split, one counter per
-// (batch, head, query block). 0 without splits.
+// The workspace of a split-KV variant: first the arrival counters, one per (batch,
+// head, 64-row query block) -- the smallest query block, so that every variant's
+// counters sit in the same words and a workspace shared between variants (as the
+// tuner shares it) keeps them zero --, padded to 16 bytes; then partial O
+// [splits][B][Hq][Sq][D] and LSE [splits][B][Hq][Sq], fp32.
+long long split_counter_words(const Dims& d) {
+  return (d.B * d.Hq * ((d.Sq + 63) / 64) + 3) / 4 * 4;
+}
+
 size_t split_workspace_bytes(const Params& p, const Dims& d) {
   if (p.splits <= 1) {
     return 0;
   }
   const long long rows = d.B * d.Hq * d.Sq;
-  const long long counters = d.B * d.Hq * ((d.Sq + p.block_m - 1) / p.block_m);
-  return size_t((p.splits * rows * (d.D + 1) + counters) * 4);
+  return size_t((split_counter_words(d) + p.splits * rows * (d.D + 1)) * 4);
 }
 
 Params params(const Config& c) {
@@ -341,11 +347,10 @@ std::vector<TensorSpec> AttentionOp::tensors(const Problem& problem) const {
     t.push_back({"lse", DType::f32, size_t(d.B * d.Hq * d.Sq), true});
   }
   if (split_eligible(d)) {
-    // For split-KV variants: room for the most splits with the smallest query
-    // blocks (16 rows), zero-filled (the counters must start at zero).
+    // For split-KV variants: room for the most splits, zero-filled (the counters
+    // must start at zero).
     Params most;
     most.splits = k_max_splits;
-    most.block_m = 16;
     t.push_back({"workspace", DType::f32, split_workspace_bytes(most, d) / 4, false, 0.0f, 0.0f});
   }
   return t;
@@ -464,9 +469,9 @@ void AttentionOp::pack_call(const Config& config, const Problem& problem,
   a.scale_log2 = float(scale * 1.4426950408889634);
   if (need > 0) {
     const long long rows = d.B * d.Hq * d.Sq;
-    a.ws_o = call.workspace;
+    a.ws_count = call.workspace;
+    a.ws_o = a.ws_count + CUdeviceptr(split_counter_words(d) * 4);
     a.ws_lse = a.ws_o + CUdeviceptr(p.splits * rows * d.D * 4);
-    a.ws_count = a.ws_lse + CUdeviceptr(p.splits * rows * 4);
   }
   a.batch = int(d.B);
   args.add(a);
@@ -485,7 +490,6 @@ void AttentionOp::pack(const Config& config, const Problem& problem,
     call.workspace = t.at(d.lse ? 5 : 4);
     Params most;
     most.splits = k_max_splits;
-    most.block_m = 16;
     call.workspace_bytes = split_workspace_bytes(most, d);
   }
   Strides qs = contiguous_strides(problem, d.Hq, d.Sq);

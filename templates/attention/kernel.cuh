@@ -92,9 +92,10 @@ struct AttnArgs {
   int seq_q;
   int seq_k;
   float scale_log2; // softmax scale * log2(e)
-  // AT_SPLITS > 1: the workspace. Partial O [splits][B][Hq][Sq][D] and LSE
-  // [splits][B][Hq][Sq] in fp32, then one arrival counter per (batch, head, query
-  // block), zero before the first launch and left zero by every launch.
+  // AT_SPLITS > 1: the workspace (runtime/ops/attention.cpp lays it out): arrival
+  // counters, one per (batch, head, query block), zero before the first launch and
+  // left zero by every launch; partial O [splits][B][Hq][Sq][D] and LSE
+  // [splits][B][Hq][Sq] in fp32.
   float* ws_o;
   float* ws_lse;
   unsigned* ws_count;
