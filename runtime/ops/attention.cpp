@@ -55,6 +55,13 @@ size_t split_workspace_bytes(const Params& p, const Dims& d) {
   return size_t((split_counter_words(d) + p.splits * rows * (d.D + 1)) * 4);
 }
 
+// The tuner's one workspace for every variant of a problem: room for the most splits.
+size_t tuner_workspace_bytes(const Dims& d) {
+  Params most;
+  most.splits = k_max_splits;
+  return split_workspace_bytes(most, d);
+}
+
 Params params(const Config& c) {
   Params p;
   bool have[6] = {};
@@ -347,11 +354,8 @@ std::vector<TensorSpec> AttentionOp::tensors(const Problem& problem) const {
     t.push_back({"lse", DType::f32, size_t(d.B * d.Hq * d.Sq), true});
   }
   if (split_eligible(d)) {
-    // For split-KV variants: room for the most splits, zero-filled (the counters
-    // must start at zero).
-    Params most;
-    most.splits = k_max_splits;
-    t.push_back({"workspace", DType::f32, split_workspace_bytes(most, d) / 4, false, 0.0f, 0.0f});
+    // For split-KV variants, zero-filled (the counters must start at zero).
+    t.push_back({"workspace", DType::f32, tuner_workspace_bytes(d) / 4, false, 0.0f, 0.0f});
   }
   return t;
 }
@@ -488,9 +492,7 @@ void AttentionOp::pack(const Config& config, const Problem& problem,
   call.lse = d.lse ? t.at(4) : 0;
   if (split_eligible(d)) {
     call.workspace = t.at(d.lse ? 5 : 4);
-    Params most;
-    most.splits = k_max_splits;
-    call.workspace_bytes = split_workspace_bytes(most, d);
+    call.workspace_bytes = tuner_workspace_bytes(d);
   }
   Strides qs = contiguous_strides(problem, d.Hq, d.Sq);
   Strides ks = contiguous_strides(problem, d.Hkv, d.Sk);
