@@ -11,7 +11,9 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "runtime", "python"))
 import autotune_runtime  # noqa: E402
 
-STRUCTS = {"causal_conv1d": autotune_runtime.CausalConv1dArgs}
+STRUCTS = {"causal_conv1d": autotune_runtime.CausalConv1dArgs,
+           "attention": autotune_runtime.AttentionArgs,
+           "selective_scan": autotune_runtime.SelectiveScanArgs}
 
 c_layout = json.loads(subprocess.check_output([sys.argv[1]], text=True))
 failures = []
