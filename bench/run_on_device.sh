@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The benchmark run of one op on the GPU machine, over a bundle made here with
 # ./scripts/device-bundle.sh (carried as .device/):
-#   [BENCH_ARGS="--rep 100"] bash bench/run_on_device.sh OP [autotune options, e.g.
-#     --strategy halving --budget-s 20]
+#   [BENCH_ARGS="--rep 100"] [STEP=tune|bench] bash bench/run_on_device.sh OP
+#     [autotune options, e.g. --strategy halving --budget-s 20]
+# STEP splits a run that would outlast one device call (10 minutes) into two calls on
+# the same warm machine: STEP=tune fills the database, STEP=bench (same options) then
+# measures from it.
 # Tunes OP's benchmark shapes into a fresh database, then runs bench/bench_OP.py,
 # which measures the winners beside their peers in one process. Results (and the
 # tuning report) go to $OUT when set (the device tool brings that folder back),
@@ -15,11 +18,15 @@ out=${OUT:-bench/results}
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$PWD/.device:${LD_LIBRARY_PATH:-}
 export AUTOTUNE_DB=${AUTOTUNE_DB:-/tmp/autotune-bench-$op.db}
 export PYTHONUNBUFFERED=1
-rm -f "$AUTOTUNE_DB"
+step=${STEP:-all}
 commit=$(cat .device/COMMIT 2>/dev/null || echo unknown)
-start=$(date +%s)
-.device/autotune --arch auto --op "$op" "$@" --quiet >"$out/tune-$op.txt"
-echo "tuned $op in $(($(date +%s) - start)) s"
+if [ "$step" != bench ]; then
+  rm -f "$AUTOTUNE_DB"
+  start=$(date +%s)
+  .device/autotune --arch auto --op "$op" "$@" --quiet >"$out/tune-$op.txt"
+  echo "tuned $op in $(($(date +%s) - start)) s"
+  [ "$step" = tune ] && exit 0
+fi
 # shellcheck disable=SC2086 # BENCH_ARGS is a list of options
 python3 "bench/bench_$op.py" --lib .device/libautotune.so --db "$AUTOTUNE_DB" --out "$out" \
   --commit "$commit" ${BENCH_ARGS:-} \
