@@ -32,6 +32,9 @@ constexpr const char* k_usage = R"(usage:
                    [--markdown FILE]                   compare stored timings; exit 1 on a
                                                        regression (--retime: re-time A.db's
                                                        winners on this GPU instead of B.db)
+  autotune report [--db PATH] [--op OP] [--json]       the stored winners judged: time,
+                                                       spread, GB/s or TFLOP/s, outcomes,
+                                                       margin to the runner-up
   autotune --help | --version
 
 options:
@@ -332,7 +335,7 @@ int run_cli(int argc, char** argv) {
       return run_regress_command(argc - 1, argv + 1);
     }
     if (first == "report") {
-      throw Error(ErrorKind::usage, "'autotune report' is not built yet");
+      return run_report_command(argc - 1, argv + 1);
     }
     Args a = parse(argc, argv);
     if (a.command == "list") {

@@ -6,5 +6,6 @@ namespace autotune {
 
 int run_cache_command(int argc, char** argv);   // tuner/cache_cli.cpp
 int run_regress_command(int argc, char** argv); // tuner/regress.cpp
+int run_report_command(int argc, char** argv);  // tuner/report_cli.cpp
 
 } // namespace autotune
