@@ -4,6 +4,7 @@
 #include "cache/database.hpp"
 #include "runtime/base/hash.hpp"
 #include "runtime/cuda/nvrtc.hpp"
+#include "tests/cli_support.hpp"
 
 #include <doctest/doctest.h>
 
@@ -23,36 +24,11 @@
 namespace fs = std::filesystem;
 using namespace autotune;
 
+using namespace autotune::testing;
+
 namespace {
 
 const fs::path k_fixtures = fs::path(AUTOTUNE_SOURCE_DIR) / "tests" / "fixtures";
-
-struct Run {
-  int code;
-  std::string output; // stdout and stderr together
-};
-
-FILE* start(const std::string& args) {
-  std::string cmd = std::string(AUTOTUNE_CLI) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  return p;
-}
-
-Run finish(FILE* p) {
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) {
-    out.append(buf, n);
-  }
-  int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
-Run run(const std::string& args) {
-  return finish(start(args));
-}
 
 class TempDir {
 public:
@@ -107,10 +83,6 @@ long long raw_count(const std::string& path, const std::string& table) {
   long long count = sqlite3_column_int64(stmt, 0);
   sqlite3_finalize(stmt);
   return count;
-}
-
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
 }
 
 std::string fixture(const std::string& name) {

@@ -2,6 +2,7 @@
 // compile-only without a GPU, list output.
 #include "cache/database.hpp"
 #include "runtime/cuda/driver.hpp"
+#include "tests/cli_support.hpp"
 
 #include <doctest/doctest.h>
 
@@ -14,26 +15,9 @@
 
 namespace fs = std::filesystem;
 
+using namespace autotune::testing;
+
 namespace {
-
-struct Run {
-  int code;
-  std::string output; // stdout and stderr together
-};
-
-Run run(const std::string& args, const std::string& env = "") {
-  std::string cmd = env + " " + AUTOTUNE_CLI + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) {
-    out.append(buf, n);
-  }
-  int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
 
 fs::path temp_dir() {
   fs::path d = fs::temp_directory_path() /

@@ -1,6 +1,7 @@
 // `autotune regress` on the committed fixtures: exit codes, the listing of
 // missing entries, JUnit and Markdown reports, and --retime without a GPU.
 #include "runtime/cuda/driver.hpp"
+#include "tests/cli_support.hpp"
 
 #include <doctest/doctest.h>
 
@@ -16,28 +17,11 @@
 
 namespace fs = std::filesystem;
 
+using namespace autotune::testing;
+
 namespace {
 
 const fs::path k_fixtures = fs::path(AUTOTUNE_SOURCE_DIR) / "tests" / "fixtures";
-
-struct Run {
-  int code;
-  std::string output;
-};
-
-Run run(const std::string& args) {
-  std::string cmd = std::string(AUTOTUNE_CLI) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) {
-    out.append(buf, n);
-  }
-  int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
 
 std::string fixture(const std::string& name) {
   return (k_fixtures / name).string();
@@ -46,10 +30,6 @@ std::string fixture(const std::string& name) {
 std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
 }
 
 class TempDir {

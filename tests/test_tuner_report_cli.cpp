@@ -2,43 +2,19 @@
 // runner-up margin), as Markdown and JSON, and bad input.
 #include "cache/database.hpp"
 #include "runtime/base/hash.hpp"
+#include "tests/cli_support.hpp"
 
 #include <doctest/doctest.h>
 
-#include <sys/wait.h>
-
-#include <cstdio>
 #include <filesystem>
 #include <random>
 #include <string>
 
 namespace fs = std::filesystem;
 using namespace autotune;
+using namespace autotune::testing;
 
 namespace {
-
-struct Run {
-  int code;
-  std::string output; // stdout and stderr together
-};
-
-Run run(const std::string& args) {
-  std::string cmd = std::string(AUTOTUNE_CLI) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) {
-    out.append(buf, n);
-  }
-  int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
 
 // One causal_conv1d problem with three measured variants: the winner (100 us), an OK
 // one 25% slower, and a WRONG one that was faster (it may not win).
