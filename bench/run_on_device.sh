@@ -5,7 +5,8 @@
 #     [autotune options, e.g. --strategy halving --budget-s 20]
 # STEP splits a run that would outlast one device call (10 minutes) into two calls on
 # the same warm machine: STEP=tune fills the database, STEP=bench (same options) then
-# measures from it.
+# measures from it. STEP=resume is STEP=tune on the database a cut-off tune left
+# (variants already measured are not measured again).
 # Tunes OP's benchmark shapes into a fresh database, then runs bench/bench_OP.py,
 # which measures the winners beside their peers in one process. Results (and the
 # tuning report) go to $OUT when set (the device tool brings that folder back),
@@ -21,11 +22,11 @@ export PYTHONUNBUFFERED=1
 step=${STEP:-all}
 commit=$(cat .device/COMMIT 2>/dev/null || echo unknown)
 if [ "$step" != bench ]; then
-  rm -f "$AUTOTUNE_DB"
+  [ "$step" = resume ] || rm -f "$AUTOTUNE_DB"
   start=$(date +%s)
   .device/autotune --arch auto --op "$op" "$@" --quiet >"$out/tune-$op.txt"
   echo "tuned $op in $(($(date +%s) - start)) s"
-  [ "$step" = tune ] && exit 0
+  [ "$step" = tune ] || [ "$step" = resume ] && exit 0
 fi
 # shellcheck disable=SC2086 # BENCH_ARGS is a list of options
 python3 "bench/bench_$op.py" --lib .device/libautotune.so --db "$AUTOTUNE_DB" --out "$out" \
