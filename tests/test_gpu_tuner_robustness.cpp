@@ -340,3 +340,33 @@ TEST_CASE("successive halving within a budget still finds a correct winner") {
                       << p.winner_config << " " << p.winner_us << " us");
   remove_db(db);
 }
+
+TEST_CASE("successive halving over its budget measures only the best few in full") {
+  fs::path db = temp_db("halving_spent");
+  remove_db(db);
+  TuneOptions o;
+  o.op = "causal_conv1d";
+  o.shapes = {"B=8,C=2048,L=2048,W=4,dtype=bf16"};
+  o.db_path = db.string();
+  o.budget_s = 0.01; // spent by the first, cheap round
+  Progress quiet(false);
+  TuneReport report = tune(o, quiet);
+  const ProblemReport& p = report.problems.at(0);
+  CHECK(p.budget_exhausted);
+  REQUIRE(p.winner.has_value());
+  size_t finalists = 0;
+  for (const VariantReport& v : p.variants) {
+    if (v.outcome == cache::Outcome::ok && v.eliminated_in_round == 0) {
+      ++finalists;
+    }
+  }
+  CHECK(finalists >= 1);
+  CHECK(finalists <= size_t(k_halving_eta));
+  // Only the finalists' full measurements are stored as timings.
+  CHECK(query_double(db, "SELECT COUNT(*) FROM results WHERE outcome = 'OK'") ==
+        doctest::Approx(double(finalists)));
+  CHECK(query_double(db, "SELECT r.median_us FROM results r JOIN winners w ON "
+                         "r.variant_key = w.variant_key AND r.problem = w.problem") ==
+        doctest::Approx(p.variants[*p.winner].timing.median_us));
+  remove_db(db);
+}

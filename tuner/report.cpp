@@ -76,7 +76,10 @@ void print_table(const TuneReport& report, std::FILE* out, size_t top) {
       std::fprintf(out, "  random search: %zu configurations sampled\n", p.sampled);
     }
     if (p.budget_exhausted) {
-      std::fprintf(out, "  budget spent: the last round's survivors keep their cheap timings\n");
+      std::fprintf(out,
+                   "  budget spent: only the best %d survivors of the cheap rounds were measured "
+                   "in full\n",
+                   k_halving_eta);
     }
     double copy_gbps = p.copy ? gbps(p.bytes, p.copy->median_us) : 0;
     if (p.copy) {

@@ -161,10 +161,9 @@ VariantReport from_record(const cache::ResultRecord& r) {
   return v;
 }
 
-// Successive halving: every candidate gets a cheap measurement, the best quarter a
-// four times longer one, and so on until one is left or the budget is spent.
-constexpr int k_halving_eta = 4;
-
+// Successive halving (k_halving_eta, tuner.hpp): every candidate gets a cheap
+// measurement, the best quarter a four times longer one, and so on until one is left
+// or the budget is spent.
 TimingProtocol round_protocol(const TimingProtocol& full, int round, int rounds) {
   if (round + 1 >= rounds) {
     return full;
@@ -290,13 +289,16 @@ void tune_problem(const Op& op, const Space& space, const Problem& problem,
       round = rounds - 2;
     }
     if (spent + next_cost > options.budget_s * 1.5) {
-      // Over budget: the survivors' cheap measurements stand as final.
-      for (size_t i : ok) {
-        db.put_result(to_record(dev.key(), op, problem, reports[i]));
+      // Over budget: skip to the final round with only the best eta survivors. Their
+      // cheap timings cannot pick the winner: one noisy cheap median of the fastest
+      // widens the tie band (preference_order) over variants a few percent slower.
+      const size_t finalists = std::min<size_t>(ok.size(), k_halving_eta);
+      for (size_t k = finalists; k < ok.size(); ++k) {
+        reports[ok[k]].eliminated_in_round = round + 1;
       }
+      ok.resize(finalists);
       report.budget_exhausted = true;
-      pending.clear();
-      break;
+      round = rounds - 2;
     }
     pending = ok;
   }

@@ -48,6 +48,10 @@ struct VariantReport {
   int eliminated_in_round = 0; // successive halving cut it after this round (cheap timing only)
 };
 
+// Successive halving keeps the best 1/k_halving_eta of each round; a round over the
+// budget skips to a final full measurement of the best k_halving_eta.
+constexpr int k_halving_eta = 4;
+
 struct ProblemReport {
   Problem problem;
   size_t space_size = 0;
@@ -67,7 +71,7 @@ struct ProblemReport {
   double flops = 0;
   size_t device_bytes = 0;      // GPU memory the testbed held
   size_t sampled = 0;           // random strategy: configurations drawn (0: all)
-  bool budget_exhausted = false; // halving stopped early; cheap timings stand
+  bool budget_exhausted = false; // halving skipped to a final round of the best few
   int worker_restarts = 0;      // worker processes replaced after faults/timeouts
 };
 
