@@ -114,7 +114,8 @@ TEST_CASE("selective_scan configuration constraints drop what cannot run") {
         config("threads=128,items=32,cpb=8,nsplit=8,scan=state,vec=8,poly=0,minblocks=4"), p,
         "sm_90a");
     REQUIRE_FALSE(r);
-    CHECK(r.failure().message.find("cpb must equal warps / tsplit * 32 / nsplit (16)") != std::string::npos);
+    CHECK(r.failure().message.find("cpb must equal warps / tsplit * 32 / nsplit * cpl (16)") !=
+          std::string::npos);
     Problem n4 = problem("B=1,D=64,L=100,N=4");
     CHECK_FALSE(scan().check(
         config("threads=128,items=32,cpb=16,nsplit=8,scan=state,vec=8,poly=0,minblocks=1"), n4,
@@ -146,6 +147,31 @@ TEST_CASE("selective_scan configuration constraints drop what cannot run") {
                                p, "sm_90a")); // the time-parallel forms have no slices
     }
     CHECK(g.grid[0] == 8 * 2048 / 16);
+    SUBCASE("several channels per lane: cpl channels share one lane's B/C reads") {
+      Config c2 = config("threads=64,items=32,cpb=32,nsplit=4,scan=state,vec=8,poly=0,"
+                         "minblocks=1,cpl=2");
+      CHECK(scan().check(c2, p, "sm_90a"));
+      CHECK(scan().geometry(c2, p).grid[0] == 8 * 2048 / 32);
+      // cpb is warps * 32 / nsplit * cpl
+      CHECK_FALSE(scan().check(config("threads=128,items=32,cpb=16,nsplit=4,scan=state,vec=8,"
+                                      "poly=0,minblocks=1,cpl=2"),
+                               p, "sm_90a"));
+      // at most 16 (channel, state) pairs per lane
+      auto wide = scan().check(config("threads=64,items=32,cpb=64,nsplit=1,scan=state,vec=8,"
+                                      "poly=0,minblocks=1,cpl=2"),
+                               p, "sm_90a");
+      REQUIRE_FALSE(wide);
+      CHECK(wide.failure().message.find("at most 16 (channel, state) pairs") != std::string::npos);
+      CHECK_FALSE(scan().check(config("threads=128,items=32,cpb=48,nsplit=4,scan=state,vec=8,"
+                                      "poly=0,minblocks=1,cpl=3"),
+                               p, "sm_90a"));
+      CHECK_FALSE(scan().check(config("threads=256,items=32,cpb=32,nsplit=4,scan=state,vec=8,"
+                                      "poly=0,minblocks=1,cpl=2,tsplit=2"),
+                               p, "sm_90a")); // slices with one channel per lane only
+      CHECK_FALSE(scan().check(config("threads=32,items=16,cpb=1,nsplit=1,scan=shfl,vec=8,"
+                                      "poly=0,minblocks=1,cpl=2"),
+                               p, "sm_90a")); // the time-parallel forms have one channel
+    }
   }
   SUBCASE("tuning skips state-parallel variants whose registers cannot fit") {
     Config c = config("threads=512,items=64,cpb=64,nsplit=8,scan=state,vec=8,poly=0,minblocks=2");

@@ -32,6 +32,15 @@ TEST_CASE("winners within the measured noise are broken by variant id") {
     v[2].timing.median_us = 103;
     CHECK(v[preference_order(v)[0]].config == "d");
   }
+  SUBCASE("a noisy fastest ties with nothing more than 1% slower") {
+    // spread 90..110: half of it (10%) would tie "c" at 103 with "d" at 100.5
+    v[0].timing.p10_us = 90;
+    v[0].timing.p90_us = 110;
+    v[2].timing.median_us = 102;
+    CHECK(v[preference_order(v)[0]].config == "d");
+    v[2].timing.median_us = 101.4; // within 1%: tied, and "c" < "d"
+    CHECK(v[preference_order(v)[0]].config == "c");
+  }
   SUBCASE("variants cut by successive halving never win") {
     v[2].eliminated_in_round = 1;
     v[0].eliminated_in_round = 2;

@@ -368,7 +368,7 @@ void compile_problem(const Op& op, const Space& space, const Problem& problem,
 } // namespace
 
 // The winner among correct measurements: the lowest median, except that variants
-// whose medians lie within the noise of the fastest count as tied, and a tie goes
+// whose medians lie within the noise of the fastest (at most 1% slower) count as tied, and a tie goes
 // to the smallest variant id. Every process measuring the same candidates thus
 // picks the same winner unless their measurements differ by more than the noise.
 std::vector<size_t> preference_order(const std::vector<VariantReport>& v) {
@@ -389,8 +389,10 @@ std::vector<size_t> preference_order(const std::vector<VariantReport>& v) {
     return ok;
   }
   const Timing& best = v[ok.front()].timing;
-  // Half the p10-p90 spread of the fastest, and never less than 0.5%.
-  double band = std::max(0.005 * best.median_us, 0.5 * (best.p90_us - best.p10_us));
+  // Half the p10-p90 spread of the fastest, never less than 0.5% and never more than
+  // 1%: a noisy fastest must not hand the win to a clearly slower variant.
+  double band = std::clamp(0.5 * (best.p90_us - best.p10_us), 0.005 * best.median_us,
+                           0.01 * best.median_us);
   auto tied_end = std::find_if(ok.begin(), ok.end(), [&](size_t i) {
     return v[i].timing.median_us > best.median_us + band;
   });

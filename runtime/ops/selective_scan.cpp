@@ -36,6 +36,7 @@ enum class ScanForm { shfl = 0, smem = 1, state = 2 };
 struct Params {
   int threads, items, cpb, nsplit, vec, poly, minblocks;
   int tsplit = 1;     // time slices per chunk (state form); optional, 1 when absent
+  int cpl = 1;        // channels per lane (state form); optional, 1 when absent
   bool bc_pair = false; // 16-bit variable B/C staged as packed pairs (state form)
   ScanForm form;
   bool smem_scan;
@@ -66,6 +67,10 @@ Params params(const Config& c) {
     }
     if (k == "tsplit") {
       p.tsplit = int(parse_int(v, "selective_scan parameter tsplit"));
+      known = true;
+    }
+    if (k == "cpl") {
+      p.cpl = int(parse_int(v, "selective_scan parameter cpl"));
       known = true;
     }
     if (k == "scan") {
@@ -256,8 +261,14 @@ Result<bool> check_state_form(const Params& p, const Dims& d, const std::string&
   if (p.nsplit < 1 || 32 % p.nsplit != 0 || d.N % p.nsplit != 0) {
     return fail("scan=state: nsplit (lanes per channel) must divide 32 and N");
   }
-  if (d.N / p.nsplit > 16) {
-    return fail("scan=state: at most 16 states per lane (N / nsplit)");
+  if (p.cpl != 1 && p.cpl != 2 && p.cpl != 4) {
+    return fail("scan=state: cpl (channels per lane) must be 1, 2 or 4");
+  }
+  if (p.cpl > 1 && p.tsplit != 1) {
+    return fail("scan=state: several channels per lane (cpl > 1) need tsplit=1");
+  }
+  if (d.N / p.nsplit * p.cpl > 16) {
+    return fail("scan=state: at most 16 (channel, state) pairs per lane (cpl * N / nsplit)");
   }
   if (p.bc_pair && (!d.var_bc || dtype_size(d.x) != 2)) {
     return fail("scan=state: bc=pair packs 16-bit variable B/C only");
@@ -265,9 +276,9 @@ Result<bool> check_state_form(const Params& p, const Dims& d, const std::string&
   if (p.tsplit < 1 || (p.threads / 32) % p.tsplit != 0) {
     return fail("scan=state: tsplit must divide the warps");
   }
-  if (p.cpb != (p.threads / 32 / p.tsplit) * (32 / p.nsplit)) {
-    return fail("scan=state: cpb must equal warps / tsplit * 32 / nsplit (" +
-                std::to_string((p.threads / 32 / p.tsplit) * (32 / p.nsplit)) + ")");
+  if (p.cpb != (p.threads / 32 / p.tsplit) * (32 / p.nsplit) * p.cpl) {
+    return fail("scan=state: cpb must equal warps / tsplit * 32 / nsplit * cpl (" +
+                std::to_string((p.threads / 32 / p.tsplit) * (32 / p.nsplit) * p.cpl) + ")");
   }
   if ((p.vec != 4 && p.vec != 8) || p.items % p.vec != 0 || p.items % 8 != 0 || p.items > 64) {
     return fail("scan=state: vec must be 4 or 8 and items a multiple of 8 and of vec, at most 64");
@@ -307,8 +318,8 @@ Result<bool> SelectiveScanOp::check(const Config& config, const Problem& problem
   if (p.state()) {
     return check_state_form(p, d, arch);
   }
-  if (p.tsplit != 1 || p.bc_pair) {
-    return fail("tsplit and bc=pair apply to scan=state only");
+  if (p.tsplit != 1 || p.cpl != 1 || p.bc_pair) {
+    return fail("tsplit, cpl and bc=pair apply to scan=state only");
   }
   if (p.cpb < 1 || p.nsplit < 1 || p.threads % (p.cpb * p.nsplit) != 0 || p.tpc() % 32 != 0) {
     return fail("each (channel, state group) needs whole warps: threads / (cpb * nsplit) % 32 "
@@ -351,8 +362,9 @@ Result<bool> SelectiveScanOp::worth_measuring(const Config& config, const Proble
   Params p = params(config);
   Dims d = dims(problem);
   if (p.state()) {
-    // Registers (measured with ptxas): ITEMS partial sums plus as many staged reads in
-    // flight, 4 per state (h, A, B, C), the next chunk's loads in flight, ~32 more.
+    // Registers (measured with ptxas): per channel of the lane, ITEMS partial sums
+    // plus as many staged reads in flight and 4 per state (h, A, B, C); the next
+    // chunk's loads in flight; ~32 more.
     const long long vec_regs = std::max<long long>(1, p.vec * (long long)dtype_size(d.x) / 4);
     const long long tv = p.items / p.vec;
     const long long iters_x = (p.cpb * tv + p.threads - 1) / p.threads;
@@ -361,8 +373,8 @@ Result<bool> SelectiveScanOp::worth_measuring(const Config& config, const Proble
     const long long slice = p.items / p.tsplit;
     const long long npl = d.N / p.nsplit;
     const long long correction = p.tsplit > 1 ? slice * npl + npl : 0; // C*P per step, P
-    const long long regs =
-        std::min<long long>(255, 2LL * slice + 4LL * npl + correction + prefetch + 32);
+    const long long regs = std::min<long long>(
+        255, p.cpl * (2LL * slice + 4LL * npl) + correction + prefetch + 32);
     if (regs * p.threads * p.minblocks > 65536) {
       return fail("scan=state: about " + std::to_string(regs) +
                   " registers per thread do not fit minblocks blocks per SM");
@@ -405,6 +417,7 @@ std::vector<std::string> SelectiveScanOp::defines(const Config& config,
           "-DAT_POLY=" + std::to_string(p.poly),
           "-DAT_MINB=" + std::to_string(p.minblocks),
           "-DAT_TSPLIT=" + std::to_string(p.tsplit),
+          "-DAT_CPL=" + std::to_string(p.cpl),
           std::string("-DAT_BC_PAIR=") + (p.bc_pair ? "1" : "0"),
           "-DAT_N=" + std::to_string(d.N),
           "-DAT_NSLICE=" + std::to_string(state_slice(config, problem)),

@@ -36,16 +36,26 @@
 //              y_t gains sum_n C_t[n] P_t[n] h_in[n] -- three more FP32 operations
 //              per (step, state), no more exponentials, S times the parallelism for
 //              problems with few channels.
-//   AT_CPB     must equal warps / TSPLIT * 32 / NSPLIT.
+//   AT_CPL     channels per lane (1, 2 or 4; TSPLIT 1 only): a lane runs the same
+//              states of CPL channels side by side, so each B/C read from shared
+//              memory serves CPL channels. Shared-memory reads per (step, state)
+//              fall from 2 + 2/NPL words (fp32 B/C) to 2/CPL + 2/NPL -- the bound of
+//              the one-channel lane, whose reads alone fill the shared-memory port at
+//              the exp unit's rate -- for CPL times the registers and 1/CPL the lanes.
+//   AT_CPB     must equal warps / TSPLIT * 32 / NSPLIT * CPL.
 //   AT_VEC     elements per vector access of u/delta/z/out/B/C (4 or 8).
 //   AT_POLY    of every 8 steps, how many take exp2 from the FMA-pipe polynomial.
 
 #ifndef AT_TSPLIT
 #define AT_TSPLIT 1
 #endif
+#ifndef AT_CPL
+#define AT_CPL 1
+#endif
 constexpr int k_lpc = k_nsplit;           // lanes per channel
-constexpr int k_npl = k_n / k_nsplit;     // states per lane
-constexpr int k_cpw = 32 / k_lpc;         // channels per warp
+constexpr int k_npl = k_n / k_nsplit;     // states per lane and channel
+constexpr int k_cpl = AT_CPL;             // channels per lane
+constexpr int k_cpw = 32 / k_lpc * k_cpl; // channels per warp
 constexpr int k_warps = k_threads / 32;
 constexpr int k_s = AT_TSPLIT;            // time slices of a chunk
 constexpr int k_warps_c = k_warps / k_s;  // warps per time slice (cover the block's channels)
@@ -80,7 +90,8 @@ __device__ __forceinline__ float silu_gate(float z) {
 static_assert(k_threads % 32 == 0, "whole warps");
 static_assert(32 % k_lpc == 0 && k_n % k_lpc == 0, "NSPLIT must divide 32 and N");
 static_assert(k_warps % k_s == 0, "TSPLIT must divide the warps");
-static_assert(k_cpb == k_warps_c * k_cpw, "CPB must equal warps / TSPLIT * 32 / NSPLIT");
+static_assert(k_cpb == k_warps_c * k_cpw, "CPB must equal warps / TSPLIT * 32 / NSPLIT * CPL");
+static_assert(k_cpl == 1 || k_s == 1, "several channels per lane with one time slice only");
 static_assert(k_ts % 4 == 0, "time slices of whole 4-step groups");
 static_assert(k_vec % 4 == 0 && k_t % k_vec == 0 && k_t % 8 == 0,
               "T must be whole vectors of 4 or 8 and a multiple of 8");
@@ -289,17 +300,19 @@ struct Prefetch {
   }
 };
 
-// TS steps of the recurrence from step t0 of the chunk for this lane's states:
-// h <- a h + dt*u*B, acc <- sum_j C h. With CORRECT (time slices after the first,
-// which start from h = 0) it also keeps the running decay product p and
-// qc[i][j] = C * p, the weights of the state entering the slice in y.
+// TS steps of the recurrence from step t0 of the chunk for this lane's states of
+// its CPL channels c_scan + k: h <- a h + dt*u*B, acc <- sum_j C h. With CORRECT
+// (time slices after the first, which start from h = 0; CPL 1 only) it also keeps
+// the running decay product p and qc[i][j] = C * p, the weights of the state
+// entering the slice in y.
 template <bool CORRECT>
 __device__ __forceinline__ void scan_slice(const row_ptr s_dt, const row_ptr s_du,
                                            const row_ptr s_b, const row_ptr s_c, int c_scan,
-                                           int l, int t0, const float (&b_fixed)[k_npl],
-                                           const float (&c_fixed)[k_npl],
-                                           const float (&a2)[k_npl], float (&h)[k_npl],
-                                           float (&acc)[k_ts], float* p, float (*qc)[k_npl]) {
+                                           int l, int t0, const float (&b_fixed)[k_cpl][k_npl],
+                                           const float (&c_fixed)[k_cpl][k_npl],
+                                           const float (&a2)[k_cpl][k_npl],
+                                           float (&h)[k_cpl][k_npl], float (&acc)[k_cpl][k_ts],
+                                           float* p, float (*qc)[k_npl]) {
 #if AT_VAR_BC
   (void)b_fixed;
   (void)c_fixed;
@@ -310,10 +323,14 @@ __device__ __forceinline__ void scan_slice(const row_ptr s_dt, const row_ptr s_d
 #endif
 #pragma unroll
   for (int q = 0; q < k_ts; q += 4) {
-    const float4 dt4 = *reinterpret_cast<const float4*>(&s_dt[c_scan][t0 + q]);
-    const float4 du4 = *reinterpret_cast<const float4*>(&s_du[c_scan][t0 + q]);
-    const float dt[4] = {dt4.x, dt4.y, dt4.z, dt4.w};
-    const float du[4] = {du4.x, du4.y, du4.z, du4.w};
+    float dt[k_cpl][4], du[k_cpl][4];
+#pragma unroll
+    for (int k = 0; k < k_cpl; ++k) {
+      const float4 dt4 = *reinterpret_cast<const float4*>(&s_dt[c_scan + k][t0 + q]);
+      const float4 du4 = *reinterpret_cast<const float4*>(&s_du[c_scan + k][t0 + q]);
+      dt[k][0] = dt4.x, dt[k][1] = dt4.y, dt[k][2] = dt4.z, dt[k][3] = dt4.w;
+      du[k][0] = du4.x, du[k][1] = du4.y, du[k][2] = du4.z, du[k][3] = du4.w;
+    }
 #pragma unroll
     for (int j = 0; j < k_npl; ++j) {
 #if AT_VAR_BC
@@ -331,18 +348,22 @@ __device__ __forceinline__ void scan_slice(const row_ptr s_dt, const row_ptr s_d
         bv[0] = b4.x, bv[1] = b4.y, bv[2] = b4.z, bv[3] = b4.w;
         cv[0] = c4.x, cv[1] = c4.y, cv[2] = c4.z, cv[3] = c4.w;
       }
-#else
-      const float bv[4] = {b_fixed[j], b_fixed[j], b_fixed[j], b_fixed[j]};
-      const float cv[4] = {c_fixed[j], c_fixed[j], c_fixed[j], c_fixed[j]};
 #endif
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const float a = exp2_sel((q + i) % 8 < k_poly, dt[i] * a2[j]);
-        h[j] = fmaf(a, h[j], du[i] * bv[i]);
-        acc[q + i] = j == 0 ? cv[i] * h[j] : fmaf(cv[i], h[j], acc[q + i]);
-        if constexpr (CORRECT) {
-          p[j] *= a;
-          qc[q + i][j] = cv[i] * p[j];
+#pragma unroll
+        for (int k = 0; k < k_cpl; ++k) {
+#if !AT_VAR_BC
+          const float bv[4] = {b_fixed[k][j], b_fixed[k][j], b_fixed[k][j], b_fixed[k][j]};
+          const float cv[4] = {c_fixed[k][j], c_fixed[k][j], c_fixed[k][j], c_fixed[k][j]};
+#endif
+          const float a = exp2_sel((q + i) % 8 < k_poly, dt[k][i] * a2[k][j]);
+          h[k][j] = fmaf(a, h[k][j], du[k][i] * bv[i]);
+          acc[k][q + i] = j == 0 ? cv[i] * h[k][j] : fmaf(cv[i], h[k][j], acc[k][q + i]);
+          if constexpr (CORRECT) {
+            p[j] *= a;
+            qc[q + i][j] = cv[i] * p[j];
+          }
         }
       }
     }
@@ -381,22 +402,26 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
   const int slice = k_s == 1 ? 0 : warp / k_warps_c; // this lane's time slice
-  const int c_scan = (warp % k_warps_c) * k_cpw + lane / k_lpc;
+  // The lane's channels: c_scan .. c_scan + CPL - 1 of the block.
+  const int c_scan = ((warp % k_warps_c) * (32 / k_lpc) + lane / k_lpc) * k_cpl;
   const int l = lane % k_lpc;
-  const int d_scan = min(d_first + c_scan, args.dim - 1);
-  float a2[k_npl], h[k_npl];
-  float b_fixed[k_npl], c_fixed[k_npl]; // fixed B/C; unused with variable B/C
+  float a2[k_cpl][k_npl], h[k_cpl][k_npl];
+  float b_fixed[k_cpl][k_npl], c_fixed[k_cpl][k_npl]; // fixed B/C; unused with variable B/C
 #pragma unroll
-  for (int j = 0; j < k_npl; ++j) {
-    const int n = j * k_lpc + l; // states n % NSPLIT == l, as in the time-parallel form
-    a2[j] = args.A[static_cast<long long>(d_scan) * k_n + n] * k_log2e;
-    h[j] = 0.0f;
+  for (int k = 0; k < k_cpl; ++k) {
+    const long long d_scan = min(d_first + c_scan + k, args.dim - 1);
+#pragma unroll
+    for (int j = 0; j < k_npl; ++j) {
+      const int n = j * k_lpc + l; // states n % NSPLIT == l, as in the time-parallel form
+      a2[k][j] = args.A[d_scan * k_n + n] * k_log2e;
+      h[k][j] = 0.0f;
 #if AT_VAR_BC
-    b_fixed[j] = c_fixed[j] = 0.0f;
+      b_fixed[k][j] = c_fixed[k][j] = 0.0f;
 #else
-    b_fixed[j] = args.B[static_cast<long long>(d_scan) * k_n + n];
-    c_fixed[j] = args.C[static_cast<long long>(d_scan) * k_n + n];
+      b_fixed[k][j] = args.B[d_scan * k_n + n];
+      c_fixed[k][j] = args.C[d_scan * k_n + n];
 #endif
+    }
   }
 #if AT_VAR_BC
   // Every channel of the block is in one group (the op checks (D/G) % CPB == 0).
@@ -425,9 +450,9 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
 #endif
     }
 
-    // 2. The recurrence over this lane's slice; acc[i] is its share of y at step
+    // 2. The recurrence over this lane's slice; acc[k][i] is its share of y at step
     // slice * TS + i.
-    float acc[k_ts];
+    float acc[k_cpl][k_ts];
 #if AT_TSPLIT == 1
     scan_slice<false>(s_dt, s_du, s_b, s_c, c_scan, l, 0, b_fixed, c_fixed, a2, h, acc, nullptr,
                       nullptr);
@@ -439,7 +464,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
     } else {
 #pragma unroll
       for (int j = 0; j < k_npl; ++j) {
-        h[j] = 0.0f;
+        h[0][j] = 0.0f;
         p[j] = 1.0f;
       }
       scan_slice<true>(s_dt, s_du, s_b, s_c, c_scan, l, slice * k_ts, b_fixed, c_fixed, a2, h,
@@ -449,7 +474,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
     // from zero) and decay product; compose the states at the slice boundaries.
 #pragma unroll
     for (int j = 0; j < k_npl; ++j) {
-      s_xh[slice][c_scan][j * k_lpc + l] = h[j];
+      s_xh[slice][c_scan][j * k_lpc + l] = h[0][j];
       s_xp[slice][c_scan][j * k_lpc + l] = slice == 0 ? 0.0f : p[j];
     }
     __syncthreads();
@@ -468,7 +493,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
       for (int i = 0; i < k_ts; ++i) {
 #pragma unroll
         for (int j = 0; j < k_npl; ++j) {
-          acc[i] = fmaf(qc[i][j], h_in[j], acc[i]);
+          acc[0][i] = fmaf(qc[i][j], h_in[j], acc[0][i]);
         }
       }
     } else {
@@ -478,15 +503,18 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
         const int n = j * k_lpc + l;
 #pragma unroll
         for (int r = 1; r < k_s; ++r) {
-          h[j] = fmaf(s_xp[r][c_scan][n], h[j], s_xh[r][c_scan][n]);
+          h[0][j] = fmaf(s_xp[r][c_scan][n], h[0][j], s_xh[r][c_scan][n]);
         }
       }
     }
 #endif
 #pragma unroll
-    for (int q = 0; q < k_ts; q += 4) {
-      *reinterpret_cast<float4*>(&s_part[l][c_scan][slice * k_ts + q]) =
-          make_float4(acc[q], acc[q + 1], acc[q + 2], acc[q + 3]);
+    for (int k = 0; k < k_cpl; ++k) {
+#pragma unroll
+      for (int q = 0; q < k_ts; q += 4) {
+        *reinterpret_cast<float4*>(&s_part[l][c_scan + k][slice * k_ts + q]) =
+            make_float4(acc[k][q], acc[k][q + 1], acc[k][q + 2], acc[k][q + 3]);
+      }
     }
     __syncthreads();
 
@@ -556,11 +584,15 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
   (void)s_z;
 
 #if AT_LAST_STATE
-  if (slice == 0 && d_first + c_scan < args.dim) {
-    float* dst = args.last_state + (static_cast<long long>(b) * args.dim + d_scan) * k_n;
 #pragma unroll
-    for (int j = 0; j < k_npl; ++j) {
-      dst[j * k_lpc + l] = h[j];
+  for (int k = 0; k < k_cpl; ++k) {
+    const int d = d_first + c_scan + k;
+    if (slice == 0 && d < args.dim) {
+      float* dst = args.last_state + (static_cast<long long>(b) * args.dim + d) * k_n;
+#pragma unroll
+      for (int j = 0; j < k_npl; ++j) {
+        dst[j * k_lpc + l] = h[k][j];
+      }
     }
   }
 #endif
