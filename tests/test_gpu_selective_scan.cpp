@@ -216,6 +216,14 @@ const char* k_configs[] = {
     // Packed 16-bit (B, C) pairs (skipped where B/C are fp32 or fixed), with slices.
     "threads=128,items=32,cpb=16,nsplit=8,scan=state,vec=8,poly=0,minblocks=1,bc=pair",
     "threads=64,items=16,cpb=1,nsplit=32,scan=state,vec=4,poly=1,minblocks=1,tsplit=2,bc=pair",
+    // Several channels per lane: 2 and 4, 1 to 8 lanes per channel, blocks wider than
+    // D (a lane whose second channel is past D), packed pairs.
+    "threads=64,items=32,cpb=32,nsplit=4,scan=state,vec=8,poly=0,minblocks=1,cpl=2",
+    "threads=32,items=16,cpb=32,nsplit=4,scan=state,vec=4,poly=1,minblocks=1,cpl=4",
+    "threads=64,items=32,cpb=16,nsplit=8,scan=state,vec=8,poly=0,minblocks=1,cpl=2,bc=pair",
+    "threads=32,items=64,cpb=8,nsplit=8,scan=state,vec=8,poly=2,minblocks=1,cpl=2",
+    "threads=32,items=16,cpb=64,nsplit=1,scan=state,vec=8,poly=0,minblocks=1,cpl=2",
+    "threads=32,items=32,cpb=8,nsplit=8,scan=state,vec=8,poly=0,minblocks=1,cpl=2",
 };
 
 } // namespace
