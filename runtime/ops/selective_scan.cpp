@@ -139,14 +139,14 @@ long long partial_y_smem(const Params& p) {
 // Dynamic shared memory of the state-parallel form, as laid out in
 // templates/selective_scan/state_parallel.cuh: rows of ITEMS + 4 words (dt and dt*u
 // per channel, B and C per state with variable B/C -- one row of packed pairs when
-// they are 16-bit --, NSPLIT x (CPB + 1) rows of partial y), then rows of ITEMS + 8
+// they are 16-bit --, NSPLIT x (CPB + 1) rows of partial y), then rows of ITEMS
 // input elements (u and z per channel), then the time slices' exchange.
 long long state_form_smem(const Params& p, long long n, bool var_bc, long long esize) {
   // bc=pair stages 16-bit variable B/C as packed (B, C) pairs: one row per state.
   const long long bc_rows = var_bc ? (p.bc_pair ? n : 2 * n) : 0;
   const long long rows = 2LL * p.cpb + bc_rows + (long long)p.nsplit * (p.cpb + 1);
   const long long exchange = 2LL * p.tsplit * p.cpb * n * 4; // slice end states and decays
-  return rows * (p.items + 4) * 4 + 2LL * p.cpb * (p.items + 8) * esize + exchange;
+  return rows * (p.items + 4) * 4 + 2LL * p.cpb * p.items * esize + exchange;
 }
 
 std::string flag_of(bool b) {

@@ -65,9 +65,19 @@ constexpr int k_tv = k_t / k_vec;         // vectors per channel row per chunk
 // Rows of T floats padded by 4 words: consecutive rows start 4 banks apart, so the
 // 16-byte reads of up to 8 distinct rows in one instruction hit distinct banks.
 constexpr int k_row = k_t + 4;
-// Rows of T raw input elements (u and z, read back by the thread that staged them):
-// padded to keep every row 16-byte aligned.
-constexpr int k_row_x = k_t + 8;
+// Rows of T raw input elements (u and z, read back by the thread that staged them),
+// unpadded: item e of the staging loop sits at e * VEC elements, so a warp's vector
+// accesses cover one contiguous range and never conflict.
+constexpr int k_row_x = k_t;
+
+// Where the float4 of steps t..t+3 (t % 4 == 0) sits in a float row. An 8-wide
+// vector spans 32 bytes, written and read as two float4: in 64-step rows the eight
+// threads of a quarter-warp would hit banks 0-3, 8-11, 16-19, 24-27 twice (threads
+// 0-3 and 4-7 of one row). Swapping the halves of the second 32-step half of every
+// row spreads them over all 32 banks; rows of up to 32 steps are not changed.
+__device__ __forceinline__ constexpr int swz(int t) {
+  return t ^ (((t >> 5) & 1) << 2);
+}
 
 template <typename T> struct at_is_bf16 { static constexpr bool value = false; };
 template <> struct at_is_bf16<at_bf16> { static constexpr bool value = true; };
@@ -96,11 +106,22 @@ static_assert(k_ts % 4 == 0, "time slices of whole 4-step groups");
 static_assert(k_vec % 4 == 0 && k_t % k_vec == 0 && k_t % 8 == 0,
               "T must be whole vectors of 4 or 8 and a multiple of 8");
 
-__device__ __forceinline__ void store_shared(float* p, const float (&v)[k_vec]) {
+// VEC floats of a row from step t (swizzled float4 positions).
+__device__ __forceinline__ void store_row(float* row, int t, const float (&v)[k_vec]) {
 #pragma unroll
   for (int j = 0; j < k_vec; j += 4) {
-    *reinterpret_cast<float4*>(p + j) = make_float4(v[j], v[j + 1], v[j + 2], v[j + 3]);
+    *reinterpret_cast<float4*>(row + swz(t + j)) = make_float4(v[j], v[j + 1], v[j + 2], v[j + 3]);
   }
+}
+__device__ __forceinline__ void load_row(const float* row, int t, float (&v)[k_vec]) {
+#pragma unroll
+  for (int j = 0; j < k_vec; j += 4) {
+    const float4 w = *reinterpret_cast<const float4*>(row + swz(t + j));
+    v[j] = w.x, v[j + 1] = w.y, v[j + 2] = w.z, v[j + 3] = w.w;
+  }
+}
+__device__ __forceinline__ float4 load4(const float* row, int t) {
+  return *reinterpret_cast<const float4*>(row + swz(t));
 }
 
 // AT_BC_PAIR: variable 16-bit B and C are staged as they came, B_t and C_t of a
@@ -245,12 +266,12 @@ struct Prefetch {
 #endif
           dv[j] = t + j < length ? x : 0.0f;
         }
-        store_shared(&s_dt[c][tt], dv);
+        store_row(s_dt[c], tt, dv);
 #pragma unroll
         for (int j = 0; j < k_vec; ++j) {
           dv[j] *= uv[j];
         }
-        store_shared(&s_du[c][tt], dv);
+        store_row(s_du[c], tt, dv);
 #if AT_HAS_D
         u[i].store(&s_u[c][tt]);
 #endif
@@ -267,7 +288,7 @@ struct Prefetch {
         if (k_items_bc % k_threads == 0 || e < k_items_bc) {
           const int n = e / k_tv;
           const int tt = (e % k_tv) * k_vec;
-          unsigned* dst = reinterpret_cast<unsigned*>(&s_b[n][tt]);
+          unsigned* dst = reinterpret_cast<unsigned*>(s_b[n]);
 #pragma unroll
           for (int j = 0; j < k_vec; j += 4) {
             uint4 w;
@@ -275,7 +296,7 @@ struct Prefetch {
             w.y = pack_pair(bc[i].elem[j + 1], bc_c[i].elem[j + 1]);
             w.z = pack_pair(bc[i].elem[j + 2], bc_c[i].elem[j + 2]);
             w.w = pack_pair(bc[i].elem[j + 3], bc_c[i].elem[j + 3]);
-            *reinterpret_cast<uint4*>(dst + j) = w;
+            *reinterpret_cast<uint4*>(dst + swz(tt + j)) = w;
           }
         }
       } else if (k_items_bc % k_threads == 0 || e < k_items_bc) {
@@ -288,7 +309,7 @@ struct Prefetch {
         for (int j = 0; j < k_vec; ++j) {
           v[j] = at_to_float(bc[i].elem[j]);
         }
-        store_shared(is_c ? &s_c[n][tt] : &s_b[n][tt], v);
+        store_row(is_c ? s_c[n] : s_b[n], tt, v);
       }
     }
 #endif
@@ -326,8 +347,8 @@ __device__ __forceinline__ void scan_slice(const row_ptr s_dt, const row_ptr s_d
     float dt[k_cpl][4], du[k_cpl][4];
 #pragma unroll
     for (int k = 0; k < k_cpl; ++k) {
-      const float4 dt4 = *reinterpret_cast<const float4*>(&s_dt[c_scan + k][t0 + q]);
-      const float4 du4 = *reinterpret_cast<const float4*>(&s_du[c_scan + k][t0 + q]);
+      const float4 dt4 = load4(s_dt[c_scan + k], t0 + q);
+      const float4 du4 = load4(s_du[c_scan + k], t0 + q);
       dt[k][0] = dt4.x, dt[k][1] = dt4.y, dt[k][2] = dt4.z, dt[k][3] = dt4.w;
       du[k][0] = du4.x, du[k][1] = du4.y, du[k][2] = du4.z, du[k][3] = du4.w;
     }
@@ -337,14 +358,14 @@ __device__ __forceinline__ void scan_slice(const row_ptr s_dt, const row_ptr s_d
       const int n = j * k_lpc + l;
       float bv[4], cv[4];
       if constexpr (k_pack_bc) {
-        const uint4 w = *reinterpret_cast<const uint4*>(&s_b[n][t0 + q]);
+        const uint4 w = *reinterpret_cast<const uint4*>(s_b[n] + swz(t0 + q));
         unpack_bc(w.x, bv[0], cv[0]);
         unpack_bc(w.y, bv[1], cv[1]);
         unpack_bc(w.z, bv[2], cv[2]);
         unpack_bc(w.w, bv[3], cv[3]);
       } else {
-        const float4 b4 = *reinterpret_cast<const float4*>(&s_b[n][t0 + q]);
-        const float4 c4 = *reinterpret_cast<const float4*>(&s_c[n][t0 + q]);
+        const float4 b4 = load4(s_b[n], t0 + q);
+        const float4 c4 = load4(s_c[n], t0 + q);
         bv[0] = b4.x, bv[1] = b4.y, bv[2] = b4.z, bv[3] = b4.w;
         cv[0] = c4.x, cv[1] = c4.y, cv[2] = c4.z, cv[3] = c4.w;
       }
@@ -512,7 +533,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
     for (int k = 0; k < k_cpl; ++k) {
 #pragma unroll
       for (int q = 0; q < k_ts; q += 4) {
-        *reinterpret_cast<float4*>(&s_part[l][c_scan + k][slice * k_ts + q]) =
+        *reinterpret_cast<float4*>(s_part[l][c_scan + k] + swz(slice * k_ts + q)) =
             make_float4(acc[k][q], acc[k][q + 1], acc[k][q + 2], acc[k][q + 3]);
       }
     }
@@ -527,11 +548,11 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
       const int d = d_first + c;
       const int t = chunk_start + tt;
       float y[k_vec];
-      load_shared(&s_part[0][c][tt], y);
+      load_row(s_part[0][c], tt, y);
 #pragma unroll
       for (int r = 1; r < k_lpc; ++r) {
         float part[k_vec];
-        load_shared(&s_part[r][c][tt], part);
+        load_row(s_part[r][c], tt, part);
 #pragma unroll
         for (int j = 0; j < k_vec; ++j) {
           y[j] += part[j];
