@@ -131,6 +131,12 @@ TEST_CASE("selective_scan configuration constraints drop what cannot run") {
         config("threads=128,items=32,cpb=16,nsplit=8,scan=state,vec=8,poly=0,minblocks=4,bc=pair"),
         p);
     CHECK(gp.dynamic_smem == g.dynamic_smem - 16 * 36 * 4);
+    // Partial-y blocks 34 rows apart for 4 lanes per channel (lanes (1, c) and (0, c + 1)
+    // would share banks 33 rows apart); 17 (CPB + 1) served 8 lanes per channel above.
+    LaunchGeometry g4 = scan().geometry(
+        config("threads=128,items=32,cpb=32,nsplit=4,scan=state,vec=8,poly=0,minblocks=1"), p);
+    CHECK(g4.dynamic_smem ==
+          (2 * 32 + 2 * 16 + 4 * 34) * 36 * 4 + 2 * 32 * 32 * 2 + 2 * 32 * 16 * 4);
     CHECK_FALSE(scan().check(
         config("threads=128,items=32,cpb=16,nsplit=8,scan=state,vec=8,poly=0,minblocks=4,bc=pair"),
         problem("B=8,D=2048,L=2048,N=16,dtype=fp32"), "sm_90a"));

@@ -141,10 +141,33 @@ long long partial_y_smem(const Params& p) {
 // per channel, B and C per state with variable B/C -- one row of packed pairs when
 // they are 16-bit --, NSPLIT x (CPB + 1) rows of partial y), then rows of ITEMS
 // input elements (u and z per channel), then the time slices' exchange.
+// Rows from one lane slot's partial-y block to the next in the state form
+// (AT_PART_STRIDE): the 8 lanes of a quarter-warp store row l * stride + c * cpl for
+// (lane l of the channel, channel slot c), rows ITEMS + 4 words long; the smallest
+// stride above CPB that puts those 8 rows in distinct 4-bank groups stores them in one
+// pass (CPB + 1 did not for nsplit 2 and 4: lanes (1, c) and (0, c + 1) collided).
+long long part_stride(const Params& p) {
+  const long long row_groups = (p.items + 4) / 4; // 4-bank groups from one row to the next
+  for (long long stride = p.cpb + 1; stride <= p.cpb + 8; ++stride) {
+    bool used[8] = {};
+    bool distinct = true;
+    for (int lane = 0; lane < 8; ++lane) {
+      long long row = (lane % p.nsplit) * stride + (lane / p.nsplit) * p.cpl;
+      int group = int(row * row_groups % 8);
+      distinct = distinct && !used[group];
+      used[group] = true;
+    }
+    if (distinct) {
+      return stride;
+    }
+  }
+  return p.cpb + 1; // none (several channels per lane): as before
+}
+
 long long state_form_smem(const Params& p, long long n, bool var_bc, long long esize) {
   // bc=pair stages 16-bit variable B/C as packed (B, C) pairs: one row per state.
   const long long bc_rows = var_bc ? (p.bc_pair ? n : 2 * n) : 0;
-  const long long rows = 2LL * p.cpb + bc_rows + (long long)p.nsplit * (p.cpb + 1);
+  const long long rows = 2LL * p.cpb + bc_rows + (long long)p.nsplit * part_stride(p);
   const long long exchange = 2LL * p.tsplit * p.cpb * n * 4; // slice end states and decays
   return rows * (p.items + 4) * 4 + 2LL * p.cpb * p.items * esize + exchange;
 }
@@ -418,6 +441,7 @@ std::vector<std::string> SelectiveScanOp::defines(const Config& config,
           "-DAT_MINB=" + std::to_string(p.minblocks),
           "-DAT_TSPLIT=" + std::to_string(p.tsplit),
           "-DAT_CPL=" + std::to_string(p.cpl),
+          "-DAT_PART_STRIDE=" + std::to_string(part_stride(p)),
           std::string("-DAT_BC_PAIR=") + (p.bc_pair ? "1" : "0"),
           "-DAT_N=" + std::to_string(d.N),
           "-DAT_NSLICE=" + std::to_string(state_slice(config, problem)),

@@ -69,6 +69,15 @@ constexpr int k_row = k_t + 4;
 // unpadded: item e of the staging loop sits at e * VEC elements, so a warp's vector
 // accesses cover one contiguous range and never conflict.
 constexpr int k_row_x = k_t;
+// Rows from one lane slot's partial-y block to the next (>= CPB + 1): the 8 lanes of a
+// quarter-warp store the rows l * stride + c of their (lane l of the channel, channel
+// c); runtime/ops/selective_scan.cpp picks the stride that puts those in 8 distinct
+// 4-bank groups.
+#ifndef AT_PART_STRIDE
+#define AT_PART_STRIDE (AT_CPB + 1)
+#endif
+constexpr int k_part_stride = AT_PART_STRIDE;
+static_assert(k_part_stride > k_cpb, "a partial-y block holds CPB rows");
 
 // Where the float4 of steps t..t+3 (t % 4 == 0) sits in a float row. An 8-wide
 // vector spans 32 bytes, written and read as two float4: in 64-step rows the eight
@@ -397,15 +406,15 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
   //   dt, dt*u      fp32 [CPB][row] each
   //   B, C          fp32 [N][row] each, variable B/C only; 16-bit B/C: one [N][row]
   //                 of packed (B, C) pairs
-  //   partial y     fp32 [NSPLIT][CPB + 1][row] (the extra row staggers banks)
+  //   partial y     fp32 [NSPLIT][PART_STRIDE][row] (the extra rows stagger banks)
   //   u, z          x_t  [CPB][row_x] each
   extern __shared__ __align__(16) float s_dyn[];
   float(*s_dt)[k_row] = reinterpret_cast<float(*)[k_row]>(s_dyn);
   float(*s_du)[k_row] = s_dt + k_cpb;
   float(*s_b)[k_row] = s_du + k_cpb;                        // or packed B/C pairs
   float(*s_c)[k_row] = s_b + (AT_VAR_BC && !k_pack_bc ? k_n : 0); // unused when packed
-  float(*s_part)[k_cpb + 1][k_row] =
-      reinterpret_cast<float(*)[k_cpb + 1][k_row]>(s_b + k_bc_rows);
+  float(*s_part)[k_part_stride][k_row] =
+      reinterpret_cast<float(*)[k_part_stride][k_row]>(s_b + k_bc_rows);
   x_t(*s_u)[k_row_x] = reinterpret_cast<x_t(*)[k_row_x]>(s_part + k_lpc);
   x_t(*s_z)[k_row_x] = s_u + k_cpb;
   // Slice boundary exchange: end state and decay product per (slice, channel, state).
