@@ -42,6 +42,8 @@
 //              fall from 2 + 2/NPL words (fp32 B/C) to 2/CPL + 2/NPL -- the bound of
 //              the one-channel lane, whose reads alone fill the shared-memory port at
 //              the exp unit's rate -- for CPL times the registers and 1/CPL the lanes.
+//              On the H100 it has won no benchmark shape so far: with 1/CPL the
+//              warps, latency hiding suffers more than the reads gain.
 //   AT_CPB     must equal warps / TSPLIT * 32 / NSPLIT * CPL.
 //   AT_VEC     elements per vector access of u/delta/z/out/B/C (4 or 8).
 //   AT_POLY    of every 8 steps, how many take exp2 from the FMA-pipe polynomial.
@@ -119,7 +121,8 @@ static_assert(k_vec % 4 == 0 && k_t % k_vec == 0 && k_t % 8 == 0,
 __device__ __forceinline__ void store_row(float* row, int t, const float (&v)[k_vec]) {
 #pragma unroll
   for (int j = 0; j < k_vec; j += 4) {
-    *reinterpret_cast<float4*>(row + swz(t + j)) = make_float4(v[j], v[j + 1], v[j + 2], v[j + 3]);
+    *reinterpret_cast<float4*>(row + swz(t + j)) =
+        make_float4(v[j], v[j + 1], v[j + 2], v[j + 3]);
   }
 }
 __device__ __forceinline__ void load_row(const float* row, int t, float (&v)[k_vec]) {
