@@ -113,6 +113,25 @@ struct AttnCase {
                               1.0 / std::sqrt(double(D)));
   }
 
+  // Scales key j by 1 + gain * (Sk - 1 - j) / Sk: the kernels visit key tiles from the
+  // last to the first, so each row's scores rise across the tiles by far more than the
+  // 2^8 that the lazy rescale lets P grow before it moves a row's reference max.
+  void ramp_keys(double gain) {
+    for (int b = 0; b < B; ++b) {
+      for (int h = 0; h < Hkv; ++h) {
+        for (int j = 0; j < Sk; ++j) {
+          const double f = 1.0 + gain * double(Sk - 1 - j) / Sk;
+          for (int d = 0; d < D; ++d) {
+            const size_t i = size_t(b * ks.batch + h * ks.head + j * ks.seq + d);
+            k.set(i, float(k.get(i) * f));
+          }
+        }
+      }
+    }
+    ref = attention_reference(q, k, v, qs, ks, ks, B, Hq, Hkv, Sq, Sk, D, causal,
+                              1.0 / std::sqrt(double(D)));
+  }
+
   Layout layout(long long heads, long long seq) const {
     AttentionOp::Strides s = AttentionOp::contiguous_strides(problem, heads, seq);
     return {s.batch, s.head, s.seq};
@@ -181,11 +200,15 @@ TEST_CASE("attention variants match a float64 reference over every feature") {
       "B=1,Hq=2,Hkv=2,Sq=129,Sk=513,D=64,dtype=fp16,layout=bhsd,lse=1",   // Sq != Sk, not causal
       "B=1,H=2,S=130,D=256,causal=1,dtype=bf16",                          // head dim 256
       "B=3,Hq=6,Hkv=3,Sq=1,Sk=1000,D=128,dtype=bf16",                     // decoding
+      "B=1,H=2,S=700,D=128,dtype=fp16,lse=1", // scores rising across tiles (ramp_keys)
   };
   std::vector<Config> all = space.enumerate();
   size_t shape_index = 0;
   for (const char* shape : shapes) {
     AttnCase k(shape, rng);
+    if (shape_index == 7) {
+      k.ramp_keys(12.0);
+    }
     std::vector<Config> configs;
     std::vector<VariantSource> sources;
     // Split-KV variants on the GQA and the decoding shapes (where the keys outnumber

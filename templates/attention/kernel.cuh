@@ -9,8 +9,9 @@
 // run on mma.sync m16n8k16 with fp32 accumulators; the softmax is online, in fp32,
 // with exp2 (scale folded with log2 e); P goes from the S accumulators straight into
 // the A operand of the P V product (no shared-memory round trip); O is rescaled
-// once per key tile and normalised once at the end. Key tiles are visited from the
-// last to the first, so the tiles that need masking come first.
+// only when a row's max grows by more than 2^8 (lazily) and normalised once at the
+// end. Key tiles are visited from the last to the first, so the tiles that need
+// masking come first.
 //
 // Compile-time parameters (NVRTC -D, set by runtime/ops/attention.cpp):
 //   AT_BLOCK_M   query rows per block: larger blocks reuse each K/V tile for more
@@ -67,6 +68,9 @@ constexpr int k_k_steps = k_head_dim / 16;    // k=16 steps of Q K^T
 constexpr int k_chunks = k_head_dim / 8;      // 16-byte chunks per row
 constexpr int k_row_elems = k_swizzle ? k_head_dim : k_head_dim + 8;
 constexpr int k_kv_tile_elems = k_block_n * k_row_elems;
+// How far (log2 units) a row's scores may rise above its reference max before O is
+// rescaled: P stays below 2^8.
+constexpr float k_rescale_log2 = 8.0f;
 
 static_assert(k_warp_m % 16 == 0 && k_warp_m <= 64, "each warp owns 16, 32, 48 or 64 query rows");
 static_assert(k_block_n % 16 == 0, "key tiles are whole k=16 steps of P V");
@@ -329,7 +333,7 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
   }
 
   float o[k_m_tiles][k_d_tiles][4];
-  float row_max[k_m_tiles][2]; // running max of the raw scores, rows g and g + 8
+  float row_max[k_m_tiles][2]; // reference max M of the raw scores, rows g and g + 8
   float row_sum[k_m_tiles][2]; // this thread's share of the running sum
 #pragma unroll
   for (int mt = 0; mt < k_m_tiles; ++mt) {
@@ -455,13 +459,19 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
       cp_async_commit();
     }
 
-    // Online softmax: new row max, P = exp2(scale_log2 * (S - max)), O and the sum
-    // rescaled by exp2(scale_log2 * (old max - new max)).
+    // Online softmax, rescaling lazily (as FlashAttention-4 does): P = exp2(scale_log2 *
+    // (S - M)) against a reference max M per row that moves only when some row of the
+    // warp saw a score more than 2^8 above it (in exp2 units); then M becomes the true
+    // running max and O and the sum are rescaled by exp2(scale_log2 * (old M - new M)).
+    // Otherwise P stays below 2^8 (fine in fp32 sums and 16-bit P) and the tile skips
+    // the rescale of O. The first tile with a key always moves M (from -inf).
+    float tile_max[k_m_tiles][2];
+    bool grow = false;
 #pragma unroll
     for (int mt = 0; mt < k_m_tiles; ++mt) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float mx = row_max[mt][h];
+        float mx = neg_inf();
 #pragma unroll
         for (int nt = 0; nt < k_n_tiles; ++nt) {
           mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
@@ -469,11 +479,37 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
         // The four threads of a quad hold one row between them.
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        // A row that has seen no key yet keeps max -inf: subtract 0 so that every
-        // exponent stays -inf (giving 0) instead of -inf - -inf = NaN.
-        const float max_scaled = mx == neg_inf() ? 0.0f : mx * args.scale_log2;
-        const float alpha = exp2_approx(row_max[mt][h] * args.scale_log2 - max_scaled);
-        row_max[mt][h] = mx;
+        tile_max[mt][h] = mx;
+        // -inf compares false on both sides: a row with no key here never grows.
+        grow |= mx * args.scale_log2 > fmaf(row_max[mt][h], args.scale_log2, k_rescale_log2);
+      }
+    }
+    if (__any_sync(0xffffffffu, grow)) {
+#pragma unroll
+      for (int mt = 0; mt < k_m_tiles; ++mt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float mx = fmaxf(row_max[mt][h], tile_max[mt][h]);
+          // A row that has seen no key yet keeps max -inf: subtract 0 so that every
+          // exponent stays -inf (giving 0) instead of -inf - -inf = NaN.
+          const float max_scaled = mx == neg_inf() ? 0.0f : mx * args.scale_log2;
+          const float alpha = exp2_approx(row_max[mt][h] * args.scale_log2 - max_scaled);
+          row_max[mt][h] = mx;
+          row_sum[mt][h] *= alpha;
+#pragma unroll
+          for (int dt = 0; dt < k_d_tiles; ++dt) {
+            o[mt][dt][2 * h] *= alpha;
+            o[mt][dt][2 * h + 1] *= alpha;
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < k_m_tiles; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float max_scaled =
+            row_max[mt][h] == neg_inf() ? 0.0f : row_max[mt][h] * args.scale_log2;
         float sum = 0.0f;
 #pragma unroll
         for (int nt = 0; nt < k_n_tiles; ++nt) {
@@ -484,12 +520,7 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
             sum += p;
           }
         }
-        row_sum[mt][h] = row_sum[mt][h] * alpha + sum;
-#pragma unroll
-        for (int dt = 0; dt < k_d_tiles; ++dt) {
-          o[mt][dt][2 * h] *= alpha;
-          o[mt][dt][2 * h + 1] *= alpha;
-        }
+        row_sum[mt][h] += sum;
       }
     }
 
