@@ -131,7 +131,9 @@ __device__ __forceinline__ float rcp_sfu(float x) {
 
 // log(1 + e^x); x itself above 20, where the two agree in fp32.
 __device__ __forceinline__ float softplus(float x) {
-  float e = exp2_sfu(fminf(x, 20.0f) * k_log2e);
+  // Past 20, softplus(x) = x in fp32; there e may overflow to +inf, which the select
+  // discards (lg2(1 + inf) = inf is never returned).
+  float e = exp2_sfu(x * k_log2e);
   float r = log2_sfu(1.0f + e) * k_ln2;
   return x > 20.0f ? x : r;
 }

@@ -22,6 +22,16 @@
 // The global loads of chunk k+1 are issued before the scan of chunk k and staged
 // after it, so their latency hides behind the scan; two barriers per chunk.
 //
+// Measured and not kept: warp specialization (2 or 4 producer warps that stage
+// chunk k+1 and finish chunk k-1 while the others scan chunk k, two buffer sets, one
+// barrier per chunk). Over the benchmark shapes on the H100 it won nothing: B=1,
+// L=16384 stayed at 601 us (best producer variant 665 us; the 64-step consumers need
+// ~250 registers, so producers cost occupancy or spills), B=8/D=2048 moved within
+// noise (238 vs 240 us). ncu puts these kernels at ~11 warp-instructions per (step,
+// state) with 55-61% issue utilization and the shared-memory pipe 60-75% busy: the
+// ~8 in the recurrence (2 of them unpacking 16-bit B/C pairs) are the budget, and
+// staging/finish overlap already through the other resident warps.
+//
 // Parameters as in kernel.cuh, read for this form as:
 //   AT_ITEMS   T, steps per chunk: longer chunks amortize the barriers and the
 //              staging, at T registers of partial y per lane.
@@ -100,9 +110,10 @@ __device__ __forceinline__ constexpr bool x_t_is_bf16() { return at_is_bf16<x_t>
 // outputs keep the exact form.
 __device__ __forceinline__ float silu_gate(float z) {
   if constexpr (sizeof(x_t) == 2) {
+    const float h = 0.5f * z;
     float t;
-    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(0.5f * z));
-    return 0.5f * z * (1.0f + t);
+    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(h));
+    return fmaf(h, t, h); // h * (1 + t)
   } else {
     return silu(z);
   }
