@@ -14,52 +14,28 @@ A peer that fails gets null with a note. Writes <gpu>-attention.{json,md,png}.
 Usage: bench_attention.py --lib .device/libautotune.so --db tuning.db --out DIR
        --commit SHA --command "the command line that ran this" [--only N]
 """
-import argparse
 import ctypes
-import datetime
-import json
 import math
 import os
-import re
 import sys
-import tomllib
 
 import torch
 import torch.nn.functional as F
 import triton.testing
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-DTYPES = {"fp16": (torch.float16, 1), "bf16": (torch.bfloat16, 2)}
-PEERS = ("sdpa_flash", "sdpa_cudnn", "flex")
-
+# bench_common, beside this script, also puts runtime/python on sys.path.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import (arg_parser, check, load_spec, open_runtime,  # noqa: E402
+                          variant_name, write_results as write_files)
 
 # The C ABI struct, as the Python bindings define it (tests/check_python_abi.py holds
 # it to the C layout); the benchmark calls the C functions directly, so that a timed
 # call builds no struct.
-sys.path.insert(0, os.path.join(HERE, "..", "runtime", "python"))
 from autotune_runtime import AttentionArgs as AttnArgs  # noqa: E402
 
-
-def load_library(path):
-    lib = ctypes.CDLL(path)
-    lib.autotune_runtime_create.argtypes = [ctypes.c_char_p, ctypes.c_int,
-                                            ctypes.POINTER(ctypes.c_void_p)]
-    lib.autotune_last_error.restype = ctypes.c_char_p
-    lib.autotune_attention.argtypes = [ctypes.c_void_p, ctypes.POINTER(AttnArgs), ctypes.c_void_p]
-    lib.autotune_attention_variant.argtypes = [ctypes.c_void_p, ctypes.POINTER(AttnArgs),
-                                               ctypes.c_char_p, ctypes.c_uint64]
-    return lib
-
-
-def check(lib, rc, what):
-    if rc != 0:
-        raise RuntimeError(f"{what}: {lib.autotune_last_error().decode()} (status {rc})")
-
-
-def gpu_slug(name):
-    m = re.search(r"(H100|H200|A100|L4|B200|GB200|RTX \w+)", name)
-    return (m.group(1) if m else name).lower().replace(" ", "")
+DTYPES = {"fp16": (torch.float16, 1), "bf16": (torch.bfloat16, 2)}
+PEERS = ("sdpa_flash", "sdpa_cudnn", "flex")
 
 
 def shapes_from(spec):
@@ -85,25 +61,7 @@ def tflops(s, ms):
 
 def write_results(args, name, rows):
     """JSON and Markdown of the rows so far (rewritten after every shape)."""
-    result = {
-        "op": "attention",
-        "gpu": name,
-        "date": datetime.date.today().isoformat(),
-        "commit": args.commit,
-        "command": args.command,
-        "ceilings": {"bf16_mm_TFLOPs": 691, "fp16_mm_TFLOPs": 657},
-        "metric": "TFLOPs",
-        "timing": "triton.testing.do_bench median, L2 flushed before each sample",
-        "rows": rows,
-    }
-    os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"{gpu_slug(name)}-attention")
-    with open(stem + ".json", "w") as f:
-        json.dump(result, f, indent=2)
-        f.write("\n")
-    with open(stem + ".md", "w") as f:
-        f.write(f"# attention on {name}\n\n")
-        f.write(f"commit `{args.commit}`, {result['date']}; command: `{args.command}`\n\n")
+    def table(f):
         f.write("TFLOP/s = 4*B*Hq*Sq*Sk*D / time, halved when causal; all measured in one run "
                 "(do_bench median, L2 flushed). Grid: layout [B,S,H,D]; extra shapes: "
                 "[B,H,S,D], fp16.\n\n")
@@ -123,29 +81,20 @@ def write_results(args, name, rows):
             for i, n in notes:
                 for k, v in n.items():
                     f.write(f"- row {i + 1} {k}: {v}\n")
-    return stem
+    return write_files(args, "attention", name, rows,
+                       {"bf16_mm_TFLOPs": 691, "fp16_mm_TFLOPs": 657}, "TFLOPs", table)
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--lib", required=True)
-    ap.add_argument("--db", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--commit", default="unknown")
-    ap.add_argument("--command", default=" ".join(sys.argv))
-    ap.add_argument("--shapes", default=os.path.join(HERE, "shapes.toml"))
+    ap = arg_parser()
     ap.add_argument("--only", default="", help="comma-separated shape indices (debugging)")
     ap.add_argument("--rep", type=int, default=200, help="do_bench rep (ms)")
     args = ap.parse_args()
 
-    with open(args.shapes, "rb") as f:
-        spec = tomllib.load(f)["attention"]
-    shapes = shapes_from(spec)
+    shapes = shapes_from(load_spec(args.shapes, "attention"))
     if args.only:
         shapes = [shapes[int(i)] for i in args.only.split(",")]
-    lib = load_library(args.lib)
-    rt = ctypes.c_void_p()
-    check(lib, lib.autotune_runtime_create(args.db.encode(), 1, ctypes.byref(rt)), "runtime")
+    lib, rt = open_runtime(args.lib, args.db, "attention", AttnArgs)
 
     torch._dynamo.config.recompile_limit = 1000
     torch._dynamo.config.cache_size_limit = 1000
@@ -176,12 +125,10 @@ def main():
         for field, t in (("q_strides", q), ("k_strides", k), ("v_strides", v), ("o_strides", o)):
             getattr(a, field)[:] = [t.stride(0), t.stride(1), t.stride(2)]
         stream = torch.cuda.current_stream().cuda_stream
-        buf = ctypes.create_string_buffer(512)
         row = {"shape": dict(s), "ours": None, "ours_us": None, "rel_err": None, "variant": None,
                "peers": {}, "peers_us": {}, "notes": {}}
         try:
-            check(lib, lib.autotune_attention_variant(rt, ctypes.byref(a), buf, 512), "variant")
-            row["variant"] = buf.value.decode()
+            row["variant"] = variant_name(lib, rt, "attention", a)
         except RuntimeError as e:
             row["notes"]["ours"] = str(e)[:300]
         gqa = Hq != Hkv

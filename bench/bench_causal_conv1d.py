@@ -11,43 +11,25 @@ sample, median). Writes bench/results/<gpu>-causal_conv1d.{json,md} under --out.
 Usage: bench_causal_conv1d.py --lib .device/libautotune.so --db tuning.db --out DIR
        --commit SHA --command "the command line that ran this"
 """
-import argparse
 import ctypes
-import datetime
-import json
 import os
-import re
 import sys
-import tomllib
 
 import torch
 import torch.nn.functional as F
-import triton.testing
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "runtime", "python"))
+# bench_common, beside this script, also puts runtime/python on sys.path.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import (arg_parser, bandwidth_row, load_spec,  # noqa: E402
+                          time_bandwidth, write_results)
 import autotune_runtime  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-def gpu_slug(name):
-    m = re.search(r"(H100|H200|A100|L4|B200|GB200|RTX \w+)", name)
-    return (m.group(1) if m else name).lower().replace(" ", "")
-
-
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--lib", required=True)
-    ap.add_argument("--db", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--commit", default="unknown")
-    ap.add_argument("--command", default=" ".join(sys.argv))
-    ap.add_argument("--shapes", default=os.path.join(HERE, "shapes.toml"))
-    args = ap.parse_args()
-
-    with open(args.shapes, "rb") as f:
-        spec = tomllib.load(f)["causal_conv1d"]
+    args = arg_parser().parse_args()
+    spec = load_spec(args.shapes, "causal_conv1d")
     rt = autotune_runtime.Runtime(args.lib, args.db, require_tuned=True)
     torch.manual_seed(0)
     dtype = DTYPES[spec["dtype"]]
@@ -88,23 +70,12 @@ def main():
         rel_err = ((out.double() - ref).norm() / ref.norm()).item()
         peer_err = ((peer().double() - ref).norm() / ref.norm()).item()
         nbytes = 2 * B * C * L * x.element_size() + (C * W + (C if use_bias else 0)) * w.element_size()
-        t = {k: triton.testing.do_bench(fn, warmup=50, rep=300, return_mode="median")
-             for k, fn in (("ours", ours), ("torch_conv1d", peer), ("copy", copy))}
-        gbps = {k: nbytes / (v * 1e-3) / 1e9 for k, v in t.items()}
-        rows.append({
-            "shape": {"B": B, "C": C, "L": L, "W": W, "dtype": spec["dtype"], "bias": use_bias,
-                      "silu": silu},
-            "ours": round(gbps["ours"], 1),
-            "ours_us": round(t["ours"] * 1e3, 2),
-            "rel_err": float(f"{rel_err:.3g}"),
-            "variant": variant,
-            "peers": {"torch_conv1d": round(gbps["torch_conv1d"], 1), "copy": round(gbps["copy"], 1)},
-            "peers_us": {"torch_conv1d": round(t["torch_conv1d"] * 1e3, 2),
-                         "copy": round(t["copy"] * 1e3, 2)},
-            "pct_of_copy": round(100 * gbps["ours"] / gbps["copy"], 1),
-            "speedup_vs_torch_conv1d": round(t["torch_conv1d"] / t["ours"], 2),
-            "torch_conv1d_rel_err": float(f"{peer_err:.3g}"),
-        })
+        t, gbps = time_bandwidth({"ours": ours, "torch_conv1d": peer, "copy": copy}, nbytes,
+                                 warmup=50, rep=300)
+        shape = {"B": B, "C": C, "L": L, "W": W, "dtype": spec["dtype"], "bias": use_bias,
+                 "silu": silu}
+        rows.append(bandwidth_row(shape, "torch_conv1d", t, gbps, rel_err, peer_err, variant,
+                                  pct_of_copy=round(100 * gbps["ours"] / gbps["copy"], 1)))
         r = rows[-1]
         print(f"B={B} C={C} L={L} W={W}: ours {r['ours_us']} us {r['ours']} GB/s "
               f"({r['pct_of_copy']}% of copy), torch {r['peers_us']['torch_conv1d']} us "
@@ -112,25 +83,7 @@ def main():
         del x, out, src, dst
         torch.cuda.empty_cache()
 
-    result = {
-        "op": "causal_conv1d",
-        "gpu": name,
-        "date": datetime.date.today().isoformat(),
-        "commit": args.commit,
-        "command": args.command,
-        "ceilings": {"copy_TBps": round(max(r["peers"]["copy"] for r in rows) / 1e3, 3)},
-        "metric": "GBps",
-        "timing": "triton.testing.do_bench median, L2 flushed before each sample",
-        "rows": rows,
-    }
-    os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"{gpu_slug(name)}-causal_conv1d")
-    with open(stem + ".json", "w") as f:
-        json.dump(result, f, indent=2)
-        f.write("\n")
-    with open(stem + ".md", "w") as f:
-        f.write(f"# causal_conv1d on {name}\n\n")
-        f.write(f"commit `{args.commit}`, {result['date']}; command: `{args.command}`\n\n")
+    def table(f):
         f.write("Effective GB/s (x read once, out written once); all measured in one run.\n\n")
         f.write("| B | C | L | W | ours us | ours GB/s | % of copy | torch_conv1d GB/s | speedup | copy GB/s | rel_err | variant |\n")
         f.write("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
@@ -139,6 +92,9 @@ def main():
             f.write(f"| {s['B']} | {s['C']} | {s['L']} | {s['W']} | {r['ours_us']} | {r['ours']} | "
                     f"{r['pct_of_copy']} | {r['peers']['torch_conv1d']} | {r['speedup_vs_torch_conv1d']}x | "
                     f"{r['peers']['copy']} | {r['rel_err']:.2e} | `{r['variant']}` |\n")
+
+    ceilings = {"copy_TBps": round(max(r["peers"]["copy"] for r in rows) / 1e3, 3)}
+    stem = write_results(args, "causal_conv1d", name, rows, ceilings, "GBps", table)
     print(f"wrote {stem}.json and .md")
 
 

@@ -17,21 +17,19 @@ sequential scan over the first channels of every batch.
 Usage: bench_selective_scan.py --lib .device/libautotune.so --db tuning.db --out DIR
        --commit SHA --command "the command line that ran this"
 """
-import argparse
 import ctypes
-import datetime
-import json
 import os
-import re
 import subprocess
 import sys
-import tomllib
 
 import torch
 import torch.nn.functional as F
-import triton.testing
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+# bench_common, beside this script, also puts runtime/python on sys.path.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import (arg_parser, bandwidth_row, check, load_spec,  # noqa: E402
+                          open_runtime, time_bandwidth, variant_name, write_results)
+
 BF16 = 2
 EXP_PER_CLOCK_PER_SM = 16  # MUFU.EX2 throughput, CUDA programming guide, cc 8.0-9.0
 REF_CHANNELS = 64          # channels per batch checked against the float64 scan
@@ -40,30 +38,7 @@ TORCH_CHUNK = 32           # steps per chunk of the PyTorch scan (exp(-S) stays 
 # The C ABI structs, as the Python bindings define them (tests/check_python_abi.py holds
 # them to the C layout); the benchmark calls the C functions directly, so that a timed
 # call builds no struct.
-sys.path.insert(0, os.path.join(HERE, "..", "runtime", "python"))
 from autotune_runtime import I64x2, I64x3, SelectiveScanArgs as ScanArgs  # noqa: E402
-
-
-def load_library(path):
-    lib = ctypes.CDLL(path)
-    lib.autotune_runtime_create.argtypes = [ctypes.c_char_p, ctypes.c_int,
-                                            ctypes.POINTER(ctypes.c_void_p)]
-    lib.autotune_last_error.restype = ctypes.c_char_p
-    lib.autotune_selective_scan.argtypes = [ctypes.c_void_p, ctypes.POINTER(ScanArgs),
-                                            ctypes.c_void_p]
-    lib.autotune_selective_scan_variant.argtypes = [ctypes.c_void_p, ctypes.POINTER(ScanArgs),
-                                                    ctypes.c_char_p, ctypes.c_uint64]
-    return lib
-
-
-def check(lib, rc, what):
-    if rc != 0:
-        raise RuntimeError(f"{what}: {lib.autotune_last_error().decode()} (status {rc})")
-
-
-def gpu_slug(name):
-    m = re.search(r"(H100|H200|A100|L4|B200|GB200|RTX \w+)", name)
-    return (m.group(1) if m else name).lower().replace(" ", "")
 
 
 def max_sm_clock_mhz():
@@ -119,20 +94,9 @@ def rel_err(out, ref, channels):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--lib", required=True)
-    ap.add_argument("--db", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--commit", default="unknown")
-    ap.add_argument("--command", default=" ".join(sys.argv))
-    ap.add_argument("--shapes", default=os.path.join(HERE, "shapes.toml"))
-    args = ap.parse_args()
-
-    with open(args.shapes, "rb") as f:
-        spec = tomllib.load(f)["selective_scan"]
-    lib = load_library(args.lib)
-    rt = ctypes.c_void_p()
-    check(lib, lib.autotune_runtime_create(args.db.encode(), 1, ctypes.byref(rt)), "runtime")
+    args = arg_parser().parse_args()
+    spec = load_spec(args.shapes, "selective_scan")
+    lib, rt = open_runtime(args.lib, args.db, "selective_scan", ScanArgs)
     torch.manual_seed(0)
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(dev)
@@ -161,8 +125,7 @@ def main():
                      I64x2(-1, -1), I64x2(-1, -1), I64x2(-1, -1), I64x2(-1, -1),
                      I64x3(-1, -1, -1), I64x3(-1, -1, -1))
         stream = torch.cuda.current_stream().cuda_stream
-        buf = ctypes.create_string_buffer(512)
-        check(lib, lib.autotune_selective_scan_variant(rt, ctypes.byref(a), buf, 512), "variant")
+        variant = variant_name(lib, rt, "selective_scan", a)
 
         def ours():
             rc = lib.autotune_selective_scan(rt, ctypes.byref(a), stream)
@@ -185,30 +148,20 @@ def main():
         ref = reference(u, delta, A, Bm, Cm, Dv, z, bias, ch)
         err = rel_err(out, ref, ch)
         peer_err = rel_err(peer(), ref, ch)
-        t = {k: triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
-             for k, fn in (("ours", ours), ("torch_scan", peer), ("copy", copy))}
-        gbps = {k: nbytes / (v * 1e-3) / 1e9 for k, v in t.items()}
+        t, gbps = time_bandwidth({"ours": ours, "torch_scan": peer, "copy": copy}, nbytes,
+                                 warmup=25, rep=200)
         exps = Bsz * Dd * L * N
         floor_bytes_us = nbytes / (gbps["copy"] * 1e9) * 1e6
         floor_exp_us = exps / exp_rate * 1e6 if exp_rate else None
         floor_us = max(floor_bytes_us, floor_exp_us or 0.0)
-        rows.append({
-            "shape": {"B": Bsz, "D": Dd, "L": L, "N": N, "G": 1, "dtype": "bf16", "var_bc": True,
-                      "delta_bias": True, "softplus": True, "has_d": True, "has_z": True},
-            "ours": round(gbps["ours"], 1),
-            "ours_us": round(t["ours"] * 1e3, 2),
-            "rel_err": float(f"{err:.3g}"),
-            "variant": buf.value.decode(),
-            "peers": {"torch_scan": round(gbps["torch_scan"], 1), "copy": round(gbps["copy"], 1)},
-            "peers_us": {"torch_scan": round(t["torch_scan"] * 1e3, 2),
-                         "copy": round(t["copy"] * 1e3, 2)},
-            "floor_us": round(floor_us, 2),
-            "floor_bytes_us": round(floor_bytes_us, 2),
-            "floor_exp_us": round(floor_exp_us, 2) if floor_exp_us else None,
-            "pct_of_floor": round(100 * floor_us / (t["ours"] * 1e3), 1),
-            "speedup_vs_torch_scan": round(t["torch_scan"] / t["ours"], 2),
-            "torch_scan_rel_err": float(f"{peer_err:.3g}"),
-        })
+        shape = {"B": Bsz, "D": Dd, "L": L, "N": N, "G": 1, "dtype": "bf16", "var_bc": True,
+                 "delta_bias": True, "softplus": True, "has_d": True, "has_z": True}
+        rows.append(bandwidth_row(
+            shape, "torch_scan", t, gbps, err, peer_err, variant,
+            floor_us=round(floor_us, 2),
+            floor_bytes_us=round(floor_bytes_us, 2),
+            floor_exp_us=round(floor_exp_us, 2) if floor_exp_us else None,
+            pct_of_floor=round(100 * floor_us / (t["ours"] * 1e3), 1)))
         r = rows[-1]
         print(f"B={Bsz} D={Dd} L={L} N={N}: ours {r['ours_us']} us {r['ours']} GB/s "
               f"({r['pct_of_floor']}% of floor {r['floor_us']} us), torch_scan "
@@ -217,33 +170,7 @@ def main():
         del u, delta, z, Bm, Cm, out, src, dst, ref
         torch.cuda.empty_cache()
 
-    result = {
-        "op": "selective_scan",
-        "gpu": name,
-        "date": datetime.date.today().isoformat(),
-        "commit": args.commit,
-        "command": args.command,
-        "ceilings": {
-            "copy_TBps": round(max(r["peers"]["copy"] for r in rows) / 1e3, 3),
-            "exp_per_clock_per_sm": EXP_PER_CLOCK_PER_SM,
-            "sm_count": sms,
-            "max_sm_clock_mhz": clock_mhz,
-            "exp_Gps": round(exp_rate / 1e9, 1) if exp_rate else None,
-        },
-        "floor": "max(bytes / copy bandwidth measured on the same bytes, B*D*L*N / "
-                 "(SMs * 16 * max SM clock))",
-        "metric": "GBps",
-        "timing": "triton.testing.do_bench median, L2 flushed before each sample",
-        "rows": rows,
-    }
-    os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"{gpu_slug(name)}-selective_scan")
-    with open(stem + ".json", "w") as f:
-        json.dump(result, f, indent=2)
-        f.write("\n")
-    with open(stem + ".md", "w") as f:
-        f.write(f"# selective_scan on {name}\n\n")
-        f.write(f"commit `{args.commit}`, {result['date']}; command: `{args.command}`\n\n")
+    def table(f):
         f.write("Effective GB/s (u, delta, z, B, C, A, D, delta_bias read once, out written once); "
                 "all measured in one run. Floor = max(bytes / copy, B*D*L*N exps / "
                 f"({sms} SMs x 16/clk x {clock_mhz} MHz)).\n\n")
@@ -257,6 +184,17 @@ def main():
                     f"{r['pct_of_floor']} | {r['peers']['torch_scan']} | "
                     f"{r['speedup_vs_torch_scan']}x | {r['peers']['copy']} | {r['rel_err']:.2e} | "
                     f"`{r['variant']}` |\n")
+
+    ceilings = {
+        "copy_TBps": round(max(r["peers"]["copy"] for r in rows) / 1e3, 3),
+        "exp_per_clock_per_sm": EXP_PER_CLOCK_PER_SM,
+        "sm_count": sms,
+        "max_sm_clock_mhz": clock_mhz,
+        "exp_Gps": round(exp_rate / 1e9, 1) if exp_rate else None,
+    }
+    stem = write_results(args, "selective_scan", name, rows, ceilings, "GBps", table,
+                         floor="max(bytes / copy bandwidth measured on the same bytes, "
+                               "B*D*L*N / (SMs * 16 * max SM clock))")
     print(f"wrote {stem}.json and .md")
 
 
