@@ -52,6 +52,9 @@ template <> struct at_word<8> { typedef uint2 type; };
 template <> struct at_word<4> { typedef unsigned type; };
 template <> struct at_word<2> { typedef unsigned short type; };
 
+template <typename T> struct at_is_bf16 { static constexpr bool value = false; };
+template <> struct at_is_bf16<at_bf16> { static constexpr bool value = true; };
+
 template <typename T, int N> struct at_vec {
   static constexpr int k_bytes = N * static_cast<int>(sizeof(T));
   static constexpr int k_word = k_bytes >= 16 ? 16 : k_bytes;
@@ -67,6 +70,24 @@ template <typename T, int N> struct at_vec {
 #pragma unroll
     for (int i = 0; i < k_words; ++i) {
       words[i] = w[i];
+    }
+  }
+  // The elements as fp32. bf16 pairs convert a 32-bit word at a time: the low one
+  // shifted up, the high one masked (one instruction each, where extracting the
+  // high half first would take two).
+  __device__ __forceinline__ void to_float(float (&out)[N]) const {
+    if constexpr (at_is_bf16<T>::value && N % 2 == 0) {
+      const unsigned* w = reinterpret_cast<const unsigned*>(words);
+#pragma unroll
+      for (int i = 0; i < N / 2; ++i) {
+        out[2 * i] = __uint_as_float(w[i] << 16);
+        out[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        out[i] = at_to_float(elem[i]);
+      }
     }
   }
   __device__ __forceinline__ void store(T* p) const {

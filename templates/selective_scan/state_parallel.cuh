@@ -100,8 +100,6 @@ __device__ __forceinline__ constexpr int swz(int t) {
   return t ^ (((t >> 5) & 1) << 2);
 }
 
-template <typename T> struct at_is_bf16 { static constexpr bool value = false; };
-template <> struct at_is_bf16<at_bf16> { static constexpr bool value = true; };
 __device__ __forceinline__ constexpr bool x_t_is_bf16() { return at_is_bf16<x_t>::value; }
 
 // silu(z) = z * sigmoid(z) = z * (1 + tanh(z / 2)) / 2: one tanh.approx on the
@@ -264,9 +262,10 @@ struct Prefetch {
   }
 #endif
 
-  // Converts and stages the chunk: dt = softplus(delta + bias) (0 past L: decay 1,
-  // input 0) and dt*u as fp32, u and z as they came, per (channel, step); B and C
-  // as fp32.
+  // Converts and stages the chunk: dt = softplus(delta + bias) and dt*u as fp32, u
+  // and z as they came, per (channel, step); B and C as fp32. Past L, u is 0 (the
+  // loads zero-fill), so dt*u adds nothing to h; dt is 0 there too (decay 1) only
+  // when the final state is stored: otherwise the extra decay reaches no output.
   __device__ __forceinline__ void stage(const ScanArgs& args, row_ptr s_dt, row_ptr s_du,
                                         row_x_ptr s_u, row_x_ptr s_z, row_ptr s_b, row_ptr s_c,
                                         int d_first, int chunk_start, int length) const {
@@ -280,14 +279,19 @@ struct Prefetch {
         const int d = min(d_first + c, args.dim - 1);
         const float bias = AT_HAS_BIAS ? args.delta_bias[d] : 0.0f;
         float uv[k_vec], dv[k_vec];
+        u[i].to_float(uv);
+        delta[i].to_float(dv);
 #pragma unroll
         for (int j = 0; j < k_vec; ++j) {
-          uv[j] = at_to_float(u[i].elem[j]);
-          float x = at_to_float(delta[i].elem[j]) + bias;
+          float x = dv[j] + bias;
 #if AT_SOFTPLUS
           x = softplus(x);
 #endif
+#if AT_LAST_STATE
           dv[j] = t + j < length ? x : 0.0f;
+#else
+          dv[j] = x;
+#endif
         }
         store_row(s_dt[c], tt, dv);
 #pragma unroll
@@ -328,10 +332,7 @@ struct Prefetch {
         const int n = r / k_tv;
         const int tt = (r % k_tv) * k_vec;
         float v[k_vec];
-#pragma unroll
-        for (int j = 0; j < k_vec; ++j) {
-          v[j] = at_to_float(bc[i].elem[j]);
-        }
+        bc[i].to_float(v);
         store_row(is_c ? s_c[n] : s_b[n], tt, v);
       }
     }
@@ -586,17 +587,21 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
         const float dskip = args.D[d];
         at_vec<x_t, k_vec> uv;
         uv.load(&s_u[c][tt]);
+        float uf[k_vec];
+        uv.to_float(uf);
 #pragma unroll
         for (int j = 0; j < k_vec; ++j) {
-          y[j] = fmaf(dskip, at_to_float(uv.elem[j]), y[j]);
+          y[j] = fmaf(dskip, uf[j], y[j]);
         }
 #endif
 #if AT_HAS_Z
         at_vec<x_t, k_vec> zv;
         zv.load(&s_z[c][tt]);
+        float zf[k_vec];
+        zv.to_float(zf);
 #pragma unroll
         for (int j = 0; j < k_vec; ++j) {
-          y[j] *= silu_gate(at_to_float(zv.elem[j]));
+          y[j] *= silu_gate(zf[j]);
         }
 #endif
         x_t* row = args.out + b * args.out_bs + d * args.out_ds;
