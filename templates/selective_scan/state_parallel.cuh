@@ -275,7 +275,7 @@ struct Prefetch {
       if (k_items_x % k_threads == 0 || e < k_items_x) {
         const int c = e / k_tv;
         const int tt = (e % k_tv) * k_vec;
-        const int t = chunk_start + tt;
+        [[maybe_unused]] const int t = chunk_start + tt; // masks dt past L
         const int d = min(d_first + c, args.dim - 1);
         const float bias = AT_HAS_BIAS ? args.delta_bias[d] : 0.0f;
         float uv[k_vec], dv[k_vec];
