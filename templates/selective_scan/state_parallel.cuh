@@ -141,6 +141,12 @@ __device__ __forceinline__ void load_row(const float* row, int t, float (&v)[k_v
     v[j] = w.x, v[j + 1] = w.y, v[j + 2] = w.z, v[j + 3] = w.w;
   }
 }
+// VEC raw u or z elements staged at p, as fp32.
+__device__ __forceinline__ void load_raw(const x_t* p, float (&v)[k_vec]) {
+  at_vec<x_t, k_vec> w;
+  w.load(p);
+  w.to_float(v);
+}
 __device__ __forceinline__ float4 load4(const float* row, int t) {
   return *reinterpret_cast<const float4*>(row + swz(t));
 }
@@ -585,20 +591,16 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
       if (d < args.dim) {
 #if AT_HAS_D
         const float dskip = args.D[d];
-        at_vec<x_t, k_vec> uv;
-        uv.load(&s_u[c][tt]);
         float uf[k_vec];
-        uv.to_float(uf);
+        load_raw(&s_u[c][tt], uf);
 #pragma unroll
         for (int j = 0; j < k_vec; ++j) {
           y[j] = fmaf(dskip, uf[j], y[j]);
         }
 #endif
 #if AT_HAS_Z
-        at_vec<x_t, k_vec> zv;
-        zv.load(&s_z[c][tt]);
         float zf[k_vec];
-        zv.to_float(zf);
+        load_raw(&s_z[c][tt], zf);
 #pragma unroll
         for (int j = 0; j < k_vec; ++j) {
           y[j] *= silu_gate(zf[j]);
