@@ -280,6 +280,19 @@ int SelectiveScanOp::state_slice(const Config& config, const Problem& problem) c
 }
 
 namespace {
+// What every valid variant must also satisfy: its shared memory fits the arch's
+// per-block opt-in limit, and its grid (B * ceil(D / cpb) blocks) fits the launch.
+Result<bool> fits_block(const Params& p, const Dims& d, long long smem, const std::string& arch) {
+  if (smem > opt_in_limit(arch)) {
+    return fail("shared memory of " + std::to_string(smem) + " bytes exceeds what " + arch +
+                " allows per block");
+  }
+  if (d.B * ((d.D + p.cpb - 1) / p.cpb) > 0x7fffffffll) {
+    return fail("grid too large");
+  }
+  return true;
+}
+
 Result<bool> check_state_form(const Params& p, const Dims& d, const std::string& arch) {
   if (p.nsplit < 1 || 32 % p.nsplit != 0 || d.N % p.nsplit != 0) {
     return fail("scan=state: nsplit (lanes per channel) must divide 32 and N");
@@ -318,15 +331,7 @@ Result<bool> check_state_form(const Params& p, const Dims& d, const std::string&
   if (p.minblocks < 1 || p.minblocks > 8 || p.threads * p.minblocks > 2048) {
     return fail("minblocks must be 1..8 with threads * minblocks <= 2048");
   }
-  const long long smem = state_form_smem(p, d.N, d.var_bc, (long long)dtype_size(d.x));
-  if (smem > opt_in_limit(arch)) {
-    return fail("shared memory of " + std::to_string(smem) + " bytes exceeds what " + arch +
-                " allows per block");
-  }
-  if (d.B * ((d.D + p.cpb - 1) / p.cpb) > 0x7fffffffll) {
-    return fail("grid too large");
-  }
-  return true;
+  return fits_block(p, d, state_form_smem(p, d.N, d.var_bc, (long long)dtype_size(d.x)), arch);
 }
 } // namespace
 
@@ -370,15 +375,7 @@ Result<bool> SelectiveScanOp::check(const Config& config, const Problem& problem
   if (slice == 0) {
     return fail("the staged B/C of one state exceed the 96 KiB staging budget");
   }
-  long long smem = static_smem(p) + geometry(config, problem).dynamic_smem;
-  if (smem > opt_in_limit(arch)) {
-    return fail("shared memory of " + std::to_string(smem) + " bytes exceeds what " + arch +
-                " allows per block");
-  }
-  if (d.B * ((d.D + p.cpb - 1) / p.cpb) > 0x7fffffffll) {
-    return fail("grid too large");
-  }
-  return true;
+  return fits_block(p, d, static_smem(p) + geometry(config, problem).dynamic_smem, arch);
 }
 
 Result<bool> SelectiveScanOp::worth_measuring(const Config& config, const Problem& problem) const {
