@@ -197,6 +197,8 @@ struct Prefetch {
   static constexpr int k_items_bc = (k_pack_bc ? 1 : 2) * k_n * k_tv;
   static constexpr int k_iters_bc = (k_items_bc + k_threads - 1) / k_threads;
   at_vec<x_t, k_vec> u[k_iters_x], delta[k_iters_x];
+  // delta_bias and D of the item's channel: an item keeps its channel in every chunk.
+  float bias[k_iters_x], dskip[k_iters_x];
 #if AT_HAS_Z
   at_vec<x_t, k_vec> z[k_iters_x];
 #endif
@@ -206,9 +208,15 @@ struct Prefetch {
 #endif
 
   // VEC elements of a [.., L] row at t (zero past L; scalar reads unless vector_ok).
+  // FULL: the caller knows the whole chunk is inside L and vector_ok holds, so the
+  // vector is read with no checks (every chunk but the last: the checks and their
+  // branches cost about as many instructions per chunk as 3 steps of a state).
+  template <bool FULL>
   static __device__ __forceinline__ void fetch(at_vec<x_t, k_vec>& w, const x_t* row, int t,
                                                int length, bool vector_ok) {
-    if (vector_ok) {
+    if (FULL) {
+      w.load(row + t);
+    } else if (vector_ok) {
       if (t < length) { // L % VEC == 0: the whole vector is inside
         w.load(row + t);
       } else {
@@ -225,48 +233,80 @@ struct Prefetch {
     }
   }
 
-  __device__ __forceinline__ void load(const ScanArgs& args, int b, int d_first, int chunk_start,
-                                       int length, bool vector_ok) {
+  // The rows this thread's items read (their channel, B/C state), fixed for the
+  // kernel: the chunk loop only adds the chunk's start.
+  const x_t* row_u[k_iters_x];
+  const x_t* row_delta[k_iters_x];
+  [[maybe_unused]] const x_t* row_z[k_iters_x];
+  [[maybe_unused]] const x_t* row_bc[k_iters_bc];
+  [[maybe_unused]] const x_t* row_c[k_pack_bc ? k_iters_bc : 1];
+  int off_x[k_iters_x];                  // the item's first step in a chunk
+  [[maybe_unused]] int off_bc[k_iters_bc];
+
+  __device__ __forceinline__ void init(const ScanArgs& args, int b, int d_first,
+                                       const x_t* b_base, const x_t* c_base) {
+#pragma unroll
+    for (int i = 0; i < k_iters_x; ++i) {
+      const int e = threadIdx.x + i * k_threads;
+      const int d = min(d_first + e / k_tv, args.dim - 1);
+      bias[i] = AT_HAS_BIAS ? args.delta_bias[d] : 0.0f;
+      dskip[i] = AT_HAS_D ? args.D[d] : 0.0f;
+      off_x[i] = (e % k_tv) * k_vec;
+      row_u[i] = args.u + b * args.u_bs + d * args.u_ds;
+      row_delta[i] = args.delta + b * args.delta_bs + d * args.delta_ds;
+      row_z[i] = AT_HAS_Z ? args.z + b * args.z_bs + d * args.z_ds : nullptr;
+    }
+#if AT_VAR_BC
+#pragma unroll
+    for (int i = 0; i < k_iters_bc; ++i) {
+      const int e = threadIdx.x + i * k_threads;
+      if constexpr (k_pack_bc) {
+        const int n = min(e / k_tv, k_n - 1);
+        off_bc[i] = (e % k_tv) * k_vec;
+        row_bc[i] = b_base + n * args.b_ns;
+        row_c[i] = c_base + n * args.c_ns;
+      } else {
+        const bool is_c = e >= k_n * k_tv;
+        const int r = is_c ? e - k_n * k_tv : e;
+        const int n = min(r / k_tv, k_n - 1);
+        off_bc[i] = (r % k_tv) * k_vec;
+        row_bc[i] = is_c ? c_base + n * args.c_ns : b_base + n * args.b_ns;
+      }
+    }
+#else
+    (void)b_base;
+    (void)c_base;
+#endif
+  }
+
+  template <bool FULL>
+  __device__ __forceinline__ void load(int chunk_start, int length, bool vector_ok) {
 #pragma unroll
     for (int i = 0; i < k_iters_x; ++i) {
       const int e = threadIdx.x + i * k_threads;
       if (k_items_x % k_threads == 0 || e < k_items_x) {
-        const int c = e / k_tv;
-        const int t = chunk_start + (e % k_tv) * k_vec;
-        const int d = min(d_first + c, args.dim - 1);
-        fetch(u[i], args.u + b * args.u_bs + d * args.u_ds, t, length, vector_ok);
-        fetch(delta[i], args.delta + b * args.delta_bs + d * args.delta_ds, t, length, vector_ok);
+        const int t = chunk_start + off_x[i];
+        fetch<FULL>(u[i], row_u[i], t, length, vector_ok);
+        fetch<FULL>(delta[i], row_delta[i], t, length, vector_ok);
 #if AT_HAS_Z
-        fetch(z[i], args.z + b * args.z_bs + d * args.z_ds, t, length, vector_ok);
+        fetch<FULL>(z[i], row_z[i], t, length, vector_ok);
 #endif
       }
     }
-  }
-
 #if AT_VAR_BC
-  __device__ __forceinline__ void load_bc(const ScanArgs& args, const x_t* b_base,
-                                          const x_t* c_base, int chunk_start, int length,
-                                          bool vector_ok) {
 #pragma unroll
     for (int i = 0; i < k_iters_bc; ++i) {
       const int e = threadIdx.x + i * k_threads;
       if (k_items_bc % k_threads == 0 || e < k_items_bc) {
+        const int t = chunk_start + off_bc[i];
+        fetch<FULL>(bc[i], row_bc[i], t, length, vector_ok);
         if constexpr (k_pack_bc) {
-          const int n = e / k_tv;
-          const int t = chunk_start + (e % k_tv) * k_vec;
-          fetch(bc[i], b_base + n * args.b_ns, t, length, vector_ok);
-          fetch(bc_c[i], c_base + n * args.c_ns, t, length, vector_ok);
-        } else {
-          const bool is_c = e >= k_n * k_tv;
-          const int r = is_c ? e - k_n * k_tv : e;
-          const int n = r / k_tv;
-          const x_t* src = is_c ? c_base + n * args.c_ns : b_base + n * args.b_ns;
-          fetch(bc[i], src, chunk_start + (r % k_tv) * k_vec, length, vector_ok);
+          fetch<FULL>(bc_c[i], row_c[i], t, length, vector_ok);
         }
       }
     }
-  }
 #endif
+  }
 
   // Converts and stages the chunk: dt = softplus(delta + bias) and dt*u as fp32, u
   // and z as they came, per (channel, step); B and C as fp32. Past L, u is 0 (the
@@ -274,7 +314,7 @@ struct Prefetch {
   // when the final state is stored: otherwise the extra decay reaches no output.
   __device__ __forceinline__ void stage(const ScanArgs& args, row_ptr s_dt, row_ptr s_du,
                                         row_x_ptr s_u, row_x_ptr s_z, row_ptr s_b, row_ptr s_c,
-                                        int d_first, int chunk_start, int length) const {
+                                        int chunk_start, int length) const {
 #pragma unroll
     for (int i = 0; i < k_iters_x; ++i) {
       const int e = threadIdx.x + i * k_threads;
@@ -282,14 +322,12 @@ struct Prefetch {
         const int c = e / k_tv;
         const int tt = (e % k_tv) * k_vec;
         [[maybe_unused]] const int t = chunk_start + tt; // masks dt past L
-        const int d = min(d_first + c, args.dim - 1);
-        const float bias = AT_HAS_BIAS ? args.delta_bias[d] : 0.0f;
         float uv[k_vec], dv[k_vec];
         u[i].to_float(uv);
         delta[i].to_float(dv);
 #pragma unroll
         for (int j = 0; j < k_vec; ++j) {
-          float x = dv[j] + bias;
+          float x = dv[j] + bias[i];
 #if AT_SOFTPLUS
           x = softplus(x);
 #endif
@@ -485,20 +523,25 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
   // it runs; they are converted and staged after it (the loads' latency would
   // otherwise stall every warp of the block at the staging barrier).
   Prefetch pf;
-  pf.load(args, b, d_first, 0, length, vector_ok);
 #if AT_VAR_BC
-  pf.load_bc(args, b_base, c_base, 0, length, vector_ok);
+  pf.init(args, b, d_first, b_base, c_base);
+#else
+  pf.init(args, b, d_first, nullptr, nullptr);
 #endif
-  pf.stage(args, s_dt, s_du, s_u, s_z, s_b, s_c, d_first, 0, length);
+  if (vector_ok && k_t <= length) {
+    pf.load<true>(0, length, vector_ok);
+  } else {
+    pf.load<false>(0, length, vector_ok);
+  }
+  pf.stage(args, s_dt, s_du, s_u, s_z, s_b, s_c, 0, length);
   __syncthreads();
 
   for (int chunk_start = 0; chunk_start < length; chunk_start += k_t) {
     const int next = chunk_start + k_t;
-    if (next < length) {
-      pf.load(args, b, d_first, next, length, vector_ok);
-#if AT_VAR_BC
-      pf.load_bc(args, b_base, c_base, next, length, vector_ok);
-#endif
+    if (vector_ok && next + k_t <= length) { // the next chunk, whole
+      pf.load<true>(next, length, vector_ok);
+    } else if (next < length) {
+      pf.load<false>(next, length, vector_ok);
     }
 
     // 2. The recurrence over this lane's slice; acc[k][i] is its share of y at step
@@ -572,7 +615,13 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
     // 3. y = sum of the partials + D*u, gated, stored. The same (channel, vector)
     // assignment as the staging loop: a thread reads back only its own s_u / s_z,
     // so the next chunk's staging may overwrite them without another barrier.
-    for (int e = threadIdx.x; e < k_cpb * k_tv; e += k_threads) {
+    const bool whole = vector_ok && next <= length; // this chunk is inside L
+#pragma unroll
+    for (int i = 0; i < Prefetch::k_iters_x; ++i) {
+      const int e = threadIdx.x + i * k_threads;
+      if (Prefetch::k_items_x % k_threads != 0 && e >= Prefetch::k_items_x) {
+        break;
+      }
       const int c = e / k_tv;
       const int tt = (e % k_tv) * k_vec;
       const int d = d_first + c;
@@ -590,12 +639,11 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
       }
       if (d < args.dim) {
 #if AT_HAS_D
-        const float dskip = args.D[d];
         float uf[k_vec];
         load_raw(&s_u[c][tt], uf);
 #pragma unroll
         for (int j = 0; j < k_vec; ++j) {
-          y[j] = fmaf(dskip, uf[j], y[j]);
+          y[j] = fmaf(pf.dskip[i], uf[j], y[j]);
         }
 #endif
 #if AT_HAS_Z
@@ -612,11 +660,9 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
         for (int j = 0; j < k_vec; ++j) {
           w.elem[j] = at_from_float<x_t>(y[j]);
         }
-        if (vector_ok) {
-          if (t < length) {
-            w.store(row + t);
-          }
-        } else {
+        if (whole || (vector_ok && t < length)) {
+          w.store(row + t);
+        } else if (!vector_ok) {
 #pragma unroll
           for (int j = 0; j < k_vec; ++j) {
             if (t + j < length) {
@@ -627,7 +673,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
       }
     }
     if (next < length) {
-      pf.stage(args, s_dt, s_du, s_u, s_z, s_b, s_c, d_first, next, length);
+      pf.stage(args, s_dt, s_du, s_u, s_z, s_b, s_c, next, length);
     }
     __syncthreads();
   }
