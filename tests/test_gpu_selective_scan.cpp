@@ -224,6 +224,15 @@ const char* k_configs[] = {
     "threads=32,items=64,cpb=8,nsplit=8,scan=state,vec=8,poly=2,minblocks=1,cpl=2",
     "threads=32,items=16,cpb=64,nsplit=1,scan=state,vec=8,poly=0,minblocks=1,cpl=2",
     "threads=32,items=32,cpb=8,nsplit=8,scan=state,vec=8,poly=0,minblocks=1,cpl=2",
+    // Partial y stored during the recurrence: 1, 2, 4 and 8 states per lane, 4- and
+    // 8-wide vectors, packed pairs, 2 channels per lane.
+    "threads=64,items=64,cpb=8,nsplit=8,scan=state,vec=8,poly=0,minblocks=1,ystore=during",
+    "threads=64,items=32,cpb=16,nsplit=4,scan=state,vec=8,poly=1,minblocks=1,bc=pair,"
+    "ystore=during",
+    "threads=32,items=16,cpb=16,nsplit=2,scan=state,vec=4,poly=0,minblocks=1,ystore=during",
+    "threads=32,items=16,cpb=2,nsplit=16,scan=state,vec=8,poly=0,minblocks=1,ystore=during",
+    "threads=64,items=32,cpb=32,nsplit=4,scan=state,vec=8,poly=0,minblocks=1,cpl=2,"
+    "ystore=during",
 };
 
 } // namespace

@@ -178,6 +178,29 @@ TEST_CASE("selective_scan configuration constraints drop what cannot run") {
                                       "poly=0,minblocks=1,cpl=2"),
                                p, "sm_90a")); // the time-parallel forms have one channel
     }
+    SUBCASE("partial y stored during the recurrence: one time slice, the state form only") {
+      Config during = config("threads=64,items=64,cpb=8,nsplit=8,scan=state,vec=8,poly=0,"
+                             "minblocks=1,ystore=during");
+      CHECK(scan().check(during, p, "sm_90a"));
+      CHECK(scan().worth_measuring(during, p));
+      auto sliced = scan().check(config("threads=256,items=32,cpb=32,nsplit=4,scan=state,vec=8,"
+                                        "poly=0,minblocks=1,tsplit=2,ystore=during"),
+                                 p, "sm_90a");
+      REQUIRE_FALSE(sliced);
+      CHECK(sliced.failure().message.find("ystore=during needs tsplit=1") != std::string::npos);
+      CHECK_FALSE(scan().check(config("threads=32,items=16,cpb=1,nsplit=1,scan=shfl,vec=8,"
+                                      "poly=0,minblocks=1,ystore=during"),
+                               p, "sm_90a"));
+      CHECK_THROWS_WITH_AS(scan().check(config("threads=64,items=64,cpb=8,nsplit=8,scan=state,"
+                                               "vec=8,poly=0,minblocks=1,ystore=early"),
+                                        p, "sm_90a"),
+                           doctest::Contains("ystore must be 'after' or 'during', not 'early'"),
+                           Error);
+      // tuning measures the second schedule with one channel per lane only
+      CHECK_FALSE(scan().worth_measuring(config("threads=64,items=32,cpb=32,nsplit=4,scan=state,"
+                                                "vec=8,poly=0,minblocks=1,cpl=2,ystore=during"),
+                                         p));
+    }
   }
   SUBCASE("tuning skips state-parallel variants whose registers cannot fit") {
     Config c = config("threads=512,items=64,cpb=64,nsplit=8,scan=state,vec=8,poly=0,minblocks=2");

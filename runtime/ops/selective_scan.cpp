@@ -38,6 +38,7 @@ struct Params {
   int tsplit = 1;     // time slices per chunk (state form); optional, 1 when absent
   int cpl = 1;        // channels per lane (state form); optional, 1 when absent
   bool bc_pair = false; // 16-bit variable B/C staged as packed pairs (state form)
+  bool ystore_during = false; // partial y stored per 4 steps during the scan (state form)
   ScanForm form;
   bool smem_scan;
   bool state() const { return form == ScanForm::state; }
@@ -63,6 +64,14 @@ Params params(const Config& c) {
         throw Error(ErrorKind::config, "selective_scan: bc must be 'f32' or 'pair', not '" + v + "'");
       }
       p.bc_pair = v == "pair";
+      known = true;
+    }
+    if (k == "ystore") {
+      if (v != "after" && v != "during") {
+        throw Error(ErrorKind::config,
+                    "selective_scan: ystore must be 'after' or 'during', not '" + v + "'");
+      }
+      p.ystore_during = v == "during";
       known = true;
     }
     if (k == "tsplit") {
@@ -306,6 +315,10 @@ Result<bool> check_state_form(const Params& p, const Dims& d, const std::string&
   if (d.N / p.nsplit * p.cpl > 16) {
     return fail("scan=state: at most 16 (channel, state) pairs per lane (cpl * N / nsplit)");
   }
+  if (p.ystore_during && p.tsplit != 1) {
+    return fail("scan=state: ystore=during needs tsplit=1 (time slices correct their partials "
+                "after the slice exchange)");
+  }
   if (p.bc_pair && (!d.var_bc || dtype_size(d.x) != 2)) {
     return fail("scan=state: bc=pair packs 16-bit variable B/C only");
   }
@@ -346,8 +359,8 @@ Result<bool> SelectiveScanOp::check(const Config& config, const Problem& problem
   if (p.state()) {
     return check_state_form(p, d, arch);
   }
-  if (p.tsplit != 1 || p.cpl != 1 || p.bc_pair) {
-    return fail("tsplit, cpl and bc=pair apply to scan=state only");
+  if (p.tsplit != 1 || p.cpl != 1 || p.bc_pair || p.ystore_during) {
+    return fail("tsplit, cpl, bc=pair and ystore=during apply to scan=state only");
   }
   if (p.cpb < 1 || p.nsplit < 1 || p.threads % (p.cpb * p.nsplit) != 0 || p.tpc() % 32 != 0) {
     return fail("each (channel, state group) needs whole warps: threads / (cpb * nsplit) % 32 "
@@ -402,6 +415,10 @@ Result<bool> SelectiveScanOp::worth_measuring(const Config& config, const Proble
     if (p.items < 16) {
       return fail("scan=state: chunks under 16 steps spend more on barriers than on the scan");
     }
+    if (p.ystore_during && p.cpl > 1) {
+      // The second schedule doubles the space; cpl > 1 has won no benchmark shape.
+      return fail("scan=state: ystore=during is measured with cpl=1");
+    }
     const long long blocks = d.B * ((d.D + p.cpb - 1) / p.cpb);
     if (blocks < 64 && p.cpb > 8) {
       return fail("scan=state: too few blocks for the GPU at this cpb");
@@ -440,6 +457,7 @@ std::vector<std::string> SelectiveScanOp::defines(const Config& config,
           "-DAT_CPL=" + std::to_string(p.cpl),
           "-DAT_PART_STRIDE=" + std::to_string(part_stride(p)),
           std::string("-DAT_BC_PAIR=") + (p.bc_pair ? "1" : "0"),
+          std::string("-DAT_YSTORE_DURING=") + (p.ystore_during ? "1" : "0"),
           "-DAT_N=" + std::to_string(d.N),
           "-DAT_NSLICE=" + std::to_string(state_slice(config, problem)),
           "-DAT_VAR_BC=" + flag_of(d.var_bc),

@@ -161,6 +161,17 @@ __device__ __forceinline__ float4 load4(const float* row, int t) {
 #define AT_BC_PAIR 0
 #endif
 constexpr bool k_pack_bc = AT_BC_PAIR != 0;
+
+// AT_YSTORE_DURING: the lane stores its partial y of 4 steps as soon as they are
+// final, inside the recurrence, instead of after it (1 time slice only). Same
+// instructions, another schedule: ptxas places the loads and stores of the unrolled
+// chunk differently, and on the H100 either order wins on some shapes (B=4, D=5120:
+// 281 against 313 us; B=1, L=16384: 568 against 532 us).
+#ifndef AT_YSTORE_DURING
+#define AT_YSTORE_DURING 0
+#endif
+constexpr bool k_ystore_during = AT_YSTORE_DURING != 0;
+static_assert(!k_ystore_during || k_s == 1, "partials stored during the scan: one time slice");
 static_assert(!k_pack_bc || (AT_VAR_BC && sizeof(x_t) == 2), "BC_PAIR packs 16-bit variable B/C");
 constexpr int k_bc_rows = AT_VAR_BC ? (k_pack_bc ? k_n : 2 * k_n) : 0;
 
@@ -393,11 +404,13 @@ struct Prefetch {
 // its CPL channels c_scan + k: h <- a h + dt*u*B, acc <- sum_j C h. With CORRECT
 // (time slices after the first, which start from h = 0; CPL 1 only) it also keeps
 // the running decay product p and qc[i][j] = C * p, the weights of the state
-// entering the slice in y.
-template <bool CORRECT>
-__device__ __forceinline__ void scan_slice(const row_ptr s_dt, const row_ptr s_du,
-                                           const row_ptr s_b, const row_ptr s_c, int c_scan,
-                                           int l, int t0, const float (&b_fixed)[k_cpl][k_npl],
+// entering the slice in y. With STORE each 4 steps of acc go to part[k] as soon
+// as they are final (AT_YSTORE_DURING).
+template <bool CORRECT, bool STORE>
+__device__ __forceinline__ void scan_slice(float (*part)[k_row], const row_ptr s_dt,
+                                           const row_ptr s_du, const row_ptr s_b,
+                                           const row_ptr s_c, int c_scan, int l, int t0,
+                                           const float (&b_fixed)[k_cpl][k_npl],
                                            const float (&c_fixed)[k_cpl][k_npl],
                                            const float (&a2)[k_cpl][k_npl],
                                            float (&h)[k_cpl][k_npl], float (&acc)[k_cpl][k_ts],
@@ -454,6 +467,15 @@ __device__ __forceinline__ void scan_slice(const row_ptr s_dt, const row_ptr s_d
             qc[q + i][j] = cv[i] * p[j];
           }
         }
+      }
+    }
+    if constexpr (STORE) {
+      // These 4 steps' partials are final: stored now, they hold no registers
+      // through the rest of the chunk.
+#pragma unroll
+      for (int k = 0; k < k_cpl; ++k) {
+        *reinterpret_cast<float4*>(part[k] + swz(t0 + q)) =
+            make_float4(acc[k][q], acc[k][q + 1], acc[k][q + 2], acc[k][q + 3]);
       }
     }
   }
@@ -548,21 +570,21 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
     // slice * TS + i.
     float acc[k_cpl][k_ts];
 #if AT_TSPLIT == 1
-    scan_slice<false>(s_dt, s_du, s_b, s_c, c_scan, l, 0, b_fixed, c_fixed, a2, h, acc, nullptr,
-                      nullptr);
+    scan_slice<false, k_ystore_during>(s_part[l] + c_scan, s_dt, s_du, s_b, s_c, c_scan, l, 0,
+                                       b_fixed, c_fixed, a2, h, acc, nullptr, nullptr);
 #else
     float p[k_npl], qc[k_ts][k_npl];
     if (slice == 0) {
-      scan_slice<false>(s_dt, s_du, s_b, s_c, c_scan, l, 0, b_fixed, c_fixed, a2, h, acc, nullptr,
-                        nullptr);
+      scan_slice<false, false>(nullptr, s_dt, s_du, s_b, s_c, c_scan, l, 0, b_fixed, c_fixed, a2,
+                               h, acc, nullptr, nullptr);
     } else {
 #pragma unroll
       for (int j = 0; j < k_npl; ++j) {
         h[0][j] = 0.0f;
         p[j] = 1.0f;
       }
-      scan_slice<true>(s_dt, s_du, s_b, s_c, c_scan, l, slice * k_ts, b_fixed, c_fixed, a2, h,
-                       acc, p, qc);
+      scan_slice<true, false>(nullptr, s_dt, s_du, s_b, s_c, c_scan, l, slice * k_ts, b_fixed,
+                              c_fixed, a2, h, acc, p, qc);
     }
     // Publish each slice's end state (slice 0's is the true one, the others' start
     // from zero) and decay product; compose the states at the slice boundaries.
@@ -602,12 +624,14 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
       }
     }
 #endif
+    if constexpr (!k_ystore_during) { // (time slices: the corrected partials)
 #pragma unroll
-    for (int k = 0; k < k_cpl; ++k) {
+      for (int k = 0; k < k_cpl; ++k) {
 #pragma unroll
-      for (int q = 0; q < k_ts; q += 4) {
-        *reinterpret_cast<float4*>(s_part[l][c_scan + k] + swz(slice * k_ts + q)) =
-            make_float4(acc[k][q], acc[k][q + 1], acc[k][q + 2], acc[k][q + 3]);
+        for (int q = 0; q < k_ts; q += 4) {
+          *reinterpret_cast<float4*>(s_part[l][c_scan + k] + swz(slice * k_ts + q)) =
+              make_float4(acc[k][q], acc[k][q + 1], acc[k][q + 2], acc[k][q + 3]);
+        }
       }
     }
     __syncthreads();
