@@ -173,12 +173,12 @@ long long part_stride(const Params& p) {
   return p.cpb + 1; // none (several channels per lane): as before
 }
 
-long long state_form_smem(const Params& p, long long n, bool var_bc, long long esize) {
+long long state_form_smem(const Params& p, long long n, bool var_bc) {
   // bc=pair stages 16-bit variable B/C as packed (B, C) pairs: one row per state.
   const long long bc_rows = var_bc ? (p.bc_pair ? n : 2 * n) : 0;
   const long long rows = 2LL * p.cpb + bc_rows + (long long)p.nsplit * part_stride(p);
   const long long exchange = 2LL * p.tsplit * p.cpb * n * 4; // slice end states and decays
-  return rows * (p.items + 4) * 4 + 2LL * p.cpb * p.items * esize + exchange;
+  return rows * (p.items + 4) * 4 + exchange; // (u and z stay in registers)
 }
 
 std::string flag_of(bool b) {
@@ -344,7 +344,7 @@ Result<bool> check_state_form(const Params& p, const Dims& d, const std::string&
   if (p.minblocks < 1 || p.minblocks > 8 || p.threads * p.minblocks > 2048) {
     return fail("minblocks must be 1..8 with threads * minblocks <= 2048");
   }
-  return fits_block(p, d, state_form_smem(p, d.N, d.var_bc, (long long)dtype_size(d.x)), arch);
+  return fits_block(p, d, state_form_smem(p, d.N, d.var_bc), arch);
 }
 } // namespace
 
@@ -397,12 +397,14 @@ Result<bool> SelectiveScanOp::worth_measuring(const Config& config, const Proble
   if (p.state()) {
     // Registers (measured with ptxas): per channel of the lane, ITEMS partial sums
     // plus as many staged reads in flight and 4 per state (h, A, B, C); the next
-    // chunk's loads in flight; ~32 more.
+    // chunk's loads in flight and this chunk's u and z; ~32 more.
     const long long vec_regs = std::max<long long>(1, p.vec * (long long)dtype_size(d.x) / 4);
     const long long tv = p.items / p.vec;
     const long long iters_x = (p.cpb * tv + p.threads - 1) / p.threads;
     const long long iters_bc = d.var_bc ? (2 * d.N * tv + p.threads - 1) / p.threads : 0;
-    const long long prefetch = vec_regs * (iters_x * (d.has_z ? 3 : 2) + iters_bc);
+    // u, delta, z in flight, and the staged chunk's u and z kept for the finish
+    const long long kept = (d.has_d ? 1 : 0) + (d.has_z ? 1 : 0);
+    const long long prefetch = vec_regs * (iters_x * ((d.has_z ? 3 : 2) + kept) + iters_bc);
     const long long slice = p.items / p.tsplit;
     const long long npl = d.N / p.nsplit;
     const long long correction = p.tsplit > 1 ? slice * npl + npl : 0; // C*P per step, P
@@ -476,7 +478,7 @@ LaunchGeometry SelectiveScanOp::geometry(const Config& config, const Problem& pr
   g.block[0] = unsigned(p.threads);
   g.grid[0] = unsigned(d.B * ((d.D + p.cpb - 1) / p.cpb));
   long long slice = state_slice(config, problem);
-  long long dyn = p.state() ? state_form_smem(p, d.N, d.var_bc, (long long)dtype_size(d.x))
+  long long dyn = p.state() ? state_form_smem(p, d.N, d.var_bc)
                             : (d.var_bc ? 2 * slice * row_slots(p) * 4 : 0) + partial_y_smem(p);
   // The launchers opt in only when the dynamic part alone exceeds 48 KiB; a block
   // whose static + dynamic total exceeds it asks for just over 48 KiB instead.

@@ -77,10 +77,6 @@ constexpr int k_tv = k_t / k_vec;         // vectors per channel row per chunk
 // Rows of T floats padded by 4 words: consecutive rows start 4 banks apart, so the
 // 16-byte reads of up to 8 distinct rows in one instruction hit distinct banks.
 constexpr int k_row = k_t + 4;
-// Rows of T raw input elements (u and z, read back by the thread that staged them),
-// unpadded: item e of the staging loop sits at e * VEC elements, so a warp's vector
-// accesses cover one contiguous range and never conflict.
-constexpr int k_row_x = k_t;
 // Rows from one lane slot's partial-y block to the next (>= CPB + 1): the 8 lanes of a
 // quarter-warp store the rows l * stride + c of their (lane l of the channel, channel
 // c); runtime/ops/selective_scan.cpp picks the stride that puts those in 8 distinct
@@ -141,12 +137,6 @@ __device__ __forceinline__ void load_row(const float* row, int t, float (&v)[k_v
     v[j] = w.x, v[j + 1] = w.y, v[j + 2] = w.z, v[j + 3] = w.w;
   }
 }
-// VEC raw u or z elements staged at p, as fp32.
-__device__ __forceinline__ void load_raw(const x_t* p, float (&v)[k_vec]) {
-  at_vec<x_t, k_vec> w;
-  w.load(p);
-  w.to_float(v);
-}
 __device__ __forceinline__ float4 load4(const float* row, int t) {
   return *reinterpret_cast<const float4*>(row + swz(t));
 }
@@ -197,7 +187,6 @@ __device__ __forceinline__ unsigned pack_pair(at_f16 b, at_f16 c) {
 __device__ __forceinline__ unsigned pack_pair(float, float) { return 0u; }
 
 typedef float (*row_ptr)[k_row];
-typedef x_t (*row_x_ptr)[k_row_x];
 
 // One chunk's inputs in flight: this thread's share of the (channel, vector) items
 // of u, delta, z and of the (state, vector) items of B and C, as raw vectors.
@@ -208,6 +197,7 @@ struct Prefetch {
   static constexpr int k_items_bc = (k_pack_bc ? 1 : 2) * k_n * k_tv;
   static constexpr int k_iters_bc = (k_items_bc + k_threads - 1) / k_threads;
   at_vec<x_t, k_vec> u[k_iters_x], delta[k_iters_x];
+  [[maybe_unused]] at_vec<x_t, k_vec> u_cur[k_iters_x], z_cur[k_iters_x]; // the chunk staged
   // delta_bias and D of the item's channel: an item keeps its channel in every chunk.
   float bias[k_iters_x], dskip[k_iters_x];
 #if AT_HAS_Z
@@ -319,13 +309,15 @@ struct Prefetch {
 #endif
   }
 
-  // Converts and stages the chunk: dt = softplus(delta + bias) and dt*u as fp32, u
-  // and z as they came, per (channel, step); B and C as fp32. Past L, u is 0 (the
+  // Converts and stages the chunk: dt = softplus(delta + bias) and dt*u as fp32 per
+  // (channel, step); B and C as fp32 or packed pairs. u and z stay in registers
+  // (u_cur, z_cur) for the finish, which the same thread runs on the same items:
+  // through shared memory they cost 4 of the ~34 shared-memory wavefronts per
+  // (channel, step) of an 8-lane channel, the port that bounds it. Past L, u is 0 (the
   // loads zero-fill), so dt*u adds nothing to h; dt is 0 there too (decay 1) only
   // when the final state is stored: otherwise the extra decay reaches no output.
-  __device__ __forceinline__ void stage(const ScanArgs& args, row_ptr s_dt, row_ptr s_du,
-                                        row_x_ptr s_u, row_x_ptr s_z, row_ptr s_b, row_ptr s_c,
-                                        int chunk_start, int length) const {
+  __device__ __forceinline__ void stage(row_ptr s_dt, row_ptr s_du, row_ptr s_b, row_ptr s_c,
+                                        int chunk_start, int length) {
 #pragma unroll
     for (int i = 0; i < k_iters_x; ++i) {
       const int e = threadIdx.x + i * k_threads;
@@ -355,10 +347,10 @@ struct Prefetch {
         }
         store_row(s_du[c], tt, dv);
 #if AT_HAS_D
-        u[i].store(&s_u[c][tt]);
+        u_cur[i] = u[i];
 #endif
 #if AT_HAS_Z
-        z[i].store(&s_z[c][tt]);
+        z_cur[i] = z[i];
 #endif
       }
     }
@@ -392,8 +384,6 @@ struct Prefetch {
       }
     }
 #endif
-    (void)s_u;
-    (void)s_z;
     (void)s_b;
     (void)s_c;
     (void)length;
@@ -488,7 +478,6 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
   //   B, C          fp32 [N][row] each, variable B/C only; 16-bit B/C: one [N][row]
   //                 of packed (B, C) pairs
   //   partial y     fp32 [NSPLIT][PART_STRIDE][row] (the extra rows stagger banks)
-  //   u, z          x_t  [CPB][row_x] each
   extern __shared__ __align__(16) float s_dyn[];
   float(*s_dt)[k_row] = reinterpret_cast<float(*)[k_row]>(s_dyn);
   float(*s_du)[k_row] = s_dt + k_cpb;
@@ -496,10 +485,8 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
   float(*s_c)[k_row] = s_b + (AT_VAR_BC && !k_pack_bc ? k_n : 0); // unused when packed
   float(*s_part)[k_part_stride][k_row] =
       reinterpret_cast<float(*)[k_part_stride][k_row]>(s_b + k_bc_rows);
-  x_t(*s_u)[k_row_x] = reinterpret_cast<x_t(*)[k_row_x]>(s_part + k_lpc);
-  x_t(*s_z)[k_row_x] = s_u + k_cpb;
   // Slice boundary exchange: end state and decay product per (slice, channel, state).
-  float(*s_xh)[k_cpb][k_n] = reinterpret_cast<float(*)[k_cpb][k_n]>(s_z + k_cpb);
+  float(*s_xh)[k_cpb][k_n] = reinterpret_cast<float(*)[k_cpb][k_n]>(s_part + k_lpc);
   [[maybe_unused]] float(*s_xp)[k_cpb][k_n] = s_xh + k_s;
 
   const int blocks_per_batch = (args.dim + k_cpb - 1) / k_cpb;
@@ -555,7 +542,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
   } else {
     pf.load<false>(0, length, vector_ok);
   }
-  pf.stage(args, s_dt, s_du, s_u, s_z, s_b, s_c, 0, length);
+  pf.stage(s_dt, s_du, s_b, s_c, 0, length);
   __syncthreads();
 
   for (int chunk_start = 0; chunk_start < length; chunk_start += k_t) {
@@ -637,8 +624,8 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
     __syncthreads();
 
     // 3. y = sum of the partials + D*u, gated, stored. The same (channel, vector)
-    // assignment as the staging loop: a thread reads back only its own s_u / s_z,
-    // so the next chunk's staging may overwrite them without another barrier.
+    // assignment as the staging loop: a thread finishes the items whose u and z it
+    // staged and kept (pf.u_cur, pf.z_cur).
     const bool whole = vector_ok && next <= length; // this chunk is inside L
 #pragma unroll
     for (int i = 0; i < Prefetch::k_iters_x; ++i) {
@@ -664,7 +651,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
       if (d < args.dim) {
 #if AT_HAS_D
         float uf[k_vec];
-        load_raw(&s_u[c][tt], uf);
+        pf.u_cur[i].to_float(uf);
 #pragma unroll
         for (int j = 0; j < k_vec; ++j) {
           y[j] = fmaf(pf.dskip[i], uf[j], y[j]);
@@ -672,7 +659,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
 #endif
 #if AT_HAS_Z
         float zf[k_vec];
-        load_raw(&s_z[c][tt], zf);
+        pf.z_cur[i].to_float(zf);
 #pragma unroll
         for (int j = 0; j < k_vec; ++j) {
           y[j] *= silu_gate(zf[j]);
@@ -697,12 +684,10 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
       }
     }
     if (next < length) {
-      pf.stage(args, s_dt, s_du, s_u, s_z, s_b, s_c, next, length);
+      pf.stage(s_dt, s_du, s_b, s_c, next, length);
     }
     __syncthreads();
   }
-  (void)s_u;
-  (void)s_z;
 
 #if AT_LAST_STATE
 #pragma unroll
