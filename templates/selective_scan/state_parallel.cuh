@@ -31,6 +31,19 @@
 // state) with 55-61% issue utilization and the shared-memory pipe 60-75% busy: the
 // ~8 in the recurrence (2 of them unpacking 16-bit B/C pairs) are the budget, and
 // staging/finish overlap already through the other resident warps.
+// Also measured and not kept (B=1, L=16384, where 4096 channels x 8 lanes make only
+// 7.75 warps per SM): chunks of 128 steps (590-974 us against 528 for 64: more code,
+// no fewer barriers that matter); more lanes through time slices (tsplit 2 and 4:
+// 838-1135 us: the slices' work differs by the correction, and at 2 warps per
+// scheduler the barrier leaves the slower slice's warps alone on the SM).
+// ncu on its winner (threads=128, items=64, nsplit=8, bc=pair) after the whole-chunk
+// loads: 10.0 warp-instructions per (step, state), issue active 63%, shared-memory
+// wavefronts 66% of peak (dt/du, B/C pairs, partial y out and back: ~1 per warp and
+// (step, state) each), XU 59%; stalls short scoreboard 19%, wait 14%, not selected
+// 14%. No pipe is full: at 2 warps per scheduler latency decides, so the next lever
+// is fewer registers and instructions per step, e.g. B/C landed by cp.async as raw
+// 16-bit rows (the same reads and unpacking as the pairs, but no prefetch registers,
+// no packing and no staging stores).
 //
 // Parameters as in kernel.cuh, read for this form as:
 //   AT_ITEMS   T, steps per chunk: longer chunks amortize the barriers and the
