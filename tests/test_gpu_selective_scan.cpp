@@ -233,6 +233,17 @@ const char* k_configs[] = {
     "threads=32,items=16,cpb=2,nsplit=16,scan=state,vec=8,poly=0,minblocks=1,ystore=during",
     "threads=64,items=32,cpb=32,nsplit=4,scan=state,vec=8,poly=0,minblocks=1,cpl=2,"
     "ystore=during",
+    // Partial y summed by 1 or 2 shuffle levels: 2 to 32 lanes per channel, stored after
+    // and during the scan, packed pairs, several channels per lane, time slices.
+    "threads=64,items=64,cpb=8,nsplit=8,scan=state,vec=8,poly=0,minblocks=1,bc=pair,yred=1",
+    "threads=128,items=64,cpb=16,nsplit=8,scan=state,vec=8,poly=0,minblocks=1,bc=pair,yred=2",
+    "threads=64,items=32,cpb=32,nsplit=2,scan=state,vec=8,poly=1,minblocks=1,yred=1",
+    "threads=64,items=16,cpb=16,nsplit=4,scan=state,vec=4,poly=0,minblocks=1,yred=2,"
+    "ystore=during",
+    "threads=32,items=16,cpb=1,nsplit=32,scan=state,vec=8,poly=0,minblocks=1,yred=2",
+    "threads=64,items=32,cpb=16,nsplit=8,scan=state,vec=8,poly=0,minblocks=1,cpl=2,yred=1",
+    "threads=256,items=32,cpb=32,nsplit=4,scan=state,vec=8,poly=0,minblocks=1,tsplit=2,"
+    "yred=1",
 };
 
 } // namespace

@@ -201,6 +201,46 @@ TEST_CASE("selective_scan configuration constraints drop what cannot run") {
                                          p));
     }
   }
+  SUBCASE("partial y summed by shuffle levels: 2^yred lanes per channel, the state form only") {
+    const std::string base = "threads=128,items=32,cpb=16,nsplit=8,scan=state,vec=8,poly=0,"
+                             "minblocks=1,";
+    for (int yred = 0; yred <= 2; ++yred) {
+      CHECK(scan().check(config(base + "yred=" + std::to_string(yred)), p, "sm_90a"));
+    }
+    auto three = scan().check(config(base + "yred=3"), p, "sm_90a");
+    REQUIRE_FALSE(three);
+    CHECK(three.failure().message.find("yred (shuffle levels over the partial y) must be 0..2") !=
+          std::string::npos);
+    // two levels need 4 lanes per channel
+    CHECK_FALSE(scan().check(config("threads=128,items=32,cpb=64,nsplit=2,scan=state,vec=8,"
+                                    "poly=0,minblocks=1,yred=2"),
+                             p, "sm_90a"));
+    CHECK(scan().check(config("threads=128,items=32,cpb=64,nsplit=2,scan=state,vec=8,poly=0,"
+                              "minblocks=1,yred=1"),
+                       p, "sm_90a"));
+    CHECK_FALSE(scan().check(config("threads=32,items=16,cpb=1,nsplit=1,scan=shfl,vec=8,poly=0,"
+                                    "minblocks=1,yred=1"),
+                             p, "sm_90a"));
+    // Each level halves the partial-y rows (8 lanes per channel: 8 x 17, 4 x 18, 2 x 20
+    // rows of 32 + 4 words): the stride puts the 16 lanes of a float2 pass (yred=1) or
+    // the 32 of a one-word pass (yred=2) on distinct banks.
+    const long long staged = (2 * 16 + 2 * 16) * 36 * 4 + 2 * 16 * 16 * 4;
+    CHECK(scan().geometry(config(base + "yred=0"), p).dynamic_smem == staged + 8 * 17 * 36 * 4);
+    CHECK(scan().geometry(config(base + "yred=1"), p).dynamic_smem == staged + 4 * 18 * 36 * 4);
+    CHECK(scan().geometry(config(base + "yred=2"), p).dynamic_smem == staged + 2 * 20 * 36 * 4);
+    // Tuning measures the plain store during the scan and the shuffled one after it
+    // (and the plain one after it where no partner lane exists).
+    CHECK(scan().worth_measuring(config(base + "yred=1"), p));
+    CHECK(scan().worth_measuring(config(base + "yred=2"), p));
+    CHECK_FALSE(scan().worth_measuring(config(base + "yred=0"), p));
+    CHECK_FALSE(scan().worth_measuring(config(base + "yred=1,ystore=during"), p));
+    CHECK(scan().worth_measuring(config(base + "yred=0,ystore=during"), p));
+    CHECK(scan().worth_measuring(config("threads=32,items=32,cpb=32,nsplit=1,scan=state,vec=8,"
+                                        "poly=0,minblocks=1"),
+                                 p));
+    CHECK_THROWS_WITH_AS(scan().check(config(base + "yred=x"), p, "sm_90a"),
+                         doctest::Contains("yred"), Error);
+  }
   SUBCASE("tuning skips state-parallel variants whose registers cannot fit") {
     Config c = config("threads=512,items=64,cpb=64,nsplit=8,scan=state,vec=8,poly=0,minblocks=2");
     CHECK(scan().check(c, p, "sm_90a"));

@@ -39,6 +39,7 @@ struct Params {
   int cpl = 1;        // channels per lane (state form); optional, 1 when absent
   bool bc_pair = false; // 16-bit variable B/C staged as packed pairs (state form)
   bool ystore_during = false; // partial y stored per 4 steps during the scan (state form)
+  int yred = 0; // state form: shuffle levels summing the lanes' partial y (0..2)
   ScanForm form;
   bool smem_scan;
   bool state() const { return form == ScanForm::state; }
@@ -72,6 +73,10 @@ Params params(const Config& c) {
                     "selective_scan: ystore must be 'after' or 'during', not '" + v + "'");
       }
       p.ystore_during = v == "during";
+      known = true;
+    }
+    if (k == "yred") {
+      p.yred = int(parse_int(v, "selective_scan parameter yred"));
       known = true;
     }
     if (k == "tsplit") {
@@ -145,26 +150,35 @@ long long partial_y_smem(const Params& p) {
   return p.nsplit > 1 ? (long long)p.cpb * (p.nsplit - 1) * row_slots(p) * 4 : 0;
 }
 
-// Dynamic shared memory of the state-parallel form, as laid out in
-// templates/selective_scan/state_parallel.cuh: rows of ITEMS + 4 words (dt and dt*u
-// per channel, B and C per state with variable B/C -- one row of packed pairs when
-// they are 16-bit --, NSPLIT x (CPB + 1) rows of partial y), then rows of ITEMS
-// input elements (u and z per channel), then the time slices' exchange.
-// Rows from one lane slot's partial-y block to the next in the state form
-// (AT_PART_STRIDE): the 8 lanes of a quarter-warp store row l * stride + c * cpl for
-// (lane l of the channel, channel slot c), rows ITEMS + 4 words long; the smallest
-// stride above CPB that puts those 8 rows in distinct 4-bank groups stores them in one
-// pass (CPB + 1 did not for nsplit 2 and 4: lanes (1, c) and (0, c + 1) collided).
+// Rows from one partial-y block to the next in the state form (AT_PART_STRIDE), rows
+// ITEMS + 4 words long. Lane l of a channel in channel slot c stores 4 steps to row
+// (l % (nsplit >> yred)) * stride + c * cpl: a float4 per lane without shuffle levels
+// (a pass serves 8 lanes), a float2 at word 2 * (l & nsplit/2 ? 1 : 0) of the 4 with
+// one level (16 lanes), one word with two (32 lanes). The smallest stride above CPB
+// that gives the lanes of one pass distinct banks stores them in one wavefront (CPB + 1
+// did not for nsplit 2 and 4: lanes (1, c) and (0, c + 1) collided).
 long long part_stride(const Params& p) {
-  const long long row_groups = (p.items + 4) / 4; // 4-bank groups from one row to the next
+  const int words = 4 >> p.yred;     // stored per lane
+  const int pass = 8 << p.yred;      // lanes per wavefront
+  const long long rows = p.nsplit >> p.yred;
   for (long long stride = p.cpb + 1; stride <= p.cpb + 8; ++stride) {
-    bool used[8] = {};
+    bool used[32] = {};
     bool distinct = true;
-    for (int lane = 0; lane < 8; ++lane) {
-      long long row = (lane % p.nsplit) * stride + (lane / p.nsplit) * p.cpl;
-      int group = int(row * row_groups % 8);
-      distinct = distinct && !used[group];
-      used[group] = true;
+    for (int lane = 0; lane < pass; ++lane) {
+      const int l = lane % p.nsplit;
+      const long long row = (l % rows) * stride + (lane / p.nsplit) * p.cpl;
+      int word = 0;
+      if (p.yred >= 1) {
+        word += (l & (p.nsplit / 2)) ? 2 : 0;
+      }
+      if (p.yred >= 2) {
+        word += (l & (p.nsplit / 4)) ? 1 : 0;
+      }
+      for (int w = 0; w < words; ++w) {
+        const int bank = int((row * (p.items + 4) + word + w) % 32);
+        distinct = distinct && !used[bank];
+        used[bank] = true;
+      }
     }
     if (distinct) {
       return stride;
@@ -176,7 +190,7 @@ long long part_stride(const Params& p) {
 long long state_form_smem(const Params& p, long long n, bool var_bc) {
   // bc=pair stages 16-bit variable B/C as packed (B, C) pairs: one row per state.
   const long long bc_rows = var_bc ? (p.bc_pair ? n : 2 * n) : 0;
-  const long long rows = 2LL * p.cpb + bc_rows + (long long)p.nsplit * part_stride(p);
+  const long long rows = 2LL * p.cpb + bc_rows + (long long)(p.nsplit >> p.yred) * part_stride(p);
   const long long exchange = 2LL * p.tsplit * p.cpb * n * 4; // slice end states and decays
   return rows * (p.items + 4) * 4 + exchange; // (u and z stay in registers)
 }
@@ -319,6 +333,10 @@ Result<bool> check_state_form(const Params& p, const Dims& d, const std::string&
     return fail("scan=state: ystore=during needs tsplit=1 (time slices correct their partials "
                 "after the slice exchange)");
   }
+  if (p.yred < 0 || p.yred > 2 || (1 << p.yred) > p.nsplit) {
+    return fail("scan=state: yred (shuffle levels over the partial y) must be 0..2 with "
+                "2^yred <= nsplit");
+  }
   if (p.bc_pair && (!d.var_bc || dtype_size(d.x) != 2)) {
     return fail("scan=state: bc=pair packs 16-bit variable B/C only");
   }
@@ -359,8 +377,8 @@ Result<bool> SelectiveScanOp::check(const Config& config, const Problem& problem
   if (p.state()) {
     return check_state_form(p, d, arch);
   }
-  if (p.tsplit != 1 || p.cpl != 1 || p.bc_pair || p.ystore_during) {
-    return fail("tsplit, cpl, bc=pair and ystore=during apply to scan=state only");
+  if (p.tsplit != 1 || p.cpl != 1 || p.bc_pair || p.ystore_during || p.yred != 0) {
+    return fail("tsplit, cpl, bc=pair, ystore=during and yred apply to scan=state only");
   }
   if (p.cpb < 1 || p.nsplit < 1 || p.threads % (p.cpb * p.nsplit) != 0 || p.tpc() % 32 != 0) {
     return fail("each (channel, state group) needs whole warps: threads / (cpb * nsplit) % 32 "
@@ -421,6 +439,15 @@ Result<bool> SelectiveScanOp::worth_measuring(const Config& config, const Proble
       // The second schedule doubles the space; cpl > 1 has won no benchmark shape.
       return fail("scan=state: ystore=during is measured with cpl=1");
     }
+    // Summing the partials by shuffles beat the plain store (ystore=after, yred=0) on
+    // every benchmark shape on the H100 (B=1, L=16384: 481 against 527 us; the others
+    // by 1-3%); stored during the scan they lost to both. Tuning measures each
+    // schedule where it can win: after with shuffles (or nsplit=1, where there is no
+    // partner lane), during without.
+    if (p.ystore_during ? p.yred > 0 : p.yred == 0 && p.nsplit > 1) {
+      return fail(p.ystore_during ? "scan=state: ystore=during is measured with yred=0"
+                                  : "scan=state: ystore=after is measured with yred >= 1");
+    }
     const long long blocks = d.B * ((d.D + p.cpb - 1) / p.cpb);
     if (blocks < 64 && p.cpb > 8) {
       return fail("scan=state: too few blocks for the GPU at this cpb");
@@ -460,6 +487,7 @@ std::vector<std::string> SelectiveScanOp::defines(const Config& config,
           "-DAT_PART_STRIDE=" + std::to_string(part_stride(p)),
           std::string("-DAT_BC_PAIR=") + (p.bc_pair ? "1" : "0"),
           std::string("-DAT_YSTORE_DURING=") + (p.ystore_during ? "1" : "0"),
+          "-DAT_YRED=" + std::to_string(p.yred),
           "-DAT_N=" + std::to_string(d.N),
           "-DAT_NSLICE=" + std::to_string(state_slice(config, problem)),
           "-DAT_VAR_BC=" + flag_of(d.var_bc),

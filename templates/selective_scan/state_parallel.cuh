@@ -176,6 +176,48 @@ constexpr bool k_pack_bc = AT_BC_PAIR != 0;
 constexpr bool k_ystore_during = AT_YSTORE_DURING != 0;
 static_assert(!k_ystore_during || k_s == 1, "partials stored during the scan: one time slice");
 static_assert(!k_pack_bc || (AT_VAR_BC && sizeof(x_t) == 2), "BC_PAIR packs 16-bit variable B/C");
+
+// AT_YRED: shuffle levels that sum the lanes' partial y before they go to shared
+// memory. Level 1 adds lane l and lane l ^ NSPLIT/2 (the same channel): of each 4
+// steps one keeps steps 0-1, the other 2-3 (4 selects, 2 shuffles, 2 adds per lane);
+// level 2 does the same with l ^ NSPLIT/4 for one step each. Each level halves the
+// partial-y rows, their shared-memory traffic (stored as float4, float2 or float) and
+// the finish's reads and adds; the shuffles do not use the shared-memory pipe, which
+// with 8 lanes per channel is as busy as the issue slots (B and C, dt and dt*u, the
+// partials out and back each take about a third of its wavefronts).
+#ifndef AT_YRED
+#define AT_YRED 0
+#endif
+constexpr int k_yred = AT_YRED;
+static_assert(k_yred >= 0 && k_yred <= 2 && (1 << k_yred) <= k_lpc,
+              "YRED: at most 2 levels, 2^YRED lanes per channel or more");
+constexpr int k_prows = k_lpc >> k_yred; // partial-y rows per channel
+
+// This lane's partial y of steps t..t+3 (t % 4 == 0) into its partial-y row (of the
+// row group l % k_prows), after YRED shuffle levels with the other lanes of its
+// channel. All 32 lanes of the warp must call it together.
+__device__ __forceinline__ void put_partials(float* row, int t, int l, float a0, float a1,
+                                             float a2, float a3) {
+  if constexpr (k_yred == 0) {
+    *reinterpret_cast<float4*>(row + swz(t)) = make_float4(a0, a1, a2, a3);
+  } else {
+    constexpr int m1 = k_lpc / 2;
+    const bool hi = (l & m1) != 0; // keeps steps 2-3
+    const float s0 = hi ? a0 : a2, s1 = hi ? a1 : a3;
+    const float k0 = hi ? a2 : a0, k1 = hi ? a3 : a1;
+    const float v0 = k0 + __shfl_xor_sync(0xffffffffu, s0, m1);
+    const float v1 = k1 + __shfl_xor_sync(0xffffffffu, s1, m1);
+    if constexpr (k_yred == 1) {
+      *reinterpret_cast<float2*>(row + swz(t) + 2 * hi) = make_float2(v0, v1);
+    } else {
+      constexpr int m2 = k_lpc / 4;
+      const bool hi2 = (l & m2) != 0; // keeps the second of its two steps
+      const float s = hi2 ? v0 : v1;
+      const float k = hi2 ? v1 : v0;
+      row[swz(t) + 2 * hi + hi2] = k + __shfl_xor_sync(0xffffffffu, s, m2);
+    }
+  }
+}
 constexpr int k_bc_rows = AT_VAR_BC ? (k_pack_bc ? k_n : 2 * k_n) : 0;
 
 __device__ __forceinline__ void unpack_bc(unsigned w, float& b, float& c) {
@@ -478,8 +520,7 @@ __device__ __forceinline__ void scan_slice(float (*part)[k_row], const row_ptr s
       // through the rest of the chunk.
 #pragma unroll
       for (int k = 0; k < k_cpl; ++k) {
-        *reinterpret_cast<float4*>(part[k] + swz(t0 + q)) =
-            make_float4(acc[k][q], acc[k][q + 1], acc[k][q + 2], acc[k][q + 3]);
+        put_partials(part[k], t0 + q, l, acc[k][q], acc[k][q + 1], acc[k][q + 2], acc[k][q + 3]);
       }
     }
   }
@@ -491,16 +532,16 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
   //   dt, dt*u      fp32 [CPB][row] each
   //   B, C          fp32 [N][row] each, variable B/C only; 16-bit B/C: one [N][row]
   //                 of packed (B, C) pairs
-  //   partial y     fp32 [NSPLIT][PART_STRIDE][row] (the extra rows stagger banks)
+  //   partial y     fp32 [NSPLIT >> YRED][PART_STRIDE][row] (the extra rows stagger banks)
   extern __shared__ __align__(16) float s_dyn[];
   float(*s_dt)[k_row] = reinterpret_cast<float(*)[k_row]>(s_dyn);
   float(*s_du)[k_row] = s_dt + k_cpb;
   float(*s_b)[k_row] = s_du + k_cpb;                        // or packed B/C pairs
   float(*s_c)[k_row] = s_b + (AT_VAR_BC && !k_pack_bc ? k_n : 0); // unused when packed
-  float(*s_part)[k_part_stride][k_row] =
+  float(*s_part)[k_part_stride][k_row] = // [k_prows] blocks
       reinterpret_cast<float(*)[k_part_stride][k_row]>(s_b + k_bc_rows);
   // Slice boundary exchange: end state and decay product per (slice, channel, state).
-  float(*s_xh)[k_cpb][k_n] = reinterpret_cast<float(*)[k_cpb][k_n]>(s_part + k_lpc);
+  float(*s_xh)[k_cpb][k_n] = reinterpret_cast<float(*)[k_cpb][k_n]>(s_part + k_prows);
   [[maybe_unused]] float(*s_xp)[k_cpb][k_n] = s_xh + k_s;
 
   const int blocks_per_batch = (args.dim + k_cpb - 1) / k_cpb;
@@ -571,8 +612,9 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
     // slice * TS + i.
     float acc[k_cpl][k_ts];
 #if AT_TSPLIT == 1
-    scan_slice<false, k_ystore_during>(s_part[l] + c_scan, s_dt, s_du, s_b, s_c, c_scan, l, 0,
-                                       b_fixed, c_fixed, a2, h, acc, nullptr, nullptr);
+    scan_slice<false, k_ystore_during>(s_part[l % k_prows] + c_scan, s_dt, s_du, s_b, s_c,
+                                       c_scan, l, 0, b_fixed, c_fixed, a2, h, acc, nullptr,
+                                       nullptr);
 #else
     float p[k_npl], qc[k_ts][k_npl];
     if (slice == 0) {
@@ -630,8 +672,8 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
       for (int k = 0; k < k_cpl; ++k) {
 #pragma unroll
         for (int q = 0; q < k_ts; q += 4) {
-          *reinterpret_cast<float4*>(s_part[l][c_scan + k] + swz(slice * k_ts + q)) =
-              make_float4(acc[k][q], acc[k][q + 1], acc[k][q + 2], acc[k][q + 3]);
+          put_partials(s_part[l % k_prows][c_scan + k], slice * k_ts + q, l, acc[k][q],
+                       acc[k][q + 1], acc[k][q + 2], acc[k][q + 3]);
         }
       }
     }
@@ -654,7 +696,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
       float y[k_vec];
       load_row(s_part[0][c], tt, y);
 #pragma unroll
-      for (int r = 1; r < k_lpc; ++r) {
+      for (int r = 1; r < k_prows; ++r) {
         float part[k_vec];
         load_row(s_part[r][c], tt, part);
 #pragma unroll
