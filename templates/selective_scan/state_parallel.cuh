@@ -38,12 +38,19 @@
 // scheduler the barrier leaves the slower slice's warps alone on the SM).
 // ncu on its winner (threads=128, items=64, nsplit=8, bc=pair) after the whole-chunk
 // loads: 10.0 warp-instructions per (step, state), issue active 63%, shared-memory
-// wavefronts 66% of peak (dt/du, B/C pairs, partial y out and back: ~1 per warp and
-// (step, state) each), XU 59%; stalls short scoreboard 19%, wait 14%, not selected
-// 14%. No pipe is full: at 2 warps per scheduler latency decides, so the next lever
-// is fewer registers and instructions per step, e.g. B/C landed by cp.async as raw
-// 16-bit rows (the same reads and unpacking as the pairs, but no prefetch registers,
-// no packing and no staging stores).
+// wavefronts 65% of peak, XU 59%; stalls short scoreboard 19%, wait 14%, not selected
+// 14%. Per warp and chunk its 344 wavefronts were: B/C pair reads 128 (4 per LDS.128),
+// dt/dt*u reads 64 (2 each: one address per quarter-warp), partial y stores 64 and
+// finish reads 64, staging stores 24; the finish and staging phase held 27% of the
+// warps' stall samples for 20% of the instructions (its adds waiting on the partials).
+// With the shared-memory pipe as busy as the issue slots, bc=f32 (17% fewer
+// instructions, 37% more wavefronts) lost 8%, and AT_YRED (warp shuffles sum the
+// partial y: 7% more instructions, 19% fewer wavefronts) won 9% (527 -> 481 us).
+// Also measured and not kept: one barrier per chunk (the finish of chunk k-1 and the
+// staging of k+1 after the scan of k, two buffer sets, u/z through shared memory):
+// 582 us against 531 with threads=128 (the staging met its global loads too early,
+// long-scoreboard stalls 7-11%), and 2x the shared memory cost threads=64 a block per
+// SM (936 us).
 //
 // Parameters as in kernel.cuh, read for this form as:
 //   AT_ITEMS   T, steps per chunk: longer chunks amortize the barriers and the
