@@ -48,9 +48,9 @@
 // partial y: 7% more instructions, 19% fewer wavefronts) won 9% (527 -> 481 us).
 // Also measured and not kept: one barrier per chunk (the finish of chunk k-1 and the
 // staging of k+1 after the scan of k, two buffer sets, u/z through shared memory):
-// 582 us against 531 with threads=128 (the staging met its global loads too early,
-// long-scoreboard stalls 7-11%), and 2x the shared memory cost threads=64 a block per
-// SM (936 us).
+// 582 us against 531 with threads=128 (long-scoreboard stalls, waits on global
+// loads, rose from 0.3% to 7-11%), and 2x the shared memory cost threads=64 a block
+// per SM (936 us).
 //
 // Parameters as in kernel.cuh, read for this form as:
 //   AT_ITEMS   T, steps per chunk: longer chunks amortize the barriers and the
