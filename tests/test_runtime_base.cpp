@@ -49,6 +49,31 @@ TEST_CASE("shape strings parse into ordered fields and reject malformed input") 
   }
 }
 
+TEST_CASE("shape readers name the op and the field in every error") {
+  Fields f = parse_fields("B=8,L=0,silu=true,bias=2", "shape");
+  CHECK_THROWS_WITH_AS(ShapeReader(f, "op", {"B", "L"}),
+                       doctest::Contains("op shape: unknown field 'silu' (known: B, L)"), Error);
+  CHECK_THROWS_WITH_AS(ShapeReader(f, "op", {"B"}, {"B", "C"}),
+                       doctest::Contains("(known: B, C)"), Error);
+  const ShapeReader r(f, "op", {"B", "C", "L", "silu", "bias"});
+  CHECK(r.has("B"));
+  CHECK_FALSE(r.has("C"));
+  CHECK(r.get("B", nullptr) == "8");
+  CHECK(r.get("C", "4") == "4");
+  CHECK_THROWS_WITH_AS(r.get("C", nullptr),
+                       doctest::Contains("op shape: missing field 'C' (in \"B=8,L=0"), Error);
+  CHECK(r.ranged("B", nullptr, 8) == 8);
+  CHECK(r.ranged("C", "3", 8) == 3);
+  CHECK_THROWS_WITH_AS(r.ranged("B", nullptr, 7),
+                       doctest::Contains("op shape: B=8 is out of range 1..7"), Error);
+  CHECK_THROWS_WITH_AS(r.ranged("L", nullptr, 7), doctest::Contains("L=0 is out of range"), Error);
+  CHECK(r.flag("silu", "0") == "1");
+  CHECK(r.flag("C", "false") == "0");
+  CHECK_THROWS_WITH_AS(r.flag("bias", "1"), doctest::Contains("op shape: bias=2 must be 0 or 1"),
+                       Error);
+  CHECK_THROWS_WITH_AS(r.fail("odd"), doctest::Contains("op shape: odd"), Error);
+}
+
 TEST_CASE("integers are parsed strictly") {
   CHECK(parse_int(" 42 ", "n") == 42);
   CHECK_THROWS_WITH_AS(parse_int("4x", "n"), doctest::Contains("expected an integer"), Error);

@@ -137,19 +137,6 @@ long long register_estimate(const Params& p, const Dims& d) {
 
 constexpr long long k_max_grid_yz = 65535;
 
-std::string flag(const Fields& shape, const char* key, const char* fallback) {
-  const std::string* v = find_field(shape, key);
-  std::string s = v ? *v : fallback;
-  if (s == "1" || s == "true") {
-    return "1";
-  }
-  if (s == "0" || s == "false") {
-    return "0";
-  }
-  throw Error(ErrorKind::usage, std::string("attention shape: ") + key + "=" + s +
-                                    " must be 0 or 1");
-}
-
 } // namespace
 
 std::vector<std::string> AttentionOp::default_shapes() const {
@@ -176,67 +163,43 @@ std::vector<std::string> AttentionOp::default_shapes() const {
 }
 
 Problem AttentionOp::make_problem(const Fields& shape) const {
-  static const std::vector<std::string> k_known = {"B",      "H",     "Hq",  "Hkv",   "S",
-                                                   "Sq",     "Sk",    "D",   "causal", "dtype",
-                                                   "lse",    "layout"};
-  for (const auto& [k, v] : shape) {
-    if (std::find(k_known.begin(), k_known.end(), k) == k_known.end()) {
-      throw Error(ErrorKind::usage, "attention shape: unknown field '" + k +
-                                        "' (known: " + join(k_known, ", ") + ")");
-    }
-  }
+  const ShapeReader r(shape, "attention",
+                      {"B", "H", "Hq", "Hkv", "S", "Sq", "Sk", "D", "causal", "dtype", "lse",
+                       "layout"});
+  // Hq and Sq/Sk may be given as H and S; a missing field is named by its own key.
   auto number = [&](const char* key, const char* alias, long long max) {
-    const std::string* v = find_field(shape, key);
-    if (!v && alias) {
-      v = find_field(shape, alias);
-    }
-    if (!v) {
-      throw Error(ErrorKind::usage, std::string("attention shape: missing field '") + key +
-                                        "' (in \"" + format_fields(shape) + "\")");
-    }
-    long long n = parse_int(*v, std::string("attention shape field ") + key);
-    if (n < 1 || n > max) {
-      throw Error(ErrorKind::usage, std::string("attention shape: ") + key + "=" +
-                                        std::to_string(n) + " is out of range 1.." +
-                                        std::to_string(max));
-    }
-    return n;
+    return r.ranged(!r.has(key) && alias && r.has(alias) ? alias : key, nullptr, max);
   };
   long long B = number("B", nullptr, k_max_grid_yz);
   long long Hq = number("Hq", "H", k_max_grid_yz);
-  long long Hkv = find_field(shape, "Hkv") ? number("Hkv", nullptr, k_max_grid_yz) : Hq;
+  long long Hkv = r.has("Hkv") ? number("Hkv", nullptr, k_max_grid_yz) : Hq;
   long long Sq = number("Sq", "S", 1 << 24);
   long long Sk = number("Sk", "S", 1 << 24);
   long long D = number("D", nullptr, 256);
   if (D != 64 && D != 128 && D != 256) {
-    throw Error(ErrorKind::usage, "attention shape: head dim D=" + std::to_string(D) +
-                                      " is not supported (64, 128 or 256)");
+    r.fail("head dim D=" + std::to_string(D) + " is not supported (64, 128 or 256)");
   }
   if (Hq % Hkv != 0) {
-    throw Error(ErrorKind::usage, "attention shape: Hq=" + std::to_string(Hq) +
-                                      " is not a multiple of Hkv=" + std::to_string(Hkv));
+    r.fail("Hq=" + std::to_string(Hq) + " is not a multiple of Hkv=" + std::to_string(Hkv));
   }
   if (B * Hq * std::max(Sq, Sk) * D >= (1LL << 40)) {
-    throw Error(ErrorKind::usage, "attention shape: tensors are too large");
+    r.fail("tensors are too large");
   }
-  const std::string* dt = find_field(shape, "dtype");
-  DType dtype = parse_dtype(dt ? *dt : "bf16", "attention shape field dtype");
+  DType dtype = parse_dtype(r.get("dtype", "bf16"), "attention shape field dtype");
   if (dtype == DType::f32) {
-    throw Error(ErrorKind::usage, "attention shape: dtype fp32 is not supported (fp16, bf16)");
+    r.fail("dtype fp32 is not supported (fp16, bf16)");
   }
-  const std::string* lay = find_field(shape, "layout");
-  std::string layout = lay ? *lay : "bshd";
+  std::string layout = r.get("layout", "bshd");
   if (layout != "bshd" && layout != "bhsd") {
-    throw Error(ErrorKind::usage,
-                "attention shape: layout '" + layout + "' is not one of bshd, bhsd");
+    r.fail("layout '" + layout + "' is not one of bshd, bhsd");
   }
   Problem p;
   p.op = name();
   p.fields = {{"B", std::to_string(B)},    {"Hq", std::to_string(Hq)},
               {"Hkv", std::to_string(Hkv)}, {"Sq", std::to_string(Sq)},
               {"Sk", std::to_string(Sk)},  {"D", std::to_string(D)},
-              {"causal", flag(shape, "causal", "0")}, {"dtype", to_string(dtype)},
-              {"lse", flag(shape, "lse", "0")},       {"layout", layout}};
+              {"causal", r.flag("causal", "0")}, {"dtype", to_string(dtype)},
+              {"lse", r.flag("lse", "0")},       {"layout", layout}};
   return p;
 }
 

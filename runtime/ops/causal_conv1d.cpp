@@ -78,74 +78,38 @@ std::vector<std::string> CausalConv1dOp::default_shapes() const {
 }
 
 Problem CausalConv1dOp::make_problem(const Fields& shape) const {
-  static const std::vector<std::string> k_known = {
-      "B", "C", "L", "W", "dtype", "x", "w", "wdtype", "bias", "silu", "init_states",
-      "final_states", "layout"};
-  for (const auto& [k, v] : shape) {
-    if (std::find(k_known.begin(), k_known.end(), k) == k_known.end()) {
-      throw Error(ErrorKind::usage, "causal_conv1d shape: unknown field '" + k +
-                                        "' (known: B, C, L, W, dtype, wdtype, bias, silu, init_states, final_states, layout)");
-    }
-  }
-  auto get = [&](const char* key, const char* fallback) -> std::string {
-    const std::string* v = find_field(shape, key);
-    if (v) {
-      return *v;
-    }
-    if (!fallback) {
-      throw Error(ErrorKind::usage, std::string("causal_conv1d shape: missing field '") + key +
-                                        "' (in \"" + format_fields(shape) + "\")");
-    }
-    return fallback;
-  };
-  auto positive = [&](const char* key, long long max) {
-    long long v = parse_int(get(key, nullptr), std::string("causal_conv1d shape field ") + key);
-    if (v < 1 || v > max) {
-      throw Error(ErrorKind::usage, std::string("causal_conv1d shape: ") + key + "=" +
-                                        std::to_string(v) + " is out of range 1.." +
-                                        std::to_string(max));
-    }
-    return v;
-  };
-  long long B = positive("B", 1 << 20);
-  long long C = positive("C", 1 << 20);
-  long long L = positive("L", (1ll << 31) - 1);
-  long long W = parse_int(get("W", "4"), "causal_conv1d shape field W");
+  // x and w are the canonical keys' names for dtype and wdtype (accepted, not listed).
+  const ShapeReader r(shape, "causal_conv1d",
+                      {"B", "C", "L", "W", "dtype", "x", "w", "wdtype", "bias", "silu",
+                       "init_states", "final_states", "layout"},
+                      {"B", "C", "L", "W", "dtype", "wdtype", "bias", "silu", "init_states",
+                       "final_states", "layout"});
+  long long B = r.ranged("B", nullptr, 1 << 20);
+  long long C = r.ranged("C", nullptr, 1 << 20);
+  long long L = r.ranged("L", nullptr, (1ll << 31) - 1);
+  long long W = parse_int(r.get("W", "4"), "causal_conv1d shape field W");
   if (W < 2 || W > 4) {
-    throw Error(ErrorKind::usage, "causal_conv1d shape: width W=" + std::to_string(W) +
-                                      " is not supported (W must be 2, 3 or 4)");
+    r.fail("width W=" + std::to_string(W) + " is not supported (W must be 2, 3 or 4)");
   }
   if (B * C * L >= (1ll << 40)) {
-    throw Error(ErrorKind::usage, "causal_conv1d shape: B*C*L is too large");
+    r.fail("B*C*L is too large");
   }
-  std::string xs = find_field(shape, "x") ? get("x", nullptr) : get("dtype", "bf16");
+  std::string xs = r.has("x") ? r.get("x", nullptr) : r.get("dtype", "bf16");
   DType x = parse_dtype(xs, "causal_conv1d shape field dtype");
-  std::string ws = find_field(shape, "w") ? get("w", nullptr) : get("wdtype", to_string(x));
+  std::string ws = r.has("w") ? r.get("w", nullptr) : r.get("wdtype", to_string(x));
   DType w = parse_dtype(ws, "causal_conv1d shape field wdtype");
-  auto flag = [&](const char* key, const char* fallback) {
-    std::string v = get(key, fallback);
-    if (v == "1" || v == "true") {
-      return std::string("1");
-    }
-    if (v == "0" || v == "false") {
-      return std::string("0");
-    }
-    throw Error(ErrorKind::usage,
-                std::string("causal_conv1d shape: ") + key + "=" + v + " must be 0 or 1");
-  };
-  std::string layout = get("layout", "bcl");
+  std::string layout = r.get("layout", "bcl");
   if (layout != "bcl") {
-    throw Error(ErrorKind::usage, "causal_conv1d shape: layout '" + layout +
-                                      "' is not built yet (only channel-first 'bcl' is)");
+    r.fail("layout '" + layout + "' is not built yet (only channel-first 'bcl' is)");
   }
   Problem p;
   p.op = name();
   p.fields = {{"B", std::to_string(B)},  {"C", std::to_string(C)},
               {"L", std::to_string(L)},  {"W", std::to_string(W)},
               {"x", to_string(x)},       {"w", to_string(w)},
-              {"bias", flag("bias", "1")}, {"silu", flag("silu", "1")},
-              {"init_states", flag("init_states", "0")},
-              {"final_states", flag("final_states", "0")},
+              {"bias", r.flag("bias", "1")}, {"silu", r.flag("silu", "1")},
+              {"init_states", r.flag("init_states", "0")},
+              {"final_states", r.flag("final_states", "0")},
               {"layout", layout}};
   return p;
 }

@@ -209,63 +209,24 @@ std::vector<std::string> SelectiveScanOp::default_shapes() const {
 }
 
 Problem SelectiveScanOp::make_problem(const Fields& shape) const {
-  static const std::vector<std::string> k_known = {"B",        "D",     "L",      "N",
-                                                   "G",        "dtype", "var_bc", "delta_bias",
-                                                   "softplus", "has_d", "has_z",  "last_state"};
-  for (const auto& [k, v] : shape) {
-    if (std::find(k_known.begin(), k_known.end(), k) == k_known.end()) {
-      throw Error(ErrorKind::usage, "selective_scan shape: unknown field '" + k +
-                                        "' (known: " + join(k_known, ", ") + ")");
-    }
-  }
-  auto get = [&](const char* key, const char* fallback) -> std::string {
-    const std::string* v = find_field(shape, key);
-    if (v) {
-      return *v;
-    }
-    if (!fallback) {
-      throw Error(ErrorKind::usage, std::string("selective_scan shape: missing field '") + key +
-                                        "' (in \"" + format_fields(shape) + "\")");
-    }
-    return fallback;
-  };
-  auto ranged = [&](const char* key, const char* fallback, long long max) {
-    long long v = parse_int(get(key, fallback), std::string("selective_scan shape field ") + key);
-    if (v < 1 || v > max) {
-      throw Error(ErrorKind::usage, std::string("selective_scan shape: ") + key + "=" +
-                                        std::to_string(v) + " is out of range 1.." +
-                                        std::to_string(max));
-    }
-    return v;
-  };
-  long long B = ranged("B", nullptr, 1 << 20);
-  long long D = ranged("D", nullptr, 1 << 20);
-  long long L = ranged("L", nullptr, (1ll << 31) - 1);
-  long long N = ranged("N", nullptr, k_max_n);
-  long long G = ranged("G", "1", D);
+  const ShapeReader r(shape, "selective_scan",
+                      {"B", "D", "L", "N", "G", "dtype", "var_bc", "delta_bias", "softplus",
+                       "has_d", "has_z", "last_state"});
+  long long B = r.ranged("B", nullptr, 1 << 20);
+  long long D = r.ranged("D", nullptr, 1 << 20);
+  long long L = r.ranged("L", nullptr, (1ll << 31) - 1);
+  long long N = r.ranged("N", nullptr, k_max_n);
+  long long G = r.ranged("G", "1", D);
   if (D % G != 0) {
-    throw Error(ErrorKind::usage, "selective_scan shape: G=" + std::to_string(G) +
-                                      " must divide D=" + std::to_string(D));
+    r.fail("G=" + std::to_string(G) + " must divide D=" + std::to_string(D));
   }
   if (B * D * L >= (1ll << 40) || B * G * N * L >= (1ll << 40)) {
-    throw Error(ErrorKind::usage, "selective_scan shape: B*D*L is too large");
+    r.fail("B*D*L is too large");
   }
-  DType x = parse_dtype(get("dtype", "bf16"), "selective_scan shape field dtype");
-  auto flag = [&](const char* key, const char* fallback) {
-    std::string v = get(key, fallback);
-    if (v == "1" || v == "true") {
-      return std::string("1");
-    }
-    if (v == "0" || v == "false") {
-      return std::string("0");
-    }
-    throw Error(ErrorKind::usage,
-                std::string("selective_scan shape: ") + key + "=" + v + " must be 0 or 1");
-  };
-  std::string var_bc = flag("var_bc", "1");
+  DType x = parse_dtype(r.get("dtype", "bf16"), "selective_scan shape field dtype");
+  std::string var_bc = r.flag("var_bc", "1");
   if (var_bc == "0" && G != 1) {
-    throw Error(ErrorKind::usage, "selective_scan shape: G=" + std::to_string(G) +
-                                      " needs variable B/C (var_bc=1); fixed B/C are [D, N]");
+    r.fail("G=" + std::to_string(G) + " needs variable B/C (var_bc=1); fixed B/C are [D, N]");
   }
   Problem p;
   p.op = name();
@@ -276,11 +237,11 @@ Problem SelectiveScanOp::make_problem(const Fields& shape) const {
               {"G", std::to_string(G)},
               {"dtype", to_string(x)},
               {"var_bc", var_bc},
-              {"delta_bias", flag("delta_bias", "1")},
-              {"softplus", flag("softplus", "1")},
-              {"has_d", flag("has_d", "1")},
-              {"has_z", flag("has_z", "1")},
-              {"last_state", flag("last_state", "0")}};
+              {"delta_bias", r.flag("delta_bias", "1")},
+              {"softplus", r.flag("softplus", "1")},
+              {"has_d", r.flag("has_d", "1")},
+              {"has_z", r.flag("has_z", "1")},
+              {"last_state", r.flag("last_state", "0")}};
   return p;
 }
 

@@ -1,5 +1,7 @@
 #include "types.hpp"
 
+#include <algorithm>
+
 #include "runtime/base/error.hpp"
 #include "runtime/base/strings.hpp"
 
@@ -79,6 +81,52 @@ const std::string* find_field(const Fields& fields, const std::string& key) {
     }
   }
   return nullptr;
+}
+
+ShapeReader::ShapeReader(const Fields& shape, std::string op,
+                         const std::vector<std::string>& known,
+                         const std::vector<std::string>& shown)
+    : m_shape(shape), m_op(std::move(op)) {
+  for (const auto& [k, v] : shape) {
+    if (std::find(known.begin(), known.end(), k) == known.end()) {
+      fail("unknown field '" + k + "' (known: " + join(shown.empty() ? known : shown, ", ") +
+           ")");
+    }
+  }
+}
+
+std::string ShapeReader::get(const char* key, const char* fallback) const {
+  if (const std::string* v = find_field(m_shape, key)) {
+    return *v;
+  }
+  if (!fallback) {
+    fail(std::string("missing field '") + key + "' (in \"" + format_fields(m_shape) + "\")");
+  }
+  return fallback;
+}
+
+long long ShapeReader::ranged(const char* key, const char* fallback, long long max) const {
+  long long v = parse_int(get(key, fallback), m_op + " shape field " + key);
+  if (v < 1 || v > max) {
+    fail(std::string(key) + "=" + std::to_string(v) + " is out of range 1.." +
+         std::to_string(max));
+  }
+  return v;
+}
+
+std::string ShapeReader::flag(const char* key, const char* fallback) const {
+  std::string v = get(key, fallback);
+  if (v == "1" || v == "true") {
+    return "1";
+  }
+  if (v == "0" || v == "false") {
+    return "0";
+  }
+  fail(std::string(key) + "=" + v + " must be 0 or 1");
+}
+
+void ShapeReader::fail(const std::string& message) const {
+  throw Error(ErrorKind::usage, m_op + " shape: " + message);
 }
 
 const std::string& Problem::get(const std::string& name) const {

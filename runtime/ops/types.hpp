@@ -29,6 +29,28 @@ Fields parse_fields(const std::string& text, const std::string& what);
 std::string format_fields(const Fields& fields);
 const std::string* find_field(const Fields& fields, const std::string& key);
 
+// Reads a user's shape in an op's make_problem. Every error is a usage error that
+// names the op and the field ("selective_scan shape: missing field 'N' (in ...)").
+class ShapeReader {
+public:
+  // Rejects fields outside `known`; the message lists `shown` (default: known).
+  ShapeReader(const Fields& shape, std::string op, const std::vector<std::string>& known,
+              const std::vector<std::string>& shown = {});
+  bool has(const char* key) const { return find_field(m_shape, key) != nullptr; }
+  // The field's text, else the fallback; a null fallback makes the field required.
+  std::string get(const char* key, const char* fallback) const;
+  // An integer field in 1..max.
+  long long ranged(const char* key, const char* fallback, long long max) const;
+  // A 0/1 flag (also false/true), canonical "0" or "1".
+  std::string flag(const char* key, const char* fallback) const;
+  // A usage error "OP shape: MESSAGE".
+  [[noreturn]] void fail(const std::string& message) const;
+
+private:
+  const Fields& m_shape;
+  std::string m_op;
+};
+
 // A validated problem in canonical form: every field present, in the op's order,
 // with canonical spellings. key() is the shape part of a tuning key.
 struct Problem {
