@@ -1,6 +1,8 @@
 // The C ABI: runtime lifetime and errors. Per-op entry points live in c_api_<op>.cpp.
 #include "c_api_impl.hpp"
 
+#include <cstring>
+
 namespace autotune::c_api {
 namespace {
 thread_local std::string t_last_error;
@@ -22,6 +24,15 @@ int status_for(const autotune::Error& e) {
   case ErrorKind::io: return AUTOTUNE_ERROR_DATABASE;
   default: return AUTOTUNE_ERROR_INTERNAL;
   }
+}
+
+void write_selection(const autotune::Selection& s, char* buffer, uint64_t size) {
+  const std::string text = s.source + " " + s.variant;
+  if (!buffer || size < text.size() + 1) {
+    throw autotune::Error(autotune::ErrorKind::usage,
+                          "buffer too small: need " + std::to_string(text.size() + 1) + " bytes");
+  }
+  std::memcpy(buffer, text.c_str(), text.size() + 1);
 }
 
 autotune::ElementType element_type(int32_t code, const char* what) {

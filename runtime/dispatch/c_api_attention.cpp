@@ -1,8 +1,6 @@
 // C ABI entry points for attention.
 #include "c_api_impl.hpp"
 
-#include <cstring>
-
 namespace {
 
 using autotune::c_api::element_type;
@@ -42,6 +40,7 @@ autotune::AttentionArgs convert(const autotune_attention_args* a) {
 
 using autotune::c_api::guarded;
 using autotune::c_api::runtime_of;
+using autotune::c_api::write_selection;
 
 extern "C" {
 
@@ -63,13 +62,7 @@ int autotune_attention_workspace_size(autotune_runtime* rt, const autotune_atten
 int autotune_attention_variant(autotune_runtime* rt, const autotune_attention_args* args,
                                char* buffer, uint64_t size) {
   return guarded([&] {
-    auto s = runtime_of(rt).select_attention(convert(args));
-    std::string text = s.source + " " + s.variant;
-    if (!buffer || size < text.size() + 1) {
-      throw autotune::Error(autotune::ErrorKind::usage,
-                            "buffer too small: need " + std::to_string(text.size() + 1) + " bytes");
-    }
-    std::memcpy(buffer, text.c_str(), text.size() + 1);
+    write_selection(runtime_of(rt).select_attention(convert(args)), buffer, size);
   });
 }
 

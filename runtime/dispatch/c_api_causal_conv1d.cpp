@@ -1,8 +1,6 @@
 // C ABI entry points for causal_conv1d.
 #include "c_api_impl.hpp"
 
-#include <cstring>
-
 namespace {
 
 using autotune::c_api::element_type;
@@ -36,6 +34,7 @@ autotune::CausalConv1dArgs convert(const autotune_causal_conv1d_args* a) {
 
 using autotune::c_api::guarded;
 using autotune::c_api::runtime_of;
+using autotune::c_api::write_selection;
 
 extern "C" {
 
@@ -48,13 +47,7 @@ int autotune_causal_conv1d(autotune_runtime* rt, const autotune_causal_conv1d_ar
 int autotune_causal_conv1d_variant(autotune_runtime* rt, const autotune_causal_conv1d_args* args,
                                    char* buffer, uint64_t size) {
   return guarded([&] {
-    auto s = runtime_of(rt).select_causal_conv1d(convert(args));
-    std::string text = s.source + " " + s.variant;
-    if (!buffer || size < text.size() + 1) {
-      throw autotune::Error(autotune::ErrorKind::usage,
-                            "buffer too small: need " + std::to_string(text.size() + 1) + " bytes");
-    }
-    std::memcpy(buffer, text.c_str(), text.size() + 1);
+    write_selection(runtime_of(rt).select_causal_conv1d(convert(args)), buffer, size);
   });
 }
 

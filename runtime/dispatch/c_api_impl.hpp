@@ -45,6 +45,10 @@ inline autotune::Runtime& runtime_of(autotune_runtime* rt) {
   return rt->runtime;
 }
 
+// Writes "SOURCE VARIANT" and its NUL into the caller's buffer (the *_variant entry
+// points); throws Error(usage) with the size it needs when the buffer is too small.
+void write_selection(const autotune::Selection& s, char* buffer, uint64_t size);
+
 // Converts an autotune_dtype code; throws Error(usage) naming `what` otherwise.
 autotune::ElementType element_type(int32_t code, const char* what);
 

@@ -1,8 +1,6 @@
 // C ABI entry points for selective_scan.
 #include "c_api_impl.hpp"
 
-#include <cstring>
-
 namespace {
 
 using autotune::c_api::element_type;
@@ -47,6 +45,7 @@ autotune::SelectiveScanArgs convert(const autotune_selective_scan_args* a) {
 
 using autotune::c_api::guarded;
 using autotune::c_api::runtime_of;
+using autotune::c_api::write_selection;
 
 extern "C" {
 
@@ -59,13 +58,7 @@ int autotune_selective_scan(autotune_runtime* rt, const autotune_selective_scan_
 int autotune_selective_scan_variant(autotune_runtime* rt, const autotune_selective_scan_args* args,
                                     char* buffer, uint64_t size) {
   return guarded([&] {
-    auto s = runtime_of(rt).select_selective_scan(convert(args));
-    std::string text = s.source + " " + s.variant;
-    if (!buffer || size < text.size() + 1) {
-      throw autotune::Error(autotune::ErrorKind::usage,
-                            "buffer too small: need " + std::to_string(text.size() + 1) + " bytes");
-    }
-    std::memcpy(buffer, text.c_str(), text.size() + 1);
+    write_selection(runtime_of(rt).select_selective_scan(convert(args)), buffer, size);
   });
 }
 
