@@ -187,12 +187,18 @@ long long part_stride(const Params& p) {
   return p.cpb + 1; // none (several channels per lane): as before
 }
 
+// Dynamic shared memory of the state-parallel form, as laid out in
+// templates/selective_scan/state_parallel.cuh: rows of ITEMS + 4 words (dt and dt*u
+// per channel, B and C per state with variable B/C -- one row of packed pairs when
+// they are 16-bit --, (NSPLIT >> YRED) x PART_STRIDE rows of partial y), then the time
+// slices' exchange. u and z stay in registers.
 long long state_form_smem(const Params& p, long long n, bool var_bc) {
   // bc=pair stages 16-bit variable B/C as packed (B, C) pairs: one row per state.
   const long long bc_rows = var_bc ? (p.bc_pair ? n : 2 * n) : 0;
-  const long long rows = 2LL * p.cpb + bc_rows + (long long)(p.nsplit >> p.yred) * part_stride(p);
+  const long long part_rows = (long long)(p.nsplit >> p.yred) * part_stride(p);
+  const long long rows = 2LL * p.cpb + bc_rows + part_rows;
   const long long exchange = 2LL * p.tsplit * p.cpb * n * 4; // slice end states and decays
-  return rows * (p.items + 4) * 4 + exchange; // (u and z stay in registers)
+  return rows * (p.items + 4) * 4 + exchange;
 }
 
 std::string flag_of(bool b) {

@@ -45,7 +45,8 @@
 // warps' stall samples for 20% of the instructions (its adds waiting on the partials).
 // With the shared-memory pipe as busy as the issue slots, bc=f32 (17% fewer
 // instructions, 37% more wavefronts) lost 8%, and AT_YRED (warp shuffles sum the
-// partial y: 7% more instructions, 19% fewer wavefronts) won 9% (527 -> 481 us).
+// partial y: by count 7% more instructions, 19% fewer wavefronts) won 9% (527 -> 481
+// us).
 // Also measured and not kept: one barrier per chunk (the finish of chunk k-1 and the
 // staging of k+1 after the scan of k, two buffer sets, u/z through shared memory):
 // 582 us against 531 with threads=128 (long-scoreboard stalls, waits on global
@@ -183,15 +184,16 @@ constexpr bool k_pack_bc = AT_BC_PAIR != 0;
 constexpr bool k_ystore_during = AT_YSTORE_DURING != 0;
 static_assert(!k_ystore_during || k_s == 1, "partials stored during the scan: one time slice");
 static_assert(!k_pack_bc || (AT_VAR_BC && sizeof(x_t) == 2), "BC_PAIR packs 16-bit variable B/C");
+constexpr int k_bc_rows = AT_VAR_BC ? (k_pack_bc ? k_n : 2 * k_n) : 0;
 
 // AT_YRED: shuffle levels that sum the lanes' partial y before they go to shared
 // memory. Level 1 adds lane l and lane l ^ NSPLIT/2 (the same channel): of each 4
 // steps one keeps steps 0-1, the other 2-3 (4 selects, 2 shuffles, 2 adds per lane);
 // level 2 does the same with l ^ NSPLIT/4 for one step each. Each level halves the
-// partial-y rows, their shared-memory traffic (stored as float4, float2 or float) and
-// the finish's reads and adds; the shuffles do not use the shared-memory pipe, which
-// with 8 lanes per channel is as busy as the issue slots (B and C, dt and dt*u, the
-// partials out and back each take about a third of its wavefronts).
+// partial-y rows, their shared-memory wavefronts (stored as float4, float2 or float)
+// and the finish's reads and adds, for shuffles and selects in the scan. With 8 lanes
+// per channel the shared-memory pipe is as busy as the issue slots, and the partials
+// out and back were 37% of its wavefronts (B/C 37%, dt and dt*u 19%).
 #ifndef AT_YRED
 #define AT_YRED 0
 #endif
@@ -225,7 +227,6 @@ __device__ __forceinline__ void put_partials(float* row, int t, int l, float a0,
     }
   }
 }
-constexpr int k_bc_rows = AT_VAR_BC ? (k_pack_bc ? k_n : 2 * k_n) : 0;
 
 __device__ __forceinline__ void unpack_bc(unsigned w, float& b, float& c) {
   if constexpr (sizeof(x_t) == 2 && x_t_is_bf16()) {
