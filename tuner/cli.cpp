@@ -8,14 +8,21 @@
 #include "runtime/base/strings.hpp"
 #include "runtime/cuda/nvrtc.hpp"
 #include "runtime/dispatch/variant.hpp"
+#include "runtime/ops/op.hpp"
+#include "runtime/ops/space.hpp"
 #include "tuner.hpp"
 
 #define TOML_HEADER_ONLY 1
 #include <toml++/toml.h>
 
+#include <algorithm>
+#include <cctype>
+#include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -26,10 +33,12 @@ constexpr const char* k_usage = R"(usage:
   autotune --arch auto|sm_XY[a] --op OP [options]     tune and store winners
   autotune --arch sm_90a --op OP --compile-only       compile every valid variant (no GPU)
   autotune list --op OP --arch ARCH [--shape S]        valid variants, one JSON per line
+               [--pruned]                              (also those tuning skips on ARCH,
+                                                       with "pruned": why)
   autotune cache ls|show|export|import|merge|verify|gc  inspect and maintain the tuning
                                                        database (autotune cache for details)
   autotune regress --baseline A.db --current B.db [--threshold PCT] [--junit FILE]
-                   [--markdown FILE]                   compare stored timings; exit 1 on a
+                   [--markdown FILE] [--force]         compare stored timings; exit 1 on a
                                                        regression (--retime: re-time A.db's
                                                        winners on this GPU instead of B.db)
   autotune report [--db PATH] [--op OP] [--json]       the stored winners judged: time,
@@ -45,8 +54,10 @@ options:
   --db PATH           tuning database (default $AUTOTUNE_DB, $XDG_CACHE_HOME/autotune/tuning.db,
                       ~/.cache/autotune/tuning.db)
   --jobs N            compile threads (default: one per core)
-  --param NAME=V1|V2  restrict a parameter of the space (repeatable)
-  --space FILE.toml   use this parameter space instead of the op's own
+  --param NAME=V1|V2  restrict a parameter of the space (repeatable); values must lie
+                      within the op's [limits] (templates/OP/space.toml)
+  --space FILE.toml   use this parameter space instead of the op's own (checked against
+                      the op's [limits])
   --strategy S        exhaustive (default): measure every valid variant;
                       random: measure --samples N of them, drawn with --seed (default 1);
                       halving: successive halving within --budget-s
@@ -70,6 +81,7 @@ struct Args {
   bool quiet = false;
   size_t top = 10;
   std::string shapes_file;
+  bool pruned = false; // list: also the variants tuning would skip, with the reason
 };
 
 std::string need_value(int& i, int argc, char** argv) {
@@ -79,16 +91,56 @@ std::string need_value(int& i, int argc, char** argv) {
   return argv[++i];
 }
 
-double parse_seconds(const std::string& text, const std::string& what) {
-  char* end = nullptr;
-  double v = std::strtod(text.c_str(), &end);
-  if (end == text.c_str() || *end != '\0' || !(v > 0)) {
-    throw Error(ErrorKind::usage, what + ": expected a positive number of seconds, got '" + text + "'");
+// A path option's value: an empty string would silently mean "the default".
+std::string need_path(int& i, int argc, char** argv) {
+  std::string option = argv[i];
+  std::string value = need_value(i, argc, argv);
+  if (value.empty()) {
+    throw Error(ErrorKind::usage, option + " needs a path, got an empty string");
+  }
+  return value;
+}
+
+// An integer option in [min, max], checked before any narrowing (4294967297 must
+// not become 1).
+long long parse_bounded(const std::string& text, const std::string& what, long long min,
+                        long long max) {
+  long long v = parse_int(text, what);
+  if (v < min || v > max) {
+    throw Error(ErrorKind::usage, what + ": " + text + " is out of range (" +
+                                      std::to_string(min) + ".." + std::to_string(max) + ")");
   }
   return v;
 }
 
-std::string toml_value_text(const toml::node& n) {
+// More compile threads than this is a typo: NVRTC compiles are CPU-bound and
+// memory-hungry (hundreds of MB each), so no machine runs this many usefully.
+constexpr long long k_max_jobs = 1024;
+
+// A week: longer budgets or timeouts are typos (or `inf`), and the tuner converts
+// them to clock durations that must not overflow.
+constexpr double k_max_seconds = 7 * 24 * 3600.0;
+
+double parse_seconds(const std::string& text, const std::string& what) {
+  char* end = nullptr;
+  double v = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || !(v > 0) || !std::isfinite(v)) {
+    throw Error(ErrorKind::usage, what + ": expected a positive number of seconds, got '" + text + "'");
+  }
+  if (v > k_max_seconds) {
+    throw Error(ErrorKind::usage, what + ": " + text + " seconds is more than a week (" +
+                                      std::to_string(int(k_max_seconds)) + " s)");
+  }
+  return v;
+}
+
+// "file:line:column" of a TOML node, for messages.
+std::string toml_where(const std::string& path, const toml::node& n) {
+  return path + ":" + std::to_string(n.source().begin.line) + ":" +
+         std::to_string(n.source().begin.column);
+}
+
+std::string toml_value_text(const toml::node& n, const std::string& path, const std::string& key) {
   if (auto b = n.as_boolean()) {
     return b->get() ? "1" : "0";
   }
@@ -98,10 +150,18 @@ std::string toml_value_text(const toml::node& n) {
   if (auto s = n.as_string()) {
     return s->get();
   }
-  throw Error(ErrorKind::config, "unsupported value type");
+  throw Error(ErrorKind::config, toml_where(path, n) + ": " + key +
+                                     " must be an integer, a string or a boolean");
 }
 
 std::vector<std::string> shapes_from_file(const std::string& path, const std::string& op) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw Error(ErrorKind::io, "--shapes " + path + " is a directory, not a TOML file");
+  }
+  if (!std::filesystem::exists(path, ec)) {
+    throw Error(ErrorKind::io, "--shapes " + path + " does not exist");
+  }
   toml::table root;
   try {
     root = toml::parse_file(path);
@@ -110,37 +170,58 @@ std::vector<std::string> shapes_from_file(const std::string& path, const std::st
                                        std::to_string(e.source().begin.column) + ": " +
                                        std::string(e.description()));
   }
+  // Every top-level entry is one op's table: a misspelled op name would otherwise
+  // be skipped without a word.
+  const std::vector<std::string> ops = op_names();
+  for (const auto& [k, v] : root) {
+    std::string key(k.str());
+    if (!v.is_table() || std::find(ops.begin(), ops.end(), key) == ops.end()) {
+      throw Error(ErrorKind::config, toml_where(path, v) + ": '" + key +
+                                         "' is not an op's table (expected [" + join(ops, "], [") +
+                                         "])");
+    }
+  }
   const toml::table* t = root[op].as_table();
   if (!t) {
     throw Error(ErrorKind::config, path + ": no [" + op + "] table");
   }
   const toml::array* shapes = (*t)["shapes"].as_array();
   if (!shapes) {
-    throw Error(ErrorKind::config, path + ": [" + op + "] has no shapes = [...] array");
+    throw Error(ErrorKind::config, toml_where(path, *t) + ": [" + op +
+                                       "] has no shapes = [...] array");
+  }
+  if (shapes->empty()) {
+    // Tuning the op's default shapes instead would do what nobody asked for.
+    throw Error(ErrorKind::config, toml_where(path, *shapes) + ": [" + op +
+                                       "] shapes = [] lists no shape");
   }
   Fields shared;
   for (const auto& [k, v] : *t) {
-    if (k.str() != "shapes" && !v.is_array() && !v.is_table()) {
-      std::string key(k.str());
-      shared.emplace_back(key, toml_value_text(v));
+    std::string key(k.str());
+    if (key == "shapes") {
+      continue;
     }
+    if (v.is_array() || v.is_table()) {
+      throw Error(ErrorKind::config, toml_where(path, v) + ": [" + op + "] " + key +
+                                         " is a list or table; besides shapes = [...] only "
+                                         "shared shape fields (key = value) belong here");
+    }
+    shared.emplace_back(key, toml_value_text(v, path, "[" + op + "] " + key));
   }
   std::vector<std::string> out;
   for (const auto& s : *shapes) {
     const toml::table* st = s.as_table();
     if (!st) {
-      throw Error(ErrorKind::config, path + ":" + std::to_string(s.source().begin.line) +
+      throw Error(ErrorKind::config, toml_where(path, s) +
                                          ": each shape must be an inline table {B = 8, ...}");
+    }
+    if (st->empty()) {
+      throw Error(ErrorKind::config, toml_where(path, s) + ": an empty shape {}");
     }
     Fields f;
     for (const auto& [k, v] : *st) {
-      try {
-        f.emplace_back(std::string(k.str()), toml_value_text(v));
-      } catch (const Error&) {
-        throw Error(ErrorKind::config, path + ":" + std::to_string(v.source().begin.line) +
-                                           ": " + std::string(k.str()) +
-                                           " must be an integer, string or boolean");
-      }
+      std::string key(k.str());
+      f.emplace_back(key, toml_value_text(v, path, "shape field " + key));
     }
     for (const auto& [k, v] : shared) {
       if (!find_field(f, k)) {
@@ -150,6 +231,42 @@ std::vector<std::string> shapes_from_file(const std::string& path, const std::st
     out.push_back(format_fields(f));
   }
   return out;
+}
+
+// NVRTC targets autotune's kernels support: sm_80 (cp.async, bf16 mma) and newer.
+constexpr int k_min_arch = 80;
+
+// Throws Error(usage) unless `arch` is "auto" or sm_<digits>[a|f] of a real
+// architecture: sm_80 or newer and, when NVRTC is loadable, one it can target (a
+// typo would otherwise compile every variant to COMPILE_FAIL and exit 1).
+void check_arch(const std::string& arch) {
+  if (arch == "auto") {
+    return;
+  }
+  size_t digits_end = 3;
+  while (digits_end < arch.size() && std::isdigit((unsigned char)arch[digits_end])) {
+    ++digits_end;
+  }
+  std::string digits = arch.substr(std::min<size_t>(3, arch.size()), digits_end - 3);
+  std::string suffix = arch.substr(digits_end);
+  if (!starts_with(arch, "sm_") || digits.size() < 2 || digits.size() > 3 ||
+      (suffix != "" && suffix != "a" && suffix != "f")) {
+    throw Error(ErrorKind::usage, "--arch '" + arch +
+                                      "' is not 'auto' or an sm_XY[a] target (e.g. sm_90a)");
+  }
+  if (std::stoi(digits) < k_min_arch) {
+    throw Error(ErrorKind::usage, "--arch " + arch + ": autotune's kernels need sm_" +
+                                      std::to_string(k_min_arch) + " or newer");
+  }
+  if (!cuda::nvrtc_available()) {
+    return; // compile-only fails later with the reason; list needs no NVRTC
+  }
+  std::vector<std::string> known = cuda::nvrtc_supported_archs();
+  if (!known.empty() && std::find(known.begin(), known.end(), "sm_" + digits) == known.end()) {
+    throw Error(ErrorKind::usage, "--arch " + arch + ": NVRTC " + cuda::nvrtc_version() +
+                                      " cannot target sm_" + digits + " (it knows " +
+                                      join(known, ", ") + ")");
+  }
 }
 
 Args parse(int argc, char** argv) {
@@ -170,22 +287,21 @@ Args parse(int argc, char** argv) {
     } else if (o == "--shape") {
       a.tune.shapes.push_back(need_value(i, argc, argv));
     } else if (o == "--shapes") {
-      a.shapes_file = need_value(i, argc, argv);
+      a.shapes_file = need_path(i, argc, argv);
     } else if (o == "--db") {
-      a.tune.db_path = need_value(i, argc, argv);
+      a.tune.db_path = need_path(i, argc, argv);
     } else if (o == "--jobs") {
-      a.tune.jobs = int(parse_int(need_value(i, argc, argv), "--jobs"));
-      if (a.tune.jobs < 1) {
-        throw Error(ErrorKind::usage, "--jobs must be at least 1");
-      }
+      a.tune.jobs = int(parse_bounded(need_value(i, argc, argv), "--jobs", 1, k_max_jobs));
     } else if (o == "--param") {
       for (auto& f : parse_fields(need_value(i, argc, argv), "--param")) {
         a.tune.param_overrides.push_back(f);
       }
     } else if (o == "--space") {
-      a.tune.space_file = need_value(i, argc, argv);
+      a.tune.space_file = need_path(i, argc, argv);
     } else if (o == "--compile-only") {
       a.tune.compile_only = true;
+    } else if (o == "--pruned") {
+      a.pruned = true;
     } else if (o == "--force") {
       a.tune.force = true;
     } else if (o == "--json") {
@@ -193,7 +309,7 @@ Args parse(int argc, char** argv) {
     } else if (o == "--quiet") {
       a.quiet = true;
     } else if (o == "--top") {
-      a.top = size_t(parse_int(need_value(i, argc, argv), "--top"));
+      a.top = size_t(parse_bounded(need_value(i, argc, argv), "--top", 1, INT_MAX));
     } else if (o == "--budget-s") {
       a.tune.budget_s = parse_seconds(need_value(i, argc, argv), "--budget-s");
     } else if (o == "--strategy") {
@@ -204,12 +320,10 @@ Args parse(int argc, char** argv) {
                                           a.tune.strategy + "'");
       }
     } else if (o == "--samples") {
-      a.tune.samples = int(parse_int(need_value(i, argc, argv), "--samples"));
-      if (a.tune.samples < 1) {
-        throw Error(ErrorKind::usage, "--samples must be at least 1");
-      }
+      a.tune.samples = int(parse_bounded(need_value(i, argc, argv), "--samples", 1, INT_MAX));
     } else if (o == "--seed") {
-      a.tune.sample_seed = (unsigned long long)parse_int(need_value(i, argc, argv), "--seed");
+      a.tune.sample_seed = (unsigned long long)parse_bounded(need_value(i, argc, argv), "--seed",
+                                                             0, LLONG_MAX);
     } else if (o == "--timeout-s") {
       a.tune.measure_timeout_s = parse_seconds(need_value(i, argc, argv), "--timeout-s");
     } else {
@@ -223,10 +337,7 @@ Args parse(int argc, char** argv) {
     throw Error(ErrorKind::usage, "--arch is required: --arch auto to tune on this GPU, or "
                                   "--arch sm_90a (etc.) with --compile-only");
   }
-  const std::string& arch = a.tune.arch;
-  if (arch != "auto" && !(starts_with(arch, "sm_") && arch.size() >= 5)) {
-    throw Error(ErrorKind::usage, "--arch '" + arch + "' is not 'auto' or an sm_XY[a] target");
-  }
+  check_arch(a.tune.arch);
   if (a.tune.strategy == "halving" && a.tune.budget_s <= 0) {
     throw Error(ErrorKind::usage, "--strategy halving needs --budget-s SECONDS");
   }
@@ -246,11 +357,13 @@ int list_variants(const Args& a) {
   if (a.tune.arch == "auto") {
     throw Error(ErrorKind::usage, "list needs a concrete --arch (e.g. sm_90a)");
   }
-  Space space = load_space(op, a.tune);
+  SearchSpace search = load_search_space(op, a.tune);
   auto problems = load_problems(op, a.tune.shapes);
   const Problem& p = problems.front();
-  for (const auto& c : space.enumerate()) {
-    if (!op.check(c, p, a.tune.arch) || !op.worth_measuring(c, p)) {
+  for (const auto& c : search.space.enumerate()) {
+    std::string why;
+    Verdict verdict = judge(op, search.priors, c, p, a.tune.arch, &why);
+    if (verdict == Verdict::invalid || (verdict == Verdict::pruned && !a.pruned)) {
       continue;
     }
     std::string params;
@@ -266,14 +379,20 @@ int list_variants(const Args& a) {
         params.append("\"").append(json_escape(v)).append("\"");
       }
     }
-    std::printf("{\"op\":\"%s\",\"arch\":\"%s\",\"variant\":\"%s\",\"params\":{%s},\"problem\":\"%s\"}\n",
+    // A pruned variant says why (a heuristic of the op, or a search prior for the arch).
+    std::string pruned =
+        verdict == Verdict::pruned ? ",\"pruned\":\"" + json_escape(why) + "\"" : "";
+    std::printf("{\"op\":\"%s\",\"arch\":\"%s\",\"variant\":\"%s\",\"params\":{%s},\"problem\":\"%s\"%s}\n",
                 op.name(), a.tune.arch.c_str(), json_escape(config_id(c)).c_str(), params.c_str(),
-                json_escape(p.key()).c_str());
+                json_escape(p.key()).c_str(), pruned.c_str());
   }
   return 0;
 }
 
 int tune_command(const Args& a) {
+  // Every value of the space is checked against the op's limits (a --space file
+  // included) before the tuner, and with it any op, sees one.
+  load_op_space(find_op(a.tune.op), a.tune.space_file, a.tune.param_overrides);
   Progress progress(!a.quiet);
   TuneReport report = tune(a.tune, progress);
   progress.finish();
