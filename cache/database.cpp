@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <random>
 #include <set>
 #include <string_view>
 #include <thread>
@@ -30,10 +31,22 @@ namespace fs = std::filesystem;
 // The bytes spell "ATUN".
 constexpr int k_application_id = 0x4154554e;
 
-// A writer holds the lock for one small transaction (a result row, or a cubin of
-// a few MB), so 10 s covers many queued peers, yet a wedged peer is reported
-// instead of hanging a tuning session.
-constexpr int k_busy_timeout_ms = 10000;
+// How long a connection waits for a lock another process holds before it gives
+// up with an error. Writers hold the lock for one bounded transaction (a result
+// row, a cubin, a chunk of an import: well under a second), so waits are short even
+// with many peers queued; two minutes outlasts any such queue and still reports a
+// wedged peer (a stopped process inside a transaction) instead of hanging forever.
+constexpr auto k_lock_wait = std::chrono::seconds(120);
+// Waits longer than this are logged once, so a user sees why nothing moves.
+constexpr auto k_lock_wait_notice = std::chrono::seconds(10);
+// Pause between lock attempts: doubling from 1 ms up to 100 ms, each scaled by a
+// random factor in [0.5, 1.5) so that queued peers do not retry in lockstep.
+constexpr auto k_min_lock_pause = std::chrono::microseconds(1000);
+constexpr auto k_max_lock_pause = std::chrono::microseconds(100000);
+
+// PRAGMA quick_check stops after this many problems: one is enough to refuse a
+// file, a few help the user see how bad it is.
+constexpr int k_quick_check_limit = 10;
 
 // The first 16 bytes of every SQLite 3 file. Checked before SQLite touches the
 // file, so garbage gets a clear message and is never opened for writing.
@@ -178,6 +191,11 @@ struct Finalizer {
   void operator()(sqlite3_stmt* stmt) const noexcept { sqlite3_finalize(stmt); }
 };
 
+// Owner of a connection private to this file (the in-memory schema builds).
+struct ConnectionCloser {
+  void operator()(sqlite3* db) const noexcept { sqlite3_close_v2(db); }
+};
+
 // One prepared statement. Values only ever reach SQL through the bind_* calls.
 class Statement {
 public:
@@ -283,6 +301,8 @@ struct SchemaState {
   int64_t user_version = 0;
   int64_t application_id = 0;
   std::set<std::string> tables;
+  // Every schema object as (type, name), SQLite's own (sqlite_*) excluded.
+  std::set<std::pair<std::string, std::string>> objects;
 };
 
 struct ReadFailure {
@@ -297,8 +317,7 @@ ReadFailure try_read_schema_state(sqlite3* db, SchemaState& state) {
   constexpr std::string_view k_sql =
       "SELECT 'user_version', user_version FROM pragma_user_version "
       "UNION ALL SELECT 'application_id', application_id FROM pragma_application_id "
-      "UNION ALL SELECT 'table', name FROM sqlite_master "
-      "WHERE type = 'table' AND name NOT LIKE 'sqlite_%'";
+      "UNION ALL SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'";
   auto failure = [db] { return ReadFailure{sqlite3_extended_errcode(db), sqlite3_errmsg(db)}; };
   sqlite3_stmt* raw = nullptr;
   int rc = sqlite3_prepare_v2(db, k_sql.data(), int(k_sql.size()), &raw, nullptr);
@@ -315,8 +334,12 @@ ReadFailure try_read_schema_state(sqlite3* db, SchemaState& state) {
     } else if (kind == "application_id") {
       state.application_id = sqlite3_column_int64(stmt.get(), 1);
     } else {
-      auto name = reinterpret_cast<const char*>(sqlite3_column_text(stmt.get(), 1));
-      state.tables.insert(name ? name : "");
+      auto name_text = reinterpret_cast<const char*>(sqlite3_column_text(stmt.get(), 1));
+      std::string name = name_text ? name_text : "";
+      if (kind == "table") {
+        state.tables.insert(name);
+      }
+      state.objects.emplace(kind, name);
     }
   }
   if (rc != SQLITE_DONE) {
@@ -371,9 +394,27 @@ std::string immutable_uri(const std::string& path) {
   return uri + "?immutable=1";
 }
 
+using ObjectSet = std::set<std::pair<std::string, std::string>>;
+
+// The (type, name) of every object a database of `version` holds when this build
+// created or migrated it.
+ObjectSet expected_objects(int64_t version);
+
+// "table 'notes'", for messages.
+std::string describe_object(const std::pair<std::string, std::string>& object) {
+  return object.first + " '" + object.second + "'";
+}
+
 // Throws unless `state` is an autotune database this build can use in `mode`;
-// an empty file (version 0, no tables) passes only in read_write mode.
+// an empty file (version 0, no objects, no application_id) passes only in
+// read_write mode. Nothing here writes: a refused file is left as it was.
 void check_schema_state(const SchemaState& state, Database::Mode mode, const std::string& path) {
+  // Another program's file, even one without tables yet: it chose its own id.
+  if (state.application_id != 0 && state.application_id != k_application_id) {
+    throw_database(path, "not an autotune database (application_id " +
+                             std::to_string(state.application_id) +
+                             " is another program's); refusing to touch it");
+  }
   if (state.user_version > k_schema_version) {
     throw_database(path, "was written by a newer autotune (schema version " +
                              std::to_string(state.user_version) + ", this build knows up to " +
@@ -381,9 +422,11 @@ void check_schema_state(const SchemaState& state, Database::Mode mode, const std
                              "); use a newer autotune or another database");
   }
   if (state.user_version <= 0) {
-    if (!state.tables.empty()) {
-      throw_database(path, "not an autotune database (it has tables but no autotune schema "
-                           "version); refusing to touch it");
+    // Any object (a table, a view, an index, a trigger) means someone else's data.
+    if (!state.objects.empty()) {
+      throw_database(path, "not an autotune database (it holds " +
+                               describe_object(*state.objects.begin()) +
+                               " but no autotune schema version); refusing to touch it");
     }
     if (mode == Database::Mode::read_only) {
       throw_database(path, "not an autotune database (it is empty)");
@@ -400,12 +443,61 @@ void check_schema_state(const SchemaState& state, Database::Mode mode, const std
                                "' is missing); refusing to touch it");
     }
   }
+  if (mode == Database::Mode::read_write) {
+    // Objects autotune does not create belong to someone else (or were added by
+    // hand); writing, migrating or vacuuming could break them. Reading is still
+    // allowed, so that `cache verify` can name them.
+    ObjectSet expected = expected_objects(state.user_version);
+    for (const auto& object : state.objects) {
+      if (!expected.count(object)) {
+        throw_database(path, "holds " + describe_object(object) +
+                                 ", which autotune does not create: not an autotune database, "
+                                 "or one changed by hand; refusing to write to it (autotune "
+                                 "cache verify lists what differs)");
+      }
+    }
+  }
   if (mode == Database::Mode::read_only && state.user_version < k_schema_version) {
     throw_database(path, "was written by an older autotune (schema version " +
                              std::to_string(state.user_version) +
                              "); open it read-write once to migrate it to version " +
                              std::to_string(k_schema_version));
   }
+}
+
+// Problems PRAGMA quick_check finds (b-tree structure, page accounting, NOT NULL
+// and CHECK constraints; not index contents), one line each; empty when sound. A
+// read error on the way (SQLITE_CORRUPT) is a problem too, never an exception.
+std::vector<std::string> quick_check_problems(sqlite3* db) {
+  const std::string sql = "PRAGMA quick_check(" + std::to_string(k_quick_check_limit) + ")";
+  sqlite3_stmt* raw = nullptr;
+  std::vector<std::string> out;
+  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &raw, nullptr) != SQLITE_OK) {
+    out.push_back(sqlite3_errmsg(db));
+    return out;
+  }
+  std::unique_ptr<sqlite3_stmt, Finalizer> stmt(raw);
+  int rc;
+  while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
+    auto text = reinterpret_cast<const char*>(sqlite3_column_text(stmt.get(), 0));
+    // A row may hold several problems, one per line, under a "*** in database
+    // main ***" heading.
+    std::string row = text ? text : "";
+    size_t start = 0;
+    while (start <= row.size()) {
+      size_t end = std::min(row.find('\n', start), row.size());
+      std::string line = row.substr(start, end - start);
+      if (!line.empty() && line != "ok" && line.rfind("*** in database", 0) != 0) {
+        out.push_back(line);
+      }
+      start = end + 1;
+    }
+  }
+  if (rc != SQLITE_DONE) {
+    out.push_back(std::string(sqlite3_errmsg(db)) + " (SQLite code " +
+                  std::to_string(sqlite3_extended_errcode(db)) + ")");
+  }
+  return out;
 }
 
 // Refuses a non-empty file that does not start with SQLite's magic, without
@@ -428,10 +520,10 @@ void check_sqlite_header(const std::string& path) {
 
 // Switching a new file to WAL needs an exclusive lock, and SQLite reports
 // SQLITE_BUSY at once rather than through busy_timeout while peers opening the
-// same new file hold it; so wait here, as long as busy_timeout would.
+// same new file hold it; so wait here, as long as the busy handler would.
 void enable_wal(sqlite3* db, const std::string& path) {
   constexpr auto k_retry_pause = std::chrono::milliseconds(10);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(k_busy_timeout_ms);
+  auto deadline = std::chrono::steady_clock::now() + k_lock_wait;
   for (;;) {
     Statement journal(db, path, "PRAGMA journal_mode = WAL");
     int rc = journal.try_step();
@@ -493,6 +585,20 @@ void apply_migration(sqlite3* db, const std::string& path, int64_t from_version)
                                          ": no migration from schema version " +
                                          std::to_string(from_version));
   }
+}
+
+ObjectSet expected_objects(int64_t version) {
+  const std::string name = "(expected schema)";
+  sqlite3* raw = nullptr;
+  int rc = sqlite3_open_v2(":memory:", &raw, SQLITE_OPEN_READWRITE, nullptr);
+  std::unique_ptr<sqlite3, ConnectionCloser> db(raw);
+  if (rc != SQLITE_OK) {
+    throw_sqlite(raw, name, "cannot open an in-memory database");
+  }
+  for (int64_t v = 0; v < version; ++v) {
+    apply_migration(db.get(), name, v);
+  }
+  return read_schema_state(db.get(), name).objects;
 }
 
 constexpr const char* k_savepoint = "autotune_nested";
@@ -654,13 +760,56 @@ Outcome parse_outcome(const std::string& text) {
                   "or WRONG)");
 }
 
+// Waiting for a lock held by another connection; see k_lock_wait.
+struct Database::BusyState {
+  std::string path;
+  std::chrono::steady_clock::time_point first_try;
+  bool announced = false;
+  std::minstd_rand random{std::random_device{}()};
+};
+
+namespace {
+
+// SQLite's busy handler: called with the number of earlier calls for this wait;
+// returning 0 gives up (the statement then fails with SQLITE_BUSY).
+int wait_for_lock(void* data, int calls) noexcept {
+  auto* state = static_cast<Database::BusyState*>(data);
+  auto now = std::chrono::steady_clock::now();
+  if (calls == 0) {
+    state->first_try = now;
+    state->announced = false;
+  }
+  auto waited = now - state->first_try;
+  if (waited >= k_lock_wait) {
+    return 0;
+  }
+  if (waited >= k_lock_wait_notice && !state->announced) {
+    state->announced = true;
+    try {
+      log(LogLevel::info, "tuning database " + state->path +
+                              ": waiting for another process's lock on it");
+    } catch (...) {
+    }
+  }
+  auto pause = k_min_lock_pause * (1LL << std::min(calls, 10));
+  pause = std::min<decltype(pause)>(pause, k_max_lock_pause);
+  std::uniform_real_distribution<double> jitter(0.5, 1.5);
+  std::this_thread::sleep_for(std::chrono::duration_cast<std::chrono::microseconds>(
+      pause * jitter(state->random)));
+  return 1;
+}
+
+} // namespace
+
 void Database::Closer::operator()(sqlite3* db) const noexcept {
   // close_v2 never fails for a live handle: anything still pending is released
   // when its last statement is finalized.
   sqlite3_close_v2(db);
 }
 
-Database::Database(const std::string& path, Mode mode) : m_path(path), m_mode(mode) {
+Database::Database(const std::string& path, Mode mode)
+    : m_busy(std::make_unique<BusyState>()), m_path(path), m_mode(mode) {
+  m_busy->path = path;
   if (path.empty()) {
     throw Error(ErrorKind::database, "the tuning database path is empty");
   }
@@ -707,6 +856,19 @@ Database::Database(const std::string& path, Mode mode) : m_path(path), m_mode(mo
   if (mode == Mode::read_only) {
     return;
   }
+  if (state.user_version > 0) {
+    // A damaged b-tree is often readable in parts; writing into it spreads the
+    // damage and may lose what is still there. Checked before the first write.
+    std::vector<std::string> damage = quick_check_problems(m_db.get());
+    if (!damage.empty()) {
+      throw_database(path, "is damaged (quick_check: " + damage.front() +
+                               (damage.size() > 1
+                                    ? "; " + std::to_string(damage.size() - 1) + " more"
+                                    : "") +
+                               "); refusing to write to it (autotune cache verify " + path +
+                               " lists the problems; restore it from a copy)");
+    }
+  }
   enable_wal(m_db.get(), path);
   exec(m_db.get(), path, "PRAGMA foreign_keys = ON");
   migrate();
@@ -721,7 +883,8 @@ void Database::open_connection(const std::string& filename, int flags) {
     throw_sqlite(raw, m_path, "cannot open");
   }
   sqlite3_extended_result_codes(raw, 1);
-  sqlite3_busy_timeout(raw, k_busy_timeout_ms);
+  // Instead of busy_timeout: a longer wait with jittered backoff (k_lock_wait).
+  sqlite3_busy_handler(raw, wait_for_lock, m_busy.get());
   // Files may come from other machines (`cache import`): never let their schema
   // run functions or let SQL corrupt them through writable_schema.
   if (sqlite3_db_config(raw, SQLITE_DBCONFIG_DEFENSIVE, 1, static_cast<int*>(nullptr)) !=
@@ -732,7 +895,7 @@ void Database::open_connection(const std::string& filename, int flags) {
 }
 
 Database::Database(Database&& other) noexcept
-    : m_db(std::move(other.m_db)), m_path(std::move(other.m_path)), m_mode(other.m_mode),
+    : m_busy(std::move(other.m_busy)), m_db(std::move(other.m_db)), m_path(std::move(other.m_path)), m_mode(other.m_mode),
       m_depth(std::exchange(other.m_depth, 0)) {}
 
 Database::~Database() = default;
@@ -1060,6 +1223,10 @@ std::vector<std::string> Database::integrity_problems() const {
                   foreign.text(0) + " names a missing " + foreign.text(2) + " row");
   }
   return out;
+}
+
+std::vector<std::string> Database::quick_check() const {
+  return quick_check_problems(handle());
 }
 
 std::vector<CubinProblem> Database::cubin_problems() const {

@@ -3,7 +3,8 @@
 // checksum verified on every read), timing results, and the winner per device,
 // op and problem. See SCHEMA.md for the tables and the versioning rules.
 //
-// Concurrency: WAL journal, busy_timeout, and every write in one IMMEDIATE
+// Concurrency: WAL journal, a busy handler that waits (with jittered backoff) up
+// to two minutes for another process's lock, and every write in one IMMEDIATE
 // transaction, so several tuning processes can share one file.
 #pragma once
 
@@ -121,7 +122,11 @@ public:
 
   // Opens (and for read_write, creates and migrates) the database at `path`.
   // Throws Error(database) naming the path on any problem; a read_only open never
-  // changes the file.
+  // changes the file. Refused in any mode: a file that is not SQLite, a damaged
+  // one SQLite cannot read, another program's (its own application_id, or any
+  // object without an autotune schema version), one of a newer schema. Refused
+  // for read_write besides: a file holding objects autotune does not create, and
+  // one PRAGMA quick_check finds damaged; both before anything is written.
   Database(const std::string& path, Mode mode);
   Database(Database&&) noexcept;
   Database& operator=(Database&&) = delete;
@@ -169,6 +174,9 @@ public:
   // Integrity checks for `cache verify`; each returns one line per problem found.
   // SQLite's integrity_check and foreign_key_check:
   std::vector<std::string> integrity_problems() const;
+  // PRAGMA quick_check alone (what a read-write open checks): damaged b-tree pages,
+  // without the index cross-checks of integrity_check. Empty when sound.
+  std::vector<std::string> quick_check() const;
   // Every cubin whose size or SHA-256 disagrees with its row:
   std::vector<CubinProblem> cubin_problems() const;
   // Schema objects that differ from what this build creates, winners whose
@@ -222,6 +230,14 @@ private:
   // settings every connection gets: busy_timeout, defensive, untrusted schema.
   void open_connection(const std::string& filename, int flags);
 
+public:
+  // The busy handler's state (database.cpp); heap-allocated so that its address,
+  // which SQLite holds, survives moving the Database.
+  struct BusyState;
+
+private:
+  // Declared before m_db: the connection (which points to it) closes first.
+  std::unique_ptr<BusyState> m_busy;
   std::unique_ptr<sqlite3, Closer> m_db;
   std::string m_path;
   Mode m_mode;

@@ -142,65 +142,129 @@ bool better_measured(const ResultRecord& a, const ResultRecord& b) {
   return a.median_us < b.median_us;
 }
 
-MergeStats merge_into(Database& target, const Database& source, const Selector& selector) {
-  MergeStats stats;
-  std::vector<Entry> entries = select_entries(source, selector);
-  // Everything is read and checked before anything is written.
-  std::map<std::string, std::string> cubins;
-  for (const Entry& e : entries) {
+CheckedSource check_source(const Database& source, const Selector& selector) {
+  auto refuse = [&](const std::string& what) {
+    throw Error(ErrorKind::database, "tuning database " + source.path() + ": " + what +
+                                         "; refusing to merge from it (run `autotune cache "
+                                         "verify " + source.path() + "`)");
+  };
+  std::vector<std::string> damage = source.quick_check();
+  if (!damage.empty()) {
+    refuse("is damaged (quick_check: " + damage.front() + ")");
+  }
+  CheckedSource checked;
+  checked.db = &source;
+  checked.entries = select_entries(source, selector);
+  std::set<std::string> cubins;
+  for (const Entry& e : checked.entries) {
     const WinnerRecord& w = e.winner;
-    // put_winner would recompute the key and so launder a row edited behind
-    // autotune's back; such a source is refused instead.
     if (w.key != winner_key(w.device_key, w.op, w.problem, w.template_hash, w.nvrtc_version)) {
-      throw Error(ErrorKind::database, "tuning database " + source.path() + ": winner for " + w.op +
-                                           " " + w.problem +
-                                           " has a key that is not the hash of its fields; run "
-                                           "`autotune cache verify`");
+      refuse("winner for " + w.op + " " + w.problem + " has a key that is not the hash of its "
+             "fields");
     }
     if (!e.variant) {
-      throw Error(ErrorKind::database, "tuning database " + source.path() + ": winner for " +
-                                           e.winner.op + " " + e.winner.problem +
-                                           " names variant " + e.winner.variant_key +
-                                           ", which is not stored; run `autotune cache verify`");
+      refuse("winner for " + w.op + " " + w.problem + " names variant " + w.variant_key +
+             ", which is not stored");
     }
-    if (!cubins.count(e.variant->cubin_sha256)) {
-      // load_cubin verifies size and checksum and throws on a mismatch.
-      cubins[e.variant->cubin_sha256] = source.load_cubin(e.variant->cubin_sha256);
-      ++stats.cubins_checked;
+    if (cubins.insert(e.variant->cubin_sha256).second) {
+      // load_cubin verifies size and checksum and throws on a mismatch; the bytes
+      // are read again (and verified again) when they are written.
+      source.load_cubin(e.variant->cubin_sha256);
+      ++checked.cubins_checked;
     }
   }
-  target.transaction([&] {
-    for (const Entry& e : entries) {
-      const WinnerRecord& w = e.winner;
-      if (e.device && !target.find_device(w.device_key)) {
-        target.put_device(*e.device);
+  return checked;
+}
+
+std::vector<MergeStats> merge_checked(Database& target, const std::vector<CheckedSource>& sources) {
+  std::vector<MergeStats> stats(sources.size());
+  for (size_t i = 0; i < sources.size(); ++i) {
+    stats[i].cubins_checked = sources[i].cubins_checked;
+  }
+  // Whether the source's entry beats what `target` holds for its key now.
+  auto wins = [&](const Entry& e, std::optional<WinnerRecord>& existing) {
+    const WinnerRecord& w = e.winner;
+    existing = target.find_winner(w.device_key, w.op, w.problem, w.template_hash, w.nvrtc_version);
+    return !existing || better_measured(as_measurement(e), as_measurement(make_entry(target,
+                                                                                   *existing)));
+  };
+
+  // Variants and cubins first, in bounded transactions. Which entries will win is
+  // judged against the target as it is now; the final transaction judges again
+  // under the lock and writes a variant that is still missing then.
+  struct Pending {
+    size_t source;
+    const VariantRecord* variant;
+  };
+  std::vector<Pending> pending;
+  std::set<std::string> planned;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    for (const Entry& e : sources[i].entries) {
+      std::optional<WinnerRecord> existing;
+      if (wins(e, existing) && !planned.count(e.variant->key) &&
+          !target.find_variant(e.variant->key)) {
+        planned.insert(e.variant->key);
+        pending.push_back({i, &*e.variant});
       }
-      std::optional<WinnerRecord> existing =
-          target.find_winner(w.device_key, w.op, w.problem, w.template_hash, w.nvrtc_version);
-      if (existing) {
-        Entry mine = make_entry(target, *existing);
-        if (!better_measured(as_measurement(e), as_measurement(mine))) {
-          ++stats.winners_kept;
+    }
+  }
+  for (size_t next = 0; next < pending.size();) {
+    // Read (and verify) a chunk's cubins before taking the lock.
+    std::vector<std::pair<const Pending*, std::string>> chunk;
+    size_t bytes = 0;
+    while (next < pending.size() && chunk.size() < k_merge_chunk_rows &&
+           bytes < k_merge_chunk_bytes) {
+      const Pending& p = pending[next++];
+      chunk.emplace_back(&p, sources[p.source].db->load_cubin(p.variant->cubin_sha256));
+      bytes += chunk.back().second.size();
+    }
+    target.transaction([&] {
+      for (const auto& [p, cubin] : chunk) {
+        if (!target.find_variant(p->variant->key)) {
+          target.put_variant(*p->variant, cubin);
+          ++stats[p->source].variants_added;
+        }
+      }
+    });
+  }
+
+  // Then everything the runtime looks up, all sources in one transaction.
+  target.transaction([&] {
+    for (size_t i = 0; i < sources.size(); ++i) {
+      const Database& source = *sources[i].db;
+      for (const Entry& e : sources[i].entries) {
+        const WinnerRecord& w = e.winner;
+        if (e.device && !target.find_device(w.device_key)) {
+          target.put_device(*e.device);
+        }
+        std::optional<WinnerRecord> existing;
+        if (!wins(e, existing)) {
+          ++stats[i].winners_kept;
           continue;
         }
-      }
-      if (!target.find_variant(e.variant->key)) {
-        target.put_variant(*e.variant, cubins.at(e.variant->cubin_sha256));
-        ++stats.variants_added;
-      }
-      if (e.result) {
-        std::optional<ResultRecord> stored =
-            target.find_result(w.device_key, w.variant_key, w.problem);
-        if (!stored || better_measured(*e.result, *stored)) {
-          target.put_result(*e.result);
-          ++(stored ? stats.results_replaced : stats.results_added);
+        if (!target.find_variant(e.variant->key)) {
+          // Judged a loser before, or removed since (cache gc by a peer).
+          target.put_variant(*e.variant, source.load_cubin(e.variant->cubin_sha256));
+          ++stats[i].variants_added;
         }
+        if (e.result) {
+          std::optional<ResultRecord> stored =
+              target.find_result(w.device_key, w.variant_key, w.problem);
+          if (!stored || better_measured(*e.result, *stored)) {
+            target.put_result(*e.result);
+            ++(stored ? stats[i].results_replaced : stats[i].results_added);
+          }
+        }
+        target.put_winner(w);
+        ++(existing ? stats[i].winners_replaced : stats[i].winners_added);
       }
-      target.put_winner(w);
-      ++(existing ? stats.winners_replaced : stats.winners_added);
     }
   });
   return stats;
+}
+
+MergeStats merge_into(Database& target, const Database& source, const Selector& selector) {
+  return merge_checked(target, {check_source(source, selector)}).front();
 }
 
 Database open_source(const std::string& path, std::string& temp_copy) {

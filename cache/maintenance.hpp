@@ -60,9 +60,42 @@ struct MergeStats {
   size_t cubins_checked = 0;
 };
 
-// Copies the selected winners of `source` into `target`, each with its device,
-// variant, cubin and the winning variant's result row, in one transaction:
-// every cubin is verified first, and any problem leaves `target` unchanged.
+// A merge source that passed check_source: its selected winners, each with its
+// device, variant and result rows.
+struct CheckedSource {
+  const Database* db = nullptr;
+  std::vector<Entry> entries;
+  size_t cubins_checked = 0;
+};
+
+// Phase 1 of a merge; writes nothing anywhere. Reads the winners `selector` picks
+// and checks the source: PRAGMA quick_check, every winner's stored key against the
+// hash of its fields (put_winner would otherwise launder a row edited behind
+// autotune's back), its variant stored, and the size and SHA-256 of every cubin
+// they use. Throws Error(database) naming the source on the first problem.
+CheckedSource check_source(const Database& source, const Selector& selector = {});
+
+// Phase 2: copies every checked source's winners into `target`, each with its
+// device, variant, cubin and the winning variant's result row, applying
+// better_measured() on conflicts (sources in order, so a later source competes
+// with what an earlier one brought). Returns one MergeStats per source.
+//
+// Atomic for what the runtime dispatches: the winners, results and devices of
+// all sources are written in one transaction. Before it, the variants and cubins
+// those winners need are written in transactions of at most k_merge_chunk_rows
+// variants or k_merge_chunk_bytes of cubins, so that no import holds the write
+// lock for long (peers, tuners included, wait a bounded time). Those rows are
+// content-addressed and unused until a winner names them: a merge that fails
+// before its last transaction leaves at most such unused variants behind.
+std::vector<MergeStats> merge_checked(Database& target, const std::vector<CheckedSource>& sources);
+
+// Rows and bytes of one variant-writing transaction of merge_checked: a few tens
+// of milliseconds of writing, so eight importers and a tuner share the lock
+// smoothly.
+constexpr size_t k_merge_chunk_rows = 256;
+constexpr size_t k_merge_chunk_bytes = size_t(16) << 20;
+
+// check_source, then merge_checked, for one source.
 MergeStats merge_into(Database& target, const Database& source, const Selector& selector = {});
 
 // Opens a database to read from (import/merge/export/regress sources). A file

@@ -10,11 +10,17 @@
 #include "runtime/dispatch/variant.hpp"
 #include "runtime/ops/op.hpp"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
+#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace autotune {
@@ -53,7 +59,12 @@ CacheArgs parse_cache_args(int argc, char** argv, bool allow_selector) {
       if (i + 1 >= argc) {
         throw Error(ErrorKind::usage, o + " needs a value");
       }
-      return argv[++i];
+      std::string v = argv[++i];
+      if (v.empty()) {
+        // `--db ""` would otherwise mean the default database, `--op ""` every op.
+        throw Error(ErrorKind::usage, o + " needs a value, got an empty string");
+      }
+      return v;
     };
     if (o == "--db") {
       a.db = value();
@@ -68,6 +79,9 @@ CacheArgs parse_cache_args(int argc, char** argv, bool allow_selector) {
     } else if (starts_with(o, "-")) {
       throw Error(ErrorKind::usage, "autotune cache " + std::string(argv[0]) +
                                         ": unknown option '" + o + "' (see autotune cache --help)");
+    } else if (o.empty()) {
+      throw Error(ErrorKind::usage, "autotune cache " + std::string(argv[0]) +
+                                        ": an empty argument where a file name belongs");
     } else {
       a.positional.push_back(o);
     }
@@ -86,18 +100,50 @@ void no_positional(const CacheArgs& a, const char* command) {
   }
 }
 
-// Deletes a migrated temporary copy when the command is done with it.
+// Deletes a temporary file (a migrated copy, a new database being built) and
+// its SQLite companions when the command is done with it.
 struct TempFile {
   std::string path;
+  TempFile() = default;
+  explicit TempFile(std::string p) : path(std::move(p)) {}
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  TempFile(TempFile&& other) noexcept : path(std::exchange(other.path, {})) {}
   ~TempFile() {
     if (!path.empty()) {
       std::error_code ec;
-      for (const char* suffix : {"", "-wal", "-shm"}) {
+      for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
         fs::remove(path + suffix, ec);
       }
     }
   }
 };
+
+// A path beside `out` (same directory, so same file system) for building it.
+std::string staging_path(const std::string& out) {
+  std::random_device random;
+  return out + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(random());
+}
+
+// Puts the finished file `staged` at `out`, never over an existing file: link(2)
+// fails if `out` appeared meanwhile. Readers never see a half-written `out`.
+void publish(const std::string& staged, const std::string& out) {
+  if (::link(staged.c_str(), out.c_str()) == 0) {
+    return; // the caller's TempFile removes the staged name
+  }
+  int err = errno;
+  std::error_code ec;
+  if (err != EEXIST && !fs::exists(out, ec)) {
+    // A file system without hard links: rename, after the check just made.
+    fs::rename(staged, out, ec);
+    if (!ec) {
+      return;
+    }
+    err = ec.value();
+  }
+  throw Error(err == EEXIST ? ErrorKind::usage : ErrorKind::io,
+              "cannot create " + out + ": " + std::strerror(err) + "; nothing written");
+}
 
 std::string num(double v, int precision = 2) {
   if (std::isnan(v)) {
@@ -217,31 +263,72 @@ void print_merge(const cache::MergeStats& s, const std::string& from, const std:
                s.variants_added, s.cubins_checked);
 }
 
+// Builds the new database `out` from checked sources: in a staging file beside
+// it, put in place only when complete, so a failure leaves no `out` at all.
+std::vector<cache::MergeStats> write_new_database(const std::string& out,
+                                                  const std::vector<cache::CheckedSource>& sources,
+                                                  bool portable) {
+  TempFile staged(staging_path(out));
+  std::vector<cache::MergeStats> stats;
+  {
+    Database target(staged.path, Database::Mode::read_write);
+    stats = cache::merge_checked(target, sources);
+    if (portable) {
+      target.make_portable();
+    }
+  } // closed: the WAL is checkpointed into the file before it is published
+  publish(staged.path, out);
+  return stats;
+}
+
 int cache_export(int argc, char** argv) {
   CacheArgs a = parse_cache_args(argc, argv, true);
   if (a.positional.size() != 1) {
     throw Error(ErrorKind::usage, "autotune cache export needs one OUT.db");
   }
   const std::string& out = a.positional[0];
-  if (fs::exists(out)) {
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(out, ec))) {
     throw Error(ErrorKind::usage, "autotune cache export: " + out +
                                       " exists; export writes a new file (use cache merge to "
                                       "add to an existing one)");
   }
   TempFile migrated;
   Database source = cache::open_source(db_path(a), migrated.path);
-  if (cache::select_entries(source, a.selector).empty()) {
+  cache::CheckedSource checked = cache::check_source(source, a.selector);
+  if (checked.entries.empty()) {
     throw Error(ErrorKind::usage, "autotune cache export: nothing in " + db_path(a) +
                                       " matches the selection; no file written");
   }
-  try {
-    Database target(out, Database::Mode::read_write);
-    print_merge(cache::merge_into(target, source, a.selector), db_path(a), out);
-    target.make_portable();
-  } catch (...) {
-    std::error_code ec;
-    fs::remove(out, ec);
-    throw;
+  print_merge(write_new_database(out, {checked}, true).front(), db_path(a), out);
+  return 0;
+}
+
+// Adds the winners of `inputs` to `target_path` (created if missing): every input
+// is opened and checked before the target is touched, and the winners of all of
+// them are written in one transaction (cache::merge_checked).
+int import_into(const std::string& target_path, const std::vector<std::string>& inputs,
+                const cache::Selector& selector, bool new_file) {
+  std::vector<TempFile> migrated(inputs.size());
+  std::vector<Database> sources;
+  sources.reserve(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    sources.push_back(cache::open_source(inputs[i], migrated[i].path));
+  }
+  std::vector<cache::CheckedSource> checked;
+  for (const Database& source : sources) {
+    checked.push_back(cache::check_source(source, selector));
+  }
+  std::vector<cache::MergeStats> stats;
+  if (new_file) {
+    stats = write_new_database(target_path, checked, false);
+  } else {
+    Database target(target_path, Database::Mode::read_write);
+    stats = cache::merge_checked(target, checked);
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    // The user's name for it, not that of a migrated temporary copy.
+    print_merge(stats[i], inputs[i], target_path);
   }
   return 0;
 }
@@ -251,19 +338,7 @@ int cache_import(int argc, char** argv) {
   if (a.positional.empty()) {
     throw Error(ErrorKind::usage, "autotune cache import needs at least one IN.db");
   }
-  std::string target_path = db_path(a);
-  // Sources are all opened (and checked) before the target is touched.
-  std::vector<TempFile> migrated(a.positional.size());
-  std::vector<Database> sources;
-  for (size_t i = 0; i < a.positional.size(); ++i) {
-    sources.push_back(cache::open_source(a.positional[i], migrated[i].path));
-  }
-  Database target(target_path, Database::Mode::read_write);
-  for (size_t i = 0; i < sources.size(); ++i) {
-    // The user's name for it, not that of a migrated temporary copy.
-    print_merge(cache::merge_into(target, sources[i], a.selector), a.positional[i], target_path);
-  }
-  return 0;
+  return import_into(db_path(a), a.positional, a.selector, false);
 }
 
 int cache_merge(int argc, char** argv) {
@@ -274,17 +349,11 @@ int cache_merge(int argc, char** argv) {
   if (a.positional.size() < 2) {
     throw Error(ErrorKind::usage, "autotune cache merge needs OUT.db and at least one IN.db");
   }
-  std::vector<std::string> args = {"import"};
-  for (size_t i = 1; i < a.positional.size(); ++i) {
-    args.push_back(a.positional[i]);
-  }
-  args.push_back("--db");
-  args.push_back(a.positional.front());
-  std::vector<char*> raw;
-  for (std::string& s : args) {
-    raw.push_back(s.data());
-  }
-  return cache_import(int(raw.size()), raw.data());
+  const std::string& out = a.positional.front();
+  std::vector<std::string> inputs(a.positional.begin() + 1, a.positional.end());
+  std::error_code ec;
+  bool exists = fs::exists(fs::symlink_status(out, ec));
+  return import_into(out, inputs, {}, !exists);
 }
 
 // Verifies each file; a file that cannot be opened is a problem too (exit 1).

@@ -9,7 +9,10 @@
 #include "runtime/base/strings.hpp"
 #include "runtime/cuda/device.hpp"
 #include "runtime/ops/op.hpp"
+#include "runtime/ops/space.hpp"
 #include "testbed.hpp"
+
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -18,6 +21,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -43,9 +47,42 @@ struct RegressArgs {
   double threshold_pct = k_default_threshold_pct;
   std::string junit;
   std::string markdown;
+  bool force = false; // overwrite existing --junit / --markdown files
   bool retime = false;
   cache::Selector selector;
 };
+
+// Whether two paths name one file: equal text, or both exist and are one inode.
+bool same_file(const std::string& a, const std::string& b) {
+  if (a.empty() || b.empty()) {
+    return false;
+  }
+  std::error_code ec;
+  return a == b || fs::equivalent(a, b, ec);
+}
+
+// Refuses, before anything is compared, a report path that would overwrite an
+// existing file without --force, or an input database even with it.
+void check_report_path(const RegressArgs& a, const std::string& path, const char* option) {
+  if (path.empty()) {
+    return;
+  }
+  if (same_file(path, a.baseline) || same_file(path, a.current)) {
+    throw Error(ErrorKind::usage, std::string("autotune regress: ") + option + " " + path +
+                                      " is an input database; refusing to write a report "
+                                      "over it");
+  }
+  std::error_code ec;
+  fs::file_status status = fs::symlink_status(path, ec);
+  if (fs::is_directory(fs::status(path, ec))) {
+    throw Error(ErrorKind::usage,
+                std::string("autotune regress: ") + option + " " + path + " is a directory");
+  }
+  if (fs::exists(status) && !a.force) {
+    throw Error(ErrorKind::usage, std::string("autotune regress: ") + option + " " + path +
+                                      " exists; add --force to overwrite it");
+  }
+}
 
 RegressArgs parse_regress_args(int argc, char** argv) {
   RegressArgs a;
@@ -55,7 +92,11 @@ RegressArgs parse_regress_args(int argc, char** argv) {
       if (i + 1 >= argc) {
         throw Error(ErrorKind::usage, o + " needs a value");
       }
-      return argv[++i];
+      std::string v = argv[++i];
+      if (v.empty()) {
+        throw Error(ErrorKind::usage, o + " needs a value, got an empty string");
+      }
+      return v;
     };
     if (o == "--baseline") {
       a.baseline = value();
@@ -76,6 +117,8 @@ RegressArgs parse_regress_args(int argc, char** argv) {
       a.markdown = value();
     } else if (o == "--retime") {
       a.retime = true;
+    } else if (o == "--force") {
+      a.force = true;
     } else if (o == "--op") {
       a.selector.op = value();
     } else if (o == "--device") {
@@ -92,6 +135,12 @@ RegressArgs parse_regress_args(int argc, char** argv) {
   if (a.retime == !a.current.empty()) {
     throw Error(ErrorKind::usage,
                 "autotune regress needs either --current B.db or --retime (not both)");
+  }
+  check_report_path(a, a.junit, "--junit");
+  check_report_path(a, a.markdown, "--markdown");
+  if (!a.junit.empty() && same_file(a.junit, a.markdown)) {
+    throw Error(ErrorKind::usage, "autotune regress: --junit and --markdown name the same file " +
+                                      a.junit);
   }
   return a;
 }
@@ -210,12 +259,34 @@ void print_table(const RegressReport& r) {
               r.only_current.size(), num(r.threshold_pct, 1).c_str());
 }
 
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  out.close();
-  if (!out) {
-    throw Error(ErrorKind::io, "cannot write " + path);
+// Writes `text` to `path` through a file beside it, so that `path` is never
+// half-written: renamed over an existing file with `force`, otherwise linked into
+// place, which fails if a file appeared there since the arguments were checked.
+void write_file(const std::string& path, const std::string& text, bool force) {
+  std::random_device random;
+  std::string staged = path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(random());
+  {
+    std::ofstream out(staged, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.close();
+    if (!out) {
+      std::error_code ec;
+      fs::remove(staged, ec);
+      throw Error(ErrorKind::io, "cannot write " + path);
+    }
+  }
+  std::error_code ec;
+  if (force) {
+    fs::rename(staged, path, ec);
+  } else if (::link(staged.c_str(), path.c_str()) != 0) {
+    ec = std::error_code(errno, std::generic_category());
+  }
+  std::error_code ignored;
+  fs::remove(staged, ignored);
+  if (ec) {
+    throw Error(ErrorKind::io, "cannot write " + path + ": " + ec.message() +
+                                   (ec == std::errc::file_exists ? " (add --force to overwrite it)"
+                                                                 : ""));
   }
 }
 
@@ -337,6 +408,9 @@ std::vector<TimedEntry> retime(const std::string& baseline_path, const cache::Se
       const Op& op = find_op(w.op);
       Problem problem = op.make_problem(parse_fields(w.problem, "stored problem"));
       Config config = parse_fields(w.config, "stored configuration");
+      // The op computes launch geometry from these values: a stored 0 would divide
+      // by zero. Checked against the op's limits like any --param.
+      check_config(op_space(op), config, "stored configuration " + w.config);
       std::string cubin = db.load_cubin(e.variant->cubin_sha256);
       cuda::Module module = cuda::load_module(cubin);
       CUfunction fn = cuda::get_function(module, e.variant->kernel.c_str());
@@ -383,10 +457,10 @@ int run_regress_command(int argc, char** argv) {
   RegressReport report = cache::compare_timings(baseline, current, a.threshold_pct);
   print_table(report);
   if (!a.junit.empty()) {
-    write_file(a.junit, junit_xml(report));
+    write_file(a.junit, junit_xml(report), a.force);
   }
   if (!a.markdown.empty()) {
-    write_file(a.markdown, markdown(report));
+    write_file(a.markdown, markdown(report), a.force);
   }
   for (const Comparison& c : report.compared) {
     if (c.verdict == Verdict::regression || c.verdict == Verdict::failed) {
