@@ -14,7 +14,6 @@ A peer that fails gets null with a note. Writes <gpu>-attention.{json,md,png}.
 Usage: bench_attention.py --lib .device/libautotune.so --db tuning.db --out DIR
        --commit SHA --command "the command line that ran this" [--only N]
 """
-import ctypes
 import math
 import os
 import sys
@@ -26,13 +25,12 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 # bench_common, beside this script, also puts runtime/python on sys.path.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import (arg_parser, check, load_spec, open_runtime,  # noqa: E402
-                          variant_name, write_results as write_files)
+from bench_common import arg_parser, load_spec, write_results as write_files  # noqa: E402
 
 # The C ABI struct, as the Python bindings define it (tests/check_python_abi.py holds
 # it to the C layout); the benchmark calls the C functions directly, so that a timed
 # call builds no struct.
-from autotune_runtime import AttentionArgs as AttnArgs  # noqa: E402
+import autotune_runtime  # noqa: E402
 
 DTYPES = {"fp16": (torch.float16, 1), "bf16": (torch.bfloat16, 2)}
 PEERS = ("sdpa_flash", "sdpa_cudnn", "flex")
@@ -94,7 +92,7 @@ def main():
     shapes = shapes_from(load_spec(args.shapes, "attention"))
     if args.only:
         shapes = [shapes[int(i)] for i in args.only.split(",")]
-    lib, rt = open_runtime(args.lib, args.db, "attention", AttnArgs)
+    rt = autotune_runtime.Runtime(args.lib, args.db, require_tuned=True)
 
     torch._dynamo.config.recompile_limit = 1000
     torch._dynamo.config.cache_size_limit = 1000
@@ -118,25 +116,24 @@ def main():
         q, k, v = make(Hq), make(Hkv), make(Hkv)
         o = make(Hq)
         o.fill_(float("nan"))
-        a = AttnArgs()
-        a.q, a.k, a.v, a.o, a.lse = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), None
-        a.batch, a.heads_q, a.heads_kv, a.seq_q, a.seq_k, a.head_dim = B, Hq, Hkv, S, S, D
-        a.dtype, a.causal, a.layout_bhsd, a.scale = code, int(causal), int(bhsd), 0.0
-        for field, t in (("q_strides", q), ("k_strides", k), ("v_strides", v), ("o_strides", o)):
-            getattr(a, field)[:] = [t.stride(0), t.stride(1), t.stride(2)]
+        # q, k, v, o are already [B, H, S, D] views.
+        a = rt.attention_args(q, k, v, o, None, causal, None, layout="bhsd")
         stream = torch.cuda.current_stream().cuda_stream
         row = {"shape": dict(s), "ours": None, "ours_us": None, "rel_err": None, "variant": None,
                "peers": {}, "peers_us": {}, "notes": {}}
         try:
-            row["variant"] = variant_name(lib, rt, "attention", a)
+            row["variant"] = rt.variant("attention", a)
         except RuntimeError as e:
             row["notes"]["ours"] = str(e)[:300]
         gqa = Hq != Hkv
 
+        launch = rt.lib.autotune_attention
+
         def ours():
-            rc = lib.autotune_attention(rt, ctypes.byref(a), stream)
+            # The prepared struct straight to the C ABI: what a production caller pays.
+            rc = launch(rt.handle, a, stream)
             if rc:
-                check(lib, rc, "launch")
+                rt.check(rc)
 
         def sdpa(backend):
             def run():

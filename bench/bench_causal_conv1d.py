@@ -11,7 +11,6 @@ sample, median). Writes bench/results/<gpu>-causal_conv1d.{json,md} under --out.
 Usage: bench_causal_conv1d.py --lib .device/libautotune.so --db tuning.db --out DIR
        --commit SHA --command "the command line that ran this"
 """
-import ctypes
 import os
 import sys
 
@@ -50,7 +49,7 @@ def main():
 
         def ours():
             # The prepared struct straight to the C ABI: what a production caller pays.
-            rt.check(launch(rt.handle, ctypes.byref(a), stream))
+            rt.check(launch(rt.handle, a, stream))
 
         def peer():
             y = F.conv1d(x, w.unsqueeze(1), bias, padding=W - 1, groups=C)[..., :L]

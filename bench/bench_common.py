@@ -1,13 +1,11 @@
 """What the GPU benchmarks (bench_attention.py, bench_selective_scan.py,
 bench_causal_conv1d.py) share: the options they all take and the reading of their
-bench/shapes.toml section, libautotune.so through ctypes (argument types, runtime
-handle, error check, variant name), the timing and the row of a bandwidth benchmark
+bench/shapes.toml section, the timing and the row of a bandwidth benchmark
 (ours beside a peer and a copy, in GB/s), the GPU's short name in file names, and the
 writing of <gpu>-<op>.json and the head of <gpu>-<op>.md. Importing it puts
 runtime/python (the autotune_runtime bindings) on sys.path.
 """
 import argparse
-import ctypes
 import datetime
 import json
 import os
@@ -37,39 +35,6 @@ def load_spec(path, op):
     """The [op] section of the shapes file."""
     with open(path, "rb") as f:
         return tomllib.load(f)[op]
-
-
-def load_library(path, op, args_type):
-    """libautotune.so with the argument types of autotune_<op> and autotune_<op>_variant."""
-    lib = ctypes.CDLL(path)
-    lib.autotune_runtime_create.argtypes = [ctypes.c_char_p, ctypes.c_int,
-                                            ctypes.POINTER(ctypes.c_void_p)]
-    lib.autotune_last_error.restype = ctypes.c_char_p
-    getattr(lib, f"autotune_{op}").argtypes = [ctypes.c_void_p, ctypes.POINTER(args_type),
-                                               ctypes.c_void_p]
-    getattr(lib, f"autotune_{op}_variant").argtypes = [ctypes.c_void_p, ctypes.POINTER(args_type),
-                                                       ctypes.c_char_p, ctypes.c_uint64]
-    return lib
-
-
-def check(lib, rc, what):
-    if rc != 0:
-        raise RuntimeError(f"{what}: {lib.autotune_last_error().decode()} (status {rc})")
-
-
-def open_runtime(path, db, op, args_type):
-    """(lib, runtime handle) over the tuning database db."""
-    lib = load_library(path, op, args_type)
-    rt = ctypes.c_void_p()
-    check(lib, lib.autotune_runtime_create(db.encode(), 1, ctypes.byref(rt)), "runtime")
-    return lib, rt
-
-
-def variant_name(lib, rt, op, a):
-    """The name of the variant autotune_<op> runs for the args struct a."""
-    buf = ctypes.create_string_buffer(512)
-    check(lib, getattr(lib, f"autotune_{op}_variant")(rt, ctypes.byref(a), buf, 512), "variant")
-    return buf.value.decode()
 
 
 def time_bandwidth(fns, nbytes, warmup, rep):

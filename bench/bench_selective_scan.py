@@ -17,7 +17,6 @@ sequential scan over the first channels of every batch.
 Usage: bench_selective_scan.py --lib .device/libautotune.so --db tuning.db --out DIR
        --commit SHA --command "the command line that ran this"
 """
-import ctypes
 import os
 import subprocess
 import sys
@@ -27,10 +26,9 @@ import torch.nn.functional as F
 
 # bench_common, beside this script, also puts runtime/python on sys.path.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import (arg_parser, bandwidth_row, check, load_spec,  # noqa: E402
-                          open_runtime, time_bandwidth, variant_name, write_results)
+from bench_common import (arg_parser, bandwidth_row, load_spec,  # noqa: E402
+                          time_bandwidth, write_results)
 
-BF16 = 2
 EXP_PER_CLOCK_PER_SM = 16  # MUFU.EX2 throughput, CUDA programming guide, cc 8.0-9.0
 REF_CHANNELS = 64          # channels per batch checked against the float64 scan
 TORCH_CHUNK = 32           # steps per chunk of the PyTorch scan (exp(-S) stays in fp32 range)
@@ -38,7 +36,7 @@ TORCH_CHUNK = 32           # steps per chunk of the PyTorch scan (exp(-S) stays 
 # The C ABI structs, as the Python bindings define them (tests/check_python_abi.py holds
 # them to the C layout); the benchmark calls the C functions directly, so that a timed
 # call builds no struct.
-from autotune_runtime import I64x2, I64x3, SelectiveScanArgs as ScanArgs  # noqa: E402
+import autotune_runtime  # noqa: E402
 
 
 def max_sm_clock_mhz():
@@ -96,7 +94,7 @@ def rel_err(out, ref, channels):
 def main():
     args = arg_parser().parse_args()
     spec = load_spec(args.shapes, "selective_scan")
-    lib, rt = open_runtime(args.lib, args.db, "selective_scan", ScanArgs)
+    rt = autotune_runtime.Runtime(args.lib, args.db, require_tuned=True)
     torch.manual_seed(0)
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(dev)
@@ -119,18 +117,15 @@ def main():
         Dv = torch.rand(Dd, device=dev) * 2 - 1
         bias = -torch.rand(Dd, device=dev)
         out = torch.full_like(u, float("nan"))
-        a = ScanArgs(u.data_ptr(), delta.data_ptr(), A.data_ptr(), Bm.data_ptr(), Cm.data_ptr(),
-                     Dv.data_ptr(), z.data_ptr(), bias.data_ptr(), out.data_ptr(), None,
-                     Bsz, Dd, L, N, 1, BF16, 1, 1,
-                     I64x2(-1, -1), I64x2(-1, -1), I64x2(-1, -1), I64x2(-1, -1),
-                     I64x3(-1, -1, -1), I64x3(-1, -1, -1))
+        a = rt.selective_scan_args(u, delta, A, Bm, Cm, out, Dv, z, bias, True)
         stream = torch.cuda.current_stream().cuda_stream
-        variant = variant_name(lib, rt, "selective_scan", a)
+        variant = rt.variant("selective_scan", a)
+        launch = rt.lib.autotune_selective_scan
 
         def ours():
-            rc = lib.autotune_selective_scan(rt, ctypes.byref(a), stream)
+            rc = launch(rt.handle, a, stream)
             if rc:
-                check(lib, rc, "launch")
+                rt.check(rc)
 
         def peer():
             return torch_scan(u, delta, A, Bm, Cm, Dv, z, bias)

@@ -2,8 +2,10 @@
 // if the tuning database has one, else the documented default variant.
 //   autotune --arch auto --op causal_conv1d --shape "B=4,C=1024,L=2048,W=4,dtype=bf16,silu=1"
 //   ./conv1d_example
-#include "runtime/dispatch/autotune.hpp"
+#include <autotune/autotune.hpp> // the installed header, as a user's program includes it
 
+// In-tree helpers for the example's device buffers and error codes; a program of yours
+// allocates with cudaMalloc / cuMemAlloc instead.
 #include "runtime/base/error.hpp"
 #include "runtime/cuda/device.hpp"
 
@@ -24,16 +26,13 @@ int main() {
     dw.upload(w.data(), w.size() * 2);
     db.upload(bias.data(), bias.size() * 2);
 
-    autotune::CausalConv1dArgs a;
-    a.x = reinterpret_cast<const void*>(dx.get());
-    a.weight = reinterpret_cast<const void*>(dw.get());
-    a.bias = reinterpret_cast<const void*>(db.get());
-    a.out = reinterpret_cast<void*>(dout.get());
-    a.batch = B;
-    a.channels = C;
-    a.length = L;
-    a.width = W;
-    a.silu = true;
+    using autotune::ElementType;
+    autotune::CausalConv1dArgs a{};
+    a.x = autotune::tensor(reinterpret_cast<const void*>(dx.get()), ElementType::bf16, {B, C, L});
+    a.weight = autotune::tensor(reinterpret_cast<const void*>(dw.get()), ElementType::bf16, {C, W});
+    a.bias = autotune::tensor(reinterpret_cast<const void*>(db.get()), ElementType::bf16, {C});
+    a.out = autotune::tensor(reinterpret_cast<const void*>(dout.get()), ElementType::bf16, {B, C, L});
+    a.silu = 1;
     autotune::Selection s = rt.select_causal_conv1d(a);
     rt.causal_conv1d(a);
     dout.download(out.data(), out.size() * 2);

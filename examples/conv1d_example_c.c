@@ -1,8 +1,30 @@
 /* The C ABI: create a runtime, ask which variant a call resolves to. Pointers
- * here are fake (nothing launches), so this runs anywhere a GPU is present. */
-#include "autotune.h"
+ * here are fake (nothing launches; a call would refuse them as not GPU memory), so
+ * this runs anywhere a GPU is present. */
+#include <autotune/autotune.h>
 
 #include <stdio.h>
+
+/* Contiguous [d0, d1, d2] and [d0, d1] tensors (strides in elements). */
+static autotune_tensor tensor3(const void* data, int32_t dtype, int64_t d0, int64_t d1, int64_t d2) {
+  autotune_tensor t = {0};
+  t.data = data;
+  t.dtype = dtype;
+  t.ndim = 3;
+  t.shape[0] = d0, t.shape[1] = d1, t.shape[2] = d2;
+  t.strides[0] = d1 * d2, t.strides[1] = d2, t.strides[2] = 1;
+  return t;
+}
+
+static autotune_tensor tensor2(const void* data, int32_t dtype, int64_t d0, int64_t d1) {
+  autotune_tensor t = {0};
+  t.data = data;
+  t.dtype = dtype;
+  t.ndim = 2;
+  t.shape[0] = d0, t.shape[1] = d1;
+  t.strides[0] = d1, t.strides[1] = 1;
+  return t;
+}
 
 int main(void) {
   autotune_runtime* rt = NULL;
@@ -11,17 +33,10 @@ int main(void) {
     return 3;
   }
   autotune_causal_conv1d_args a = {0};
-  a.x = (const void*)0x100000;
-  a.weight = (const void*)0x200000;
-  a.out = (void*)0x300000;
-  a.batch = 8;
-  a.channels = 4096;
-  a.length = 2048;
-  a.width = 4;
-  a.x_dtype = AUTOTUNE_BF16;
-  a.weight_dtype = AUTOTUNE_BF16;
+  a.x = tensor3((const void*)0x100000, AUTOTUNE_BF16, 8, 4096, 2048);
+  a.weight = tensor2((const void*)0x200000, AUTOTUNE_BF16, 4096, 4);
+  a.out = tensor3((const void*)0x300000, AUTOTUNE_BF16, 8, 4096, 2048);
   a.silu = 1;
-  a.x_batch_stride = a.x_channel_stride = a.out_batch_stride = a.out_channel_stride = -1;
   char variant[256];
   int rc = autotune_causal_conv1d_variant(rt, &a, variant, sizeof variant);
   if (rc != AUTOTUNE_OK) {

@@ -333,25 +333,18 @@ TEST_CASE("the runtime's default attention variant takes arbitrary strides") {
   HostTensor lse(DType::f32, size_t(B) * H * S);
   lse.poison();
   DeviceTensor ld(lse);
-  AttentionArgs a;
+  AttentionArgs a{};
   const size_t esize = 2;
-  a.q = reinterpret_cast<const void*>(packed.get());
-  a.k = reinterpret_cast<const void*>(packed.get() + size_t(H) * D * esize);
-  a.v = reinterpret_cast<const void*>(packed.get() + 2 * size_t(H) * D * esize);
-  a.o = reinterpret_cast<void*>(o.get());
-  a.lse = reinterpret_cast<float*>(ld.get());
-  a.batch = B;
-  a.heads_q = a.heads_kv = H;
-  a.seq_q = a.seq_k = S;
-  a.head_dim = D;
-  a.causal = true;
+  auto view = [&](CUdeviceptr base, std::initializer_list<int64_t> strides) {
+    return tensor(reinterpret_cast<const void*>(base), ElementType::bf16, {B, H, S, D}, strides);
+  };
+  a.q = view(packed.get(), {l.batch, l.head, l.seq, 1});
+  a.k = view(packed.get() + size_t(H) * D * esize, {l.batch, l.head, l.seq, 1});
+  a.v = view(packed.get() + 2 * size_t(H) * D * esize, {l.batch, l.head, l.seq, 1});
+  a.o = view(o.get(), {}); // contiguous [B, H, S, D]
+  a.lse = tensor(reinterpret_cast<const void*>(ld.get()), ElementType::fp32, {B, H, S});
+  a.causal = 1;
   a.scale = 0.1;
-  for (auto* s : {a.q_strides, a.k_strides, a.v_strides}) {
-    s[0] = l.batch;
-    s[1] = l.head;
-    s[2] = l.seq;
-  }
-  a.layout_bhsd = true; // O's negative strides: contiguous [B, H, S, D]
   CHECK(rt.select_attention(a).source == "default");
   rt.attention(a);
   AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
@@ -369,8 +362,36 @@ TEST_CASE("the runtime's default attention variant takes arbitrary strides") {
   CHECK(rel_err(got_lse, ref.lse) <= 1e-4);
 
   SUBCASE("bad arguments are refused before launching") {
-    a.o = nullptr;
-    CHECK_THROWS_WITH_AS(rt.attention(a), doctest::Contains("null pointer"), Error);
+    AttentionArgs bad = a;
+    SUBCASE("a missing output") {
+      bad.o.data = nullptr;
+      CHECK_THROWS_WITH_AS(rt.attention(bad), doctest::Contains("o is required"), Error);
+    }
+    SUBCASE("k with another head dim") {
+      bad.k.shape[3] = D / 2;
+      CHECK_THROWS_WITH_AS(rt.attention(bad), doctest::Contains("k has shape"), Error);
+    }
+    SUBCASE("v shorter than k") {
+      bad.v.shape[2] = S - 1;
+      CHECK_THROWS_WITH_AS(rt.attention(bad), doctest::Contains("v has shape"), Error);
+    }
+    SUBCASE("k and v of different dtypes") {
+      bad.v.dtype = AUTOTUNE_FP16;
+      CHECK_THROWS_WITH_AS(rt.attention(bad), doctest::Contains("must have the dtype of q"),
+                           Error);
+    }
+    SUBCASE("a strided head dimension") {
+      bad.q.strides[3] = 2;
+      CHECK_THROWS_WITH_AS(rt.attention(bad), doctest::Contains("contiguous last dimension"),
+                           Error);
+    }
+    SUBCASE("host memory") {
+      std::vector<uint16_t> host(size_t(B) * H * S * D);
+      bad.q.data = host.data();
+      CHECK_THROWS_WITH_AS(rt.attention(bad), doctest::Contains("q is not GPU memory"), Error);
+    }
+    rt.attention(a); // the context is healthy
+    AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
   }
 }
 
@@ -403,19 +424,13 @@ TEST_CASE("tuning attention stores a winner that the runtime then dispatches, wi
   HostTensor out(DType::f16, k.q.n);
   out.poison();
   DeviceTensor od(out);
-  AttentionArgs a;
-  a.q = reinterpret_cast<const void*>(q.get());
-  a.k = reinterpret_cast<const void*>(kk.get());
-  a.v = reinterpret_cast<const void*>(v.get());
-  a.o = reinterpret_cast<void*>(od.get());
-  a.batch = 2;
-  a.heads_q = 8;
-  a.heads_kv = 2;
-  a.seq_q = a.seq_k = 300;
-  a.head_dim = 64;
-  a.type = ElementType::fp16;
-  a.causal = true;
-  a.layout_bhsd = true;
+  AttentionArgs a{};
+  // AttnCase's layout=bhsd: contiguous [B, H, S, D].
+  a.q = tensor(reinterpret_cast<const void*>(q.get()), ElementType::fp16, {2, 8, 300, 64});
+  a.k = tensor(reinterpret_cast<const void*>(kk.get()), ElementType::fp16, {2, 2, 300, 64});
+  a.v = tensor(reinterpret_cast<const void*>(v.get()), ElementType::fp16, {2, 2, 300, 64});
+  a.o = tensor(reinterpret_cast<const void*>(od.get()), ElementType::fp16, {2, 8, 300, 64});
+  a.causal = 1;
   Selection s = rt.select_attention(a);
   CHECK(s.source == "tuned");
   CHECK(s.variant == p.winner_config);
@@ -431,7 +446,7 @@ TEST_CASE("tuning attention stores a winner that the runtime then dispatches, wi
   AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
   od.download(out);
   CHECK(rel_err(k.logical(out), k.ref.o) <= attn().tolerance(k.problem));
-  a.seq_q = 299; // not tuned: require_tuned refuses instead of falling back
+  a.q.shape[2] = a.o.shape[2] = 299; // not tuned: require_tuned refuses, no fallback
   CHECK_THROWS_WITH_AS(rt.attention(a), doctest::Contains("nothing tuned"), Error);
   fs::remove(db);
   fs::remove(db.string() + "-wal");

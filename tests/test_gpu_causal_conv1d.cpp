@@ -179,15 +179,12 @@ TEST_CASE("tuning stores a winner that the runtime then dispatches") {
     HostTensor out(k.x.type, k.x.n);
     out.poison();
     DeviceTensor o2(out);
-    CausalConv1dArgs a;
-    a.x = reinterpret_cast<const void*>(x.get());
-    a.weight = reinterpret_cast<const void*>(w.get());
-    a.bias = reinterpret_cast<const void*>(b.get());
-    a.out = reinterpret_cast<void*>(o2.get());
-    a.batch = 2;
-    a.channels = 256;
-    a.length = 1000;
-    a.width = 4;
+    CausalConv1dArgs a{};
+    a.x = tensor(reinterpret_cast<const void*>(x.get()), ElementType::bf16, {2, 256, 1000});
+    a.weight = tensor(reinterpret_cast<const void*>(w.get()), ElementType::bf16, {256, 4});
+    a.bias = tensor(reinterpret_cast<const void*>(b.get()), ElementType::bf16, {256});
+    a.out = tensor(reinterpret_cast<const void*>(o2.get()), ElementType::bf16, {2, 256, 1000});
+    a.silu = 1;
     Selection s = rt.select_causal_conv1d(a);
     CHECK(s.source == "tuned");
     CHECK(s.variant == p.winner_config);
@@ -197,7 +194,7 @@ TEST_CASE("tuning stores a winner that the runtime then dispatches") {
     CHECK(relative_error(out, k.ref) <= 1e-2);
     CHECK(rt.loaded_variants() == 1);
 
-    a.length = 999; // not tuned: require_tuned refuses instead of falling back
+    a.x.shape[2] = a.out.shape[2] = 999; // not tuned: require_tuned refuses, no fallback
     CHECK_THROWS_WITH_AS(rt.causal_conv1d(a), doctest::Contains("nothing tuned"), Error);
   }
   fs::remove(db);
@@ -222,25 +219,82 @@ TEST_CASE("the runtime's default variant handles strided inputs") {
   HostTensor out(DType::bf16, size_t(B) * C * L);
   out.poison();
   DeviceTensor o(out);
-  CausalConv1dArgs a;
-  a.x = reinterpret_cast<const void*>(x.get());
-  a.weight = reinterpret_cast<const void*>(wd.get());
-  a.out = reinterpret_cast<void*>(o.get());
-  a.batch = B;
-  a.channels = C;
-  a.length = L;
-  a.width = W;
-  a.weight_type = ElementType::fp32;
-  a.x_channel_stride = L + pad;
-  a.x_batch_stride = (long long)C * (L + pad);
+  CausalConv1dArgs a{};
+  a.x = tensor(reinterpret_cast<const void*>(x.get()), ElementType::bf16, {B, C, L},
+               {(long long)C * (L + pad), L + pad, 1});
+  a.weight = tensor(reinterpret_cast<const void*>(wd.get()), ElementType::fp32, {C, W});
+  a.out = tensor(reinterpret_cast<const void*>(o.get()), ElementType::bf16, {B, C, L});
+  a.silu = 1;
   CHECK(rt.select_causal_conv1d(a).source == "default");
   rt.causal_conv1d(a);
   AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
   o.download(out);
   CHECK(relative_error(out, ref) <= 1e-2);
 
-  SUBCASE("bad arguments are refused before launching") {
-    a.out = nullptr;
-    CHECK_THROWS_WITH_AS(rt.causal_conv1d(a), doctest::Contains("null pointer"), Error);
+  SUBCASE("bad arguments are refused before launching, and the context stays healthy") {
+    CausalConv1dArgs bad = a;
+    SUBCASE("a missing output") {
+      bad.out.data = nullptr;
+      CHECK_THROWS_WITH_AS(rt.causal_conv1d(bad), doctest::Contains("out is required"), Error);
+    }
+    SUBCASE("host memory (a CPU tensor passed by mistake)") {
+      std::vector<uint16_t> host(size_t(B) * C * L);
+      bad.out.data = host.data();
+      CHECK_THROWS_WITH_AS(rt.causal_conv1d(bad), doctest::Contains("out is not GPU memory"),
+                           Error);
+    }
+    SUBCASE("an output larger than its allocation") {
+      bad.out.strides[0] = 100LL * C * L; // batch 1 lies far past the allocation
+      CHECK_THROWS_WITH_AS(rt.causal_conv1d(bad), doctest::Contains("into its allocation"),
+                           Error);
+    }
+    SUBCASE("a weight with fewer channels than x") {
+      bad.weight.shape[0] = C / 2;
+      CHECK_THROWS_WITH_AS(rt.causal_conv1d(bad), doctest::Contains("weight has shape"), Error);
+    }
+    SUBCASE("a strided last dimension") {
+      bad.x.strides[2] = 2;
+      CHECK_THROWS_WITH_AS(rt.causal_conv1d(bad), doctest::Contains("contiguous last dimension"),
+                           Error);
+    }
+    SUBCASE("an output of another dtype") {
+      bad.out.dtype = AUTOTUNE_FP16;
+      CHECK_THROWS_WITH_AS(rt.causal_conv1d(bad), doctest::Contains("must have the dtype of x"),
+                           Error);
+    }
+    rt.causal_conv1d(a); // the context is healthy: the good call still runs
+    AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
   }
+}
+
+TEST_CASE("causal_conv1d reads x as mamba-ssm's mixer passes it: a view of the in_proj output") {
+  // xz = in_proj(...) laid out [2C, B, L] and viewed as [B, 2C, L]: x = xz[:, :C] has
+  // batch stride L, below its channel stride B*L.
+  context();
+  std::mt19937_64 rng(std::random_device{}());
+  const int B = 3, C = 40, L = 777, W = 4;
+  HostTensor xz(DType::bf16, size_t(2) * C * B * L);
+  xz.randomize(rng, -1, 1);
+  HostTensor w(DType::bf16, size_t(C) * W), bias(DType::bf16, size_t(C));
+  w.randomize(rng, -0.5, 0.5);
+  bias.randomize(rng, -0.5, 0.5);
+  auto ref = causal_conv1d_reference(xz, w, &bias, B, C, L, W, true, L, (long long)B * L);
+  RuntimeOptions ro;
+  ro.database = (fs::temp_directory_path() / "autotune-does-not-exist.db").string();
+  Runtime rt(ro);
+  DeviceTensor x(xz), wd(w), bd(bias);
+  HostTensor out(DType::bf16, size_t(B) * C * L);
+  out.poison();
+  DeviceTensor o(out);
+  CausalConv1dArgs a{};
+  a.x = tensor(reinterpret_cast<const void*>(x.get()), ElementType::bf16, {B, C, L},
+               {L, (long long)B * L, 1});
+  a.weight = tensor(reinterpret_cast<const void*>(wd.get()), ElementType::bf16, {C, W});
+  a.bias = tensor(reinterpret_cast<const void*>(bd.get()), ElementType::bf16, {C});
+  a.out = tensor(reinterpret_cast<const void*>(o.get()), ElementType::bf16, {B, C, L});
+  a.silu = 1;
+  rt.causal_conv1d(a);
+  AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+  o.download(out);
+  CHECK(relative_error(out, ref) <= 1e-2);
 }

@@ -360,20 +360,24 @@ TEST_CASE("tuning selective_scan stores a winner that the runtime then dispatche
   auto vp = [&](const char* name) {
     return reinterpret_cast<void*>(k.device[k.index(name)]->get());
   };
-  SelectiveScanArgs a;
-  a.u = vp("u");
-  a.delta = vp("delta");
-  a.A = static_cast<const float*>(vp("A"));
-  a.B = vp("B");
-  a.C = vp("C");
-  a.D = static_cast<const float*>(vp("D"));
-  a.z = vp("z");
-  a.delta_bias = static_cast<const float*>(vp("delta_bias"));
-  a.out = vp("out");
-  a.batch = 2;
-  a.dim = 64;
-  a.length = 2048;
-  a.dstate = 16;
+  const int64_t B = 2, D = 64, L = 2048, N = 16;
+  auto bf16 = [&](const char* name, std::initializer_list<int64_t> dims) {
+    return tensor(vp(name), ElementType::bf16, dims);
+  };
+  auto f32 = [&](const char* name, std::initializer_list<int64_t> dims) {
+    return tensor(vp(name), ElementType::fp32, dims);
+  };
+  SelectiveScanArgs a{};
+  a.u = bf16("u", {B, D, L});
+  a.delta = bf16("delta", {B, D, L});
+  a.A = f32("A", {D, N});
+  a.B = bf16("B", {B, N, L}); // mamba-ssm's [batch, N, L]: one group
+  a.C = bf16("C", {B, 1, N, L});
+  a.D = f32("D", {D});
+  a.z = bf16("z", {B, D, L});
+  a.delta_bias = f32("delta_bias", {D});
+  a.out = bf16("out", {B, D, L});
+  a.delta_softplus = 1;
   Selection s = rt.select_selective_scan(a);
   CHECK(s.source == "tuned");
   CHECK(s.variant == p.winner_config);
@@ -381,7 +385,10 @@ TEST_CASE("tuning selective_scan stores a winner that the runtime then dispatche
   AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
   CHECK(k.error() <= 1e-2);
 
-  a.length = 2047; // not tuned: require_tuned refuses instead of falling back
+  for (Tensor* t : {&a.u, &a.delta, &a.z, &a.out}) {
+    t->shape[2] = 2047; // not tuned: require_tuned refuses, no fallback
+  }
+  a.B.shape[2] = a.C.shape[3] = 2047;
   CHECK_THROWS_WITH_AS(rt.selective_scan(a), doctest::Contains("nothing tuned"), Error);
   fs::remove(db);
   fs::remove(db.string() + "-wal");
@@ -422,32 +429,25 @@ TEST_CASE("the runtime's default selective_scan variant handles strided tensors"
     return reinterpret_cast<void*>(k.device[k.index(name)]->get());
   };
   auto ptr = [](const DeviceTensor& t) { return reinterpret_cast<void*>(t.get()); };
-  SelectiveScanArgs a;
-  a.u = ptr(du);
-  a.delta = ptr(dd);
-  a.z = ptr(dz);
-  a.B = ptr(db);
-  a.C = ptr(dc);
-  a.A = static_cast<const float*>(vp("A"));
-  a.D = static_cast<const float*>(vp("D"));
-  a.delta_bias = static_cast<const float*>(vp("delta_bias"));
-  a.out = ptr(dout);
-  a.last_state = static_cast<float*>(ptr(dlast));
-  a.batch = B;
-  a.dim = D;
-  a.length = L;
-  a.dstate = N;
-  a.groups = G;
-  a.type = ElementType::fp16;
-  for (auto* s : {a.u_strides, a.delta_strides, a.z_strides}) {
-    s[0] = D * (L + pad);
-    s[1] = L + pad;
-  }
-  for (auto* s : {a.b_strides, a.c_strides}) {
-    s[0] = G * N * (L + pad);
-    s[1] = N * (L + pad);
-    s[2] = L + pad;
-  }
+  const long long row = L + pad;
+  auto rows = [&](const DeviceTensor& t) {
+    return tensor(ptr(t), ElementType::fp16, {B, D, L}, {D * row, row, 1});
+  };
+  auto groups = [&](const DeviceTensor& t) {
+    return tensor(ptr(t), ElementType::fp16, {B, G, N, L}, {G * N * row, N * row, row, 1});
+  };
+  SelectiveScanArgs a{};
+  a.u = rows(du);
+  a.delta = rows(dd);
+  a.z = rows(dz);
+  a.B = groups(db);
+  a.C = groups(dc);
+  a.A = tensor(vp("A"), ElementType::fp32, {D, N});
+  a.D = tensor(vp("D"), ElementType::fp32, {D});
+  a.delta_bias = tensor(vp("delta_bias"), ElementType::fp32, {D});
+  a.out = tensor(ptr(dout), ElementType::fp16, {B, D, L});
+  a.last_state = tensor(ptr(dlast), ElementType::fp32, {B, D, N});
+  a.delta_softplus = 1;
   CHECK(rt.select_selective_scan(a).source == "default");
   rt.selective_scan(a);
   AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
@@ -457,7 +457,36 @@ TEST_CASE("the runtime's default selective_scan variant handles strided tensors"
   CHECK(relative_error(last, k.ref.last) <= 1e-4);
 
   SUBCASE("bad arguments are refused before launching") {
-    a.out = nullptr;
-    CHECK_THROWS_WITH_AS(rt.selective_scan(a), doctest::Contains("null pointer"), Error);
+    SelectiveScanArgs bad = a;
+    SUBCASE("a missing output") {
+      bad.out.data = nullptr;
+      CHECK_THROWS_WITH_AS(rt.selective_scan(bad), doctest::Contains("out is required"), Error);
+    }
+    SUBCASE("a bf16 A") {
+      bad.A.dtype = AUTOTUNE_BF16;
+      CHECK_THROWS_WITH_AS(rt.selective_scan(bad), doctest::Contains("A is bf16; it must be fp32"),
+                           Error);
+    }
+    SUBCASE("fp32 variable B with fp16 u") {
+      bad.B.dtype = AUTOTUNE_FP32;
+      CHECK_THROWS_WITH_AS(rt.selective_scan(bad), doctest::Contains("must have the dtype of u"),
+                           Error);
+    }
+    SUBCASE("one fixed and one variable B/C") {
+      bad.C = a.A; // fp32 [D, N]: the fixed form
+      CHECK_THROWS_WITH_AS(rt.selective_scan(bad), doctest::Contains("var_bc"), Error);
+    }
+    SUBCASE("a last state of the wrong shape") {
+      bad.last_state.shape[2] = N + 1;
+      CHECK_THROWS_WITH_AS(rt.selective_scan(bad), doctest::Contains("last_state has shape"),
+                           Error);
+    }
+    SUBCASE("a strided last dimension") {
+      bad.u.strides[2] = 2;
+      CHECK_THROWS_WITH_AS(rt.selective_scan(bad),
+                           doctest::Contains("contiguous last dimension"), Error);
+    }
+    rt.selective_scan(a); // the context is healthy
+    AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
   }
 }

@@ -86,32 +86,3 @@ TEST_CASE("tensors and effective bytes follow the problem") {
   CHECK(with_states[5].name == "final_states");
   CHECK(with_states[5].output);
 }
-
-TEST_CASE("a runtime call is validated before anything launches") {
-  const auto& op = static_cast<const CausalConv1dOp&>(conv());
-  Problem p = problem("B=2,C=8,L=16,bias=1");
-  CausalConv1dCall call;
-  call.x = 0x10000;
-  call.weight = 0x20000;
-  call.bias = 0x30000;
-  call.out = 0x40000;
-  call.x_channel_stride = call.out_channel_stride = 16;
-  call.x_batch_stride = call.out_batch_stride = 128;
-  CHECK_NOTHROW(op.validate_call(p, call));
-  SUBCASE("null output") {
-    call.out = 0;
-    CHECK_THROWS_WITH_AS(op.validate_call(p, call), doctest::Contains("out is a null pointer"), Error);
-  }
-  SUBCASE("overlapping rows") {
-    call.x_channel_stride = 8;
-    CHECK_THROWS_WITH_AS(op.validate_call(p, call), doctest::Contains("overlap"), Error);
-  }
-  SUBCASE("misaligned pointer") {
-    call.x = 0x10001;
-    CHECK_THROWS_WITH_AS(op.validate_call(p, call), doctest::Contains("not aligned"), Error);
-  }
-  SUBCASE("missing bias") {
-    call.bias = 0;
-    CHECK_THROWS_WITH_AS(op.validate_call(p, call), doctest::Contains("bias"), Error);
-  }
-}

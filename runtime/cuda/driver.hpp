@@ -38,6 +38,7 @@ namespace autotune::cuda {
   X(cuMemsetD16Async, "cuMemsetD16Async")                                                          \
   X(cuMemsetD32Async, "cuMemsetD32Async")                                                          \
   X(cuPointerGetAttribute, "cuPointerGetAttribute")                                                \
+  X(cuPointerGetAttributes, "cuPointerGetAttributes")                                              \
   X(cuModuleLoadData, "cuModuleLoadData")                                                          \
   X(cuModuleUnload, "cuModuleUnload")                                                              \
   X(cuModuleGetFunction, "cuModuleGetFunction")                                                    \

@@ -1,6 +1,14 @@
 /* autotune's runtime library, C ABI (for C programs and for Python via ctypes).
  * Every function returns AUTOTUNE_OK (0) or an error code; autotune_last_error()
- * gives the message of the last failure on the calling thread. */
+ * gives the message of the last failure on the calling thread.
+ *
+ * Every tensor argument is an autotune_tensor: a device pointer with its dtype,
+ * shape and strides (DLPack-like). The library checks every tensor of a call
+ * against the op's description before anything launches: device memory of the
+ * runtime's GPU, dtype, each size against the others (the shape fields B, C, L, ...
+ * are read off the tensors), strides the kernel can read, alignment, and that
+ * outputs do not overlap themselves. A call that fails a check returns
+ * AUTOTUNE_ERROR_INVALID_ARGUMENT naming the argument; nothing is launched. */
 #ifndef AUTOTUNE_H
 #define AUTOTUNE_H
 
@@ -22,6 +30,19 @@ enum autotune_status {
 
 enum autotune_dtype { AUTOTUNE_FP32 = 0, AUTOTUNE_FP16 = 1, AUTOTUNE_BF16 = 2 };
 
+#define AUTOTUNE_MAX_DIMS 4
+
+/* A strided view of device memory. data NULL marks an absent optional tensor (the
+ * other fields are then ignored). Strides are in elements; a stride of a dimension
+ * of size 1 is ignored. */
+typedef struct autotune_tensor {
+  const void* data;
+  int32_t dtype; /* enum autotune_dtype */
+  int32_t ndim;  /* 1..AUTOTUNE_MAX_DIMS */
+  int64_t shape[AUTOTUNE_MAX_DIMS];
+  int64_t strides[AUTOTUNE_MAX_DIMS];
+} autotune_tensor;
+
 typedef struct autotune_runtime autotune_runtime;
 
 /* database: path or NULL for the default path. */
@@ -29,41 +50,47 @@ int autotune_runtime_create(const char* database, int require_tuned, autotune_ru
 void autotune_runtime_destroy(autotune_runtime* rt);
 const char* autotune_last_error(void);
 
+/* The layout of an op's args struct as text, one field per line,
+ * "NAME KIND OFFSET" (KIND: tensor, i32, f64, ptr, u64), then "size BYTES"; and
+ * after a line "rules", one line per tensor with its shape and dtype rules. Python
+ * builds its ctypes structs from this. op: "causal_conv1d", "attention" or
+ * "selective_scan". */
+int autotune_describe_args(const char* op, char* buffer, uint64_t size);
+
+/* causal_conv1d: out[b,c,t] = act(bias[c] + sum_{k<W} weight[c,k] x[b,c,t-W+1+k]),
+ * x zero before t = 0 unless initial_states are given. */
 typedef struct autotune_causal_conv1d_args {
-  const void* x;
-  const void* weight;
-  const void* bias; /* NULL: no bias */
-  void* out;
-  int64_t batch, channels, length, width;
-  int32_t x_dtype, weight_dtype; /* enum autotune_dtype */
-  int32_t silu;
-  /* strides in elements; negative means contiguous */
-  int64_t x_batch_stride, x_channel_stride, out_batch_stride, out_channel_stride;
-  /* [batch, channels, width - 1] contiguous, x's dtype; NULL: zeros before t = 0 / not written */
-  const void* initial_states;
-  void* final_states;
+  autotune_tensor x;              /* [B, C, L] fp32/fp16/bf16; any batch and channel
+                                     strides (views of a packed projection work),
+                                     contiguous last dimension */
+  autotune_tensor weight;         /* [C, W], W in 2..4, fp32/fp16/bf16, contiguous */
+  autotune_tensor bias;           /* [C], weight's dtype; optional */
+  autotune_tensor initial_states; /* [B, C, W-1], x's dtype, contiguous; optional */
+  autotune_tensor out;            /* [B, C, L], x's dtype */
+  autotune_tensor final_states;   /* [B, C, W-1], x's dtype, contiguous; optional output
+                                     (the last W-1 inputs, for the next call) */
+  int32_t silu;                   /* 1: SiLU activation; 0: identity */
 } autotune_causal_conv1d_args;
 
-/* stream: a CUstream (cudaStream_t), NULL for the legacy default stream. */
 int autotune_causal_conv1d(autotune_runtime* rt, const autotune_causal_conv1d_args* args,
                            void* stream);
-/* Writes "source variant" (e.g. "tuned threads=128,...") of the variant args resolve to. */
+/* Writes "SOURCE VARIANT" (e.g. "tuned threads=128,...") of the variant args resolve to. */
 int autotune_causal_conv1d_variant(autotune_runtime* rt, const autotune_causal_conv1d_args* args,
                                    char* buffer, uint64_t size);
 
+/* attention: o = softmax(scale q k^T + mask) v; GQA/MQA when Hkv divides Hq. Tensors
+ * are indexed [batch, head, seq, dim] whatever their memory order: pass a
+ * [B, S, H, D] tensor with its strides permuted. */
 typedef struct autotune_attention_args {
-  const void* q; /* [B, Hq, Sq, D]-shaped, strides below */
-  const void* k; /* [B, Hkv, Sk, D]-shaped */
-  const void* v;
-  void* o;
-  float* lse; /* fp32 [B, Hq, Sq] contiguous, or NULL */
-  int64_t batch, heads_q, heads_kv, seq_q, seq_k, head_dim;
-  int32_t dtype;       /* enum autotune_dtype: FP16 or BF16 */
-  int32_t causal;      /* bottom-right aligned when seq_q != seq_k */
-  int32_t layout_bhsd; /* what negative strides mean: 1 [B,H,S,D], 0 [B,S,H,D] */
-  double scale;        /* <= 0: 1/sqrt(head_dim) */
-  /* strides in elements, {batch, head, seq}; negative means contiguous */
-  int64_t q_strides[3], k_strides[3], v_strides[3], o_strides[3];
+  autotune_tensor q;   /* [B, Hq, Sq, D] fp16/bf16, D a multiple of 8 in 32..256 (the
+                          kernels build 64, 128, 256); batch/head/seq strides multiples
+                          of 8 elements, 16-byte aligned, contiguous last dimension */
+  autotune_tensor k;   /* [B, Hkv, Sk, D], q's dtype */
+  autotune_tensor v;   /* [B, Hkv, Sk, D], q's dtype */
+  autotune_tensor o;   /* [B, Hq, Sq, D], q's dtype */
+  autotune_tensor lse; /* fp32 [B, Hq, Sq] contiguous; optional output */
+  int32_t causal;      /* bottom-right aligned when Sq != Sk */
+  double scale;        /* <= 0: 1/sqrt(D) */
   /* split-KV variants only: zero-filled once before first use, at least
      autotune_attention_workspace_size bytes; NULL/0 otherwise */
   void* workspace;
@@ -77,24 +104,21 @@ int autotune_attention_workspace_size(autotune_runtime* rt, const autotune_atten
 int autotune_attention_variant(autotune_runtime* rt, const autotune_attention_args* args,
                                char* buffer, uint64_t size);
 
+/* selective_scan: the Mamba-1 selective scan forward. */
 typedef struct autotune_selective_scan_args {
-  const void* u;     /* [B, D, L], contiguous last dimension */
-  const void* delta; /* [B, D, L] */
-  const float* A;    /* fp32 [D, N] */
-  const void* B;     /* variable_bc: [B, G, N, L] of dtype; else fp32 [D, N] */
-  const void* C;
-  const float* D;          /* fp32 [D] or NULL */
-  const void* z;           /* [B, D, L] or NULL (no gate) */
-  const float* delta_bias; /* fp32 [D] or NULL */
-  void* out;               /* [B, D, L] */
-  float* last_state;       /* fp32 [B, D, N] contiguous, or NULL */
-  int64_t batch, dim, length, dstate, groups;
-  int32_t dtype;          /* enum autotune_dtype, of u/delta/z/out and variable B/C */
-  int32_t variable_bc;    /* 1: B/C are [B, G, N, L]; 0: [D, N] fp32 */
-  int32_t delta_softplus; /* 1: delta = softplus(delta + delta_bias) */
-  /* strides in elements; negative means contiguous */
-  int64_t u_strides[2], delta_strides[2], z_strides[2], out_strides[2]; /* batch, dim */
-  int64_t b_strides[3], c_strides[3];                                   /* batch, group, state */
+  autotune_tensor u;          /* [B, D, L] fp32/fp16/bf16, any batch/channel strides,
+                                 contiguous last dimension */
+  autotune_tensor delta;      /* [B, D, L], u's dtype */
+  autotune_tensor A;          /* fp32 [D, N] contiguous, N <= 64 */
+  autotune_tensor B;          /* fixed: fp32 [D, N] contiguous; variable: [B, G, N, L] or
+                                 [B, N, L] (G = 1) in u's dtype, contiguous last dim */
+  autotune_tensor C;          /* as B (both fixed or both variable) */
+  autotune_tensor D;          /* fp32 [D]; optional */
+  autotune_tensor z;          /* [B, D, L], u's dtype; optional (no gate) */
+  autotune_tensor delta_bias; /* fp32 [D]; optional */
+  autotune_tensor out;        /* [B, D, L], u's dtype */
+  autotune_tensor last_state; /* fp32 [B, D, N] contiguous; optional output */
+  int32_t delta_softplus;     /* 1: delta = softplus(delta + delta_bias) */
 } autotune_selective_scan_args;
 
 int autotune_selective_scan(autotune_runtime* rt, const autotune_selective_scan_args* args,

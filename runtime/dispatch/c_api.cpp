@@ -35,17 +35,12 @@ void write_selection(const autotune::Selection& s, char* buffer, uint64_t size) 
   std::memcpy(buffer, text.c_str(), text.size() + 1);
 }
 
-autotune::ElementType element_type(int32_t code, const char* what) {
-  if (code < AUTOTUNE_FP32 || code > AUTOTUNE_BF16) {
-    throw autotune::Error(autotune::ErrorKind::usage,
-                          std::string(what) + " has unknown dtype " + std::to_string(code));
-  }
-  return static_cast<autotune::ElementType>(code);
-}
-
 } // namespace autotune::c_api
 
+using autotune::c_api::args_of;
 using autotune::c_api::guarded;
+using autotune::c_api::runtime_of;
+using autotune::c_api::write_selection;
 
 extern "C" {
 
@@ -64,5 +59,72 @@ int autotune_runtime_create(const char* database, int require_tuned, autotune_ru
 void autotune_runtime_destroy(autotune_runtime* rt) { delete rt; }
 
 const char* autotune_last_error(void) { return autotune::c_api::last_error(); }
+
+int autotune_describe_args(const char* op, char* buffer, uint64_t size) {
+  return guarded([&] {
+    if (!op) {
+      throw autotune::Error(autotune::ErrorKind::usage, "autotune_describe_args: op is NULL");
+    }
+    const std::string text = autotune::describe_args(op);
+    if (!buffer || size < text.size() + 1) {
+      throw autotune::Error(autotune::ErrorKind::usage,
+                            "buffer too small: need " + std::to_string(text.size() + 1) + " bytes");
+    }
+    std::memcpy(buffer, text.c_str(), text.size() + 1);
+  });
+}
+
+int autotune_causal_conv1d(autotune_runtime* rt, const autotune_causal_conv1d_args* args,
+                           void* stream) {
+  return guarded([&] {
+    runtime_of(rt).causal_conv1d(args_of(args, "causal_conv1d"), static_cast<CUstream>(stream));
+  });
+}
+
+int autotune_causal_conv1d_variant(autotune_runtime* rt, const autotune_causal_conv1d_args* args,
+                                   char* buffer, uint64_t size) {
+  return guarded([&] {
+    write_selection(runtime_of(rt).select_causal_conv1d(args_of(args, "causal_conv1d")), buffer,
+                    size);
+  });
+}
+
+int autotune_attention(autotune_runtime* rt, const autotune_attention_args* args, void* stream) {
+  return guarded([&] {
+    runtime_of(rt).attention(args_of(args, "attention"), static_cast<CUstream>(stream));
+  });
+}
+
+int autotune_attention_workspace_size(autotune_runtime* rt, const autotune_attention_args* args,
+                                      uint64_t* bytes) {
+  return guarded([&] {
+    if (!bytes) {
+      throw autotune::Error(autotune::ErrorKind::usage, "attention: bytes is NULL");
+    }
+    *bytes = runtime_of(rt).attention_workspace_size(args_of(args, "attention"));
+  });
+}
+
+int autotune_attention_variant(autotune_runtime* rt, const autotune_attention_args* args,
+                               char* buffer, uint64_t size) {
+  return guarded([&] {
+    write_selection(runtime_of(rt).select_attention(args_of(args, "attention")), buffer, size);
+  });
+}
+
+int autotune_selective_scan(autotune_runtime* rt, const autotune_selective_scan_args* args,
+                            void* stream) {
+  return guarded([&] {
+    runtime_of(rt).selective_scan(args_of(args, "selective_scan"), static_cast<CUstream>(stream));
+  });
+}
+
+int autotune_selective_scan_variant(autotune_runtime* rt, const autotune_selective_scan_args* args,
+                                    char* buffer, uint64_t size) {
+  return guarded([&] {
+    write_selection(runtime_of(rt).select_selective_scan(args_of(args, "selective_scan")), buffer,
+                    size);
+  });
+}
 
 } // extern "C"

@@ -49,7 +49,12 @@ inline autotune::Runtime& runtime_of(autotune_runtime* rt) {
 // points); throws Error(usage) with the size it needs when the buffer is too small.
 void write_selection(const autotune::Selection& s, char* buffer, uint64_t size);
 
-// Converts an autotune_dtype code; throws Error(usage) naming `what` otherwise.
-autotune::ElementType element_type(int32_t code, const char* what);
+// The args struct of a C call; throws Error(usage) when it is NULL.
+template <typename T> const T& args_of(const T* args, const char* op) {
+  if (!args) {
+    throw autotune::Error(autotune::ErrorKind::usage, std::string(op) + ": args is NULL");
+  }
+  return *args;
+}
 
 } // namespace autotune::c_api

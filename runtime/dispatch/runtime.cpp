@@ -8,6 +8,7 @@
 #include "runtime/ops/templates.hpp"
 #include "variant.hpp"
 
+#include <array>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -16,15 +17,6 @@
 #include <shared_mutex>
 
 namespace autotune {
-
-DType to_dtype(ElementType t) {
-  switch (t) {
-  case ElementType::fp32: return DType::f32;
-  case ElementType::fp16: return DType::f16;
-  case ElementType::bf16: return DType::bf16;
-  }
-  throw Error(ErrorKind::usage, "unknown element type " + std::to_string(int(t)));
-}
 
 Runtime::Impl::Impl(const RuntimeOptions& o) : options(o) {
     context.emplace(o.device);
@@ -129,34 +121,168 @@ std::unique_ptr<LoadedVariant> Runtime::Impl::resolve(const Op& op, const Proble
   }
 
 const LoadedVariant& Runtime::Impl::get(const Op& op, const Problem& problem) {
-    std::string key = std::string(op.name()) + '|' + problem.key();
-    {
-      std::shared_lock lock(mutex);
-      auto it = loaded.find(key);
-      if (it != loaded.end()) {
-        return *it->second;
-      }
-    }
-    std::unique_lock lock(mutex);
+  std::string key = std::string(op.name()) + '|' + problem.key();
+  {
+    std::shared_lock lock(mutex);
     auto it = loaded.find(key);
-    if (it == loaded.end()) {
-      context->make_current();
-      auto resolved = resolve(op, problem);
-      // Above 48 KiB of dynamic shared memory the driver needs an opt-in per function.
-      cuda::allow_dynamic_smem(resolved->function,
-                               op.geometry(resolved->config, problem).dynamic_smem);
-      it = loaded.emplace(key, std::move(resolved)).first;
+    if (it != loaded.end()) {
+      return *it->second;
     }
-    return *it->second;
   }
-void Runtime::Impl::launch(const Op& op, const Problem& problem, const LoadedVariant& v,
-                           ArgPack& args, CUstream stream) const {
-  LaunchGeometry g = op.geometry(v.config, problem);
-  AUTOTUNE_CU(cuda::driver().cuLaunchKernel(v.function, g.grid[0], g.grid[1], g.grid[2],
-                                            g.block[0], g.block[1], g.block[2], g.dynamic_smem,
-                                            stream, args.pointers(), nullptr));
+  std::lock_guard resolving(resolve_mutex);
+  {
+    std::shared_lock lock(mutex); // another thread may have resolved it meanwhile
+    auto it = loaded.find(key);
+    if (it != loaded.end()) {
+      return *it->second;
+    }
+  }
+  context->make_current();
+  auto resolved = resolve(op, problem);
+  // Above 48 KiB of dynamic shared memory the driver needs an opt-in per function.
+  cuda::allow_dynamic_smem(resolved->function, op.geometry(resolved->config, problem).dynamic_smem);
+  std::unique_lock lock(mutex);
+  return *loaded.emplace(key, std::move(resolved)).first->second;
 }
 
+size_t SignatureHash::operator()(const SignatureKey& k) const noexcept {
+  // FNV-1a over the values: a handful of integers, hashed per call.
+  uint64_t h = 1469598103934665603ull ^ reinterpret_cast<uintptr_t>(k.op);
+  for (int64_t v : k.values) {
+    h = (h ^ uint64_t(v)) * 1099511628211ull;
+  }
+  return size_t(h ^ (h >> 29));
+}
+
+const SignaturePlan& Runtime::Impl::prepare(const Op& op, const void* args, BoundCall& bound,
+                                            bool launching) {
+  const ArgsDesc& desc = op.args_desc();
+  bind_call(desc, args, bound);
+  check_layout(desc, bound);
+  if (launching) {
+    check_memory(desc, bound);
+  }
+  SignatureKey key{&op, bound.values};
+  {
+    std::shared_lock lock(mutex);
+    auto it = plans.find(key);
+    if (it != plans.end()) {
+      return it->second;
+    }
+  }
+  // First call of this signature: the problem (validated by the op), its variant
+  // and the launch plan.
+  Problem problem = op.make_problem(call_fields(desc, bound));
+  SignaturePlan built;
+  built.variant = &get(op, problem);
+  built.launch = op.plan(built.variant->config, problem);
+  std::unique_lock lock(mutex);
+  return plans.emplace(key, std::move(built)).first->second; // keeps a concurrent twin
+}
+
+void Runtime::Impl::call(const Op& op, const void* args, CUstream stream) {
+  BoundCall bound;
+  const SignaturePlan& plan = prepare(op, args, bound);
+  alignas(16) unsigned char kernel_args[k_kernel_args_capacity];
+  plan.launch->pack(args, bound, kernel_args);
+  void* params[] = {kernel_args};
+  const LaunchGeometry& g = plan.launch->geometry;
+  static const cuda::DriverApi& api = cuda::driver();
+  AUTOTUNE_CU(api.cuLaunchKernel(plan.variant->function, g.grid[0], g.grid[1], g.grid[2],
+                                 g.block[0], g.block[1], g.block[2], g.dynamic_smem, stream,
+                                 params, nullptr));
+}
+
+namespace {
+
+// Allocations whose memory was checked, per thread: a pointer inside one needs no
+// driver query. A range is kept until newer ones push it out; one freed and
+// re-allocated by the same process stays device memory of the same GPU.
+struct KnownRange {
+  uintptr_t start = 0, end = 0;
+  int device = -1;
+};
+constexpr size_t k_known_ranges = 16;
+thread_local std::array<KnownRange, k_known_ranges> t_known;
+thread_local size_t t_known_next = 0;
+
+} // namespace
+
+void Runtime::Impl::check_memory(const ArgsDesc& desc, const BoundCall& bound) const {
+  for (int s = 0; s < bound.slots; ++s) {
+    const TensorArg* t = bound.tensors[size_t(s)];
+    if (!t) {
+      continue;
+    }
+    const auto first = reinterpret_cast<uintptr_t>(t->data);
+    const uintptr_t last = first + tensor_extent_bytes(*t);
+    bool known = false;
+    for (const KnownRange& r : t_known) {
+      if (r.device == device.ordinal && first >= r.start && last <= r.end) {
+        known = true;
+        break;
+      }
+    }
+    if (known) {
+      continue;
+    }
+    const char* name = bound.rules[size_t(s)]->name;
+    CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                        CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                        CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                        CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+    unsigned int memory_type = 0;
+    int ordinal = -1;
+    CUdeviceptr start = 0;
+    size_t size = 0;
+    void* values[] = {&memory_type, &ordinal, &start, &size};
+    // Unlike cuPointerGetAttribute, this returns success with null values for memory
+    // the driver does not know (plain host memory).
+    CUresult r = cuda::driver().cuPointerGetAttributes(4, attributes, values, CUdeviceptr(first));
+    if (r != CUDA_SUCCESS || (memory_type != CU_MEMORYTYPE_DEVICE &&
+                              memory_type != CU_MEMORYTYPE_UNIFIED)) {
+      throw Error(ErrorKind::usage,
+                  std::string(desc.op) + ": " + name + " is not GPU memory (" +
+                      (r != CUDA_SUCCESS ? "the driver says: " + cuda::error_string(r)
+                       : memory_type == CU_MEMORYTYPE_HOST ? std::string("pinned host memory")
+                                                           : std::string("host memory")) +
+                      "); pass a device pointer (a CUDA tensor)");
+    }
+    if (ordinal != device.ordinal) {
+      throw Error(ErrorKind::usage, std::string(desc.op) + ": " + name + " is on GPU " +
+                                        std::to_string(ordinal) + ", but this runtime runs on GPU " +
+                                        std::to_string(device.ordinal));
+    }
+    if (size > 0 && last > uintptr_t(start) + size) {
+      throw Error(ErrorKind::usage,
+                  std::string(desc.op) + ": " + name + " reaches " +
+                      std::to_string(last - uintptr_t(start)) +
+                      " bytes into its allocation, which holds " + std::to_string(size) +
+                      " (is the tensor smaller than its shape and strides say?)");
+    }
+    if (size > 0) {
+      t_known[t_known_next] = {uintptr_t(start), uintptr_t(start) + size, device.ordinal};
+      t_known_next = (t_known_next + 1) % k_known_ranges;
+    }
+  }
+}
+
+namespace {
+
+const Op& conv_op() {
+  static const Op& op = find_op("causal_conv1d");
+  return op;
+}
+const Op& attention_op() {
+  static const Op& op = find_op("attention");
+  return op;
+}
+const Op& scan_op() {
+  static const Op& op = find_op("selective_scan");
+  return op;
+}
+
+} // namespace
 
 Runtime::Runtime(const RuntimeOptions& options) : m_impl(std::make_unique<Impl>(options)) {}
 Runtime::~Runtime() = default;
@@ -165,5 +291,39 @@ size_t Runtime::loaded_variants() const {
   std::shared_lock lock(m_impl->mutex);
   return m_impl->loaded.size();
 }
+
+void Runtime::causal_conv1d(const CausalConv1dArgs& args, CUstream stream) {
+  m_impl->call(conv_op(), &args, stream);
+}
+
+Selection Runtime::select_causal_conv1d(const CausalConv1dArgs& args) {
+  BoundCall bound;
+  return m_impl->prepare(conv_op(), &args, bound, false).variant->selection;
+}
+
+void Runtime::attention(const AttentionArgs& args, CUstream stream) {
+  m_impl->call(attention_op(), &args, stream);
+}
+
+Selection Runtime::select_attention(const AttentionArgs& args) {
+  BoundCall bound;
+  return m_impl->prepare(attention_op(), &args, bound, false).variant->selection;
+}
+
+uint64_t Runtime::attention_workspace_size(const AttentionArgs& args) {
+  BoundCall bound;
+  return m_impl->prepare(attention_op(), &args, bound, false).launch->workspace_bytes;
+}
+
+void Runtime::selective_scan(const SelectiveScanArgs& args, CUstream stream) {
+  m_impl->call(scan_op(), &args, stream);
+}
+
+Selection Runtime::select_selective_scan(const SelectiveScanArgs& args) {
+  BoundCall bound;
+  return m_impl->prepare(scan_op(), &args, bound, false).variant->selection;
+}
+
+std::string describe_args(const std::string& op) { return describe_args(find_op(op).args_desc()); }
 
 } // namespace autotune

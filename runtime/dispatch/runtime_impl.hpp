@@ -1,5 +1,5 @@
-// Internals of autotune::Runtime shared by the per-op API files
-// (runtime/dispatch/<op>_api.cpp): the resolved-variant cache and the launch.
+// Internals of autotune::Runtime: the resolved-variant cache, the per-signature
+// launch plans of the warm path, and the checks every call goes through.
 #pragma once
 
 #include "autotune.hpp"
@@ -18,8 +18,6 @@
 
 namespace autotune {
 
-DType to_dtype(ElementType t);
-
 // A variant resolved for one (op, problem): loaded once, then reused by every call.
 struct LoadedVariant {
   cuda::Module module;
@@ -28,10 +26,20 @@ struct LoadedVariant {
   Selection selection;
 };
 
-// What an op's API caches per call signature for the warm path (loaded variant,
-// parsed shape, launch geometry), so a repeated call parses no strings.
-struct PlanBase {
-  virtual ~PlanBase() = default;
+// What a call signature (an op and the values of its call fields) resolves to.
+struct SignaturePlan {
+  const LoadedVariant* variant = nullptr;
+  std::unique_ptr<CallPlan> launch;
+};
+
+struct SignatureKey {
+  const Op* op;
+  CallValues values;
+  bool operator==(const SignatureKey& o) const { return op == o.op && values == o.values; }
+};
+
+struct SignatureHash {
+  size_t operator()(const SignatureKey& k) const noexcept;
 };
 
 struct Runtime::Impl {
@@ -40,34 +48,32 @@ struct Runtime::Impl {
   cuda::DeviceInfo device;
   cache::DeviceRecord device_record;
   std::optional<cache::Database> db;
-  mutable std::shared_mutex mutex;
-  std::map<std::string, std::unique_ptr<LoadedVariant>> loaded; // op + '|' + problem key
-  std::unordered_map<std::string, std::unique_ptr<PlanBase>> plans; // op API's signature bytes
 
-  // The plan cached under `signature`, built by make() on the first call. make()
-  // runs without the lock held (it may resolve and load a variant).
-  template <typename Plan, typename Make> const Plan& plan(const std::string& signature, Make&& make) {
-    {
-      std::shared_lock lock(mutex);
-      auto it = plans.find(signature);
-      if (it != plans.end()) {
-        return static_cast<const Plan&>(*it->second);
-      }
-    }
-    std::unique_ptr<PlanBase> built = std::make_unique<Plan>(make());
-    std::unique_lock lock(mutex);
-    auto it = plans.emplace(signature, std::move(built)).first; // keeps a concurrent twin
-    return static_cast<const Plan&>(*it->second);
-  }
+  // Warm calls take `mutex` shared for one lookup; it is held exclusively only to
+  // insert a finished entry. Resolving (database, NVRTC, module load) runs under
+  // `resolve_mutex` alone, so a compile never blocks the warm calls of other threads.
+  mutable std::shared_mutex mutex;
+  std::mutex resolve_mutex;
+  std::map<std::string, std::unique_ptr<LoadedVariant>> loaded; // op + '|' + problem key
+  std::unordered_map<SignatureKey, SignaturePlan, SignatureHash> plans;
 
   explicit Impl(const RuntimeOptions& o);
-  // The variant for a problem: the stored winner, else the op's default variant.
-  const LoadedVariant& get(const Op& op, const Problem& problem);
-  void launch(const Op& op, const Problem& problem, const LoadedVariant& v, ArgPack& args,
-              CUstream stream) const;
+
+  // Binds and checks a call of `op` (C args struct `args`), then finds or builds its
+  // plan. Throws Error(usage) naming the argument for a bad call. A query of what a
+  // call would run (`launching` false) skips the check of the memory itself.
+  const SignaturePlan& prepare(const Op& op, const void* args, BoundCall& bound,
+                               bool launching = true);
+  // prepare(), then packs and launches on `stream`.
+  void call(const Op& op, const void* args, CUstream stream);
 
 private:
+  // The variant for a problem: the stored winner, else the op's default variant.
+  const LoadedVariant& get(const Op& op, const Problem& problem);
   std::unique_ptr<LoadedVariant> resolve(const Op& op, const Problem& problem);
+  // Every given tensor is device memory of this runtime's GPU and lies within its
+  // allocation (driver pointer attributes; allocations seen before skip the query).
+  void check_memory(const ArgsDesc& desc, const BoundCall& bound) const;
 };
 
 } // namespace autotune

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 
 namespace autotune {
 namespace {
@@ -323,73 +325,30 @@ std::vector<TensorSpec> AttentionOp::tensors(const Problem& problem) const {
   return t;
 }
 
-void AttentionOp::validate_call(const Problem& problem, const AttentionCall& call) const {
-  Dims d = dims(problem);
-  auto need = [](CUdeviceptr p, const char* what) {
-    if (!p) {
-      throw Error(ErrorKind::usage, std::string("attention: ") + what + " is a null pointer");
-    }
-  };
-  need(call.q, "q");
-  need(call.k, "k");
-  need(call.v, "v");
-  need(call.o, "o");
-  if (d.lse) {
-    need(call.lse, "lse (the problem has lse=1)");
-    if (call.lse % 4 != 0) {
-      throw Error(ErrorKind::usage, "attention: lse is not 4-byte aligned");
-    }
-  } else if (call.lse) {
-    throw Error(ErrorKind::usage, "attention: lse given but the problem has lse=0");
-  }
-  if (!(call.scale >= 0) || !std::isfinite(call.scale)) {
-    throw Error(ErrorKind::usage, "attention: scale must be positive and finite (0: 1/sqrt(D))");
-  }
-  // Rows move as 16-byte chunks (cp.async, vector stores).
-  const long long esize = (long long)dtype_size(d.dtype);
-  auto rows_aligned = [&](CUdeviceptr base, long long bs, long long hs, long long ss,
-                          const char* what) {
-    if (base % 16 != 0 || (bs * esize) % 16 != 0 || (hs * esize) % 16 != 0 ||
-        (ss * esize) % 16 != 0 || bs < 0 || hs < 0 || ss < 0) {
-      throw Error(ErrorKind::usage,
-                  std::string("attention: ") + what +
-                      " must be 16-byte aligned with non-negative strides that are multiples of " +
-                      std::to_string(16 / esize) + " elements (batch " + std::to_string(bs) +
-                      ", head " + std::to_string(hs) + ", seq " + std::to_string(ss) + ")");
-    }
-  };
-  rows_aligned(call.q, call.q_batch_stride, call.q_head_stride, call.q_seq_stride, "q");
-  rows_aligned(call.k, call.k_batch_stride, call.k_head_stride, call.k_seq_stride, "k");
-  rows_aligned(call.v, call.v_batch_stride, call.v_head_stride, call.v_seq_stride, "v");
-  rows_aligned(call.o, call.o_batch_stride, call.o_head_stride, call.o_seq_stride, "o");
-  // Output rows must not overlap (blocks would race): ordered by stride, every
-  // dimension must step over the whole span of the smaller ones.
-  std::array<std::pair<long long, long long>, 3> o_dims = {
-      {{call.o_seq_stride, d.Sq}, {call.o_head_stride, d.Hq}, {call.o_batch_stride, d.B}}};
-  std::sort(o_dims.begin(), o_dims.end());
-  long long span = d.D;
-  for (const auto& [stride, extent] : o_dims) {
-    if (extent > 1) {
-      if (stride < span) {
-        throw Error(ErrorKind::usage,
-                    "attention: o strides (batch " + std::to_string(call.o_batch_stride) +
-                        ", head " + std::to_string(call.o_head_stride) + ", seq " +
-                        std::to_string(call.o_seq_stride) +
-                        ") make output rows overlap; the last dimension must be contiguous");
-      }
-      span = stride * (extent - 1) + span;
-    }
-  }
-}
-
 size_t AttentionOp::workspace_bytes(const Config& config, const Problem& problem) const {
   return split_workspace_bytes(params(config), dims(problem));
 }
 
-void AttentionOp::pack_call(const Config& config, const Problem& problem,
-                            const AttentionCall& call, ArgPack& args) const {
-  Params p = params(config);
-  Dims d = dims(problem);
+namespace {
+
+// Must match struct AttnArgs in templates/attention/kernel.cuh.
+struct AttnArgs {
+  CUdeviceptr q, k, v, o, lse;
+  long long q_batch_stride, q_head_stride, q_seq_stride;
+  long long k_batch_stride, k_head_stride, k_seq_stride;
+  long long v_batch_stride, v_head_stride, v_seq_stride;
+  long long o_batch_stride, o_head_stride, o_seq_stride;
+  int heads_q, heads_kv, seq_q, seq_k;
+  float scale_log2;
+  CUdeviceptr ws_o, ws_lse, ws_count;
+  int batch;
+};
+
+AttnArgs attention_kernel_args(const Params& p, const Dims& d, const Config& config,
+                               const AttentionCall& call) {
+  if (!(call.scale >= 0) || !std::isfinite(call.scale)) {
+    throw Error(ErrorKind::usage, "attention: scale must be positive and finite (0: 1/sqrt(D))");
+  }
   const size_t need = split_workspace_bytes(p, d);
   if (need > 0 && (!call.workspace || call.workspace_bytes < need || call.workspace % 16 != 0)) {
     throw Error(ErrorKind::usage,
@@ -399,18 +358,7 @@ void AttentionOp::pack_call(const Config& config, const Problem& problem,
                     std::to_string(call.workspace_bytes) +
                     "); Runtime::attention_workspace_size reports it");
   }
-  // Must match struct AttnArgs in templates/attention/kernel.cuh.
-  struct AttnArgs {
-    CUdeviceptr q, k, v, o, lse;
-    long long q_batch_stride, q_head_stride, q_seq_stride;
-    long long k_batch_stride, k_head_stride, k_seq_stride;
-    long long v_batch_stride, v_head_stride, v_seq_stride;
-    long long o_batch_stride, o_head_stride, o_seq_stride;
-    int heads_q, heads_kv, seq_q, seq_k;
-    float scale_log2;
-    CUdeviceptr ws_o, ws_lse, ws_count;
-    int batch;
-  } a{};
+  AttnArgs a{};
   a.q = call.q;
   a.k = call.k;
   a.v = call.v;
@@ -441,7 +389,105 @@ void AttentionOp::pack_call(const Config& config, const Problem& problem,
     a.ws_lse = a.ws_o + CUdeviceptr(p.splits * rows * d.D * 4);
   }
   a.batch = int(d.B);
-  args.add(a);
+  return a;
+}
+
+struct AttentionPlan final : CallPlan {
+  Params params;
+  Dims dims;
+  Config config;
+  size_t pack(const void* args, const BoundCall& call, void* out) const override {
+    (void)call;
+    const auto& a = *static_cast<const autotune_attention_args*>(args);
+    auto ptr = [](const TensorArg& t) { return reinterpret_cast<CUdeviceptr>(t.data); };
+    AttentionCall c;
+    c.q = ptr(a.q);
+    c.k = ptr(a.k);
+    c.v = ptr(a.v);
+    c.o = ptr(a.o);
+    c.lse = ptr(a.lse);
+    c.q_batch_stride = a.q.strides[0];
+    c.q_head_stride = a.q.strides[1];
+    c.q_seq_stride = a.q.strides[2];
+    c.k_batch_stride = a.k.strides[0];
+    c.k_head_stride = a.k.strides[1];
+    c.k_seq_stride = a.k.strides[2];
+    c.v_batch_stride = a.v.strides[0];
+    c.v_head_stride = a.v.strides[1];
+    c.v_seq_stride = a.v.strides[2];
+    c.o_batch_stride = a.o.strides[0];
+    c.o_head_stride = a.o.strides[1];
+    c.o_seq_stride = a.o.strides[2];
+    c.scale = a.scale <= 0 ? 0.0 : a.scale; // NaN stays NaN and is refused
+    c.workspace = reinterpret_cast<CUdeviceptr>(a.workspace);
+    c.workspace_bytes = size_t(a.workspace_bytes);
+    AttnArgs k = attention_kernel_args(params, dims, config, c);
+    std::memcpy(out, &k, sizeof k);
+    return sizeof k;
+  }
+};
+
+// The layout bucket of a call: Q's head stride above its sequence stride is the
+// [B, H, S, D] family. 9: the index of "layout" in args_desc()'s fields.
+constexpr size_t k_layout_field = 9;
+void derive_layout(const void* args, CallValues& values) {
+  const auto& a = *static_cast<const autotune_attention_args*>(args);
+  values[k_layout_field] = a.q.data && a.q.ndim == 4 && a.q.strides[1] > a.q.strides[2] ? 1 : 0;
+}
+
+} // namespace
+
+const ArgsDesc& AttentionOp::args_desc() const {
+  using A = autotune_attention_args;
+  enum : int8_t { B, Hq, Hkv, Sq, Sk, D, causal, dtype, lse, layout };
+  // Rows move as 16-byte chunks (cp.async, vector stores): 8 elements of 16 bits.
+  constexpr int chunk = 8;
+  static const ArgsDesc desc{
+      "attention",
+      sizeof(A),
+      {{"B", FieldKind::size},
+       {"Hq", FieldKind::size},
+       {"Hkv", FieldKind::size},
+       {"Sq", FieldKind::size},
+       {"Sk", FieldKind::size},
+       {"D", FieldKind::size},
+       {"causal", FieldKind::flag},
+       {"dtype", FieldKind::dtype},
+       {"lse", FieldKind::flag},
+       {"layout", FieldKind::choice, 0, {"bshd", "bhsd"}}},
+      {{"q", offsetof(A, q), {{B}, {Hq}, {Sq}, {D}}, dtype, k_fp16_bf16, -1, false,
+        StrideRule::rows, chunk},
+       {"k", offsetof(A, k), {{B}, {Hkv}, {Sk}, {D}}, dtype, k_fp16_bf16, -1, false,
+        StrideRule::rows, chunk},
+       {"v", offsetof(A, v), {{B}, {Hkv}, {Sk}, {D}}, dtype, k_fp16_bf16, -1, false,
+        StrideRule::rows, chunk},
+       {"o", offsetof(A, o), {{B}, {Hq}, {Sq}, {D}}, dtype, k_fp16_bf16, -1, true,
+        StrideRule::rows, chunk},
+       {"lse", offsetof(A, lse), {{B}, {Hq}, {Sq}}, -1, k_fp32, lse, true,
+        StrideRule::contiguous}},
+      {{"causal", offsetof(A, causal), ScalarKind::i32, causal},
+       {"scale", offsetof(A, scale), ScalarKind::f64},
+       {"workspace", offsetof(A, workspace), ScalarKind::ptr},
+       {"workspace_bytes", offsetof(A, workspace_bytes), ScalarKind::u64}},
+      derive_layout};
+  static const bool layout_index_ok = desc.field("layout") == int(k_layout_field);
+  (void)layout_index_ok;
+  return desc;
+}
+
+std::unique_ptr<CallPlan> AttentionOp::plan(const Config& config, const Problem& problem) const {
+  auto p = std::make_unique<AttentionPlan>();
+  p->params = params(config);
+  p->dims = dims(problem);
+  p->config = config;
+  p->geometry = geometry(config, problem);
+  p->workspace_bytes = split_workspace_bytes(p->params, p->dims);
+  return p;
+}
+
+void AttentionOp::pack_call(const Config& config, const Problem& problem,
+                            const AttentionCall& call, ArgPack& args) const {
+  args.add(attention_kernel_args(params(config), dims(problem), config, call));
 }
 
 void AttentionOp::pack(const Config& config, const Problem& problem,

@@ -65,8 +65,8 @@ public:
   // Bytes of workspace a variant needs for a problem (0 unless it splits the keys).
   size_t workspace_bytes(const Config& config, const Problem& problem) const;
 
-  // Validates a user's call (null pointers, alignment, overlapping rows).
-  void validate_call(const Problem& problem, const AttentionCall& call) const;
+  const ArgsDesc& args_desc() const override;
+  std::unique_ptr<CallPlan> plan(const Config& config, const Problem& problem) const override;
   void pack_call(const Config& config, const Problem& problem, const AttentionCall& call,
                  ArgPack& args) const;
 };

@@ -3,6 +3,8 @@
 #include "runtime/base/strings.hpp"
 
 #include <algorithm>
+#include <cstddef>
+#include <cstring>
 
 namespace autotune {
 namespace {
@@ -214,55 +216,58 @@ std::vector<TensorSpec> CausalConv1dOp::tensors(const Problem& problem) const {
   return t;
 }
 
-void CausalConv1dOp::validate_call(const CausalConv1dShape& d, const CausalConv1dCall& call) const {
-  auto need = [](CUdeviceptr p, const char* what) {
-    if (!p) {
-      throw Error(ErrorKind::usage, std::string("causal_conv1d: ") + what + " is a null pointer");
-    }
-  };
-  need(call.x, "x");
-  need(call.weight, "weight");
-  need(call.out, "out");
-  auto optional = [&](bool wanted, CUdeviceptr p, const char* what) {
-    if (wanted) {
-      need(p, what);
-    } else if (p) {
-      throw Error(ErrorKind::usage, std::string("causal_conv1d: ") + what +
-                                        " given but the problem does not use it");
-    }
-  };
-  optional(d.bias, call.bias, "bias");
-  optional(d.init_states, call.initial_states, "initial_states");
-  optional(d.final_states, call.final_states, "final_states");
-  auto aligned = [&](CUdeviceptr p, size_t a, const char* what) {
-    if (p % a != 0) {
-      throw Error(ErrorKind::usage, std::string("causal_conv1d: ") + what +
-                                        " is not aligned to its element size (" +
-                                        std::to_string(a) + " bytes)");
-    }
-  };
-  aligned(call.x, dtype_size(d.x), "x");
-  aligned(call.out, dtype_size(d.x), "out");
-  aligned(call.weight, dtype_size(d.w), "weight");
-  aligned(call.bias, dtype_size(d.w), "bias");
-  aligned(call.initial_states, dtype_size(d.x), "initial_states");
-  aligned(call.final_states, dtype_size(d.x), "final_states");
-  // Rows of L elements must not overlap: out would race, x would alias.
-  auto strides = [&](long long bs, long long cs, const char* what) {
-    bool ok = (d.C == 1 || cs >= d.L) && (d.B == 1 || bs >= (d.C - 1) * cs + d.L) && bs >= 0 &&
-              cs >= 0;
-    if (!ok) {
-      throw Error(ErrorKind::usage, std::string("causal_conv1d: ") + what + " strides (batch " +
-                                        std::to_string(bs) + ", channel " + std::to_string(cs) +
-                                        ") make rows of L=" + std::to_string(d.L) +
-                                        " overlap; the last dimension must be contiguous");
-    }
-  };
-  strides(call.x_batch_stride, call.x_channel_stride, "x");
-  strides(call.out_batch_stride, call.out_channel_stride, "out");
+CausalConv1dKernelArgs conv_kernel_args(const CausalConv1dPlan& plan, const CausalConv1dCall& call);
+
+const ArgsDesc& CausalConv1dOp::args_desc() const {
+  using A = autotune_causal_conv1d_args;
+  enum : int8_t { B, C, L, W, x, w, bias, silu, init, fin };
+  static const ArgsDesc desc{
+      "causal_conv1d",
+      sizeof(A),
+      {{"B", FieldKind::size},
+       {"C", FieldKind::size},
+       {"L", FieldKind::size},
+       {"W", FieldKind::size},
+       {"dtype", FieldKind::dtype},
+       {"wdtype", FieldKind::dtype},
+       {"bias", FieldKind::flag},
+       {"silu", FieldKind::flag},
+       {"init_states", FieldKind::flag},
+       {"final_states", FieldKind::flag}},
+      {{"x", offsetof(A, x), {{B}, {C}, {L}}, x, k_any_float, -1, false, StrideRule::rows},
+       {"weight", offsetof(A, weight), {{C}, {W}}, w, k_any_float, -1, false,
+        StrideRule::contiguous},
+       {"bias", offsetof(A, bias), {{C}}, w, k_any_float, bias, false, StrideRule::contiguous},
+       {"initial_states", offsetof(A, initial_states), {{B}, {C}, {W, -1}}, x, k_any_float, init,
+        false, StrideRule::contiguous},
+       {"out", offsetof(A, out), {{B}, {C}, {L}}, x, k_any_float, -1, true, StrideRule::rows},
+       {"final_states", offsetof(A, final_states), {{B}, {C}, {W, -1}}, x, k_any_float, fin, true,
+        StrideRule::contiguous}},
+      {{"silu", offsetof(A, silu), ScalarKind::i32, silu}}};
+  return desc;
 }
 
-CausalConv1dPlan CausalConv1dOp::plan(const Config& config, const Problem& problem) const {
+size_t CausalConv1dPlan::pack(const void* args, const BoundCall& call, void* out) const {
+  (void)call;
+  const auto& a = *static_cast<const autotune_causal_conv1d_args*>(args);
+  auto ptr = [](const TensorArg& t) { return reinterpret_cast<CUdeviceptr>(t.data); };
+  CausalConv1dCall c;
+  c.x = ptr(a.x);
+  c.weight = ptr(a.weight);
+  c.bias = ptr(a.bias);
+  c.out = ptr(a.out);
+  c.initial_states = ptr(a.initial_states);
+  c.final_states = ptr(a.final_states);
+  c.x_batch_stride = a.x.strides[0];
+  c.x_channel_stride = a.x.strides[1];
+  c.out_batch_stride = a.out.strides[0];
+  c.out_channel_stride = a.out.strides[1];
+  CausalConv1dKernelArgs k = conv_kernel_args(*this, c);
+  std::memcpy(out, &k, sizeof k);
+  return sizeof k;
+}
+
+CausalConv1dPlan CausalConv1dOp::conv_plan(const Config& config, const Problem& problem) const {
   CausalConv1dPlan p;
   p.shape = dims(problem);
   p.vec = params(config).vec;
@@ -270,8 +275,18 @@ CausalConv1dPlan CausalConv1dOp::plan(const Config& config, const Problem& probl
   return p;
 }
 
+std::unique_ptr<CallPlan> CausalConv1dOp::plan(const Config& config,
+                                               const Problem& problem) const {
+  return std::make_unique<CausalConv1dPlan>(conv_plan(config, problem));
+}
+
 CausalConv1dKernelArgs CausalConv1dOp::kernel_args(const CausalConv1dPlan& plan,
                                                    const CausalConv1dCall& call) const {
+  return conv_kernel_args(plan, call);
+}
+
+CausalConv1dKernelArgs conv_kernel_args(const CausalConv1dPlan& plan,
+                                        const CausalConv1dCall& call) {
   const Dims& d = plan.shape;
   CausalConv1dKernelArgs a{};
   a.x = call.x;
@@ -311,7 +326,7 @@ void CausalConv1dOp::pack(const Config& config, const Problem& problem,
   call.final_states = d.final_states ? t.at(i++) : 0;
   call.x_channel_stride = call.out_channel_stride = d.L;
   call.x_batch_stride = call.out_batch_stride = d.C * d.L;
-  pack_call(config, problem, call, args);
+  args.add(kernel_args(conv_plan(config, problem), call));
 }
 
 std::string CausalConv1dOp::reference_kernel(const Problem& problem) const {

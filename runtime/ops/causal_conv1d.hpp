@@ -38,11 +38,11 @@ struct CausalConv1dKernelArgs {
 };
 
 // Everything a launch of one variant on one problem needs besides the call's
-// pointers and strides: what the runtime caches per shape for its warm path.
-struct CausalConv1dPlan {
+// pointers and strides: what the runtime keeps per call signature.
+struct CausalConv1dPlan final : CallPlan {
   CausalConv1dShape shape;
   int vec = 0;
-  LaunchGeometry geometry;
+  size_t pack(const void* args, const BoundCall& call, void* out) const override;
 };
 
 class CausalConv1dOp final : public Op {
@@ -71,19 +71,12 @@ public:
   double tolerance(const Problem& problem) const override;
   double bytes(const Problem& problem) const override;
 
-  CausalConv1dPlan plan(const Config& config, const Problem& problem) const;
-  // Validates a user's call (null pointers, alignment, strides) before it launches;
-  // integer checks only, cheap enough for every call.
-  void validate_call(const CausalConv1dShape& shape, const CausalConv1dCall& call) const;
-  void validate_call(const Problem& problem, const CausalConv1dCall& call) const {
-    validate_call(CausalConv1dShape::of(problem), call);
-  }
+  const ArgsDesc& args_desc() const override;
+  std::unique_ptr<CallPlan> plan(const Config& config, const Problem& problem) const override;
+
+  CausalConv1dPlan conv_plan(const Config& config, const Problem& problem) const;
   CausalConv1dKernelArgs kernel_args(const CausalConv1dPlan& plan,
                                      const CausalConv1dCall& call) const;
-  void pack_call(const Config& config, const Problem& problem, const CausalConv1dCall& call,
-                 ArgPack& args) const {
-    args.add(kernel_args(plan(config, problem), call));
-  }
 };
 
 } // namespace autotune

@@ -2,13 +2,32 @@
 // the tuner need, and nothing about how it is searched or stored.
 #pragma once
 
+#include "call.hpp"
 #include "runtime/base/error.hpp"
 #include "types.hpp"
 
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace autotune {
+
+// Room for a kernel's by-value argument struct (CallPlan::pack).
+constexpr size_t k_kernel_args_capacity = 512;
+
+// One variant's launch for one problem, built once per call signature by the
+// runtime: everything a call needs besides its pointers and strides.
+class CallPlan {
+public:
+  virtual ~CallPlan() = default;
+  // Writes the kernel's by-value argument for a bound and checked call of the op's
+  // C args struct into `out` (k_kernel_args_capacity bytes, 16-byte aligned) and
+  // returns its size. Throws Error(usage) for what only the variant refuses.
+  virtual size_t pack(const void* args, const BoundCall& call, void* out) const = 0;
+
+  LaunchGeometry geometry;
+  size_t workspace_bytes = 0; // caller-provided workspace the variant needs
+};
 
 class Op {
 public:
@@ -58,6 +77,11 @@ public:
 
   // Effective bytes (each input read once, each output written once) and FLOPs.
   virtual double bytes(const Problem& problem) const = 0;
+
+  // The op's call: its C args struct, tensor by tensor (runtime/ops/call.hpp).
+  virtual const ArgsDesc& args_desc() const = 0;
+  // The launch plan of a variant for a problem (the runtime's warm path).
+  virtual std::unique_ptr<CallPlan> plan(const Config& config, const Problem& problem) const = 0;
   virtual double flops(const Problem& problem) const { return 0.0 * problem.fields.size(); }
   virtual bool memory_bound() const { return true; }
 };

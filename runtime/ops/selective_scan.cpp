@@ -3,6 +3,8 @@
 #include "runtime/base/strings.hpp"
 
 #include <algorithm>
+#include <cstddef>
+#include <cstring>
 
 namespace autotune {
 namespace {
@@ -523,94 +525,19 @@ std::vector<TensorSpec> SelectiveScanOp::tensors(const Problem& problem) const {
   return t;
 }
 
-void SelectiveScanOp::validate_call(const Problem& problem, const SelectiveScanCall& call) const {
-  Dims d = dims(problem);
-  auto need = [](CUdeviceptr p, bool wanted, const char* what, const char* flag) {
-    if (wanted && !p) {
-      throw Error(ErrorKind::usage,
-                  std::string("selective_scan: ") + what + " is a null pointer" +
-                      (flag ? std::string(" (the problem has ") + flag + "=1)" : std::string()));
-    }
-    if (!wanted && p) {
-      throw Error(ErrorKind::usage, std::string("selective_scan: ") + what +
-                                        " given but the problem has " + (flag ? flag : what) +
-                                        "=0");
-    }
-  };
-  need(call.u, true, "u", nullptr);
-  need(call.delta, true, "delta", nullptr);
-  need(call.A, true, "A", nullptr);
-  need(call.B, true, "B", nullptr);
-  need(call.C, true, "C", nullptr);
-  need(call.out, true, "out", nullptr);
-  need(call.D, d.has_d, "D", "has_d");
-  need(call.z, d.has_z, "z", "has_z");
-  need(call.delta_bias, d.bias, "delta_bias", "delta_bias");
-  need(call.last_state, d.last_state, "last_state", "last_state");
-  const size_t xs = dtype_size(d.x);
-  auto aligned = [&](CUdeviceptr p, size_t a, const char* what) {
-    if (p % a != 0) {
-      throw Error(ErrorKind::usage, std::string("selective_scan: ") + what +
-                                        " is not aligned to its element size (" +
-                                        std::to_string(a) + " bytes)");
-    }
-  };
-  aligned(call.u, xs, "u");
-  aligned(call.delta, xs, "delta");
-  aligned(call.z, xs, "z");
-  aligned(call.out, xs, "out");
-  aligned(call.A, 4, "A");
-  aligned(call.B, d.var_bc ? xs : 4, "B");
-  aligned(call.C, d.var_bc ? xs : 4, "C");
-  aligned(call.D, 4, "D");
-  aligned(call.delta_bias, 4, "delta_bias");
-  aligned(call.last_state, 4, "last_state");
-  // Rows of L elements must not overlap (out would race); strides are not negative.
-  auto rows = [&](long long bs, long long ds, const char* what) {
-    bool ok =
-        bs >= 0 && ds >= 0 && (d.D == 1 || ds >= d.L) && (d.B == 1 || bs >= (d.D - 1) * ds + d.L);
-    if (!ok) {
-      throw Error(ErrorKind::usage, std::string("selective_scan: ") + what + " strides (batch " +
-                                        std::to_string(bs) + ", channel " + std::to_string(ds) +
-                                        ") make rows of L=" + std::to_string(d.L) +
-                                        " overlap; the last dimension must be contiguous");
-    }
-  };
-  rows(call.u_batch_stride, call.u_dim_stride, "u");
-  rows(call.delta_batch_stride, call.delta_dim_stride, "delta");
-  rows(call.out_batch_stride, call.out_dim_stride, "out");
-  if (d.has_z) {
-    rows(call.z_batch_stride, call.z_dim_stride, "z");
-  }
-  if (d.var_bc) {
-    auto bc = [&](long long bs, long long gs, long long ns, const char* what) {
-      bool ok = bs >= 0 && gs >= 0 && ns >= 0 && (d.N == 1 || ns >= d.L) &&
-                (d.G == 1 || gs >= (d.N - 1) * ns + d.L) &&
-                (d.B == 1 || bs >= (d.G - 1) * gs + (d.N - 1) * ns + d.L);
-      if (!ok) {
-        throw Error(ErrorKind::usage, std::string("selective_scan: ") + what + " strides (batch " +
-                                          std::to_string(bs) + ", group " + std::to_string(gs) +
-                                          ", state " + std::to_string(ns) +
-                                          ") make rows of L=" + std::to_string(d.L) + " overlap");
-      }
-    };
-    bc(call.b_batch_stride, call.b_group_stride, call.b_state_stride, "B");
-    bc(call.c_batch_stride, call.c_group_stride, call.c_state_stride, "C");
-  }
-}
+namespace {
 
-void SelectiveScanOp::pack_call(const Config& config, const Problem& problem,
-                                const SelectiveScanCall& call, ArgPack& args) const {
-  Params p = params(config);
-  Dims d = dims(problem);
-  // Must match struct ScanArgs in templates/selective_scan/kernel.cuh.
-  struct ScanArgs {
-    CUdeviceptr u, delta, A, B, C, D, z, delta_bias, out, last_state;
-    int batch, dim, length, groups;
-    long long u_bs, u_ds, delta_bs, delta_ds, z_bs, z_ds, out_bs, out_ds;
-    long long b_bs, b_gs, b_ns, c_bs, c_gs, c_ns;
-    int vector_ok;
-  } a{};
+// Must match struct ScanArgs in templates/selective_scan/kernel.cuh.
+struct ScanArgs {
+  CUdeviceptr u, delta, A, B, C, D, z, delta_bias, out, last_state;
+  int batch, dim, length, groups;
+  long long u_bs, u_ds, delta_bs, delta_ds, z_bs, z_ds, out_bs, out_ds;
+  long long b_bs, b_gs, b_ns, c_bs, c_gs, c_ns;
+  int vector_ok;
+};
+
+ScanArgs scan_kernel_args(const Params& p, const Dims& d, const SelectiveScanCall& call) {
+  ScanArgs a{};
   a.u = call.u;
   a.delta = call.delta;
   a.A = call.A;
@@ -662,7 +589,111 @@ void SelectiveScanOp::pack_call(const Config& config, const Problem& problem,
         vector_ok && ok(call.B, {a.b_bs, a.b_gs, a.b_ns}) && ok(call.C, {a.c_bs, a.c_gs, a.c_ns});
   }
   a.vector_ok = vector_ok ? 1 : 0;
-  args.add(a);
+  return a;
+}
+
+struct ScanPlan final : CallPlan {
+  Params params;
+  Dims dims;
+  size_t pack(const void* args, const BoundCall& call, void* out) const override {
+    (void)call;
+    const auto& a = *static_cast<const autotune_selective_scan_args*>(args);
+    auto ptr = [](const TensorArg& t) { return reinterpret_cast<CUdeviceptr>(t.data); };
+    SelectiveScanCall c;
+    c.u = ptr(a.u);
+    c.delta = ptr(a.delta);
+    c.A = ptr(a.A);
+    c.B = ptr(a.B);
+    c.C = ptr(a.C);
+    c.D = ptr(a.D);
+    c.z = ptr(a.z);
+    c.delta_bias = ptr(a.delta_bias);
+    c.out = ptr(a.out);
+    c.last_state = ptr(a.last_state);
+    c.u_batch_stride = a.u.strides[0];
+    c.u_dim_stride = a.u.strides[1];
+    c.delta_batch_stride = a.delta.strides[0];
+    c.delta_dim_stride = a.delta.strides[1];
+    if (c.z) {
+      c.z_batch_stride = a.z.strides[0];
+      c.z_dim_stride = a.z.strides[1];
+    }
+    c.out_batch_stride = a.out.strides[0];
+    c.out_dim_stride = a.out.strides[1];
+    // Variable B/C: [B, G, N, L], or [B, N, L] with one group (group stride unused).
+    auto bc = [](const TensorArg& t, long long& bs, long long& gs, long long& ns) {
+      if (t.ndim == 4) {
+        bs = t.strides[0], gs = t.strides[1], ns = t.strides[2];
+      } else if (t.ndim == 3) {
+        bs = t.strides[0], gs = 0, ns = t.strides[1];
+      }
+    };
+    bc(a.B, c.b_batch_stride, c.b_group_stride, c.b_state_stride);
+    bc(a.C, c.c_batch_stride, c.c_group_stride, c.c_state_stride);
+    ScanArgs k = scan_kernel_args(params, dims, c);
+    std::memcpy(out, &k, sizeof k);
+    return sizeof k;
+  }
+};
+
+} // namespace
+
+const ArgsDesc& SelectiveScanOp::args_desc() const {
+  using A = autotune_selective_scan_args;
+  enum : int8_t { B, D, L, N, G, dtype, var_bc, bias, softplus, has_d, has_z, last };
+  auto rows = StrideRule::rows;
+  auto dense = StrideRule::contiguous;
+  static const ArgsDesc desc{
+      "selective_scan",
+      sizeof(A),
+      {{"B", FieldKind::size},
+       {"D", FieldKind::size},
+       {"L", FieldKind::size},
+       {"N", FieldKind::size},
+       {"G", FieldKind::size, 1},
+       {"dtype", FieldKind::dtype},
+       {"var_bc", FieldKind::flag},
+       {"delta_bias", FieldKind::flag},
+       {"softplus", FieldKind::flag},
+       {"has_d", FieldKind::flag},
+       {"has_z", FieldKind::flag},
+       {"last_state", FieldKind::flag}},
+      {{"u", offsetof(A, u), {{B}, {D}, {L}}, dtype, k_any_float, -1, false, rows},
+       {"delta", offsetof(A, delta), {{B}, {D}, {L}}, dtype, k_any_float, -1, false, rows},
+       {"A", offsetof(A, A), {{D}, {N}}, -1, k_fp32, -1, false, dense},
+       {"B", offsetof(A, B), {{D}, {N}}, -1, k_fp32, -1, false, dense, 1, {{var_bc, 0}},
+        "fixed"},
+       {"B", offsetof(A, B), {{B}, {N}, {L}}, dtype, k_any_float, -1, false, rows, 1,
+        {{var_bc, 1}, {G, 1}}, "variable"},
+       {"B", offsetof(A, B), {{B}, {G}, {N}, {L}}, dtype, k_any_float, -1, false, rows, 1,
+        {{var_bc, 1}}, "variable, grouped"},
+       {"C", offsetof(A, C), {{D}, {N}}, -1, k_fp32, -1, false, dense, 1, {{var_bc, 0}},
+        "fixed"},
+       {"C", offsetof(A, C), {{B}, {N}, {L}}, dtype, k_any_float, -1, false, rows, 1,
+        {{var_bc, 1}, {G, 1}}, "variable"},
+       {"C", offsetof(A, C), {{B}, {G}, {N}, {L}}, dtype, k_any_float, -1, false, rows, 1,
+        {{var_bc, 1}}, "variable, grouped"},
+       {"D", offsetof(A, D), {{D}}, -1, k_fp32, has_d, false, dense},
+       {"z", offsetof(A, z), {{B}, {D}, {L}}, dtype, k_any_float, has_z, false, rows},
+       {"delta_bias", offsetof(A, delta_bias), {{D}}, -1, k_fp32, bias, false, dense},
+       {"out", offsetof(A, out), {{B}, {D}, {L}}, dtype, k_any_float, -1, true, rows},
+       {"last_state", offsetof(A, last_state), {{B}, {D}, {N}}, -1, k_fp32, last, true, dense}},
+      {{"delta_softplus", offsetof(A, delta_softplus), ScalarKind::i32, softplus}}};
+  return desc;
+}
+
+std::unique_ptr<CallPlan> SelectiveScanOp::plan(const Config& config,
+                                                const Problem& problem) const {
+  auto p = std::make_unique<ScanPlan>();
+  p->params = params(config);
+  p->dims = dims(problem);
+  p->geometry = geometry(config, problem);
+  return p;
+}
+
+void SelectiveScanOp::pack_call(const Config& config, const Problem& problem,
+                                const SelectiveScanCall& call, ArgPack& args) const {
+  args.add(scan_kernel_args(params(config), dims(problem), call));
 }
 
 void SelectiveScanOp::pack(const Config& config, const Problem& problem,

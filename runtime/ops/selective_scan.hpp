@@ -55,8 +55,8 @@ public:
   // max(bytes / copy bandwidth, exps / exp-unit rate).
   double exponentials(const Problem& problem) const;
 
-  // Validates a user's call (null pointers, alignment, strides) before packing it.
-  void validate_call(const Problem& problem, const SelectiveScanCall& call) const;
+  const ArgsDesc& args_desc() const override;
+  std::unique_ptr<CallPlan> plan(const Config& config, const Problem& problem) const override;
   void pack_call(const Config& config, const Problem& problem, const SelectiveScanCall& call,
                  ArgPack& args) const;
   // The states staged in shared memory at once for config and problem (0: none fit).

@@ -1,6 +1,7 @@
-"""Python bindings of autotune's runtime library over its C ABI (ctypes; no build
-step, no Python-side JIT). Kernels run on PyTorch's current stream in the primary
-CUDA context, so tensors' device pointers pass straight through.
+"""Python bindings of autotune's runtime library over its C ABI (ctypes; nothing is
+compiled against torch, no Python-side JIT). Kernels run on PyTorch's current stream
+in the primary CUDA context, so tensors pass straight through as (pointer, dtype,
+shape, strides); the library checks every one of them before anything launches.
 
     import autotune_runtime
     at = autotune_runtime.Runtime("build/libautotune.so")
@@ -8,71 +9,81 @@ CUDA context, so tensors' device pointers pass straight through.
     o = at.attention(q, k, v, causal=True)              # [B, S, H, D] or layout="bhsd"
     y = at.selective_scan(u, delta, A, B, C, D=D, z=z, delta_bias=bias)
 
-Mirrors runtime/dispatch/autotune.h; keep the two in step.
+The args structs' layouts come from the library itself (autotune_describe_args), so
+this file holds no copy of runtime/dispatch/autotune.h to keep in step.
 """
 import ctypes
+import struct
 
 AUTOTUNE_FP32, AUTOTUNE_FP16, AUTOTUNE_BF16 = 0, 1, 2
+MAX_DIMS = 4
 
-
-class CausalConv1dArgs(ctypes.Structure):
-    _fields_ = [("x", ctypes.c_void_p), ("weight", ctypes.c_void_p), ("bias", ctypes.c_void_p),
-                ("out", ctypes.c_void_p), ("batch", ctypes.c_int64), ("channels", ctypes.c_int64),
-                ("length", ctypes.c_int64), ("width", ctypes.c_int64),
-                ("x_dtype", ctypes.c_int32), ("weight_dtype", ctypes.c_int32),
-                ("silu", ctypes.c_int32), ("x_batch_stride", ctypes.c_int64),
-                ("x_channel_stride", ctypes.c_int64), ("out_batch_stride", ctypes.c_int64),
-                ("out_channel_stride", ctypes.c_int64),
-                ("initial_states", ctypes.c_void_p), ("final_states", ctypes.c_void_p)]
-
-
-I64x2 = ctypes.c_int64 * 2
-I64x3 = ctypes.c_int64 * 3
-
-
-class AttentionArgs(ctypes.Structure):
-    _fields_ = [("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p),
-                ("o", ctypes.c_void_p), ("lse", ctypes.c_void_p),
-                ("batch", ctypes.c_int64), ("heads_q", ctypes.c_int64),
-                ("heads_kv", ctypes.c_int64), ("seq_q", ctypes.c_int64),
-                ("seq_k", ctypes.c_int64), ("head_dim", ctypes.c_int64),
-                ("dtype", ctypes.c_int32), ("causal", ctypes.c_int32),
-                ("layout_bhsd", ctypes.c_int32), ("scale", ctypes.c_double),
-                ("q_strides", I64x3), ("k_strides", I64x3), ("v_strides", I64x3),
-                ("o_strides", I64x3), ("workspace", ctypes.c_void_p),
-                ("workspace_bytes", ctypes.c_uint64)]
-
-
-class SelectiveScanArgs(ctypes.Structure):
-    _fields_ = [("u", ctypes.c_void_p), ("delta", ctypes.c_void_p), ("A", ctypes.c_void_p),
-                ("B", ctypes.c_void_p), ("C", ctypes.c_void_p), ("D", ctypes.c_void_p),
-                ("z", ctypes.c_void_p), ("delta_bias", ctypes.c_void_p), ("out", ctypes.c_void_p),
-                ("last_state", ctypes.c_void_p),
-                ("batch", ctypes.c_int64), ("dim", ctypes.c_int64), ("length", ctypes.c_int64),
-                ("dstate", ctypes.c_int64), ("groups", ctypes.c_int64),
-                ("dtype", ctypes.c_int32), ("variable_bc", ctypes.c_int32),
-                ("delta_softplus", ctypes.c_int32),
-                ("u_strides", I64x2), ("delta_strides", I64x2), ("z_strides", I64x2),
-                ("out_strides", I64x2), ("b_strides", I64x3), ("c_strides", I64x3)]
-
-
-def dtype_code(dtype):
-    import torch
-    codes = {torch.float32: AUTOTUNE_FP32, torch.float16: AUTOTUNE_FP16,
-             torch.bfloat16: AUTOTUNE_BF16}
-    if dtype not in codes:
-        raise TypeError(f"autotune: unsupported dtype {dtype}")
-    return codes[dtype]
-
-
-def _ptr(t):
-    return t.data_ptr() if t is not None else None
+# struct-module codes of each field kind of autotune_describe_args (native alignment).
+_KIND_FORMAT = {"tensor": "Pii4q4q", "i32": "i", "f64": "d", "ptr": "P", "u64": "Q"}
+_ABSENT = (0, 0, 0) + (0,) * (2 * MAX_DIMS)
 
 
 class AutotuneError(RuntimeError):
     def __init__(self, status, message):
         super().__init__(f"{message} (status {status})")
         self.status = status
+
+
+class ArgsLayout:
+    """An op's args struct as the library describes it: field names and kinds in
+    order, a struct.Struct that packs them, and the size of the C struct."""
+
+    def __init__(self, text):
+        self.fields, self.rules = [], []
+        lines = iter(text.splitlines())
+        for line in lines:
+            name, kind_or_size, *rest = line.split()
+            if name == "size":
+                self.size = int(kind_or_size)
+                break
+            self.fields.append((name, kind_or_size, int(rest[0])))
+        next(lines)  # "rules"
+        self.rules = list(lines)
+        fmt = "@"
+        for name, kind, offset in self.fields:
+            # Native alignment pads before each item as C does: the field starts where
+            # its first item lands.
+            first = _KIND_FORMAT[kind][0]
+            if struct.calcsize(fmt + first) - struct.calcsize(first) != offset:
+                raise RuntimeError(f"autotune: field {name} is not at offset {offset} here")
+            fmt += _KIND_FORMAT[kind]
+        if struct.calcsize(fmt) > self.size:
+            raise RuntimeError("autotune: the described fields overrun the struct")
+        self.struct = struct.Struct(fmt)
+        self.offsets = {name: offset for name, _, offset in self.fields}
+
+
+def dtype_code(dtype, what="tensor"):
+    import torch
+    codes = {torch.float32: AUTOTUNE_FP32, torch.float16: AUTOTUNE_FP16,
+             torch.bfloat16: AUTOTUNE_BF16}
+    code = codes.get(dtype)
+    if code is None:
+        raise TypeError(f"autotune: {what} has dtype {dtype}; expected float32, float16 or "
+                        "bfloat16")
+    return code
+
+
+def tensor_fields(t, what="tensor"):
+    """The autotune_tensor fields of a torch tensor (None: absent)."""
+    if t is None:
+        return _ABSENT
+    shape = t.shape
+    n = len(shape)
+    if n > MAX_DIMS:
+        raise ValueError(f"autotune: {what} has {n} dimensions (at most {MAX_DIMS})")
+    pad = (0,) * (MAX_DIMS - n)
+    return (t.data_ptr(), dtype_code(t.dtype, what), n, *shape, *pad, *t.stride(), *pad)
+
+
+def _bhsd(t, layout):
+    """A [B, S, H, D] tensor (layout "bshd") as its [B, H, S, D] view, or t itself."""
+    return t if t is None or layout == "bhsd" else t.transpose(1, 2)
 
 
 class Runtime:
@@ -85,18 +96,19 @@ class Runtime:
                                                 ctypes.POINTER(ctypes.c_void_p)]
         lib.autotune_runtime_destroy.argtypes = [ctypes.c_void_p]
         lib.autotune_last_error.restype = ctypes.c_char_p
-        lib.autotune_causal_conv1d.argtypes = [ctypes.c_void_p, ctypes.POINTER(CausalConv1dArgs),
-                                               ctypes.c_void_p]
-        lib.autotune_causal_conv1d_variant.argtypes = [ctypes.c_void_p,
-                                                       ctypes.POINTER(CausalConv1dArgs),
-                                                       ctypes.c_char_p, ctypes.c_uint64]
-        for op, struct in (("attention", AttentionArgs), ("selective_scan", SelectiveScanArgs)):
-            getattr(lib, f"autotune_{op}").argtypes = [ctypes.c_void_p, ctypes.POINTER(struct),
+        lib.autotune_describe_args.argtypes = [ctypes.c_char_p, ctypes.c_char_p,
+                                               ctypes.c_uint64]
+        self.layouts = {}
+        for op in ("causal_conv1d", "attention", "selective_scan"):
+            text = ctypes.create_string_buffer(4096)
+            self.check(lib.autotune_describe_args(op.encode(), text, len(text)))
+            self.layouts[op] = ArgsLayout(text.value.decode())
+            getattr(lib, f"autotune_{op}").argtypes = [ctypes.c_void_p, ctypes.c_void_p,
                                                        ctypes.c_void_p]
             getattr(lib, f"autotune_{op}_variant").argtypes = [
-                ctypes.c_void_p, ctypes.POINTER(struct), ctypes.c_char_p, ctypes.c_uint64]
+                ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64]
         lib.autotune_attention_workspace_size.argtypes = [
-            ctypes.c_void_p, ctypes.POINTER(AttentionArgs), ctypes.POINTER(ctypes.c_uint64)]
+            ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)]
         self.workspaces = {}  # (device, bytes) -> zero-filled tensor, kept for later calls
         self.handle = ctypes.c_void_p()
         self.check(lib.autotune_runtime_create(database.encode() if database else None,
@@ -111,16 +123,35 @@ class Runtime:
             self.lib.autotune_runtime_destroy(self.handle)
             self.handle = None
 
+    def pack(self, op, *values):
+        """A new args struct of op (a ctypes buffer) holding values in the described
+        field order."""
+        layout = self.layouts[op]
+        buf = ctypes.create_string_buffer(layout.size)
+        layout.struct.pack_into(buf, 0, *values)
+        return buf
+
+    @staticmethod
+    def stream(t):
+        import torch
+        return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else None
+
+    def variant(self, op, args):
+        """'tuned <variant>' or 'default <variant>': what a call of op with args runs."""
+        buf = ctypes.create_string_buffer(512)
+        self.check(getattr(self.lib, f"autotune_{op}_variant")(self.handle, args, buf, len(buf)))
+        return buf.value.decode()
+
+    # ---- causal_conv1d ----------------------------------------------------------------
     def causal_conv1d_args(self, x, weight, bias=None, out=None, silu=True,
                            initial_states=None, final_states=None):
-        """The C struct for a call; x/out [B, C, L] with a contiguous last dimension,
-        weight [C, W] contiguous, bias [C], states [B, C, W-1] contiguous."""
-        B, C, L = x.shape
-        return CausalConv1dArgs(x.data_ptr(), weight.data_ptr(), _ptr(bias), out.data_ptr(),
-                                B, C, L, weight.shape[1], dtype_code(x.dtype),
-                                dtype_code(weight.dtype), int(silu), x.stride(0), x.stride(1),
-                                out.stride(0), out.stride(1), _ptr(initial_states),
-                                _ptr(final_states))
+        """The C struct for a call: x/out [B, C, L] (contiguous last dimension), weight
+        [C, W], bias [C], states [B, C, W-1]."""
+        return self.pack("causal_conv1d", *tensor_fields(x, "x"), *tensor_fields(weight, "weight"),
+                         *tensor_fields(bias, "bias"),
+                         *tensor_fields(initial_states, "initial_states"),
+                         *tensor_fields(out, "out"), *tensor_fields(final_states, "final_states"),
+                         int(silu))
 
     def causal_conv1d(self, x, weight, bias=None, silu=True, initial_states=None,
                       final_states=None, out=None):
@@ -128,42 +159,25 @@ class Runtime:
         if out is None:
             out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
         args = self.causal_conv1d_args(x, weight, bias, out, silu, initial_states, final_states)
-        self.check(self.lib.autotune_causal_conv1d(self.handle, ctypes.byref(args),
-                                                   torch.cuda.current_stream().cuda_stream))
+        self.check(self.lib.autotune_causal_conv1d(self.handle, args, self.stream(x)))
         return out
 
     def causal_conv1d_variant(self, args):
-        """'tuned <variant>' or 'default <variant>': what a call with these args runs."""
         return self.variant("causal_conv1d", args)
 
-    def variant(self, op, args):
-        """'tuned <variant>' or 'default <variant>': what a call of op with args runs."""
-        buf = ctypes.create_string_buffer(512)
-        self.check(getattr(self.lib, f"autotune_{op}_variant")(self.handle, ctypes.byref(args),
-                                                                buf, len(buf)))
-        return buf.value.decode()
-
-    def attention_args(self, q, k, v, o, lse=None, causal=False, scale=None, layout="bshd"):
+    # ---- attention ----------------------------------------------------------------------
+    def attention_args(self, q, k, v, o, lse=None, causal=False, scale=None, layout="bshd",
+                       workspace=None, workspace_bytes=0):
         """The C struct for a call. q, o: [B, Sq, Hq, D] (layout "bshd") or [B, Hq, Sq, D]
         ("bhsd"); k, v likewise with Hkv; any strides with a contiguous last dimension.
         lse: fp32 [B, Hq, Sq] contiguous or None."""
-        bhsd = layout == "bhsd"
         if layout not in ("bshd", "bhsd"):
             raise ValueError(f"autotune: layout must be 'bshd' or 'bhsd', not {layout!r}")
-
-        def dims(t):  # (B, H, S, D) and (batch, head, seq) strides
-            if bhsd:
-                return t.shape, (t.stride(0), t.stride(1), t.stride(2))
-            B, S, H, D = t.shape
-            return (B, H, S, D), (t.stride(0), t.stride(2), t.stride(1))
-        (B, Hq, Sq, D), qs = dims(q)
-        (_, Hkv, Sk, _), ks = dims(k)
-        _, vs = dims(v)
-        _, os_ = dims(o)
-        return AttentionArgs(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), _ptr(lse),
-                             B, Hq, Hkv, Sq, Sk, D, dtype_code(q.dtype), int(causal), int(bhsd),
-                             float(scale or 0.0), I64x3(*qs), I64x3(*ks), I64x3(*vs),
-                             I64x3(*os_), None, 0)
+        return self.pack("attention", *tensor_fields(_bhsd(q, layout), "q"),
+                         *tensor_fields(_bhsd(k, layout), "k"),
+                         *tensor_fields(_bhsd(v, layout), "v"),
+                         *tensor_fields(_bhsd(o, layout), "o"), *tensor_fields(lse, "lse"),
+                         int(causal), float(scale or 0.0), workspace or 0, workspace_bytes)
 
     def attention(self, q, k, v, causal=False, scale=None, layout="bshd", return_lse=False,
                   out=None):
@@ -180,37 +194,29 @@ class Runtime:
             lse = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
         args = self.attention_args(q, k, v, out, lse, causal, scale, layout)
         need = ctypes.c_uint64()
-        self.check(self.lib.autotune_attention_workspace_size(self.handle, ctypes.byref(args),
+        self.check(self.lib.autotune_attention_workspace_size(self.handle, args,
                                                               ctypes.byref(need)))
         if need.value:
             key = (q.device, need.value)
             if key not in self.workspaces:
                 self.workspaces[key] = torch.zeros(need.value, device=q.device,
                                                    dtype=torch.uint8)
-            args.workspace = self.workspaces[key].data_ptr()
-            args.workspace_bytes = need.value
-        self.check(self.lib.autotune_attention(self.handle, ctypes.byref(args),
-                                               torch.cuda.current_stream().cuda_stream))
+            args = self.attention_args(q, k, v, out, lse, causal, scale, layout,
+                                       self.workspaces[key].data_ptr(), need.value)
+        self.check(self.lib.autotune_attention(self.handle, args, self.stream(q)))
         return (out, lse) if return_lse else out
 
+    # ---- selective_scan -----------------------------------------------------------------
     def selective_scan_args(self, u, delta, A, B, C, out, D=None, z=None, delta_bias=None,
                             delta_softplus=True, last_state=None):
         """The C struct for a call. u, delta, z, out: [B, D, L] (contiguous last dim); A fp32
-        [D, N]; B, C: [B, G, N, L] of u's dtype (variable) or fp32 [D, N] (fixed)."""
-        Bn, Dn, L = u.shape
-        variable = B.dim() == 4
-        N = B.shape[2] if variable else B.shape[1]
-        G = B.shape[1] if variable else 1
-        bs = (B.stride(0), B.stride(1), B.stride(2)) if variable else (-1, -1, -1)
-        cs = (C.stride(0), C.stride(1), C.stride(2)) if variable else (-1, -1, -1)
-        zs = (z.stride(0), z.stride(1)) if z is not None else (-1, -1)
-        return SelectiveScanArgs(u.data_ptr(), delta.data_ptr(), A.data_ptr(), B.data_ptr(),
-                                 C.data_ptr(), _ptr(D), _ptr(z), _ptr(delta_bias),
-                                 out.data_ptr(), _ptr(last_state), Bn, Dn, L, N, G,
-                                 dtype_code(u.dtype), int(variable), int(delta_softplus),
-                                 I64x2(u.stride(0), u.stride(1)),
-                                 I64x2(delta.stride(0), delta.stride(1)), I64x2(*zs),
-                                 I64x2(out.stride(0), out.stride(1)), I64x3(*bs), I64x3(*cs))
+        [D, N]; B, C: [B, N, L] or [B, G, N, L] of u's dtype (variable) or fp32 [D, N]
+        (fixed)."""
+        return self.pack("selective_scan", *tensor_fields(u, "u"), *tensor_fields(delta, "delta"),
+                         *tensor_fields(A, "A"), *tensor_fields(B, "B"), *tensor_fields(C, "C"),
+                         *tensor_fields(D, "D"), *tensor_fields(z, "z"),
+                         *tensor_fields(delta_bias, "delta_bias"), *tensor_fields(out, "out"),
+                         *tensor_fields(last_state, "last_state"), int(delta_softplus))
 
     def selective_scan(self, u, delta, A, B, C, D=None, z=None, delta_bias=None,
                        delta_softplus=True, return_last_state=False, out=None):
@@ -220,11 +226,9 @@ class Runtime:
             out = torch.empty(u.shape, device=u.device, dtype=u.dtype)
         last = None
         if return_last_state:
-            N = B.shape[2] if B.dim() == 4 else B.shape[1]
-            last = torch.empty((u.shape[0], u.shape[1], N), device=u.device,
+            last = torch.empty((u.shape[0], u.shape[1], A.shape[1]), device=u.device,
                                dtype=torch.float32)
         args = self.selective_scan_args(u, delta, A, B, C, out, D, z, delta_bias,
                                         delta_softplus, last)
-        self.check(self.lib.autotune_selective_scan(self.handle, ctypes.byref(args),
-                                                    torch.cuda.current_stream().cuda_stream))
+        self.check(self.lib.autotune_selective_scan(self.handle, args, self.stream(u)))
         return (out, last) if return_last_state else out

@@ -1,0 +1,294 @@
+// The op descriptions of runtime/ops/call.hpp: binding a call of the C ABI reads the
+// problem off the tensors and refuses every inconsistent size, dtype, form and
+// layout with a message naming the argument. No GPU: addresses are never touched.
+#include "runtime/dispatch/autotune.hpp"
+#include "runtime/ops/call.hpp"
+#include "runtime/ops/op.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <string>
+
+using namespace autotune;
+
+namespace {
+
+Tensor make(uintptr_t address, int32_t dtype, std::initializer_list<int64_t> shape,
+            std::initializer_list<int64_t> strides = {}) {
+  return tensor(reinterpret_cast<const void*>(address), ElementType(dtype), shape, strides);
+}
+
+const ArgsDesc& desc_of(const char* op) { return find_op(op).args_desc(); }
+
+std::string problem_of(const char* op, const void* args) {
+  BoundCall b;
+  bind_call(desc_of(op), args, b);
+  check_layout(desc_of(op), b);
+  return find_op(op).make_problem(call_fields(desc_of(op), b)).key();
+}
+
+void refused(const char* op, const void* args, const std::string& message) {
+  BoundCall b;
+  std::string what;
+  try {
+    bind_call(desc_of(op), args, b);
+    check_layout(desc_of(op), b);
+  } catch (const Error& e) {
+    what = e.what();
+    CHECK(e.kind() == ErrorKind::usage);
+  }
+  CHECK_MESSAGE(what.find(message) != std::string::npos,
+                "expected '" << message << "' in '" << what << "'");
+}
+
+size_t kind_size(ScalarKind k) { return k == ScalarKind::i32 ? 4 : 8; }
+
+autotune_causal_conv1d_args conv_call() {
+  autotune_causal_conv1d_args a{};
+  a.x = make(0x10000, AUTOTUNE_BF16, {2, 8, 100});
+  a.weight = make(0x20000, AUTOTUNE_FP32, {8, 4});
+  a.bias = make(0x30000, AUTOTUNE_FP32, {8});
+  a.out = make(0x40000, AUTOTUNE_BF16, {2, 8, 100});
+  a.silu = 1;
+  return a;
+}
+
+autotune_attention_args attention_call() {
+  autotune_attention_args a{};
+  // [B, S, H, D] memory, indexed [B, H, S, D]: strides permuted.
+  const int64_t B = 2, Hq = 8, Hkv = 2, S = 64, D = 64;
+  a.q = make(0x100000, AUTOTUNE_BF16, {B, Hq, S, D}, {S * Hq * D, D, Hq * D, 1});
+  a.k = make(0x200000, AUTOTUNE_BF16, {B, Hkv, S, D}, {S * Hkv * D, D, Hkv * D, 1});
+  a.v = make(0x300000, AUTOTUNE_BF16, {B, Hkv, S, D}, {S * Hkv * D, D, Hkv * D, 1});
+  a.o = make(0x400000, AUTOTUNE_BF16, {B, Hq, S, D}, {S * Hq * D, D, Hq * D, 1});
+  a.causal = 1;
+  return a;
+}
+
+autotune_selective_scan_args scan_call() {
+  autotune_selective_scan_args a{};
+  const int64_t B = 2, D = 8, L = 32, N = 4;
+  a.u = make(0x10000, AUTOTUNE_BF16, {B, D, L});
+  a.delta = make(0x20000, AUTOTUNE_BF16, {B, D, L});
+  a.A = make(0x30000, AUTOTUNE_FP32, {D, N});
+  a.B = make(0x40000, AUTOTUNE_BF16, {B, N, L});
+  a.C = make(0x50000, AUTOTUNE_BF16, {B, N, L});
+  a.D = make(0x60000, AUTOTUNE_FP32, {D});
+  a.out = make(0x70000, AUTOTUNE_BF16, {B, D, L});
+  a.delta_softplus = 1;
+  return a;
+}
+
+} // namespace
+
+TEST_CASE("every op's description covers its C args struct, field by field") {
+  for (std::string name : {"causal_conv1d", "attention", "selective_scan"}) {
+    CAPTURE(name);
+    const ArgsDesc& d = desc_of(name.c_str());
+    // Fields in struct order, each starting where the previous one ends (plus the
+    // alignment padding of its kind), the last one ending the struct: a field added
+    // to the C struct but not to the description fails here.
+    size_t end = 0;
+    size_t last_offset = SIZE_MAX;
+    for (const TensorRule& t : d.tensors) {
+      if (t.offset == last_offset) {
+        continue; // another form of the same field
+      }
+      CHECK(t.offset == end);
+      end = t.offset + sizeof(autotune_tensor);
+      last_offset = t.offset;
+    }
+    for (const ScalarRule& s : d.scalars) {
+      const size_t align = kind_size(s.kind);
+      CHECK(s.offset == (end + align - 1) / align * align);
+      end = s.offset + kind_size(s.kind);
+    }
+    CHECK((end + 7) / 8 * 8 == d.size);
+    CHECK(describe_args(d).find("size " + std::to_string(d.size)) != std::string::npos);
+  }
+  CHECK(describe_args(desc_of("causal_conv1d")).find("x tensor 0\nweight tensor 80\n") == 0);
+}
+
+TEST_CASE("causal_conv1d: the problem is read off the tensors") {
+  autotune_causal_conv1d_args a = conv_call();
+  CHECK(problem_of("causal_conv1d", &a) ==
+        "B=2,C=8,L=100,W=4,x=bf16,w=fp32,bias=1,silu=1,init_states=0,final_states=0,layout=bcl");
+  SUBCASE("x as a view of mamba-ssm's in_proj output: batch stride below channel stride") {
+    a.x = make(0x10000, AUTOTUNE_BF16, {2, 8, 100}, {100, 2 * 2 * 100, 1});
+    CHECK_NOTHROW(problem_of("causal_conv1d", &a));
+  }
+  SUBCASE("states") {
+    a.initial_states = make(0x50000, AUTOTUNE_BF16, {2, 8, 3});
+    a.final_states = make(0x60000, AUTOTUNE_BF16, {2, 8, 3});
+    CHECK(problem_of("causal_conv1d", &a).find("init_states=1,final_states=1") !=
+          std::string::npos);
+  }
+  SUBCASE("mistakes are refused, each naming the argument") {
+    SUBCASE("a weight with fewer channels than x") {
+      a.weight.shape[0] = 4;
+      refused("causal_conv1d", &a, "weight has shape [4, 4]; expected [C=8, W]");
+    }
+    SUBCASE("a short bias") {
+      a.bias.shape[0] = 7;
+      refused("causal_conv1d", &a, "bias has shape [7]");
+    }
+    SUBCASE("a bias of another dtype than the weight") {
+      a.bias.dtype = AUTOTUNE_BF16;
+      refused("causal_conv1d", &a, "bias is bf16 but must have the dtype of weight (fp32)");
+    }
+    SUBCASE("initial states of the wrong shape") {
+      a.initial_states = make(0x50000, AUTOTUNE_BF16, {2, 8, 4});
+      refused("causal_conv1d", &a, "initial_states has shape [2, 8, 4]; expected [B=2, C=8, W-1=3]");
+    }
+    SUBCASE("an out of the wrong dtype") {
+      a.out.dtype = AUTOTUNE_FP32;
+      refused("causal_conv1d", &a, "out is fp32 but must have the dtype of x (bf16)");
+    }
+    SUBCASE("an out of the wrong length") {
+      a.out.shape[2] = 99;
+      refused("causal_conv1d", &a, "out has shape [2, 8, 99]");
+    }
+    SUBCASE("a strided last dimension") {
+      a.x.strides[2] = 2;
+      refused("causal_conv1d", &a, "contiguous last dimension");
+    }
+    SUBCASE("a non-contiguous weight") {
+      a.weight.strides[0] = 8;
+      refused("causal_conv1d", &a, "weight (shape [8, 4], strides (8, 1)) must be contiguous");
+    }
+    SUBCASE("an output whose rows overlap") {
+      a.out.strides[1] = 50;
+      refused("causal_conv1d", &a, "overlap");
+    }
+    SUBCASE("a misaligned pointer") {
+      a.x.data = reinterpret_cast<const void*>(0x10001);
+      refused("causal_conv1d", &a, "not aligned to 2 bytes");
+    }
+    SUBCASE("a missing x") {
+      a.x.data = nullptr;
+      refused("causal_conv1d", &a, "x is required");
+    }
+    SUBCASE("x with two dimensions") {
+      a.x.ndim = 2;
+      refused("causal_conv1d", &a, "x has 2 dimensions [2, 8]; expected [B, C, L]");
+    }
+    SUBCASE("an empty dimension") {
+      a.x.shape[0] = a.out.shape[0] = 0;
+      refused("causal_conv1d", &a, "every dimension must be at least 1");
+    }
+    SUBCASE("silu that is not 0/1") {
+      a.silu = 2;
+      refused("causal_conv1d", &a, "silu must be 0 or 1");
+    }
+    SUBCASE("an unknown dtype code") {
+      a.x.dtype = 7;
+      refused("causal_conv1d", &a, "x is an unknown dtype");
+    }
+  }
+}
+
+TEST_CASE("attention: GQA, layouts read off Q's strides, and mismatches") {
+  autotune_attention_args a = attention_call();
+  CHECK(problem_of("attention", &a) ==
+        "B=2,Hq=8,Hkv=2,Sq=64,Sk=64,D=64,causal=1,dtype=bf16,lse=0,layout=bshd");
+  SUBCASE("[B, H, S, D] memory is the bhsd bucket") {
+    a.q = make(0x100000, AUTOTUNE_BF16, {2, 8, 64, 64});
+    CHECK(problem_of("attention", &a).find("layout=bhsd") != std::string::npos);
+  }
+  SUBCASE("lse is fp32 [B, Hq, Sq]") {
+    a.lse = make(0x500000, AUTOTUNE_FP32, {2, 8, 64});
+    CHECK(problem_of("attention", &a).find("lse=1") != std::string::npos);
+    a.lse.dtype = AUTOTUNE_BF16;
+    refused("attention", &a, "lse is bf16; it must be fp32");
+  }
+  SUBCASE("k with another head dim") {
+    a.k.shape[3] = 32;
+    refused("attention", &a, "k has shape [2, 2, 64, 32]");
+  }
+  SUBCASE("v shorter than k") {
+    a.v.shape[2] = 63;
+    refused("attention", &a, "v has shape [2, 2, 63, 64]; expected [B=2, Hkv=2, Sk=64, D=64]");
+  }
+  SUBCASE("k and v of different dtypes") {
+    a.v.dtype = AUTOTUNE_FP16;
+    refused("attention", &a, "v is fp16 but must have the dtype of q (bf16)");
+  }
+  SUBCASE("fp32 q") {
+    a.q.dtype = AUTOTUNE_FP32;
+    refused("attention", &a, "q is fp32; expected fp16/bf16");
+  }
+  SUBCASE("strides that break 16-byte rows") {
+    a.k.strides[2] = 2 * 64 + 4;
+    refused("attention", &a, "multiples of 8 elements");
+  }
+  SUBCASE("a strided head dimension") {
+    a.q.strides[3] = 2;
+    refused("attention", &a, "contiguous last dimension");
+  }
+  SUBCASE("an output whose rows overlap") {
+    a.o.strides[1] = 0;
+    refused("attention", &a, "overlap");
+  }
+}
+
+TEST_CASE("selective_scan: B and C as mamba-ssm passes them") {
+  autotune_selective_scan_args a = scan_call();
+  const std::string variable = "B=2,D=8,L=32,N=4,G=1,dtype=bf16,var_bc=1,delta_bias=0,"
+                               "softplus=1,has_d=1,has_z=0,last_state=0";
+  CHECK(problem_of("selective_scan", &a) == variable);
+  SUBCASE("[B, 1, N, L] is the same problem as [B, N, L]") {
+    a.B = make(0x40000, AUTOTUNE_BF16, {2, 1, 4, 32});
+    CHECK(problem_of("selective_scan", &a) == variable);
+  }
+  SUBCASE("groups") {
+    a.B = make(0x40000, AUTOTUNE_BF16, {2, 2, 4, 32});
+    a.C = make(0x50000, AUTOTUNE_BF16, {2, 2, 4, 32});
+    CHECK(problem_of("selective_scan", &a).find("G=2,") != std::string::npos);
+  }
+  SUBCASE("fixed B and C") {
+    a.B = make(0x40000, AUTOTUNE_FP32, {8, 4});
+    a.C = make(0x50000, AUTOTUNE_FP32, {8, 4});
+    CHECK(problem_of("selective_scan", &a).find("var_bc=0") != std::string::npos);
+  }
+  SUBCASE("u, delta and z as views with a batch stride below the channel stride") {
+    a.u = make(0x10000, AUTOTUNE_BF16, {2, 8, 32}, {32, 64, 1});
+    a.z = make(0x90000, AUTOTUNE_BF16, {2, 8, 32}, {32, 64, 1});
+    CHECK(problem_of("selective_scan", &a).find("has_z=1") != std::string::npos);
+  }
+  SUBCASE("mistakes") {
+    SUBCASE("one fixed and one variable") {
+      a.C = make(0x50000, AUTOTUNE_FP32, {8, 4});
+      refused("selective_scan", &a, "C implies var_bc=0, but B gives var_bc=1");
+    }
+    SUBCASE("fp32 variable B with bf16 u") {
+      a.B.dtype = AUTOTUNE_FP32;
+      refused("selective_scan", &a, "B is fp32 but must have the dtype of u (bf16)");
+    }
+    SUBCASE("a bf16 A") {
+      a.A.dtype = AUTOTUNE_BF16;
+      refused("selective_scan", &a, "A is bf16; it must be fp32");
+    }
+    SUBCASE("a bf16 D") {
+      a.D.dtype = AUTOTUNE_BF16;
+      refused("selective_scan", &a, "D is bf16; it must be fp32");
+    }
+    SUBCASE("B of five dimensions") {
+      a.B.ndim = 5;
+      refused("selective_scan", &a, "expected [D, N] (fixed) or [B, N, L] (variable) or "
+                                    "[B, G, N, L] (variable, grouped)");
+    }
+    SUBCASE("B with another state size than A") {
+      a.B.shape[1] = 5;
+      refused("selective_scan", &a, "B has shape [2, 5, 32]");
+    }
+    SUBCASE("a last state of the wrong shape") {
+      a.last_state = make(0x80000, AUTOTUNE_FP32, {2, 8, 5});
+      refused("selective_scan", &a, "last_state has shape [2, 8, 5]");
+    }
+    SUBCASE("a strided u") {
+      a.u.strides[2] = 2;
+      refused("selective_scan", &a, "contiguous last dimension");
+    }
+  }
+}
