@@ -28,6 +28,7 @@ struct TimingProtocol {
   double min_seconds = 0.02;  // keep sampling at least this long
   double max_seconds = 0.5;   // and never longer
   double target_spread = 0.02; // stop once (p90 - p10) / median is below this
+  bool operator==(const TimingProtocol&) const = default;
 };
 
 struct Timing {
@@ -35,6 +36,7 @@ struct Timing {
   double p10_us = 0;
   double p90_us = 0;
   int samples = 0;
+  bool operator==(const Timing&) const = default;
 };
 
 class Testbed {

@@ -15,15 +15,318 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <optional>
 
 namespace autotune {
+namespace worker_protocol {
 namespace {
 
-// ---- framing: a message is a list of byte strings -------------------------------
-// [u32 field count] then per field [u64 length][bytes]; native endianness (both ends
-// are the same executable on the same machine).
+// The last enumerators: decoding accepts the values up to these. Keep them the
+// enums' last members when the enums grow.
+constexpr cache::Outcome k_last_outcome = cache::Outcome::wrong;
+constexpr ErrorKind k_last_error_kind = ErrorKind::internal;
+
+// Builds a body field by field in the wire format (worker.hpp).
+class Writer {
+public:
+  template <typename T> void raw(const T& value) {
+    m_bytes.append(reinterpret_cast<const char*>(&value), sizeof value);
+  }
+  void u8(uint8_t v) { raw(v); }
+  void flag(bool v) { u8(v ? 1 : 0); }
+  void u64(uint64_t v) { raw(v); }
+  void i64(int64_t v) { raw(v); }
+  void f64(double v) { raw(v); }
+  void str(std::string_view s) {
+    u64(s.size());
+    m_bytes.append(s);
+  }
+  void fields(const Fields& f) {
+    raw(uint32_t(f.size()));
+    for (const auto& [name, value] : f) {
+      str(name);
+      str(value);
+    }
+  }
+  void timing(const Timing& t) {
+    f64(t.median_us);
+    f64(t.p10_us);
+    f64(t.p90_us);
+    i64(t.samples);
+  }
+  void protocol(const TimingProtocol& p) {
+    i64(p.warmup);
+    i64(p.min_samples);
+    i64(p.max_samples);
+    f64(p.min_seconds);
+    f64(p.max_seconds);
+    f64(p.target_spread);
+  }
+  std::string take() { return std::move(m_bytes); }
+
+private:
+  std::string m_bytes;
+};
+
+// Reads a body in the order Writer wrote it; every shortfall is an Error naming
+// the message (`what`).
+class Reader {
+public:
+  Reader(std::string_view bytes, std::string what) : m_bytes(bytes), m_what(std::move(what)) {}
+
+  template <typename T> T raw() {
+    need(sizeof(T));
+    T v;
+    std::memcpy(&v, m_bytes.data() + m_at, sizeof v);
+    m_at += sizeof v;
+    return v;
+  }
+  uint8_t u8() { return raw<uint8_t>(); }
+  bool flag() {
+    uint8_t v = u8();
+    if (v > 1) {
+      bad("a flag of " + std::to_string(v));
+    }
+    return v == 1;
+  }
+  uint64_t u64() { return raw<uint64_t>(); }
+  int64_t i64() { return raw<int64_t>(); }
+  int i32_in_i64() {
+    int64_t v = i64();
+    if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max()) {
+      bad("an int out of range (" + std::to_string(v) + ")");
+    }
+    return int(v);
+  }
+  double f64() { return raw<double>(); }
+  std::string str() {
+    uint64_t n = u64();
+    need(n);
+    std::string s(m_bytes.substr(m_at, size_t(n)));
+    m_at += size_t(n);
+    return s;
+  }
+  Fields fields() {
+    uint32_t n = raw<uint32_t>();
+    Fields f;
+    for (uint32_t i = 0; i < n; ++i) {
+      std::string name = str();
+      f.emplace_back(std::move(name), str());
+    }
+    return f;
+  }
+  Timing timing() {
+    Timing t;
+    t.median_us = f64();
+    t.p10_us = f64();
+    t.p90_us = f64();
+    t.samples = i32_in_i64();
+    return t;
+  }
+  TimingProtocol protocol() {
+    TimingProtocol p;
+    p.warmup = i32_in_i64();
+    p.min_samples = i32_in_i64();
+    p.max_samples = i32_in_i64();
+    p.min_seconds = f64();
+    p.max_seconds = f64();
+    p.target_spread = f64();
+    return p;
+  }
+  template <typename E> E enumerator(E last, const char* type) {
+    uint8_t v = u8();
+    if (v > uint8_t(last)) {
+      bad(std::string("an unknown ") + type + " " + std::to_string(v));
+    }
+    return E(v);
+  }
+  // Every byte must have been read: a longer body is another format.
+  void finish() const {
+    if (m_at != m_bytes.size()) {
+      bad(std::to_string(m_bytes.size() - m_at) + " bytes left over");
+    }
+  }
+
+private:
+  void need(uint64_t n) const {
+    if (n > m_bytes.size() - m_at) {
+      bad("truncated (" + std::to_string(m_bytes.size()) + " bytes)");
+    }
+  }
+  [[noreturn]] void bad(const std::string& why) const {
+    throw Error(ErrorKind::internal, "worker protocol: " + m_what + ": " + why);
+  }
+
+  std::string_view m_bytes;
+  size_t m_at = 0;
+  std::string m_what;
+};
+
+} // namespace
+
+const char* to_string(RequestKind kind) {
+  switch (kind) {
+  case RequestKind::setup: return "setup";
+  case RequestKind::measure: return "measure";
+  case RequestKind::reseed: return "reseed";
+  case RequestKind::quit: return "quit";
+  }
+  return "unknown request";
+}
+
+const char* to_string(ReplyKind kind) {
+  switch (kind) {
+  case ReplyKind::setup_done: return "setup done";
+  case ReplyKind::measured: return "measured";
+  case ReplyKind::reseeded: return "reseeded";
+  case ReplyKind::error: return "error";
+  }
+  return "unknown reply";
+}
+
+std::string encode(const Request& request) {
+  Writer w;
+  if (auto* r = std::get_if<SetupRequest>(&request)) {
+    w.u8(uint8_t(RequestKind::setup));
+    w.str(r->op);
+    w.fields(r->problem);
+    w.u64(r->seed);
+    w.protocol(r->protocol);
+  } else if (auto* m = std::get_if<MeasureRequest>(&request)) {
+    w.u8(uint8_t(RequestKind::measure));
+    w.fields(m->config);
+    w.str(m->kernel);
+    w.str(m->cubin);
+    w.flag(m->check_only);
+    w.protocol(m->protocol);
+  } else if (auto* s = std::get_if<ReseedRequest>(&request)) {
+    w.u8(uint8_t(RequestKind::reseed));
+    w.u64(s->seed);
+  } else {
+    w.u8(uint8_t(RequestKind::quit));
+  }
+  return w.take();
+}
+
+std::string encode(const Reply& reply) {
+  Writer w;
+  if (auto* s = std::get_if<SetupDone>(&reply)) {
+    w.u8(uint8_t(ReplyKind::setup_done));
+    w.flag(s->has_copy);
+    w.timing(s->copy);
+    w.u64(s->device_bytes);
+  } else if (auto* m = std::get_if<Measured>(&reply)) {
+    w.u8(uint8_t(ReplyKind::measured));
+    w.u8(uint8_t(m->outcome));
+    w.timing(m->timing);
+    w.f64(m->rel_err);
+    w.i64(m->sm_clock_mhz);
+    w.str(m->message);
+    w.flag(m->exiting);
+  } else if (std::holds_alternative<Reseeded>(reply)) {
+    w.u8(uint8_t(ReplyKind::reseeded));
+  } else {
+    const Failed& f = std::get<Failed>(reply);
+    w.u8(uint8_t(ReplyKind::error));
+    w.u8(uint8_t(f.kind));
+    w.str(f.message);
+    w.flag(f.exiting);
+  }
+  return w.take();
+}
+
+Request decode_request(std::string_view body) {
+  Reader r(body, "request");
+  uint8_t kind = r.u8();
+  Request out;
+  switch (RequestKind(kind)) {
+  case RequestKind::setup: {
+    SetupRequest s;
+    s.op = r.str();
+    s.problem = r.fields();
+    s.seed = r.u64();
+    s.protocol = r.protocol();
+    out = std::move(s);
+    break;
+  }
+  case RequestKind::measure: {
+    MeasureRequest m;
+    m.config = r.fields();
+    m.kernel = r.str();
+    m.cubin = r.str();
+    m.check_only = r.flag();
+    m.protocol = r.protocol();
+    out = std::move(m);
+    break;
+  }
+  case RequestKind::reseed:
+    out = ReseedRequest{r.u64()};
+    break;
+  case RequestKind::quit:
+    out = QuitRequest{};
+    break;
+  default:
+    throw Error(ErrorKind::internal,
+                "worker protocol: request: unknown kind " + std::to_string(unsigned(kind)));
+  }
+  r.finish();
+  return out;
+}
+
+Reply decode_reply(std::string_view body) {
+  Reader r(body, "reply");
+  uint8_t kind = r.u8();
+  Reply out;
+  switch (ReplyKind(kind)) {
+  case ReplyKind::setup_done: {
+    SetupDone s;
+    s.has_copy = r.flag();
+    s.copy = r.timing();
+    s.device_bytes = r.u64();
+    out = s;
+    break;
+  }
+  case ReplyKind::measured: {
+    Measured m;
+    m.outcome = r.enumerator(k_last_outcome, "outcome");
+    m.timing = r.timing();
+    m.rel_err = r.f64();
+    m.sm_clock_mhz = r.i64();
+    m.message = r.str();
+    m.exiting = r.flag();
+    out = std::move(m);
+    break;
+  }
+  case ReplyKind::reseeded:
+    out = Reseeded{};
+    break;
+  case ReplyKind::error: {
+    Failed f;
+    f.kind = r.enumerator(k_last_error_kind, "error kind");
+    f.message = r.str();
+    f.exiting = r.flag();
+    out = std::move(f);
+    break;
+  }
+  default:
+    throw Error(ErrorKind::internal,
+                "worker protocol: reply: unknown kind " + std::to_string(unsigned(kind)));
+  }
+  r.finish();
+  return out;
+}
+
+} // namespace worker_protocol
+
+namespace {
+
+namespace wp = worker_protocol;
+
+using Clock = std::chrono::steady_clock;
+
+// ---- framing: u32 body size, then the body (worker.hpp) -----------------------------
 
 bool write_all(int fd, const void* data, size_t size) {
   auto p = static_cast<const char*>(data);
@@ -41,21 +344,18 @@ bool write_all(int fd, const void* data, size_t size) {
   return true;
 }
 
-bool write_message(int fd, const std::vector<std::string>& fields) {
-  std::string buf;
-  uint32_t count = uint32_t(fields.size());
-  buf.append(reinterpret_cast<const char*>(&count), sizeof count);
-  for (const auto& f : fields) {
-    uint64_t len = f.size();
-    buf.append(reinterpret_cast<const char*>(&len), sizeof len);
-    buf.append(f);
+bool write_frame(int fd, const std::string& body) {
+  if (body.size() > std::numeric_limits<uint32_t>::max()) {
+    throw Error(ErrorKind::internal, "worker protocol: a message of " +
+                                         std::to_string(body.size()) + " bytes exceeds 4 GiB");
   }
-  return write_all(fd, buf.data(), buf.size());
+  uint32_t size = uint32_t(body.size());
+  std::string frame(reinterpret_cast<const char*>(&size), sizeof size);
+  frame += body;
+  return write_all(fd, frame.data(), frame.size());
 }
 
 enum class ReadStatus { ok, timeout, closed };
-
-using Clock = std::chrono::steady_clock;
 
 // Reads exactly `size` bytes before `deadline` (no deadline when nullopt).
 ReadStatus read_exact(int fd, void* data, size_t size, std::optional<Clock::time_point> deadline) {
@@ -88,48 +388,20 @@ ReadStatus read_exact(int fd, void* data, size_t size, std::optional<Clock::time
   return ReadStatus::ok;
 }
 
-ReadStatus read_message(int fd, std::vector<std::string>& fields,
-                        std::optional<Clock::time_point> deadline) {
-  fields.clear();
-  uint32_t count = 0;
-  ReadStatus s = read_exact(fd, &count, sizeof count, deadline);
+ReadStatus read_frame(int fd, std::string& body, std::optional<Clock::time_point> deadline) {
+  uint32_t size = 0;
+  ReadStatus s = read_exact(fd, &size, sizeof size, deadline);
   if (s != ReadStatus::ok) {
     return s;
   }
-  for (uint32_t i = 0; i < count; ++i) {
-    uint64_t len = 0;
-    if ((s = read_exact(fd, &len, sizeof len, deadline)) != ReadStatus::ok) {
-      return s;
-    }
-    std::string f(len, '\0');
-    if (len && (s = read_exact(fd, f.data(), len, deadline)) != ReadStatus::ok) {
-      return s;
-    }
-    fields.push_back(std::move(f));
-  }
-  return ReadStatus::ok;
+  body.assign(size, '\0');
+  return size ? read_exact(fd, body.data(), size, deadline) : ReadStatus::ok;
 }
 
 std::string num(double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.17g", v);
   return buf;
-}
-
-std::vector<std::string> encode(const TimingProtocol& p) {
-  return {std::to_string(p.warmup),  std::to_string(p.min_samples), std::to_string(p.max_samples),
-          num(p.min_seconds),        num(p.max_seconds),            num(p.target_spread)};
-}
-
-TimingProtocol decode_protocol(const std::vector<std::string>& f, size_t at) {
-  TimingProtocol p;
-  p.warmup = std::stoi(f.at(at));
-  p.min_samples = std::stoi(f.at(at + 1));
-  p.max_samples = std::stoi(f.at(at + 2));
-  p.min_seconds = std::stod(f.at(at + 3));
-  p.max_seconds = std::stod(f.at(at + 4));
-  p.target_spread = std::stod(f.at(at + 5));
-  return p;
 }
 
 // ---- the SM clock, from NVML when the driver ships it ------------------------------
@@ -176,6 +448,7 @@ private:
   void* m_device = nullptr;
 };
 
+
 // ---- the worker process ------------------------------------------------------------
 
 struct Server {
@@ -186,128 +459,143 @@ struct Server {
   std::unique_ptr<Testbed> bed;
   std::unique_ptr<SmClock> clock;
 
-  std::vector<std::string> result(cache::Outcome o, const Timing& t, double rel_err, int mhz,
-                                  const std::string& message, bool exiting) {
-    return {"result",     cache::to_string(o), num(t.median_us), num(t.p10_us), num(t.p90_us),
-            std::to_string(t.samples), num(rel_err), std::to_string(mhz), message,
-            exiting ? "1" : "0"};
-  }
-
-  std::vector<std::string> setup(const std::vector<std::string>& f) {
+  wp::SetupDone setup(const wp::SetupRequest& r) {
     if (!context) {
       context.emplace(0);
       device = cuda::query_device(0);
       clock = std::make_unique<SmClock>(0);
     }
-    op = &find_op(f.at(1));
-    problem.op = f.at(1);
-    problem.fields = parse_fields(f.at(2), "problem");
-    unsigned long long seed = std::stoull(f.at(3));
-    TimingProtocol protocol = decode_protocol(f, 4);
+    op = &find_op(r.op);
+    problem.op = r.op;
+    problem.fields = r.problem;
     bed.reset();
     bed = std::make_unique<Testbed>(*op, problem, device);
-    bed->randomize(seed);
-    std::vector<std::string> reply = {"ok", "0", "0", "0", "0", "0"};
+    bed->randomize(r.seed);
+    wp::SetupDone done;
     if (op->memory_bound()) {
-      Timing t = bed->time_copy(protocol);
-      reply = {"ok", num(t.median_us), num(t.p10_us), num(t.p90_us), std::to_string(t.samples)};
-    } else {
-      reply = {"ok", "0", "0", "0", "0"};
+      done.copy = bed->time_copy(r.protocol);
+      done.has_copy = done.copy.samples > 0;
     }
-    reply.push_back(std::to_string(bed->device_bytes()));
-    return reply;
+    done.device_bytes = bed->device_bytes();
+    return done;
   }
 
-  std::vector<std::string> measure(const std::vector<std::string>& f, bool& exit_after) {
+  wp::Measured measure(const wp::MeasureRequest& r) {
     if (!bed) {
       throw Error(ErrorKind::internal, "worker: measure before setup");
     }
-    Config config = parse_fields(f.at(1), "config");
-    const std::string& kernel = f.at(2);
-    const std::string& cubin = f.at(3);
-    bool check_only = f.at(4) == "1";
-    TimingProtocol protocol = decode_protocol(f, 5);
-    Timing none;
+    auto outcome = [](cache::Outcome o, std::string message) {
+      wp::Measured m;
+      m.outcome = o;
+      m.message = std::move(message);
+      return m;
+    };
     try {
-      cuda::Module module = cuda::load_module(cubin);
-      CUfunction fn = cuda::get_function(module, kernel.c_str());
-      LaunchGeometry g = op->geometry(config, problem);
+      cuda::Module module = cuda::load_module(r.cubin);
+      CUfunction fn = cuda::get_function(module, r.kernel.c_str());
+      LaunchGeometry g = op->geometry(r.config, problem);
       int max_threads = 0;
       AUTOTUNE_CU(cuda::driver().cuFuncGetAttribute(&max_threads,
                                                     CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fn));
       unsigned threads = g.block[0] * g.block[1] * g.block[2];
       if (threads > unsigned(max_threads)) {
-        return result(cache::Outcome::resource, none, 0, 0,
-                      "needs " + std::to_string(threads) +
-                          " threads per block; its register use allows " +
-                          std::to_string(max_threads),
-                      false);
+        return outcome(cache::Outcome::resource,
+                       "needs " + std::to_string(threads) +
+                           " threads per block; its register use allows " +
+                           std::to_string(max_threads));
       }
       if (g.dynamic_smem > unsigned(device.smem_per_block_optin)) {
-        return result(cache::Outcome::resource, none, 0, 0,
-                      "needs " + std::to_string(g.dynamic_smem) +
-                          " bytes of shared memory; the device allows " +
-                          std::to_string(device.smem_per_block_optin) + " per block",
-                      false);
+        return outcome(cache::Outcome::resource,
+                       "needs " + std::to_string(g.dynamic_smem) +
+                           " bytes of shared memory; the device allows " +
+                           std::to_string(device.smem_per_block_optin) + " per block");
       }
       cuda::allow_dynamic_smem(fn, g.dynamic_smem);
-      CheckResult check = bed->check(fn, config);
+      CheckResult check = bed->check(fn, r.config);
       if (!check.passed) {
-        return result(cache::Outcome::wrong, none, check.rel_err, 0, check.message, false);
+        wp::Measured m = outcome(cache::Outcome::wrong, check.message);
+        m.rel_err = check.rel_err;
+        return m;
       }
-      if (check_only) {
-        return result(cache::Outcome::ok, none, check.rel_err, 0, "", false);
+      wp::Measured m = outcome(cache::Outcome::ok, "");
+      m.rel_err = check.rel_err;
+      if (!r.check_only) {
+        m.timing = bed->time(fn, r.config, r.protocol);
+        m.sm_clock_mhz = clock->mhz();
       }
-      Timing t = bed->time(fn, config, protocol);
-      return result(cache::Outcome::ok, t, check.rel_err, clock->mhz(), "", false);
+      return m;
     } catch (const cuda::CudaError& e) {
       if (e.resource()) {
-        return result(cache::Outcome::resource, none, 0, 0, e.what(), false);
+        return outcome(cache::Outcome::resource, e.what());
       }
       // Anything else may have poisoned the context: report, then let the parent
       // replace this process.
-      exit_after = true;
-      return result(cache::Outcome::fault, none, 0, 0, e.what(), true);
+      wp::Measured m = outcome(cache::Outcome::fault, e.what());
+      m.exiting = true;
+      return m;
     }
+  }
+
+  void reseed(const wp::ReseedRequest& r) {
+    if (!bed) {
+      throw Error(ErrorKind::internal, "worker: reseed before setup");
+    }
+    bed->randomize(r.seed);
   }
 };
 
+bool exiting(const wp::Reply& reply) {
+  if (auto* m = std::get_if<wp::Measured>(&reply)) {
+    return m->exiting;
+  }
+  if (auto* f = std::get_if<wp::Failed>(&reply)) {
+    return f->exiting;
+  }
+  return false;
+}
+
 int serve(int in_fd, int out_fd) {
   Server server;
-  std::vector<std::string> request;
-  while (read_message(in_fd, request, std::nullopt) == ReadStatus::ok) {
-    if (request.empty() || request[0] == "quit") {
-      return 0;
-    }
-    std::vector<std::string> reply;
-    bool exit_after = false;
+  std::string body;
+  while (read_frame(in_fd, body, std::nullopt) == ReadStatus::ok) {
+    wp::Reply reply;
     try {
-      if (request[0] == "setup") {
-        reply = server.setup(request);
-      } else if (request[0] == "measure") {
-        reply = server.measure(request, exit_after);
-      } else if (request[0] == "reseed") {
-        server.bed->randomize(std::stoull(request.at(1)));
-        reply = {"ok"};
+      wp::Request request = wp::decode_request(body);
+      if (std::holds_alternative<wp::QuitRequest>(request)) {
+        return 0;
+      }
+      if (auto* s = std::get_if<wp::SetupRequest>(&request)) {
+        reply = server.setup(*s);
+      } else if (auto* m = std::get_if<wp::MeasureRequest>(&request)) {
+        reply = server.measure(*m);
       } else {
-        reply = {"error", "internal", "unknown request " + request[0]};
+        server.reseed(std::get<wp::ReseedRequest>(request));
+        reply = wp::Reseeded{};
       }
     } catch (const cuda::CudaError& e) {
-      reply = {"error", "cuda", e.what()};
-      exit_after = e.sticky();
+      reply = wp::Failed{ErrorKind::cuda, e.what(), e.sticky()};
     } catch (const Error& e) {
-      reply = {"error", to_string(e.kind()), e.what()};
+      reply = wp::Failed{e.kind(), e.what(), false};
     } catch (const std::exception& e) {
-      reply = {"error", "internal", e.what()};
+      reply = wp::Failed{ErrorKind::internal, e.what(), false};
     }
-    if (!write_message(out_fd, reply)) {
+    if (!write_frame(out_fd, wp::encode(reply))) {
       return 1;
     }
-    if (exit_after) {
+    if (exiting(reply)) {
       return 0;
     }
   }
   return 0;
+}
+
+// The reply a request expects; any other is a bug in one of the two ends.
+template <typename T> const T& expect(const wp::Reply& reply, wp::ReplyKind kind) {
+  if (auto* r = std::get_if<T>(&reply)) {
+    return *r;
+  }
+  throw Error(ErrorKind::internal, std::string("worker protocol: expected a '") +
+                                       wp::to_string(kind) + "' reply, got another kind");
 }
 
 } // namespace
@@ -322,14 +610,15 @@ bool maybe_run_worker(int argc, char** argv, int& exit_code) {
   return true;
 }
 
-Worker::Worker(double setup_timeout_s, double measure_timeout_s)
-    : m_setup_timeout(setup_timeout_s), m_measure_timeout(measure_timeout_s) {
+Worker::Worker(double setup_timeout_s, double measure_timeout_s, std::string executable)
+    : m_setup_timeout(setup_timeout_s), m_measure_timeout(measure_timeout_s),
+      m_executable(std::move(executable)) {
   signal(SIGPIPE, SIG_IGN);
 }
 
 Worker::~Worker() {
   if (m_pid > 0) {
-    write_message(m_to_worker, {"quit"});
+    write_frame(m_to_worker, wp::encode(wp::QuitRequest{}));
   }
   stop();
 }
@@ -361,31 +650,38 @@ void Worker::stop() noexcept {
 }
 
 void Worker::spawn() {
+  std::string exe = m_executable;
+  if (exe.empty()) {
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+      throw Error(ErrorKind::internal, "cannot find this executable (/proc/self/exe)");
+    }
+    exe.assign(self, size_t(n));
+  }
   int to[2];
   int from[2];
   if (pipe2(to, O_CLOEXEC) != 0 || pipe2(from, O_CLOEXEC) != 0) {
     throw Error(ErrorKind::internal, std::string("pipe: ") + std::strerror(errno));
   }
-  char exe[4096];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) {
-    throw Error(ErrorKind::internal, "cannot find this executable (/proc/self/exe)");
-  }
-  exe[n] = '\0';
   pid_t pid = fork();
   if (pid < 0) {
     throw Error(ErrorKind::internal, std::string("fork: ") + std::strerror(errno));
   }
   if (pid == 0) {
-    // Child: only async-signal-safe calls until exec. The pipes move to fds 3 and 4.
-    if (dup2(to[0], 3) < 0 || dup2(from[1], 4) < 0) {
+    // Child: only async-signal-safe calls until exec. The pipes move to fds 3 and 4,
+    // first above 4, so that neither dup2 closes the other end or keeps O_CLOEXEC
+    // (dup2 onto the same fd changes nothing) in a process with few open files.
+    int in = to[0] > 4 ? to[0] : fcntl(to[0], F_DUPFD, 5);
+    int out = from[1] > 4 ? from[1] : fcntl(from[1], F_DUPFD, 5);
+    if (in < 0 || out < 0 || dup2(in, 3) < 0 || dup2(out, 4) < 0) {
       _exit(127);
     }
     char in_fd[] = "3";
     char out_fd[] = "4";
     char flag[] = "--autotune-worker";
-    char* args[] = {exe, flag, in_fd, out_fd, nullptr};
-    execv(exe, args);
+    char* args[] = {exe.data(), flag, in_fd, out_fd, nullptr};
+    execv(exe.c_str(), args);
     _exit(127);
   }
   ::close(to[0]);
@@ -395,32 +691,33 @@ void Worker::spawn() {
   m_from_worker = from[0];
 }
 
-bool Worker::call(const std::vector<std::string>& request, double timeout_s,
-                  std::vector<std::string>& reply, std::string& failure) {
+std::variant<wp::Reply, Worker::Lost> Worker::call(const wp::Request& request, double timeout_s) {
   if (m_pid <= 0) {
     spawn();
   }
   auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                      std::chrono::duration<double>(timeout_s));
-  if (!write_message(m_to_worker, request)) {
-    failure = "the worker process is gone";
-  } else {
-    ReadStatus s = read_message(m_from_worker, reply, deadline);
+  Lost lost{WorkerLoss::died, "the worker process is gone"};
+  if (write_frame(m_to_worker, wp::encode(request))) {
+    std::string body;
+    ReadStatus s = read_frame(m_from_worker, body, deadline);
     if (s == ReadStatus::ok) {
-      return true;
+      return wp::decode_reply(body);
     }
-    failure = s == ReadStatus::timeout
-                  ? "no answer within " + num(timeout_s) + " s: the worker was killed"
-                  : "the worker process died";
+    lost = s == ReadStatus::timeout
+               ? Lost{WorkerLoss::deadline,
+                      "no answer within " + num(timeout_s) + " s: the worker was killed"}
+               : Lost{WorkerLoss::died, "the worker process died"};
   }
-  if (m_pid > 0 && failure != "" && failure.find("killed") == std::string::npos) {
+  if (m_pid > 0 && lost.why == WorkerLoss::died) {
+    // It ended on its own: say how.
     int status = 0;
     if (waitpid(m_pid, &status, 0) == m_pid) {
       m_pid = -1;
       if (WIFSIGNALED(status)) {
-        failure += std::string(" (signal ") + strsignal(WTERMSIG(status)) + ")";
+        lost.message += std::string(" (signal ") + strsignal(WTERMSIG(status)) + ")";
       } else if (WIFEXITED(status)) {
-        failure += " (exit code " + std::to_string(WEXITSTATUS(status)) + ")";
+        lost.message += " (exit code " + std::to_string(WEXITSTATUS(status)) + ")";
       }
     }
   }
@@ -429,33 +726,42 @@ bool Worker::call(const std::vector<std::string>& request, double timeout_s,
   }
   stop();
   ++m_restarts;
-  return false;
+  return lost;
+}
+
+void Worker::retire() {
+  if (m_pid > 0) {
+    waitpid(m_pid, nullptr, 0);
+    m_pid = -1;
+  }
+  stop();
+  ++m_restarts;
 }
 
 SetupResult Worker::setup(const std::string& op, const Problem& problem, unsigned long long seed,
                           const TimingProtocol& protocol) {
-  m_setup_request = {"setup", op, problem.key(), std::to_string(seed)};
-  for (auto& f : encode(protocol)) {
-    m_setup_request.push_back(std::move(f));
-  }
+  m_setup_request = wp::SetupRequest{op, problem.fields, seed, protocol};
   m_ready = false;
-  std::vector<std::string> reply;
-  std::string failure;
-  if (!call(m_setup_request, m_setup_timeout, reply, failure)) {
-    throw Error(ErrorKind::cuda, "setting up " + op + " " + problem.key() + " failed: " + failure);
+  auto answer = call(*m_setup_request, m_setup_timeout);
+  if (auto* lost = std::get_if<Lost>(&answer)) {
+    throw Error(ErrorKind::cuda,
+                "setting up " + op + " " + problem.key() + " failed: " + lost->message);
   }
-  if (reply.at(0) == "error") {
-    ErrorKind kind = reply.at(1) == "no GPU" ? ErrorKind::no_device : ErrorKind::cuda;
-    throw Error(kind, "setting up " + op + " " + problem.key() + ": " + reply.at(2));
+  const wp::Reply& reply = std::get<wp::Reply>(answer);
+  if (auto* f = std::get_if<wp::Failed>(&reply)) {
+    if (f->exiting) {
+      retire();
+    }
+    // No GPU is the user's situation (exit 3); anything else is a CUDA failure.
+    throw Error(f->kind == ErrorKind::no_device ? ErrorKind::no_device : ErrorKind::cuda,
+                "setting up " + op + " " + problem.key() + ": " + f->message);
   }
+  const wp::SetupDone& done = expect<wp::SetupDone>(reply, wp::ReplyKind::setup_done);
   m_ready = true;
   SetupResult r;
-  r.copy.median_us = std::stod(reply.at(1));
-  r.copy.p10_us = std::stod(reply.at(2));
-  r.copy.p90_us = std::stod(reply.at(3));
-  r.copy.samples = std::stoi(reply.at(4));
-  r.has_copy = r.copy.samples > 0;
-  r.device_bytes = size_t(std::stoull(reply.at(5)));
+  r.copy = done.copy;
+  r.has_copy = done.has_copy;
+  r.device_bytes = size_t(done.device_bytes);
   return r;
 }
 
@@ -463,72 +769,77 @@ void Worker::ensure_ready() {
   if (m_ready && m_pid > 0) {
     return;
   }
-  if (m_setup_request.empty()) {
+  if (!m_setup_request) {
     throw Error(ErrorKind::internal, "Worker used before setup()");
   }
-  std::vector<std::string> reply;
-  std::string failure;
-  if (!call(m_setup_request, m_setup_timeout, reply, failure) || reply.at(0) != "ok") {
-    throw Error(ErrorKind::cuda, "a replacement worker could not be set up: " +
-                                     (failure.empty() ? reply.at(2) : failure));
+  auto answer = call(*m_setup_request, m_setup_timeout);
+  const std::string what = "a replacement worker could not be set up: ";
+  if (auto* lost = std::get_if<Lost>(&answer)) {
+    throw Error(ErrorKind::cuda, what + lost->message);
   }
+  const wp::Reply& reply = std::get<wp::Reply>(answer);
+  if (auto* f = std::get_if<wp::Failed>(&reply)) {
+    if (f->exiting) {
+      retire();
+    }
+    throw Error(ErrorKind::cuda, what + f->message);
+  }
+  expect<wp::SetupDone>(reply, wp::ReplyKind::setup_done);
   m_ready = true;
 }
 
-MeasureResult Worker::measure(const std::string& config, const std::string& kernel,
+MeasureResult Worker::measure(const Config& config, const std::string& kernel,
                               const std::string& cubin, const TimingProtocol& protocol,
                               bool check_only) {
   ensure_ready();
-  std::vector<std::string> request = {"measure", config, kernel, cubin, check_only ? "1" : "0"};
-  for (auto& f : encode(protocol)) {
-    request.push_back(std::move(f));
-  }
   // The deadline covers the check plus the timing protocol's own cap.
   double timeout = m_measure_timeout + protocol.max_seconds;
-  std::vector<std::string> reply;
-  std::string failure;
+  auto answer = call(wp::MeasureRequest{config, kernel, cubin, check_only, protocol}, timeout);
   MeasureResult r;
-  if (!call(request, timeout, reply, failure)) {
-    r.outcome = failure.find("killed") != std::string::npos ? cache::Outcome::timeout
-                                                            : cache::Outcome::fault;
-    r.message = failure;
+  if (auto* lost = std::get_if<Lost>(&answer)) {
+    r.outcome = lost->why == WorkerLoss::deadline ? cache::Outcome::timeout : cache::Outcome::fault;
+    r.message = lost->message;
     return r;
   }
-  if (reply.at(0) == "error") {
+  const wp::Reply& reply = std::get<wp::Reply>(answer);
+  if (auto* f = std::get_if<wp::Failed>(&reply)) {
+    if (f->exiting) {
+      retire();
+    }
     // Not a variant's outcome: the worker could not do its job at all.
-    throw Error(reply.at(1) == "cuda" ? ErrorKind::cuda : ErrorKind::internal,
-                "worker: " + reply.at(2));
+    throw Error(f->kind == ErrorKind::cuda ? ErrorKind::cuda : ErrorKind::internal,
+                "worker: " + f->message);
   }
-  r.outcome = cache::parse_outcome(reply.at(1));
-  r.timing.median_us = std::stod(reply.at(2));
-  r.timing.p10_us = std::stod(reply.at(3));
-  r.timing.p90_us = std::stod(reply.at(4));
-  r.timing.samples = std::stoi(reply.at(5));
-  r.rel_err = std::stod(reply.at(6));
-  r.sm_clock_mhz = std::stoi(reply.at(7));
-  r.message = reply.at(8);
-  if (reply.at(9) == "1") {
+  const wp::Measured& m = expect<wp::Measured>(reply, wp::ReplyKind::measured);
+  r.outcome = m.outcome;
+  r.timing = m.timing;
+  r.rel_err = m.rel_err;
+  r.sm_clock_mhz = int(m.sm_clock_mhz);
+  r.message = m.message;
+  if (m.exiting) {
     // The worker reported a fault and exits; the next call starts a new one.
-    int status = 0;
-    waitpid(m_pid, &status, 0);
-    m_pid = -1;
-    stop();
-    ++m_restarts;
+    retire();
   }
   return r;
 }
 
 void Worker::reseed(unsigned long long seed) {
   ensure_ready();
-  std::vector<std::string> reply;
-  std::string failure;
-  if (!call({"reseed", std::to_string(seed)}, m_setup_timeout, reply, failure) ||
-      reply.at(0) != "ok") {
-    throw Error(ErrorKind::cuda, "worker: new inputs failed: " +
-                                     (failure.empty() ? reply.at(2) : failure));
+  auto answer = call(wp::ReseedRequest{seed}, m_setup_timeout);
+  const std::string what = "worker: new inputs failed: ";
+  if (auto* lost = std::get_if<Lost>(&answer)) {
+    throw Error(ErrorKind::cuda, what + lost->message);
   }
+  const wp::Reply& reply = std::get<wp::Reply>(answer);
+  if (auto* f = std::get_if<wp::Failed>(&reply)) {
+    if (f->exiting) {
+      retire();
+    }
+    throw Error(ErrorKind::cuda, what + f->message);
+  }
+  expect<wp::Reseeded>(reply, wp::ReplyKind::reseeded);
   // A replacement worker must draw the same inputs.
-  m_setup_request.at(3) = std::to_string(seed);
+  m_setup_request->seed = seed;
 }
 
 } // namespace autotune
