@@ -2,6 +2,7 @@
 
 #include "compile.hpp"
 #include "progress.hpp"
+#include "strategy.hpp"
 #include "worker.hpp"
 #include "runtime/base/hash.hpp"
 #include "runtime/base/log.hpp"
@@ -11,7 +12,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -21,12 +21,26 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Spaces with more valid configurations than this are sampled, never enumerated.
-constexpr size_t k_max_exhaustive = 4096;
-
 double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
+
+// What every problem of a session shares.
+struct Session {
+  const Op& op;
+  const SearchSpace& search;
+  const std::string& arch;
+  cache::Database& db;
+  const TuneOptions& options;
+  Progress& progress;
+};
+
+// A tuning session's GPU side, beside the Session (absent for --compile-only).
+struct Device {
+  cache::DeviceRecord record;
+  std::string key; // record.key()
+  Worker& worker;
+};
 
 struct Candidate {
   Config config;
@@ -45,35 +59,34 @@ cache::DeviceRecord device_record(const cuda::DeviceInfo& d) {
   return r;
 }
 
-// Valid configurations of the space for a problem; counts the invalid ones.
-std::vector<Config> valid_configs(const Op& op, const Space& space, const Problem& problem,
-                                  const std::string& arch, size_t& invalid) {
+// The configurations of the space measured for a problem, in enumeration order
+// (random sampling depends on it); counts the others.
+std::vector<Config> measured_configs(const Session& s, const Problem& problem, size_t& dropped) {
   std::vector<Config> out;
-  invalid = 0;
-  for (auto& c : space.enumerate()) {
-    if (op.check(c, problem, arch) && op.worth_measuring(c, problem)) {
+  dropped = 0;
+  for (auto& c : s.search.space.enumerate()) {
+    if (judge(s.op, s.search.priors, c, problem, s.arch) == Verdict::measure) {
       out.push_back(std::move(c));
     } else {
-      ++invalid;
+      ++dropped;
     }
   }
   return out;
 }
 
 // Compiles what the database does not hold yet; stores each new cubin at once.
-void build_candidates(const Op& op, const std::vector<Config>& configs, const Problem& problem,
-                      const std::string& arch, cache::Database& db, int jobs, Progress& progress,
-                      std::vector<Candidate>& candidates, ProblemReport& report) {
-  candidates.clear();
+std::vector<Candidate> build_candidates(const Session& s, const std::vector<Config>& configs,
+                                        const Problem& problem, ProblemReport& report) {
+  std::vector<Candidate> candidates;
   for (const auto& c : configs) {
-    candidates.push_back({c, describe_variant(op, c, problem, arch), {}, {}});
+    candidates.push_back({c, describe_variant(s.op, c, problem, s.arch), {}, {}});
   }
   std::vector<CompileJob> work;
   std::vector<size_t> owner;
   for (size_t i = 0; i < candidates.size(); ++i) {
-    auto stored = db.find_variant(candidates[i].source.key);
+    auto stored = s.db.find_variant(candidates[i].source.key);
     if (stored) {
-      candidates[i].cubin = db.load_cubin(stored->cubin_sha256);
+      candidates[i].cubin = s.db.load_cubin(stored->cubin_sha256);
       ++report.cubins_reused;
     } else {
       work.push_back({&candidates[i].source});
@@ -81,12 +94,12 @@ void build_candidates(const Op& op, const std::vector<Config>& configs, const Pr
     }
   }
   if (work.empty()) {
-    return;
+    return candidates;
   }
   auto t0 = Clock::now();
   std::string what = problem.key();
-  compile_all(work, jobs, [&](CompileJob& job, size_t finished) {
-    progress.update("compile", what, finished, work.size());
+  compile_all(work, s.options.jobs, [&](CompileJob& job, size_t finished) {
+    s.progress.update("compile", what, finished, work.size());
     const VariantSource& v = *job.variant;
     if (!job.output) {
       return;
@@ -105,9 +118,9 @@ void build_candidates(const Op& op, const std::vector<Config>& configs, const Pr
     r.kernel = v.kernel;
     r.cubin_sha256 = sha256_hex(job.output->binary);
     r.compile_s = job.output->seconds;
-    db.put_variant(r, job.output->binary);
+    s.db.put_variant(r, job.output->binary);
   });
-  progress.finish();
+  s.progress.finish();
   report.compile_seconds = since(t0);
   for (size_t j = 0; j < work.size(); ++j) {
     Candidate& c = candidates[owner[j]];
@@ -119,30 +132,12 @@ void build_candidates(const Op& op, const std::vector<Config>& configs, const Pr
       ++report.compile_failures;
     }
   }
+  return candidates;
 }
 
 unsigned long long fresh_seed() {
   std::random_device rd;
   return (static_cast<unsigned long long>(rd()) << 32) ^ rd();
-}
-
-cache::ResultRecord to_record(const std::string& device_key, const Op& op, const Problem& problem,
-                              const VariantReport& v) {
-  cache::ResultRecord r;
-  r.device_key = device_key;
-  r.op = op.name();
-  r.problem = problem.key();
-  r.variant_key = v.variant_key;
-  r.config = v.config;
-  r.outcome = v.outcome;
-  r.median_us = v.timing.median_us;
-  r.p10_us = v.timing.p10_us;
-  r.p90_us = v.timing.p90_us;
-  r.samples = v.timing.samples;
-  r.rel_err = v.rel_err;
-  r.sm_clock_mhz = v.sm_clock_mhz;
-  r.message = v.message;
-  return r;
 }
 
 VariantReport from_record(const cache::ResultRecord& r) {
@@ -161,198 +156,180 @@ VariantReport from_record(const cache::ResultRecord& r) {
   return v;
 }
 
-// Successive halving (k_halving_eta, tuner.hpp): every candidate gets a cheap
-// measurement, the best quarter a four times longer one, and so on until one is left
-// or the budget is spent.
-TimingProtocol round_protocol(const TimingProtocol& full, int round, int rounds) {
-  if (round + 1 >= rounds) {
-    return full;
-  }
-  TimingProtocol p = full;
-  double scale = std::pow(double(k_halving_eta), double(rounds - 1 - round));
-  p.warmup = 1;
-  p.min_samples = std::max(3, int(full.min_samples / scale));
-  p.max_samples = std::max(p.min_samples, int(full.max_samples / scale));
-  p.min_seconds = full.min_seconds / scale;
-  p.max_seconds = std::max(0.005, full.max_seconds / scale);
-  return p;
-}
-
-void tune_problem(const Op& op, const Space& space, const Problem& problem,
-                  const cuda::DeviceInfo& device, const cache::DeviceRecord& dev,
-                  cache::Database& db, const TuneOptions& options, Worker& worker,
-                  Progress& progress, ProblemReport& report) {
-  auto t0 = Clock::now();
-  const std::string arch = device.arch();
-  const std::string& thash = template_hash(op.template_path());
-  const std::string nvrtc = cuda::nvrtc_version();
-  if (!options.force) {
-    if (auto w = db.find_winner(dev.key(), op.name(), problem.key(), thash, nvrtc)) {
-      report.cached = true;
-      report.winner_config = w->config;
-      report.winner_us = w->median_us;
-      report.seconds = since(t0);
-      return;
+// The candidates of one problem as strategies measure them: through the worker,
+// each result stored under the problem's key as it becomes final.
+class WorkerBench final : public Bench {
+public:
+  WorkerBench(const Session& s, const Device& d, const Problem& problem,
+              const std::vector<Candidate>& candidates)
+      : m_session(s), m_device(d), m_problem(problem), m_candidates(candidates),
+        m_variants(candidates.size()) {
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      m_variants[i].config = candidates[i].source.config_id;
+      m_variants[i].variant_key = candidates[i].source.key;
     }
   }
-  auto configs = valid_configs(op, space, problem, arch, report.invalid);
-  configs = select_strategy(configs, options, report);
-  std::vector<Candidate> candidates;
-  build_candidates(op, configs, problem, arch, db, options.jobs, progress, candidates, report);
 
-  SetupResult setup = worker.setup(op.name(), problem, fresh_seed(), options.protocol);
-  if (setup.has_copy) {
-    report.copy = setup.copy;
-  }
-  report.device_bytes = setup.device_bytes;
-
-  // Outcomes known without measuring: resumed results and compile failures.
-  std::vector<VariantReport> reports(candidates.size());
-  std::vector<size_t> pending;
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    Candidate& c = candidates[i];
-    VariantReport& v = reports[i];
-    v.config = c.source.config_id;
-    v.variant_key = c.source.key;
-    if (!options.force) {
-      if (auto stored = db.find_result(dev.key(), c.source.key, problem.key())) {
-        v = from_record(*stored);
+  // Fills in the outcomes known without measuring (results a killed session
+  // stored, unless --force; compile failures, stored now) and returns the others.
+  std::vector<size_t> resume() {
+    std::vector<size_t> pending;
+    for (size_t i = 0; i < m_candidates.size(); ++i) {
+      const Candidate& c = m_candidates[i];
+      if (!m_session.options.force) {
+        if (auto stored = m_session.db.find_result(m_device.key, c.source.key, m_problem.key())) {
+          m_variants[i] = from_record(*stored);
+          continue;
+        }
+      }
+      if (c.cubin.empty()) {
+        m_variants[i].outcome = cache::Outcome::compile_fail;
+        m_variants[i].message = c.compile_error;
+        store(i);
         continue;
       }
+      pending.push_back(i);
     }
-    if (c.cubin.empty()) {
-      v.outcome = cache::Outcome::compile_fail;
-      v.message = c.compile_error;
-      db.put_result(to_record(dev.key(), op, problem, v));
-      continue;
-    }
-    pending.push_back(i);
+    return pending;
   }
 
-  auto measure = [&](size_t i, const TimingProtocol& protocol) {
-    Candidate& c = candidates[i];
-    MeasureResult m = worker.measure(c.source.config_id, c.source.kernel, c.cubin, protocol);
-    VariantReport& v = reports[i];
+  void measure(size_t i, const TimingProtocol& protocol) override {
+    const Candidate& c = m_candidates[i];
+    MeasureResult m = m_device.worker.measure(c.config, c.source.kernel, c.cubin, protocol);
+    VariantReport& v = m_variants[i];
     v.outcome = m.outcome;
     v.timing = m.timing;
     v.rel_err = m.rel_err;
     v.sm_clock_mhz = m.sm_clock_mhz;
     v.message = m.message;
-  };
-
-  int rounds = 1;
-  if (options.budget_s > 0) {
-    while (std::pow(double(k_halving_eta), double(rounds)) < double(pending.size())) {
-      ++rounds;
-    }
-  }
-  auto measure_start = Clock::now();
-  for (int round = 0; round < rounds && !pending.empty(); ++round) {
-    TimingProtocol protocol = round_protocol(options.protocol, round, rounds);
-    bool last = round + 1 == rounds;
-    std::string stage = rounds > 1 ? "round " + std::to_string(round + 1) : "measure";
-    for (size_t k = 0; k < pending.size(); ++k) {
-      progress.update(stage, problem.key(), k + 1, pending.size());
-      measure(pending[k], protocol);
-      const VariantReport& v = reports[pending[k]];
-      // Failures are final in any round; timings only from the last.
-      if (last || v.outcome != cache::Outcome::ok) {
-        db.put_result(to_record(dev.key(), op, problem, v));
-      }
-    }
-    progress.finish();
-    if (last) {
-      break;
-    }
-    // Keep the best 1/eta of the correct ones for a longer measurement.
-    std::vector<size_t> ok;
-    for (size_t i : pending) {
-      if (reports[i].outcome == cache::Outcome::ok) {
-        ok.push_back(i);
-      }
-    }
-    std::sort(ok.begin(), ok.end(), [&](size_t a, size_t b) {
-      return reports[a].timing.median_us < reports[b].timing.median_us;
-    });
-    size_t keep = std::max<size_t>(1, (ok.size() + k_halving_eta - 1) / k_halving_eta);
-    for (size_t k = keep; k < ok.size(); ++k) {
-      // Measured only cheaply: kept for the report, never a winner, not stored
-      // (a resumed session measures it again).
-      reports[ok[k]].eliminated_in_round = round + 1;
-    }
-    ok.resize(std::min(keep, ok.size()));
-    double spent = since(measure_start);
-    double per_candidate = spent / double(std::max<size_t>(1, pending.size()));
-    double next_cost = per_candidate * k_halving_eta * double(ok.size());
-    if (spent + next_cost > options.budget_s && round + 2 < rounds) {
-      // No time for the intermediate rounds: go straight to the final one.
-      round = rounds - 2;
-    }
-    if (spent + next_cost > options.budget_s * 1.5) {
-      // Over budget: skip to the final round with only the best eta survivors. Their
-      // cheap timings cannot pick the winner: one noisy cheap median of the fastest
-      // widens the tie band (preference_order) over variants a few percent slower.
-      const size_t finalists = std::min<size_t>(ok.size(), k_halving_eta);
-      for (size_t k = finalists; k < ok.size(); ++k) {
-        reports[ok[k]].eliminated_in_round = round + 1;
-      }
-      ok.resize(finalists);
-      report.budget_exhausted = true;
-      round = rounds - 2;
-    }
-    pending = ok;
   }
 
-  // The winner must also pass on a second, independent input set.
-  std::vector<size_t> order = preference_order(reports);
-  if (!order.empty()) {
-    worker.reseed(fresh_seed());
+  void store(size_t i) override {
+    const VariantReport& v = m_variants[i];
+    cache::ResultRecord r;
+    r.device_key = m_device.key;
+    r.op = m_session.op.name();
+    r.problem = m_problem.key();
+    r.variant_key = v.variant_key;
+    r.config = v.config;
+    r.outcome = v.outcome;
+    r.median_us = v.timing.median_us;
+    r.p10_us = v.timing.p10_us;
+    r.p90_us = v.timing.p90_us;
+    r.samples = v.timing.samples;
+    r.rel_err = v.rel_err;
+    r.sm_clock_mhz = v.sm_clock_mhz;
+    r.message = v.message;
+    m_session.db.put_result(r);
   }
-  for (size_t i : order) {
-    Candidate& c = candidates[i];
-    if (c.cubin.empty()) {
-      continue;
-    }
-    MeasureResult again =
-        worker.measure(c.source.config_id, c.source.kernel, c.cubin, options.protocol, true);
-    if (again.outcome != cache::Outcome::ok) {
-      reports[i].outcome = again.outcome;
-      reports[i].message = "second input set: " + again.message;
-      db.put_result(to_record(dev.key(), op, problem, reports[i]));
-      continue;
-    }
-    report.winner = i;
-    break;
+
+  VariantReport& variant(size_t i) override { return m_variants.at(i); }
+
+  void progress(const std::string& stage, size_t done, size_t total) override {
+    m_session.progress.update(stage, m_problem.key(), done, total);
   }
-  report.variants = std::move(reports);
-  report.worker_restarts = worker.restarts();
+  void stage_done() override { m_session.progress.finish(); }
+
+  // The winner: the first of the preference order that also passes on a second,
+  // independent input set. Those that fail it get that outcome, stored.
+  std::optional<size_t> recheck_winner() {
+    std::vector<size_t> order = preference_order(m_variants);
+    if (!order.empty()) {
+      m_device.worker.reseed(fresh_seed());
+    }
+    for (size_t i : order) {
+      const Candidate& c = m_candidates[i];
+      if (c.cubin.empty()) {
+        continue; // a stored result, but no cubin this session: it cannot be re-checked
+      }
+      MeasureResult again = m_device.worker.measure(c.config, c.source.kernel, c.cubin,
+                                                    m_session.options.protocol, true);
+      if (again.outcome != cache::Outcome::ok) {
+        m_variants[i].outcome = again.outcome;
+        m_variants[i].message = "second input set: " + again.message;
+        store(i);
+        continue;
+      }
+      return i;
+    }
+    return std::nullopt;
+  }
+
+  std::vector<VariantReport> take_variants() { return std::move(m_variants); }
+
+private:
+  const Session& m_session;
+  const Device& m_device;
+  const Problem& m_problem;
+  const std::vector<Candidate>& m_candidates;
+  std::vector<VariantReport> m_variants;
+};
+
+// A stored winner for the problem's tuning key answers it (unless --force).
+bool answer_from_store(const Session& s, const Device& d, const Problem& problem,
+                       ProblemReport& report) {
+  if (s.options.force) {
+    return false;
+  }
+  auto w = s.db.find_winner(d.key, s.op.name(), problem.key(), template_hash(s.op.template_path()),
+                            cuda::nvrtc_version());
+  if (!w) {
+    return false;
+  }
+  report.cached = true;
+  report.winner_config = w->config;
+  report.winner_us = w->median_us;
+  return true;
+}
+
+void store_winner(const Session& s, const Device& d, const Problem& problem,
+                  ProblemReport& report) {
+  const VariantReport& w = report.variants[*report.winner];
+  cache::WinnerRecord r;
+  r.device_key = d.key;
+  r.op = s.op.name();
+  r.problem = problem.key();
+  r.template_hash = template_hash(s.op.template_path());
+  r.nvrtc_version = cuda::nvrtc_version();
+  r.variant_key = w.variant_key;
+  r.config = w.config;
+  r.kernel = s.op.kernel_name();
+  r.median_us = w.timing.median_us;
+  s.db.put_winner(r);
+  report.winner_config = w.config;
+  report.winner_us = w.timing.median_us;
+}
+
+void tune_problem(const Session& s, const Device& d, const Strategy& strategy,
+                  const Problem& problem, ProblemReport& report) {
+  auto t0 = Clock::now();
+  if (answer_from_store(s, d, problem, report)) {
+    report.seconds = since(t0);
+    return;
+  }
+  auto configs = strategy.select(measured_configs(s, problem, report.invalid), report);
+  std::vector<Candidate> candidates = build_candidates(s, configs, problem, report);
+  SetupResult setup = d.worker.setup(s.op.name(), problem, fresh_seed(), s.options.protocol);
+  if (setup.has_copy) {
+    report.copy = setup.copy;
+  }
+  report.device_bytes = setup.device_bytes;
+
+  WorkerBench bench(s, d, problem, candidates);
+  strategy.measure(bench, bench.resume(), report);
+  report.winner = bench.recheck_winner();
+  report.variants = bench.take_variants();
+  report.worker_restarts = d.worker.restarts();
   if (report.winner) {
-    const VariantReport& w = report.variants[*report.winner];
-    cache::WinnerRecord r;
-    r.device_key = dev.key();
-    r.op = op.name();
-    r.problem = problem.key();
-    r.template_hash = thash;
-    r.nvrtc_version = nvrtc;
-    r.variant_key = w.variant_key;
-    r.config = w.config;
-    r.kernel = op.kernel_name();
-    r.median_us = w.timing.median_us;
-    db.put_winner(r);
-    report.winner_config = w.config;
-    report.winner_us = w.timing.median_us;
+    store_winner(s, d, problem, report);
   }
   report.seconds = since(t0);
 }
 
-void compile_problem(const Op& op, const Space& space, const Problem& problem,
-                     const std::string& arch, cache::Database& db, const TuneOptions& options,
-                     Progress& progress, ProblemReport& report) {
+void compile_problem(const Session& s, const Problem& problem, ProblemReport& report) {
   auto t0 = Clock::now();
-  auto configs = valid_configs(op, space, problem, arch, report.invalid);
-  std::vector<Candidate> candidates;
-  build_candidates(op, configs, problem, arch, db, options.jobs, progress, candidates, report);
-  for (auto& c : candidates) {
+  auto configs = measured_configs(s, problem, report.invalid);
+  for (auto& c : build_candidates(s, configs, problem, report)) {
     VariantReport v;
     v.config = c.source.config_id;
     v.variant_key = c.source.key;
@@ -366,6 +343,24 @@ void compile_problem(const Op& op, const Space& space, const Problem& problem,
 }
 
 } // namespace
+
+Verdict judge(const Op& op, const Priors& priors, const Config& config, const Problem& problem,
+              const std::string& arch, std::string* why) {
+  auto verdict = [&](const Result<bool>& r, Verdict no) {
+    if (!r && why) {
+      *why = r.failure().message;
+    }
+    return r ? Verdict::measure : no;
+  };
+  Verdict v = verdict(op.check(config, problem, arch), Verdict::invalid);
+  if (v == Verdict::measure) {
+    v = verdict(op.worth_measuring(config, problem), Verdict::pruned);
+  }
+  if (v == Verdict::measure) {
+    v = verdict(priors.allow(op, config, problem, arch), Verdict::pruned);
+  }
+  return v;
+}
 
 // The winner among correct measurements: the lowest median, except that variants
 // whose medians lie within the noise of the fastest (at most 1% slower) count as tied, and a tie goes
@@ -400,24 +395,9 @@ std::vector<size_t> preference_order(const std::vector<VariantReport>& v) {
   return ok;
 }
 
-// Exhaustive search measures every valid configuration. Random sampling picks
-// `samples` of them (seeded, so every rank samples the same ones); spaces larger
-// than k_max_exhaustive are sampled even when exhaustive search was asked for.
 std::vector<Config> select_strategy(std::vector<Config> configs, const TuneOptions& o,
                                     ProblemReport& report) {
-  bool random = o.strategy == "random" || configs.size() > k_max_exhaustive;
-  if (!random) {
-    return configs;
-  }
-  size_t n = o.samples > 0 ? size_t(o.samples) : std::min(configs.size(), k_max_exhaustive);
-  if (n >= configs.size()) {
-    return configs;
-  }
-  std::mt19937_64 rng(o.sample_seed);
-  std::shuffle(configs.begin(), configs.end(), rng);
-  configs.resize(n);
-  report.sampled = n;
-  return configs;
+  return make_strategy(o)->select(std::move(configs), report);
 }
 
 bool TuneReport::compile_failed() const {
@@ -429,21 +409,26 @@ bool TuneReport::compile_failed() const {
   return false;
 }
 
-Space load_space(const Op& op, const TuneOptions& options) {
-  Space space;
-  if (!options.space_file.empty()) {
+SearchSpace load_search_space(const Op& op, const TuneOptions& options) {
+  SearchSpace search;
+  // Priors are checked against the file's own values, before --param narrows or
+  // replaces them.
+  search.space = load_op_space(op, options.space_file, {});
+  std::string text;
+  if (options.space_file.empty()) {
+    text = template_file(op.space_path());
+  } else {
     std::ifstream in(options.space_file, std::ios::binary);
     if (!in) {
       throw Error(ErrorKind::io, "cannot read the space file " + options.space_file);
     }
     std::ostringstream s;
     s << in.rdbuf();
-    space = parse_space(s.str(), options.space_file);
-  } else {
-    space = parse_space(template_file(op.space_path()), std::string("templates/") + op.space_path());
+    text = s.str();
   }
-  restrict_space(space, options.param_overrides);
-  return space;
+  search.priors = parse_priors(text, search.space.source, search.space);
+  restrict_space(search.space, options.param_overrides);
+  return search;
 }
 
 std::vector<Problem> load_problems(const Op& op, const std::vector<std::string>& shapes) {
@@ -457,7 +442,7 @@ std::vector<Problem> load_problems(const Op& op, const std::vector<std::string>&
 
 TuneReport tune(const TuneOptions& options, Progress& progress) {
   const Op& op = find_op(options.op);
-  Space space = load_space(op, options);
+  SearchSpace search = load_search_space(op, options);
   std::vector<Problem> problems = load_problems(op, options.shapes);
   TuneReport report;
   report.op = op.name();
@@ -486,28 +471,32 @@ TuneReport tune(const TuneOptions& options, Progress& progress) {
                                       "--compile-only to cross-compile");
   }
   cache::Database db(report.database, cache::Database::Mode::read_write);
+  const Session session{op, search, report.arch, db, opts, progress};
+  auto new_problem = [&](const Problem& p) {
+    ProblemReport r;
+    r.problem = p;
+    r.space_size = search.space.size();
+    r.bytes = op.bytes(p);
+    return r;
+  };
   if (options.compile_only) {
     for (const auto& p : problems) {
-      ProblemReport r;
-      r.problem = p;
-      r.space_size = space.size();
-      r.bytes = op.bytes(p);
-      compile_problem(op, space, p, report.arch, db, opts, progress, r);
+      ProblemReport r = new_problem(p);
+      compile_problem(session, p, r);
       report.problems.push_back(std::move(r));
     }
     return report;
   }
+  std::unique_ptr<Strategy> strategy = make_strategy(options);
   // The parent holds no CUDA context: all GPU work happens in the worker process.
   Worker worker(options.setup_timeout_s, options.measure_timeout_s);
-  cache::DeviceRecord dev = device_record(device);
-  db.put_device(dev);
+  cache::DeviceRecord record = device_record(device);
+  db.put_device(record);
+  const Device gpu{record, record.key(), worker};
   for (const auto& p : problems) {
-    ProblemReport r;
-    r.problem = p;
-    r.space_size = space.size();
-    r.bytes = op.bytes(p);
+    ProblemReport r = new_problem(p);
     r.flops = op.flops(p);
-    tune_problem(op, space, p, device, dev, db, opts, worker, progress, r);
+    tune_problem(session, gpu, *strategy, p, r);
     report.problems.push_back(std::move(r));
   }
   return report;

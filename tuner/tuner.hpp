@@ -6,6 +6,7 @@
 #pragma once
 
 #include "cache/database.hpp"
+#include "runtime/ops/priors.hpp"
 #include "runtime/ops/space.hpp"
 #include "testbed.hpp"
 
@@ -28,7 +29,7 @@ struct TuneOptions {
   Fields param_overrides;             // --param name=v1|v2
   std::string space_file;             // --space FILE.toml replaces the op's space
   TimingProtocol protocol;
-  std::string strategy = "exhaustive"; // or "random" (see samples)
+  std::string strategy = "exhaustive"; // or "random" (see samples), "halving" (needs budget_s)
   int samples = 0;                     // random: how many configurations (0: up to 4096)
   unsigned long long sample_seed = 1;  // random: the same seed samples the same configurations
   double budget_s = 0;                 // > 0: successive halving within about this many seconds
@@ -48,14 +49,15 @@ struct VariantReport {
   int eliminated_in_round = 0; // successive halving cut it after this round (cheap timing only)
 };
 
-// Successive halving keeps the best 1/k_halving_eta of each round; a round over the
-// budget skips to a final full measurement of the best k_halving_eta.
+// Successive halving (HalvingSearch, strategy.hpp) keeps the best 1/k_halving_eta of
+// each round; a round over the budget skips to a final full measurement of the best
+// k_halving_eta.
 constexpr int k_halving_eta = 4;
 
 struct ProblemReport {
   Problem problem;
   size_t space_size = 0;
-  size_t invalid = 0;          // dropped by the op's constraints
+  size_t invalid = 0;          // dropped by the op's constraints, heuristics or priors
   size_t compiled = 0;         // compiled by this session
   size_t cubins_reused = 0;    // found in the database instead
   size_t compile_failures = 0;
@@ -86,8 +88,23 @@ struct TuneReport {
 
 TuneReport tune(const TuneOptions& options, Progress& progress);
 
-// The op's space after --space and --param; throws Error(config/usage).
-Space load_space(const Op& op, const TuneOptions& options);
+// What a session searches: the op's space (or --space FILE, within the op's
+// limits: load_op_space) narrowed by --param, and the search priors of the same file.
+struct SearchSpace {
+  Space space;
+  Priors priors;
+};
+
+// Throws Error(io) for a --space file that cannot be read, Error(config) for a bad
+// space or [[prune]] entry (file:line), Error(usage) for an unknown --param name.
+SearchSpace load_search_space(const Op& op, const TuneOptions& options);
+
+// Whether a configuration is measured on `arch` for the problem: it must run
+// (Op::check), be worth the time (Op::worth_measuring) and pass the priors for the
+// arch. The failure says which and why (autotune list --pruned shows it).
+enum class Verdict { measure, invalid, pruned };
+Verdict judge(const Op& op, const Priors& priors, const Config& config, const Problem& problem,
+              const std::string& arch, std::string* why = nullptr);
 
 // Indices of the correct variants that survived every halving round, in order of
 // preference: fastest first, except
@@ -95,8 +112,9 @@ Space load_space(const Op& op, const TuneOptions& options);
 // smallest variant id (deterministic across processes).
 std::vector<size_t> preference_order(const std::vector<VariantReport>& variants);
 
-// The configurations a strategy measures: all (exhaustive), or a seeded random
-// sample (random, or any space over 4096 valid configurations).
+// The configurations the strategy of `options` measures (make_strategy, strategy.hpp):
+// all (exhaustive), or a seeded random sample (random, or any space over
+// k_max_exhaustive valid configurations).
 std::vector<Config> select_strategy(std::vector<Config> configs, const TuneOptions& options,
                                     ProblemReport& report);
 
