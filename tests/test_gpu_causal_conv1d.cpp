@@ -197,6 +197,37 @@ TEST_CASE("tuning stores a winner that the runtime then dispatches") {
     a.x.shape[2] = a.out.shape[2] = 999; // not tuned: require_tuned refuses, no fallback
     CHECK_THROWS_WITH_AS(rt.causal_conv1d(a), doctest::Contains("nothing tuned"), Error);
   }
+
+  SUBCASE("an untuned shape runs the winner of the nearest tuned one, and is correct") {
+    std::mt19937_64 rng(std::random_device{}());
+    ConvCase k("B=3,C=192,L=777,W=4,dtype=bf16,bias=1,silu=1", rng);
+    RuntimeOptions ro;
+    ro.database = db.string(); // policy nearest: the default
+    Runtime rt(ro);
+    DeviceTensor x(k.x), w(k.w), b(k.b);
+    HostTensor out(k.x.type, k.x.n);
+    out.poison();
+    DeviceTensor o2(out);
+    CausalConv1dArgs a{};
+    a.x = tensor(reinterpret_cast<const void*>(x.get()), ElementType::bf16, {3, 192, 777});
+    a.weight = tensor(reinterpret_cast<const void*>(w.get()), ElementType::bf16, {192, 4});
+    a.bias = tensor(reinterpret_cast<const void*>(b.get()), ElementType::bf16, {192});
+    a.out = tensor(reinterpret_cast<const void*>(o2.get()), ElementType::bf16, {3, 192, 777});
+    a.silu = 1;
+    Selection s = rt.select_causal_conv1d(a);
+    CHECK(s.source == "nearest B=2,C=256,L=1000,W=4,x=bf16,w=bf16,bias=1,silu=1,init_states=0,"
+                      "final_states=0,layout=bcl");
+    CHECK(s.variant == p.winner_config);
+    rt.causal_conv1d(a);
+    AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+    o2.download(out);
+    CHECK(relative_error(out, k.ref) <= 1e-2);
+
+    SUBCASE("other flags are not comparable: the default variant runs") {
+      a.silu = 0;
+      CHECK(rt.select_causal_conv1d(a).source == "default");
+    }
+  }
   fs::remove(db);
   fs::remove(db.string() + "-wal");
   fs::remove(db.string() + "-shm");

@@ -45,8 +45,17 @@ typedef struct autotune_tensor {
 
 typedef struct autotune_runtime autotune_runtime;
 
-/* database: path or NULL for the default path. */
+/* database: path or NULL for the default path. A shape with no tuned winner runs
+ * the winner of the nearest tuned problem (policy "nearest"), or with require_tuned
+ * fails with AUTOTUNE_ERROR_NOT_TUNED. */
 int autotune_runtime_create(const char* database, int require_tuned, autotune_runtime** out);
+/* policy, for shapes with no tuned winner: "nearest" (the configuration of the
+ * nearest tuned problem of the same op, dtypes and flags), "default" (the op's default
+ * variant), "error", or "pin:CONFIG" (that configuration, e.g.
+ * "pin:threads=128,vec=8,items=2,cpb=1,load=direct"). What a call runs, and which
+ * policy chose it, is what the *_variant functions report. */
+int autotune_runtime_create_with_policy(const char* database, const char* policy,
+                                        autotune_runtime** out);
 void autotune_runtime_destroy(autotune_runtime* rt);
 const char* autotune_last_error(void);
 

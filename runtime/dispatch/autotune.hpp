@@ -1,9 +1,8 @@
 // autotune's runtime library, C++ API. Finds the tuned winner for a problem in
 // the tuning database, loads its cubin once, and launches it on the caller's
 // stream in the device's primary context (the one PyTorch uses). When nothing is
-// tuned for a shape it runs the op's documented default variant (the [default]
-// table of templates/<op>/space.toml), compiled with NVRTC on first use, unless
-// RuntimeOptions::require_tuned asks for an error instead.
+// tuned for a shape it follows RuntimeOptions::policy (by default the winner of the
+// nearest tuned problem), compiled with NVRTC on first use.
 //
 // The arguments are the C ABI's structs (autotune.h): every tensor an
 // autotune::Tensor with its dtype, shape and strides, checked against the op's
@@ -62,12 +61,26 @@ inline Tensor tensor(const void* data, ElementType type, std::initializer_list<i
   return t;
 }
 
+// What the runtime runs for a problem with no tuned winner stored.
+enum class Policy {
+  // The configuration of the nearest tuned problem of the same op, dtypes and flags
+  // on this GPU (distance: the sum over shape fields of |log2 of their ratio|, the
+  // fields the kernel is instantiated for, W, D and N, weighted 4), compiled on first
+  // use; when nothing comparable is stored, the op's default variant.
+  nearest,
+  default_variant, // the op's [default] configuration (templates/<op>/space.toml)
+  error,           // Error(not_tuned) naming the command that tunes the shape
+  pin,             // RuntimeOptions::pinned, for every problem without a winner
+};
+
 struct RuntimeOptions {
   // Tuning database; empty means the default path ($AUTOTUNE_DB, then
   // $XDG_CACHE_HOME/autotune/tuning.db, then ~/.cache/autotune/tuning.db).
   // A missing file is not an error: every problem then runs its default variant.
   std::string database;
-  bool require_tuned = false;
+  Policy policy = Policy::nearest;
+  std::string pinned; // Policy::pin: a configuration id, e.g. "threads=128,vec=8,..."
+  bool require_tuned = false; // the same as Policy::error
   int device = 0;
   // A database that other users may write (group/other-writable file or
   // directory, or another owner) could feed this process their kernels. By
@@ -79,7 +92,9 @@ struct RuntimeOptions {
 // Where a problem's variant came from.
 struct Selection {
   std::string variant;  // configuration id, e.g. "threads=128,vec=8,items=2,cpb=1,load=direct"
-  std::string source;   // "tuned" or "default"
+  // "tuned"; "nearest PROBLEM" (the tuned problem whose winner runs); "default";
+  // "pinned"
+  std::string source;
   std::string problem;  // canonical problem key
 };
 

@@ -56,6 +56,38 @@ int autotune_runtime_create(const char* database, int require_tuned, autotune_ru
   });
 }
 
+int autotune_runtime_create_with_policy(const char* database, const char* policy,
+                                        autotune_runtime** out) {
+  return guarded([&] {
+    if (!out || !policy) {
+      throw autotune::Error(autotune::ErrorKind::usage,
+                            "autotune_runtime_create_with_policy: out or policy is NULL");
+    }
+    autotune::RuntimeOptions o;
+    o.database = database ? database : "";
+    const std::string p = policy;
+    if (p == "nearest") {
+      o.policy = autotune::Policy::nearest;
+    } else if (p == "default") {
+      o.policy = autotune::Policy::default_variant;
+    } else if (p == "error") {
+      o.policy = autotune::Policy::error;
+    } else if (p.rfind("pin:", 0) == 0 && p.size() > 4) {
+      o.policy = autotune::Policy::pin;
+      o.pinned = p.substr(4);
+    } else if (p == "heuristic" || p == "tune") {
+      throw autotune::Error(autotune::ErrorKind::usage,
+                            "policy '" + p + "' is not built yet (nearest, default, error, "
+                                             "pin:CONFIG are)");
+    } else {
+      throw autotune::Error(autotune::ErrorKind::usage,
+                            "unknown policy '" + p +
+                                "' (expected nearest, default, error or pin:CONFIG)");
+    }
+    *out = new autotune_runtime(o);
+  });
+}
+
 void autotune_runtime_destroy(autotune_runtime* rt) { delete rt; }
 
 const char* autotune_last_error(void) { return autotune::c_api::last_error(); }

@@ -9,6 +9,7 @@
 #include "variant.hpp"
 
 #include <array>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -83,18 +84,40 @@ std::unique_ptr<LoadedVariant> Runtime::Impl::resolve(const Op& op, const Proble
                                  hashed + "device key hashed:\n" + device_fields);
       }
     }
-    if (options.require_tuned) {
+    const Policy policy = options.require_tuned ? Policy::error : options.policy;
+    std::string source_name;
+    switch (policy) {
+    case Policy::error:
       throw Error(ErrorKind::not_tuned, std::string("nothing tuned for ") + op.name() + " " +
-                                        problem.key() + " on " + device.name +
-                                        " (require_tuned is set); run: autotune --arch auto --op " +
-                                        op.name() + " --shape \"" + problem.key() + "\"");
+                                            problem.key() + " on " + device.name +
+                                            " (the policy is error); run: autotune --arch auto "
+                                            "--op " +
+                                            op.name() + " --shape \"" + problem.key() + "\"");
+    case Policy::pin:
+      out->config = parse_fields(options.pinned, "pinned configuration");
+      source_name = "pinned";
+      break;
+    case Policy::nearest:
+      if (auto near = nearest(op, problem)) {
+        out->config = std::move(near->first);
+        source_name = "nearest " + near->second;
+        break;
+      }
+      [[fallthrough]];
+    case Policy::default_variant:
+      out->config = parse_space(template_file(op.space_path()), op.space_path()).default_config;
+      source_name = "default";
+      break;
     }
-    Space space = parse_space(template_file(op.space_path()), op.space_path());
-    out->config = space.default_config;
-    auto ok = op.check(out->config, problem, device.arch());
+    Result<bool> ok = false;
+    try {
+      ok = op.check(out->config, problem, device.arch());
+    } catch (const Error& e) {
+      ok = fail(e.what()); // a pinned configuration that is not one of the op's
+    }
     if (!ok) {
-      throw Error(ErrorKind::usage, std::string("the default ") + op.name() + " variant (" +
-                                        config_id(out->config) + ") cannot run " +
+      throw Error(ErrorKind::usage, std::string("the ") + source_name + " " + op.name() +
+                                        " variant (" + config_id(out->config) + ") cannot run " +
                                         problem.key() + ": " + ok.failure().message +
                                         "; tune this shape first");
     }
@@ -116,9 +139,78 @@ std::unique_ptr<LoadedVariant> Runtime::Impl::resolve(const Op& op, const Proble
     out->module = cuda::load_module(cubin);
     out->function = cuda::get_function(out->module, op.kernel_name());
     out->selection.variant = config_id(out->config);
-    out->selection.source = "default";
+    out->selection.source = source_name;
     return out;
   }
+
+std::optional<std::pair<Config, std::string>> Runtime::Impl::nearest(const Op& op,
+                                                                     const Problem& problem) {
+  if (!db) {
+    return std::nullopt;
+  }
+  const ArgsDesc& desc = op.args_desc();
+  auto weight = [&](const std::string& name) {
+    for (const FieldDesc& f : desc.fields) {
+      if (f.kind == FieldKind::size && name == f.name) {
+        return f.distance;
+      }
+    }
+    return -1.0; // not a size: must be equal
+  };
+  const std::string device_key = device_record.key();
+  const std::string& thash = template_hash(op.template_path());
+  const std::string nvrtc = cuda::nvrtc_version();
+  std::optional<std::pair<Config, std::string>> best;
+  double best_distance = 0;
+  for (const cache::WinnerRecord& w : db->winners()) {
+    if (w.device_key != device_key || w.op != op.name() || w.nvrtc_version != nvrtc) {
+      continue;
+    }
+    Fields theirs;
+    Config config;
+    try {
+      theirs = parse_fields(w.problem, "stored problem");
+      config = parse_fields(w.config, "stored configuration");
+    } catch (const Error&) {
+      continue;
+    }
+    if (theirs.size() != problem.fields.size()) {
+      continue;
+    }
+    double distance = w.template_hash == thash ? 0.0 : 0.01; // prefer this template's winners
+    bool comparable = true;
+    for (size_t i = 0; i < theirs.size() && comparable; ++i) {
+      const auto& [name, value] = problem.fields[i];
+      const double wt = weight(name);
+      if (theirs[i].first != name) {
+        comparable = false;
+      } else if (wt < 0) {
+        comparable = theirs[i].second == value;
+      } else {
+        const double a = std::stod(value), b = std::stod(theirs[i].second);
+        distance += wt * std::abs(std::log2(a) - std::log2(b));
+      }
+    }
+    if (!comparable || (best && (distance > best_distance ||
+                                 (distance == best_distance && w.problem >= best->second)))) {
+      continue;
+    }
+    try {
+      if (!op.check(config, problem, device.arch())) {
+        continue;
+      }
+    } catch (const Error&) {
+      continue; // a configuration of an older space
+    }
+    best = std::make_pair(std::move(config), w.problem);
+    best_distance = distance;
+  }
+  if (best) {
+    log(LogLevel::info, std::string("no tuned winner for ") + op.name() + " " + problem.key() +
+                            ": using the winner of the nearest tuned problem, " + best->second);
+  }
+  return best;
+}
 
 const LoadedVariant& Runtime::Impl::get(const Op& op, const Problem& problem) {
   std::string key = std::string(op.name()) + '|' + problem.key();

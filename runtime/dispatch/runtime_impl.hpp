@@ -71,6 +71,10 @@ private:
   // The variant for a problem: the stored winner, else the op's default variant.
   const LoadedVariant& get(const Op& op, const Problem& problem);
   std::unique_ptr<LoadedVariant> resolve(const Op& op, const Problem& problem);
+  // The configuration of the stored winner nearest to `problem` that can run it, and
+  // that winner's problem key: same device, op, NVRTC and non-size fields (dtypes,
+  // flags, layout); distance = sum over size fields of weight * |log2 ratio|.
+  std::optional<std::pair<Config, std::string>> nearest(const Op& op, const Problem& problem);
   // Every given tensor is device memory of this runtime's GPU and lies within its
   // allocation (driver pointer attributes; allocations seen before skip the query).
   void check_memory(const ArgsDesc& desc, const BoundCall& bound) const;

@@ -450,7 +450,7 @@ const ArgsDesc& AttentionOp::args_desc() const {
        {"Hkv", FieldKind::size},
        {"Sq", FieldKind::size},
        {"Sk", FieldKind::size},
-       {"D", FieldKind::size},
+       {"D", FieldKind::size, -1, {}, 4.0},
        {"causal", FieldKind::flag},
        {"dtype", FieldKind::dtype},
        {"lse", FieldKind::flag},

@@ -49,6 +49,9 @@ struct FieldDesc {
   FieldKind kind;
   int64_t fallback = -1;                // when nothing binds it; -1: must be bound
   std::vector<const char*> choices = {}; // kind choice: spelling of each value
+  // kind size: the weight of |log2 ratio| of this field in the runtime's distance
+  // between problems (nearest policy); fields a kernel is instantiated for weigh more.
+  double distance = 1.0;
 };
 
 // One dimension of a tensor: the value of field `field` plus `offset` (W-1 is

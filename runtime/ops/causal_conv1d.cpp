@@ -227,7 +227,7 @@ const ArgsDesc& CausalConv1dOp::args_desc() const {
       {{"B", FieldKind::size},
        {"C", FieldKind::size},
        {"L", FieldKind::size},
-       {"W", FieldKind::size},
+       {"W", FieldKind::size, -1, {}, 4.0},
        {"dtype", FieldKind::dtype},
        {"wdtype", FieldKind::dtype},
        {"bias", FieldKind::flag},

@@ -649,7 +649,7 @@ const ArgsDesc& SelectiveScanOp::args_desc() const {
       {{"B", FieldKind::size},
        {"D", FieldKind::size},
        {"L", FieldKind::size},
-       {"N", FieldKind::size},
+       {"N", FieldKind::size, -1, {}, 4.0},
        {"G", FieldKind::size, 1},
        {"dtype", FieldKind::dtype},
        {"var_bc", FieldKind::flag},

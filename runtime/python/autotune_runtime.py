@@ -89,7 +89,9 @@ def _bhsd(t, layout):
 class Runtime:
     """One runtime: the tuning database (path, or the default one) opened read-only."""
 
-    def __init__(self, library, database=None, require_tuned=False):
+    def __init__(self, library, database=None, require_tuned=False, policy=None):
+        """policy, for shapes with no tuned winner: "nearest" (the default), "default",
+        "error" (the same as require_tuned) or "pin:CONFIG"."""
         self.lib = ctypes.CDLL(library)
         lib = self.lib
         lib.autotune_runtime_create.argtypes = [ctypes.c_char_p, ctypes.c_int,
@@ -111,8 +113,11 @@ class Runtime:
             ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)]
         self.workspaces = {}  # (device, bytes) -> zero-filled tensor, kept for later calls
         self.handle = ctypes.c_void_p()
-        self.check(lib.autotune_runtime_create(database.encode() if database else None,
-                                               int(require_tuned), ctypes.byref(self.handle)))
+        lib.autotune_runtime_create_with_policy.argtypes = [
+            ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+        policy = policy or ("error" if require_tuned else "nearest")
+        self.check(lib.autotune_runtime_create_with_policy(
+            database.encode() if database else None, policy.encode(), ctypes.byref(self.handle)))
 
     def check(self, status):
         if status != 0:
@@ -137,7 +142,8 @@ class Runtime:
         return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else None
 
     def variant(self, op, args):
-        """'tuned <variant>' or 'default <variant>': what a call of op with args runs."""
+        """'SOURCE VARIANT' of what a call of op with args runs (SOURCE: tuned,
+        nearest PROBLEM, default, pinned)."""
         buf = ctypes.create_string_buffer(512)
         self.check(getattr(self.lib, f"autotune_{op}_variant")(self.handle, args, buf, len(buf)))
         return buf.value.decode()
