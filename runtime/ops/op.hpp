@@ -78,10 +78,17 @@ public:
   // Effective bytes (each input read once, each output written once) and FLOPs.
   virtual double bytes(const Problem& problem) const = 0;
 
-  // The op's call: its C args struct, tensor by tensor (runtime/ops/call.hpp).
-  virtual const ArgsDesc& args_desc() const = 0;
+  // The op's call: its C args struct, tensor by tensor (runtime/ops/call.hpp). Ops
+  // that only the tuner runs (tests, plugins) have none: the runtime refuses them.
+  virtual const ArgsDesc& args_desc() const {
+    throw Error(ErrorKind::usage, std::string("op ") + name() + " has no runtime entry point");
+  }
   // The launch plan of a variant for a problem (the runtime's warm path).
-  virtual std::unique_ptr<CallPlan> plan(const Config& config, const Problem& problem) const = 0;
+  virtual std::unique_ptr<CallPlan> plan(const Config& config, const Problem& problem) const {
+    (void)config;
+    (void)problem;
+    throw Error(ErrorKind::usage, std::string("op ") + name() + " has no runtime entry point");
+  }
   virtual double flops(const Problem& problem) const { return 0.0 * problem.fields.size(); }
   virtual bool memory_bound() const { return true; }
 };
