@@ -13,14 +13,6 @@
 // end. Key tiles are visited from the last to the first, so the tiles that need
 // masking come first.
 //
-// Measured and not kept (H100, D=128): issuing the next tile's Q K^T between this
-// tile's row maxima and its exponentials (FlashAttention-3's intra-warpgroup overlap,
-// here on mma.sync with one more S tile of registers and K/V in alternating
-// buffers) lost 2-14% on every shape tried against the best variant without it; a
-// register cap for 3-4 blocks per SM (__launch_bounds__ minimum blocks) moved
-// nothing beyond noise. The other resident warps already fill the tensor pipe
-// during a warp's softmax.
-//
 // Compile-time parameters (NVRTC -D, set by runtime/ops/attention.cpp):
 //   AT_BLOCK_M   query rows per block: larger blocks reuse each K/V tile for more
 //                rows (less shared-memory traffic per FLOP), smaller ones make more
@@ -166,8 +158,8 @@ __device__ __forceinline__ float quad_sum(float x) {
 // ln(sum exp(scale*s)) = ln 2 * (max * scale_log2 + log2(sum of the exp2 terms)); -inf
 // for a row that saw no key.
 __device__ __forceinline__ float row_lse(float row_max, float sum, float scale_log2) {
-  return sum > 0.0f ? (row_max * scale_log2 + log2_approx(sum)) * 0.6931471805599453f
-                    : neg_inf();
+  return sum > 0.0f ? (row_max * scale_log2 + at_log2_approx(sum)) * 0.6931471805599453f
+                    : at_neg_inf();
 }
 
 // Key splits: this block's O (normalized by its own sum) and LSE go to the
@@ -234,7 +226,7 @@ __device__ __forceinline__ void store_split_and_merge(const AttnArgs& args,
       break;
     }
     float lse_s[k_splits];
-    float lse_max = neg_inf();
+    float lse_max = at_neg_inf();
 #pragma unroll
     for (int s = 0; s < k_splits; ++s) {
       lse_s[s] = __ldcg(args.ws_lse + s * rows + bh_row + row);
@@ -248,8 +240,7 @@ __device__ __forceinline__ void store_split_and_merge(const AttnArgs& args,
     float wsum = 0.0f;
 #pragma unroll
     for (int s = 0; s < k_splits; ++s) {
-      const float w =
-          lse_max == neg_inf() ? 0.0f : exp2_approx((lse_s[s] - lse_max) * 1.4426950408889634f);
+      const float w = lse_max == at_neg_inf() ? 0.0f : at_exp(lse_s[s] - lse_max);
       wsum += w;
       const float* src = args.ws_o + (s * rows + bh_row + row) * k_head_dim;
 #pragma unroll
@@ -265,7 +256,7 @@ __device__ __forceinline__ void store_split_and_merge(const AttnArgs& args,
     }
     if (k_lse && lane == 0) {
       args.lse[bh_row + row] =
-          wsum > 0.0f ? lse_max + log2_approx(wsum) * 0.6931471805599453f : neg_inf();
+          wsum > 0.0f ? lse_max + at_log2_approx(wsum) * 0.6931471805599453f : at_neg_inf();
     }
   }
 }
@@ -354,7 +345,7 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      row_max[mt][h] = neg_inf();
+      row_max[mt][h] = at_neg_inf();
       row_sum[mt][h] = 0.0f;
     }
   }
@@ -449,7 +440,7 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
             const int row = m0 + warp_row0 + mt * 16 + g + (e >> 1) * 8;
             const int col = n0 + nt * 8 + 2 * t + (e & 1);
             if (col >= args.seq_k || (k_causal && col > row + diag)) {
-              s[mt][nt][e] = neg_inf();
+              s[mt][nt][e] = at_neg_inf();
             }
           }
         }
@@ -479,7 +470,7 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
     for (int mt = 0; mt < k_m_tiles; ++mt) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float mx = neg_inf();
+        float mx = at_neg_inf();
 #pragma unroll
         for (int nt = 0; nt < k_n_tiles; ++nt) {
           mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
@@ -500,8 +491,8 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
           const float mx = fmaxf(row_max[mt][h], tile_max[mt][h]);
           // A row that has seen no key yet keeps max -inf: subtract 0 so that every
           // exponent stays -inf (giving 0) instead of -inf - -inf = NaN.
-          const float max_scaled = mx == neg_inf() ? 0.0f : mx * args.scale_log2;
-          const float alpha = exp2_approx(row_max[mt][h] * args.scale_log2 - max_scaled);
+          const float max_scaled = mx == at_neg_inf() ? 0.0f : mx * args.scale_log2;
+          const float alpha = at_exp2_approx(row_max[mt][h] * args.scale_log2 - max_scaled);
           row_max[mt][h] = mx;
           row_sum[mt][h] *= alpha;
 #pragma unroll
@@ -517,13 +508,13 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float max_scaled =
-            row_max[mt][h] == neg_inf() ? 0.0f : row_max[mt][h] * args.scale_log2;
+            row_max[mt][h] == at_neg_inf() ? 0.0f : row_max[mt][h] * args.scale_log2;
         float sum = 0.0f;
 #pragma unroll
         for (int nt = 0; nt < k_n_tiles; ++nt) {
 #pragma unroll
           for (int e = 2 * h; e < 2 * h + 2; ++e) {
-            const float p = exp2_approx(fmaf(s[mt][nt][e], args.scale_log2, -max_scaled));
+            const float p = at_exp2_approx(fmaf(s[mt][nt][e], args.scale_log2, -max_scaled));
             s[mt][nt][e] = p;
             sum += p;
           }
@@ -538,10 +529,10 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
       unsigned pa[k_m_tiles][4];
 #pragma unroll
       for (int mt = 0; mt < k_m_tiles; ++mt) {
-        pa[mt][0] = pack2(s[mt][2 * kc][0], s[mt][2 * kc][1], elem_t{});
-        pa[mt][1] = pack2(s[mt][2 * kc][2], s[mt][2 * kc][3], elem_t{});
-        pa[mt][2] = pack2(s[mt][2 * kc + 1][0], s[mt][2 * kc + 1][1], elem_t{});
-        pa[mt][3] = pack2(s[mt][2 * kc + 1][2], s[mt][2 * kc + 1][3], elem_t{});
+        pa[mt][0] = at_pack2(s[mt][2 * kc][0], s[mt][2 * kc][1], elem_t{});
+        pa[mt][1] = at_pack2(s[mt][2 * kc][2], s[mt][2 * kc][3], elem_t{});
+        pa[mt][2] = at_pack2(s[mt][2 * kc + 1][0], s[mt][2 * kc + 1][1], elem_t{});
+        pa[mt][3] = at_pack2(s[mt][2 * kc + 1][2], s[mt][2 * kc + 1][3], elem_t{});
       }
 #pragma unroll
       for (int dp = 0; dp < k_d_tiles / 2; ++dp) {
@@ -578,7 +569,7 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
 #pragma unroll
       for (int dt = 0; dt < k_d_tiles; ++dt) {
         const unsigned packed =
-            pack2(o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv, elem_t{});
+            at_pack2(o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv, elem_t{});
         *reinterpret_cast<unsigned*>(q_s + tile_offset(local_row, dt) + 2 * t) = packed;
       }
       if (k_lse && t == 0 && m0 + local_row < args.seq_q) {

@@ -1,11 +1,9 @@
-// Tensor-core, asynchronous-copy and conversion primitives for the attention
-// templates (sm_80 and newer), each one PTX instruction behind a named function.
+// Tensor-core and asynchronous-copy primitives for the attention templates (sm_80
+// and newer), each one PTX instruction behind a named function. Conversions and
+// the exp2/log2 approximations are in common/numeric.cuh.
 #pragma once
 
 #include "common/numeric.cuh"
-
-// -infinity (NVRTC has no INFINITY without the toolkit headers).
-__device__ __forceinline__ float neg_inf() { return __uint_as_float(0xff800000u); }
 
 // 32-bit shared-state-space address of a generic pointer into shared memory (what
 // cp.async and ldmatrix take).
@@ -59,28 +57,4 @@ __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const unsigned (&a)[
                "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Two floats rounded to a packed pair of 16-bit values, lo in the low half.
-__device__ __forceinline__ unsigned pack2(float lo, float hi, at_bf16) {
-  unsigned r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-__device__ __forceinline__ unsigned pack2(float lo, float hi, at_f16) {
-  unsigned r;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
-// 2^x on the special-function unit (the softmax's exponent is pre-scaled by log2 e).
-__device__ __forceinline__ float exp2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-__device__ __forceinline__ float log2_approx(float x) {
-  float y;
-  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
 }

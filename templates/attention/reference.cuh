@@ -1,11 +1,10 @@
 // Reference attention: one warp per query row, keys streamed in order with an
 // online softmax in fp32 (accurate expf), the stored (rounded) 16-bit inputs read
 // as they are. Written as fp32 in the output's own layout, LSE as [B, Hq, Sq].
-// Deliberately simple: it shares no code with kernel.cuh, so a bug there cannot
-// hide in both. Rows that see no key give O = 0 and LSE = -inf, like the kernel.
+// Deliberately simple: it shares no code with kernel.cuh (only the common types,
+// conversions and -inf), so a bug there cannot hide in both. Rows that see no key
+// give O = 0 and LSE = -inf, like the kernel.
 #include "common/numeric.cuh"
-
-__device__ __forceinline__ float ref_neg_inf() { return __uint_as_float(0xff800000u); }
 
 constexpr int k_ref_max_dim = 256;
 constexpr int k_ref_warps = 8; // query rows per block
@@ -35,7 +34,7 @@ constexpr int k_ref_warps = 8; // query rows per block
       if (causal) {                                                                                \
         last = min(last, i + seq_k - seq_q);                                                       \
       }                                                                                            \
-      float m = ref_neg_inf();                                                                     \
+      float m = at_neg_inf();                                                                      \
       float l = 0.0f;                                                                              \
       for (int j = 0; j <= last; ++j) {                                                            \
         const T* kr = k + b * kbs + hk * khs + j * kss;                                            \
@@ -48,7 +47,7 @@ constexpr int k_ref_warps = 8; // query rows per block
         }                                                                                          \
         const float x = dot * scale;                                                               \
         const float m_new = fmaxf(m, x);                                                           \
-        const float corr = m == ref_neg_inf() ? 0.0f : expf(m - m_new);                            \
+        const float corr = m == at_neg_inf() ? 0.0f : expf(m - m_new);                             \
         const float p = expf(x - m_new);                                                           \
         l = l * corr + p;                                                                          \
         const T* vr = v + b * vbs + hk * vhs + j * vss;                                            \
@@ -61,7 +60,7 @@ constexpr int k_ref_warps = 8; // query rows per block
         o[b * obs + h * ohs + i * oss + lane + 32 * e] = l > 0.0f ? acc[e] / l : 0.0f;             \
       }                                                                                            \
       if (lse && lane == 0) {                                                                      \
-        lse[r] = l > 0.0f ? m + logf(l) : ref_neg_inf();                                           \
+        lse[r] = l > 0.0f ? m + logf(l) : at_neg_inf();                                            \
       }                                                                                            \
     }                                                                                              \
   }

@@ -1,7 +1,11 @@
 // Self-contained numeric helpers for autotune's templates. NVRTC finds no headers
 // by itself and a deployment machine may only have the driver and libnvrtc, so the
-// templates include nothing from the toolkit: the 16-bit types and the few
-// conversions we need are defined here with inline PTX (sm_80 and newer).
+// templates include nothing from the toolkit: the 16-bit types, their conversions,
+// vector accesses and the special-function-unit math the kernels use are defined
+// here (sm_80 and newer). Every inline PTX instruction of the templates' numerics is
+// behind one named function in this file; helpers that compute differently (a
+// division against an approximate reciprocal, ex2 against a polynomial) have
+// different names and say which trade-off they make.
 #pragma once
 
 struct __align__(2) at_bf16 {
@@ -34,14 +38,104 @@ template <> __device__ __forceinline__ at_f16 at_from_float<at_f16>(float x) {
   return r;
 }
 
-// exp(x) as one ex2.approx on the special-function unit.
-__device__ __forceinline__ float at_exp(float x) {
+// Two floats rounded to a packed pair of 16-bit values, lo in the low half (the
+// register layout of an mma.sync A operand).
+__device__ __forceinline__ unsigned at_pack2(float lo, float hi, at_bf16) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+__device__ __forceinline__ unsigned at_pack2(float lo, float hi, at_f16) {
+  unsigned r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// A packed pair of 16-bit values as two floats, lo from the low half. A bf16 is the
+// top half of an fp32: the low one shifted up, the high one masked (one instruction
+// each, where extracting the high half first would take two).
+__device__ __forceinline__ void at_unpack2(unsigned w, float& lo, float& hi, at_bf16) {
+  lo = __uint_as_float(w << 16);
+  hi = __uint_as_float(w & 0xffff0000u);
+}
+__device__ __forceinline__ void at_unpack2(unsigned w, float& lo, float& hi, at_f16) {
+  asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %2;\n\tcvt.f32.f16 %0, lo;\n\t"
+      "cvt.f32.f16 %1, hi;\n\t}"
+      : "=f"(lo), "=f"(hi)
+      : "r"(w));
+}
+
+// -infinity (NVRTC has no INFINITY without the toolkit headers).
+__device__ __forceinline__ float at_neg_inf() { return __uint_as_float(0xff800000u); }
+
+// Special-function-unit approximations: one MUFU instruction each, issued at an
+// eighth of the FMA rate on sm_80..sm_90 (16 per clock per SM). The .ftz forms
+// flush subnormal inputs and results to zero.
+
+// 2^x (ex2.approx.ftz).
+__device__ __forceinline__ float at_exp2_approx(float x) {
   float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+// log2(x) (lg2.approx.ftz).
+__device__ __forceinline__ float at_log2_approx(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+// 1/x (rcp.approx.ftz), where an IEEE division is an instruction sequence with a
+// slow path.
+__device__ __forceinline__ float at_rcp_approx(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+// tanh(x) (tanh.approx, no ftz form: about 2^-11 relative error).
+__device__ __forceinline__ float at_tanh_approx(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
 
+// e^x as 2^(x log2 e): one multiply and one ex2.approx.
+__device__ __forceinline__ float at_exp(float x) { return at_exp2_approx(x * 1.4426950408889634f); }
+
+// 2^x on the FMA pipes instead of the SFU (for kernels where the SFU is the floor):
+// Cody-Waite split x = k + f (|f| <= 1/2, k by the 1.5*2^23 rounding trick), a
+// degree-5 polynomial for 2^f (relative error 1.1e-7, fitted to relative error on
+// Chebyshev nodes), and k added to the exponent field. The clamp keeps
+// k + exponent(2^f) a normal exponent; 2^-125 stands in for smaller results.
+__device__ __forceinline__ float at_exp2_poly(float x) {
+  x = fminf(fmaxf(x, -125.0f), 127.0f);
+  const float k_round = 12582912.0f; // 1.5 * 2^23: float addition rounds to an integer
+  float r = x + k_round;
+  unsigned k = __float_as_uint(r); // low bits hold k (bias bits vanish in the shift below)
+  float f = x - (r - k_round);
+  float p = 1.321867247e-3f;
+  p = fmaf(p, f, 9.671697938e-3f);
+  p = fmaf(p, f, 5.550892952e-2f);
+  p = fmaf(p, f, 2.402223800e-1f);
+  p = fmaf(p, f, 6.931468559e-1f);
+  p = fmaf(p, f, 1.0f);
+  return __uint_as_float(__float_as_uint(p) + (k << 23));
+}
+
+// silu(x) = x * sigmoid(x), three ways:
+//   at_silu       x / (1 + e^-x) with an IEEE division: the most accurate, the most
+//                 instructions (for memory-bound kernels, where they are free).
+//   at_silu_rcp   x * rcp.approx(1 + e^-x): two SFU instructions and no division.
+//   at_silu_tanh  h * (1 + tanh.approx(h)) with h = x/2 (sigmoid(x) = (1 + tanh(x/2))
+//                 / 2): one SFU instruction and one FMA, about 2^-11 relative error:
+//                 under half an ulp of a 16-bit result.
 __device__ __forceinline__ float at_silu(float x) { return x / (1.0f + at_exp(-x)); }
+__device__ __forceinline__ float at_silu_rcp(float x) {
+  return x * at_rcp_approx(1.0f + at_exp(-x));
+}
+__device__ __forceinline__ float at_silu_tanh(float x) {
+  const float h = 0.5f * x;
+  return fmaf(h, at_tanh_approx(h), h);
+}
 
 // A register array of N elements of T, loaded and stored with the widest accesses
 // that fit (16-byte vectors, then 8, 4, 2): ld.global.v4 when N*sizeof(T) >= 16.
@@ -72,16 +166,13 @@ template <typename T, int N> struct at_vec {
       words[i] = w[i];
     }
   }
-  // The elements as fp32. bf16 pairs convert a 32-bit word at a time: the low one
-  // shifted up, the high one masked (one instruction each, where extracting the
-  // high half first would take two).
+  // The elements as fp32; bf16 pairs convert a 32-bit word at a time (at_unpack2).
   __device__ __forceinline__ void to_float(float (&out)[N]) const {
     if constexpr (at_is_bf16<T>::value && N % 2 == 0) {
       const unsigned* w = reinterpret_cast<const unsigned*>(words);
 #pragma unroll
       for (int i = 0; i < N / 2; ++i) {
-        out[2 * i] = __uint_as_float(w[i] << 16);
-        out[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+        at_unpack2(w[i], out[2 * i], out[2 * i + 1], at_bf16{});
       }
     } else {
 #pragma unroll

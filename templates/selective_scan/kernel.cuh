@@ -86,60 +86,18 @@ struct ScanArgs {
   int vector_ok; // every row and stride allows VEC-element vector accesses, L % VEC == 0
 };
 
-// 2^x on the special-function unit (one MUFU.EX2).
-__device__ __forceinline__ float exp2_sfu(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// 2^x on the FMA pipes: Cody-Waite split x = k + f (|f| <= 1/2, k by the 1.5*2^23
-// rounding trick), a degree-5 polynomial for 2^f (relative error 1.1e-7, fitted to
-// relative error on Chebyshev nodes), and k added to the exponent field. The clamp
-// keeps k + exponent(2^f) a normal exponent; 2^-125 stands in for smaller results.
-__device__ __forceinline__ float exp2_poly(float x) {
-  x = fminf(fmaxf(x, -125.0f), 127.0f);
-  const float k_round = 12582912.0f; // 1.5 * 2^23: float addition rounds to an integer
-  float r = x + k_round;
-  unsigned k = __float_as_uint(r); // low bits hold k (bias bits vanish in the shift below)
-  float f = x - (r - k_round);
-  float p = 1.321867247e-3f;
-  p = fmaf(p, f, 9.671697938e-3f);
-  p = fmaf(p, f, 5.550892952e-2f);
-  p = fmaf(p, f, 2.402223800e-1f);
-  p = fmaf(p, f, 6.931468559e-1f);
-  p = fmaf(p, f, 1.0f);
-  return __uint_as_float(__float_as_uint(p) + (k << 23));
-}
-
-// The choice folds at compile time: callers pass a condition on unrolled indices.
+// 2^x on the FMA-pipe polynomial or on ex2.approx. The choice folds at compile time:
+// callers pass a condition on unrolled indices.
 __device__ __forceinline__ float exp2_sel(bool poly, float x) {
-  return poly ? exp2_poly(x) : exp2_sfu(x);
+  return poly ? at_exp2_poly(x) : at_exp2_approx(x);
 }
 
-__device__ __forceinline__ float log2_sfu(float x) {
-  float y;
-  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ float rcp_sfu(float x) {
-  float y;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// log(1 + e^x); x itself above 20, where the two agree in fp32.
+// log(1 + e^x); x itself above 20, where the two agree in fp32. There e^x may
+// overflow to +inf, which the select discards (lg2(1 + inf) = inf is never returned).
 __device__ __forceinline__ float softplus(float x) {
-  // Past 20, softplus(x) = x in fp32; there e may overflow to +inf, which the select
-  // discards (lg2(1 + inf) = inf is never returned).
-  float e = exp2_sfu(x * k_log2e);
-  float r = log2_sfu(1.0f + e) * k_ln2;
+  float e = at_exp(x);
+  float r = at_log2_approx(1.0f + e) * k_ln2;
   return x > 20.0f ? x : r;
-}
-
-__device__ __forceinline__ float silu(float x) {
-  return x * rcp_sfu(1.0f + exp2_sfu(-x * k_log2e));
 }
 
 // COUNT floats from shared memory with the widest aligned reads (p 16-byte aligned
@@ -384,7 +342,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
           bv[i] *= du[i];
           hb = fmaf(a[i], hb, bv[i]);
         }
-        float at = exp2_sfu(dt_sum * a2);
+        float at = at_exp2_approx(dt_sum * a2);
 
         // Scan the composed maps across the group's time lanes; h_in is the state
         // this thread's first step starts from.
@@ -495,7 +453,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
       load_steps(args.z + b * args.z_bs + d * args.z_ds, t0, length, vector_ok, zv);
 #pragma unroll
       for (int i = 0; i < k_items; ++i) {
-        y[i] *= silu(zv[i]);
+        y[i] *= at_silu_rcp(zv[i]);
       }
 #endif
       store_steps(out_row, t0, length, vector_ok, y);

@@ -20,38 +20,10 @@
 //   3. finish: all threads sum the NSPLIT partials per (channel, step), add D*u,
 //      gate with silu(z) and store out with vector stores.
 // The global loads of chunk k+1 are issued before the scan of chunk k and staged
-// after it, so their latency hides behind the scan; two barriers per chunk.
-//
-// Measured and not kept: warp specialization (2 or 4 producer warps that stage
-// chunk k+1 and finish chunk k-1 while the others scan chunk k, two buffer sets, one
-// barrier per chunk). Over the benchmark shapes on the H100 it won nothing: B=1,
-// L=16384 stayed at 601 us (best producer variant 665 us; the 64-step consumers need
-// ~250 registers, so producers cost occupancy or spills), B=8/D=2048 moved within
-// noise (238 vs 240 us). ncu puts these kernels at ~11 warp-instructions per (step,
-// state) with 55-61% issue utilization and the shared-memory pipe 60-75% busy: the
-// ~8 in the recurrence (2 of them unpacking 16-bit B/C pairs) are the budget, and
-// staging/finish overlap already through the other resident warps.
-// Also measured and not kept (B=1, L=16384, where 4096 channels x 8 lanes make only
-// 7.75 warps per SM): chunks of 128 steps (590-974 us against 528 for 64: more code,
-// no fewer barriers that matter); more lanes through time slices (tsplit 2 and 4:
-// 838-1135 us: the slices' work differs by the correction, and at 2 warps per
-// scheduler the barrier leaves the slower slice's warps alone on the SM).
-// ncu on its winner (threads=128, items=64, nsplit=8, bc=pair) after the whole-chunk
-// loads: 10.0 warp-instructions per (step, state), issue active 63%, shared-memory
-// wavefronts 65% of peak, XU 59%; stalls short scoreboard 19%, wait 14%, not selected
-// 14%. Per warp and chunk its 344 wavefronts were: B/C pair reads 128 (4 per LDS.128),
-// dt/dt*u reads 64 (2 each: one address per quarter-warp), partial y stores 64 and
-// finish reads 64, staging stores 24; the finish and staging phase held 27% of the
-// warps' stall samples for 20% of the instructions (its adds waiting on the partials).
-// With the shared-memory pipe as busy as the issue slots, bc=f32 (17% fewer
-// instructions, 37% more wavefronts) lost 8%, and AT_YRED (warp shuffles sum the
-// partial y: by count 7% more instructions, 19% fewer wavefronts) won 9% (527 -> 481
-// us).
-// Also measured and not kept: one barrier per chunk (the finish of chunk k-1 and the
-// staging of k+1 after the scan of k, two buffer sets, u/z through shared memory):
-// 582 us against 531 with threads=128 (long-scoreboard stalls, waits on global
-// loads, rose from 0.3% to 7-11%), and 2x the shared memory cost threads=64 a block
-// per SM (936 us).
+// after it, so their latency hides behind the scan; two barriers per chunk. What
+// was tried instead and dropped (producer warps, one barrier per chunk, longer
+// chunks, time slices for few channels), with its measurements and ncu profiles,
+// is in bench/notes/selective_scan.md.
 //
 // Parameters as in kernel.cuh, read for this form as:
 //   AT_ITEMS   T, steps per chunk: longer chunks amortize the barriers and the
@@ -72,9 +44,8 @@
 //              memory serves CPL channels. Shared-memory reads per (step, state)
 //              fall from 2 + 2/NPL words (fp32 B/C) to 2/CPL + 2/NPL -- the bound of
 //              the one-channel lane, whose reads alone fill the shared-memory port at
-//              the exp unit's rate -- for CPL times the registers and 1/CPL the lanes.
-//              On the H100 it has won no benchmark shape so far: with 1/CPL the
-//              warps, latency hiding suffers more than the reads gain.
+//              the exp unit's rate -- for CPL times the registers and 1/CPL the lanes
+//              (fewer warps to hide latency).
 //   AT_CPB     must equal warps / TSPLIT * 32 / NSPLIT * CPL.
 //   AT_VEC     elements per vector access of u/delta/z/out/B/C (4 or 8).
 //   AT_POLY    of every 8 steps, how many take exp2 from the FMA-pipe polynomial.
@@ -119,18 +90,13 @@ __device__ __forceinline__ constexpr int swz(int t) {
 
 __device__ __forceinline__ constexpr bool x_t_is_bf16() { return at_is_bf16<x_t>::value; }
 
-// silu(z) = z * sigmoid(z) = z * (1 + tanh(z / 2)) / 2: one tanh.approx on the
-// special-function unit instead of an ex2 and a reciprocal. tanh.approx is good to
-// about 2^-11 relative, under half an ulp of the 16-bit outputs it gates; fp32
-// outputs keep the exact form.
+// The silu(z) gate: one tanh.approx (at_silu_tanh) for 16-bit outputs, whose half
+// ulp its error stays under; fp32 outputs keep the ex2 and reciprocal form.
 __device__ __forceinline__ float silu_gate(float z) {
   if constexpr (sizeof(x_t) == 2) {
-    const float h = 0.5f * z;
-    float t;
-    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(h));
-    return fmaf(h, t, h); // h * (1 + t)
+    return at_silu_tanh(z);
   } else {
-    return silu(z);
+    return at_silu_rcp(z);
   }
 }
 
@@ -166,8 +132,7 @@ __device__ __forceinline__ float4 load4(const float* row, int t) {
 // state packed in one 32-bit word: the recurrence then reads a state's B and C for
 // 4 steps with one 16-byte shared load -- half the shared-memory traffic of fp32
 // rows, which bounds the scan when few states share a lane -- for two integer or
-// convert instructions per (step, state). On the H100 it wins with few states per
-// lane (long L, few channels) and loses with many.
+// convert instructions per (step, state).
 #ifndef AT_BC_PAIR
 #define AT_BC_PAIR 0
 #endif
@@ -176,8 +141,7 @@ constexpr bool k_pack_bc = AT_BC_PAIR != 0;
 // AT_YSTORE_DURING: the lane stores its partial y of 4 steps as soon as they are
 // final, inside the recurrence, instead of after it (1 time slice only). Same
 // instructions, another schedule: ptxas places the loads and stores of the unrolled
-// chunk differently, and on the H100 either order wins on some shapes (B=4, D=5120:
-// 281 against 313 us; B=1, L=16384: 568 against 532 us).
+// chunk differently, and neither order is faster on every shape.
 #ifndef AT_YSTORE_DURING
 #define AT_YSTORE_DURING 0
 #endif
@@ -191,9 +155,9 @@ constexpr int k_bc_rows = AT_VAR_BC ? (k_pack_bc ? k_n : 2 * k_n) : 0;
 // steps one keeps steps 0-1, the other 2-3 (4 selects, 2 shuffles, 2 adds per lane);
 // level 2 does the same with l ^ NSPLIT/4 for one step each. Each level halves the
 // partial-y rows, their shared-memory wavefronts (stored as float4, float2 or float)
-// and the finish's reads and adds, for shuffles and selects in the scan. With 8 lanes
-// per channel the shared-memory pipe is as busy as the issue slots, and the partials
-// out and back were 37% of its wavefronts (B/C 37%, dt and dt*u 19%).
+// and the finish's reads and adds, for shuffles and selects in the scan: it pays
+// where the shared-memory pipe, not the issue slots, limits the scan (many lanes
+// per channel).
 #ifndef AT_YRED
 #define AT_YRED 0
 #endif
@@ -228,15 +192,12 @@ __device__ __forceinline__ void put_partials(float* row, int t, int l, float a0,
   }
 }
 
+// B and C of a packed (B, C) word (see pack_pair).
 __device__ __forceinline__ void unpack_bc(unsigned w, float& b, float& c) {
   if constexpr (sizeof(x_t) == 2 && x_t_is_bf16()) {
-    b = __uint_as_float(w << 16);
-    c = __uint_as_float(w & 0xffff0000u);
+    at_unpack2(w, b, c, at_bf16{});
   } else {
-    asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %2;\n\tcvt.f32.f16 %0, lo;\n\t"
-        "cvt.f32.f16 %1, hi;\n\t}"
-        : "=f"(b), "=f"(c)
-        : "r"(w));
+    at_unpack2(w, b, c, at_f16{});
   }
 }
 
@@ -375,11 +336,11 @@ struct Prefetch {
   // Converts and stages the chunk: dt = softplus(delta + bias) and dt*u as fp32 per
   // (channel, step); B and C as fp32 or packed pairs. u and z stay in registers
   // (u_cur, z_cur) for the finish, which the same thread runs on the same items:
-  // through shared memory they cost 4 of the ~34 shared-memory wavefronts per
-  // (channel, step) of an 8-lane channel. On the H100 it gains 2% with 2 and 4 lanes
-  // per channel; with 8 the registers it takes cost as much. Past L, u is 0 (the
-  // loads zero-fill), so dt*u adds nothing to h; dt is 0 there too (decay 1) only
-  // when the final state is stored: otherwise the extra decay reaches no output.
+  // through shared memory they would cost 4 of the ~34 shared-memory wavefronts per
+  // (channel, step) of an 8-lane channel; in registers, the registers they hold.
+  // Past L, u is 0 (the loads zero-fill), so dt*u adds nothing to h; dt is 0 there
+  // too (decay 1) only when the final state is stored: otherwise the extra decay
+  // reaches no output.
   __device__ __forceinline__ void stage(row_ptr s_dt, row_ptr s_du, row_ptr s_b, row_ptr s_c,
                                         int chunk_start, int length) {
 #pragma unroll
