@@ -465,11 +465,10 @@ void check_schema_state(const SchemaState& state, Database::Mode mode, const std
   }
 }
 
-// Problems PRAGMA quick_check finds (b-tree structure, page accounting, NOT NULL
-// and CHECK constraints; not index contents), one line each; empty when sound. A
-// read error on the way (SQLITE_CORRUPT) is a problem too, never an exception.
-std::vector<std::string> quick_check_problems(sqlite3* db) {
-  const std::string sql = "PRAGMA quick_check(" + std::to_string(k_quick_check_limit) + ")";
+// Problems a checking pragma (quick_check, integrity_check) reports, one line
+// each; empty when sound. A read error on the way (SQLITE_CORRUPT) is a problem
+// too, never an exception.
+std::vector<std::string> check_pragma_problems(sqlite3* db, const std::string& sql) {
   sqlite3_stmt* raw = nullptr;
   std::vector<std::string> out;
   if (sqlite3_prepare_v2(db, sql.c_str(), -1, &raw, nullptr) != SQLITE_OK) {
@@ -498,6 +497,13 @@ std::vector<std::string> quick_check_problems(sqlite3* db) {
                   std::to_string(sqlite3_extended_errcode(db)) + ")");
   }
   return out;
+}
+
+// PRAGMA quick_check: b-tree structure, page accounting, NOT NULL and CHECK
+// constraints; not index contents. Reads the whole file once.
+std::vector<std::string> quick_check_problems(sqlite3* db) {
+  return check_pragma_problems(db, "PRAGMA quick_check(" + std::to_string(k_quick_check_limit) +
+                                       ")");
 }
 
 // Refuses a non-empty file that does not start with SQLite's magic, without
@@ -1211,11 +1217,11 @@ std::vector<ResultRecord> Database::all_results() const {
 
 std::vector<std::string> Database::integrity_problems() const {
   std::vector<std::string> out;
-  Statement integrity(handle(), m_path, "PRAGMA integrity_check");
-  while (integrity.step()) {
-    if (integrity.text(0) != "ok") {
-      out.push_back("integrity_check: " + integrity.text(0));
-    }
+  for (const std::string& problem : check_pragma_problems(handle(), "PRAGMA integrity_check")) {
+    out.push_back("integrity_check: " + problem);
+  }
+  if (!out.empty()) {
+    return out; // foreign_key_check would read the same damaged pages
   }
   Statement foreign(handle(), m_path, "PRAGMA foreign_key_check");
   while (foreign.step()) {

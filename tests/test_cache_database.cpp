@@ -756,3 +756,146 @@ TEST_CASE("the default database path follows AUTOTUNE_DB, XDG_CACHE_HOME, then H
     CHECK(contains(database_error([] { default_database_path(); }), "AUTOTUNE_DB"));
   }
 }
+
+namespace {
+
+// Reads one integer pragma of the file directly.
+long long raw_pragma(const std::string& path, const std::string& name) {
+  sqlite3* raw = nullptr;
+  REQUIRE(sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
+  std::unique_ptr<sqlite3, RawCloser> db(raw);
+  sqlite3_stmt* stmt = nullptr;
+  std::string sql = "PRAGMA " + name;
+  REQUIRE(sqlite3_prepare_v2(db.get(), sql.c_str(), -1, &stmt, nullptr) == SQLITE_OK);
+  REQUIRE(sqlite3_step(stmt) == SQLITE_ROW);
+  long long value = sqlite3_column_int64(stmt, 0);
+  sqlite3_finalize(stmt);
+  return value;
+}
+
+// Overwrites the b-tree page header of `table`'s root page (the file stays a
+// readable SQLite file whose schema opens; the table itself is damaged).
+void damage_table(const std::string& path, const std::string& table) {
+  long long page_size = raw_pragma(path, "page_size");
+  sqlite3* raw = nullptr;
+  REQUIRE(sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
+  std::unique_ptr<sqlite3, RawCloser> db(raw);
+  sqlite3_stmt* stmt = nullptr;
+  std::string sql = "SELECT rootpage FROM sqlite_master WHERE name = '" + table + "'";
+  REQUIRE(sqlite3_prepare_v2(db.get(), sql.c_str(), -1, &stmt, nullptr) == SQLITE_OK);
+  REQUIRE(sqlite3_step(stmt) == SQLITE_ROW);
+  long long root = sqlite3_column_int64(stmt, 0);
+  sqlite3_finalize(stmt);
+  db.reset();
+  std::string bytes = read_bytes(path);
+  size_t offset = size_t((root - 1) * page_size);
+  REQUIRE(offset + 100 < bytes.size());
+  bytes.replace(offset + 8, 92, std::string(92, '\xff'));
+  write_bytes(path, bytes);
+}
+
+} // namespace
+
+// Issue 18: a file with another program's application_id and no tables, or with
+// only a view, was given our schema, our application_id and a WAL journal.
+TEST_CASE("another program's SQLite file is refused in every mode and never taken over") {
+  TempPath path;
+  path.make_dir();
+  std::string expect;
+  SUBCASE("its own application_id and no tables") {
+    raw_exec(path.str(), "PRAGMA application_id = 1234");
+    expect = "application_id 1234 is another program's";
+  }
+  SUBCASE("its own application_id and our schema version") {
+    raw_exec(path.str(), "PRAGMA application_id = 1234; PRAGMA user_version = 2");
+    expect = "application_id 1234";
+  }
+  SUBCASE("only a view") {
+    raw_exec(path.str(), "CREATE VIEW answer AS SELECT 42");
+    expect = "it holds view 'answer'";
+  }
+  SUBCASE("a table and a trigger") {
+    raw_exec(path.str(), "CREATE TABLE log (x); CREATE TRIGGER t AFTER INSERT ON log BEGIN "
+                         "SELECT 1; END");
+    expect = "but no autotune schema version";
+  }
+  SUBCASE("our application_id, nothing else of ours") {
+    raw_exec(path.str(), "PRAGMA application_id = 1096045902; CREATE VIEW v AS SELECT 1");
+    expect = "it holds view 'v'";
+  }
+  std::string before = read_bytes(path.str());
+  for (Database::Mode mode : {Database::Mode::read_write, Database::Mode::read_only}) {
+    CAPTURE(int(mode));
+    std::string message = database_error([&] { Database db(path.str(), mode); });
+    CHECK(contains(message, path.str()));
+    CHECK(contains(message, "not an autotune database"));
+    CHECK(contains(message, expect));
+    CHECK(read_bytes(path.str()) == before);
+    CHECK_FALSE(fs::exists(path.str() + "-wal"));
+  }
+}
+
+TEST_CASE("a database holding objects autotune does not create is read, never written") {
+  TempPath path;
+  {
+    Database db(path.str(), Database::Mode::read_write);
+    db.put_winner(make_winner());
+  }
+  std::string expect;
+  SUBCASE("a table") {
+    raw_exec(path.str(), "CREATE TABLE notes (text TEXT)");
+    expect = "holds table 'notes'";
+  }
+  SUBCASE("a view") {
+    raw_exec(path.str(), "CREATE VIEW fast AS SELECT * FROM winners WHERE median_us < 10");
+    expect = "holds view 'fast'";
+  }
+  SUBCASE("an index") {
+    raw_exec(path.str(), "CREATE INDEX winners_by_op ON winners (op)");
+    expect = "holds index 'winners_by_op'";
+  }
+  SUBCASE("a trigger") {
+    raw_exec(path.str(), "CREATE TRIGGER t AFTER INSERT ON winners BEGIN SELECT 1; END");
+    expect = "holds trigger 't'";
+  }
+  std::string before = read_bytes(path.str());
+  std::string message = database_error([&] { Database db(path.str(), Database::Mode::read_write); });
+  CHECK(contains(message, expect));
+  CHECK(contains(message, "refusing to write to it"));
+  CHECK(read_bytes(path.str()) == before);
+  Database db(path.str(), Database::Mode::read_only);
+  CHECK(db.winners().size() == 1);
+}
+
+// Issue 18: a database with a damaged b-tree page was written to by
+// --compile-only, cache import and cache gc.
+TEST_CASE("a damaged database is refused for writing before anything is written") {
+  TempPath path;
+  {
+    Database db(path.str(), Database::Mode::read_write);
+    for (int i = 0; i < 50; ++i) {
+      ResultRecord r = make_result(std::to_string(i).insert(0, 1, 'v'), 10.0 + i);
+      db.put_result(r);
+    }
+    db.make_portable(); // one file, so that the damage is in it
+  }
+  damage_table(path.str(), "results");
+  std::string before = read_bytes(path.str());
+  std::string message = database_error([&] { Database db(path.str(), Database::Mode::read_write); });
+  CHECK(contains(message, path.str()));
+  CHECK(contains(message, "is damaged (quick_check: "));
+  CHECK(contains(message, "refusing to write to it"));
+  CHECK(read_bytes(path.str()) == before);
+  CHECK_FALSE(fs::exists(path.str() + "-wal"));
+  // A read-only open still reads what it can (cache verify reports the damage).
+  Database db(path.str(), Database::Mode::read_only);
+  CHECK_FALSE(db.quick_check().empty());
+  CHECK_FALSE(db.integrity_problems().empty());
+}
+
+TEST_CASE("a sound database passes quick_check") {
+  TempPath path;
+  Database db(path.str(), Database::Mode::read_write);
+  db.put_winner(make_winner());
+  CHECK(db.quick_check().empty());
+}

@@ -487,3 +487,83 @@ TEST_CASE("a source whose winner was edited behind autotune's back is refused") 
                        Error);
   CHECK(target.winners().empty());
 }
+
+TEST_CASE("check_source refuses a bad source before anything is written") {
+  TempDir dir;
+  std::string path = dir.file("source.db");
+  {
+    Database source(path, Database::Mode::read_write);
+    put_entry(source, "B=1", "threads=128", 10.0, 9.9, 10.1, 100);
+    put_entry(source, "B=2", "threads=64", 10.0, 9.9, 10.1, 100);
+    source.make_portable();
+  }
+  std::string expect;
+  SUBCASE("a damaged cubin") {
+    raw_exec(path, "UPDATE cubins SET data = CAST('X' AS BLOB) || substr(data, 2) WHERE rowid = 2");
+    expect = "checksum mismatch";
+  }
+  SUBCASE("a winner edited behind autotune's back") {
+    raw_exec(path, "UPDATE winners SET problem = 'B=3' WHERE problem = 'B=2'");
+    expect = "not the hash of its fields";
+  }
+  SUBCASE("a winner naming a missing variant") {
+    raw_exec(path, "PRAGMA foreign_keys = OFF; DELETE FROM variants WHERE config = 'threads=64'");
+    expect = "which is not stored";
+  }
+  Database source(path, Database::Mode::read_only);
+  CHECK_THROWS_WITH_AS(check_source(source), doctest::Contains(expect.c_str()), Error);
+}
+
+TEST_CASE("merge_checked writes every source, a later one competing with an earlier one") {
+  TempDir dir;
+  {
+    Database a(dir.file("a.db"), Database::Mode::read_write);
+    put_entry(a, "B=1", "threads=128", 10.0, 9.9, 10.1, 100);
+    put_entry(a, "B=2", "threads=128", 10.0, 9.9, 10.1, 100);
+    Database b(dir.file("b.db"), Database::Mode::read_write);
+    put_entry(b, "B=2", "threads=64", 8.0, 7.9, 8.1, 100); // faster, same quality
+    put_entry(b, "B=3", "threads=64", 8.0, 7.9, 8.1, 100);
+  }
+  Database a(dir.file("a.db"), Database::Mode::read_only);
+  Database b(dir.file("b.db"), Database::Mode::read_only);
+  Database target(dir.file("target.db"), Database::Mode::read_write);
+  std::vector<MergeStats> stats = merge_checked(target, {check_source(a), check_source(b)});
+  REQUIRE(stats.size() == 2);
+  CHECK(stats[0].winners_added == 2);
+  CHECK(stats[1].winners_added == 1);
+  CHECK(stats[1].winners_replaced == 1);
+  CHECK(stats[0].cubins_checked == 1);
+  std::vector<WinnerRecord> all = target.winners();
+  REQUIRE(all.size() == 3);
+  for (const WinnerRecord& w : all) {
+    if (w.problem == "B=2") {
+      CHECK(w.config == "threads=64");
+    }
+  }
+  CHECK(verify(target).problems.empty());
+}
+
+TEST_CASE("a merge larger than one chunk arrives whole") {
+  TempDir dir;
+  constexpr int k_entries = int(k_merge_chunk_rows) + 50;
+  {
+    Database source(dir.file("source.db"), Database::Mode::read_write);
+    source.transaction([&] {
+      for (int i = 0; i < k_entries; ++i) {
+        put_entry(source, std::to_string(i).insert(0, "B="), std::to_string(i).insert(0, "t="),
+                  10.0, 9.9, 10.1, 100);
+      }
+    });
+  }
+  Database source(dir.file("source.db"), Database::Mode::read_only);
+  Database target(dir.file("target.db"), Database::Mode::read_write);
+  MergeStats stats = merge_into(target, source);
+  CHECK(stats.winners_added == size_t(k_entries));
+  CHECK(stats.variants_added == size_t(k_entries));
+  CHECK(target.variants().size() == size_t(k_entries));
+  CHECK(verify(target).problems.empty());
+  // Again: everything is there, nothing is written twice.
+  MergeStats again = merge_into(target, source);
+  CHECK(again.winners_kept == size_t(k_entries));
+  CHECK(again.variants_added == 0);
+}

@@ -5,9 +5,16 @@
 
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <random>
 #include <set>
 
 using namespace autotune;
+namespace fs = std::filesystem;
 
 TEST_CASE("the causal_conv1d space parses from its embedded TOML") {
   const Op& op = find_op("causal_conv1d");
@@ -72,4 +79,323 @@ TEST_CASE("templates expand their includes once and carry line markers") {
 
 TEST_CASE("unknown and unbuilt ops are usage errors") {
   CHECK_THROWS_WITH_AS(find_op("conv2d"), doctest::Contains("unknown op 'conv2d'"), Error);
+}
+
+namespace {
+
+// The message of the Error(config) that `body` throws; fails the test otherwise.
+template <typename F> std::string config_error(F&& body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::config);
+    return e.what();
+  }
+  FAIL("expected an Error(config)");
+  return {};
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+const char* k_small_space = "[params]\nthreads = [64, 128]\nvec = [8]\nitems = [2]\ncpb = [1, 2]\n"
+                            "load = [\"direct\"]\n[default]\nthreads = 128\nvec = 8\nitems = 2\n"
+                            "cpb = 1\nload = \"direct\"\n";
+
+// A space file the test writes and removes.
+class SpaceFile {
+public:
+  explicit SpaceFile(const std::string& text) {
+    static int counter = 0;
+    m_path = (fs::temp_directory_path() / ("autotune_test_space_" + std::to_string(::getpid()) +
+                                            "_" + std::to_string(++counter) + ".toml"))
+                 .string();
+    std::ofstream(m_path, std::ios::binary) << text;
+  }
+  ~SpaceFile() {
+    std::error_code ec;
+    fs::remove(m_path, ec);
+  }
+  SpaceFile(const SpaceFile&) = delete;
+  SpaceFile& operator=(const SpaceFile&) = delete;
+  const std::string& path() const { return m_path; }
+
+private:
+  std::string m_path;
+};
+
+} // namespace
+
+TEST_CASE("every op's space declares a limit for every parameter, and its values lie within") {
+  for (const std::string& name : op_names()) {
+    CAPTURE(name);
+    Space s = op_space(find_op(name));
+    REQUIRE(s.limits.size() == s.params.size());
+    for (size_t i = 0; i < s.params.size(); ++i) {
+      CHECK(s.limits[i].name == s.params[i].name);
+      for (const std::string& v : s.params[i].values) {
+        CHECK(s.limits[i].admit(v).ok());
+      }
+    }
+    check_config(s, s.default_config, "default");
+  }
+}
+
+// Issue 18: `--param cpb=0` crashed `autotune list` with SIGFPE, and
+// `--param threads=4294967424` was compiled as threads=128.
+TEST_CASE("a --param value outside its limit is a configuration error naming it and the limit") {
+  struct Case {
+    const char* op;
+    const char* name;
+    const char* value;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"causal_conv1d", "cpb", "0", "cpb=0 is out of range; cpb must be an integer in [1, 1024]"},
+      {"causal_conv1d", "items", "0", "items=0 is out of range; items must be an integer in [1, 64]"},
+      {"attention", "block_m", "0", "block_m=0 is out of range; block_m must be an integer in [16, 512]"},
+      {"causal_conv1d", "threads", "4294967424", "threads=4294967424 is out of range"},
+      {"causal_conv1d", "cpb", "-1", "cpb=-1 is out of range"},
+      {"causal_conv1d", "cpb", "99999999999999999999", "cpb=99999999999999999999 is out of range"},
+      {"causal_conv1d", "threads", "abc", "threads=abc is not an integer"},
+      {"causal_conv1d", "threads", "1.5", "threads=1.5 is not an integer"},
+      {"causal_conv1d", "threads", "0x80", "threads=0x80 is not an integer"},
+      {"causal_conv1d", "threads", "+128", "threads=+128 is not an integer"},
+      {"causal_conv1d", "load", "fast", "load=fast is not allowed; load must be one of 'direct', 'smem'"},
+      {"selective_scan", "yred", "40", "yred=40 is out of range; yred must be an integer in [0, 2]"},
+      {"selective_scan", "nsplit", "0", "nsplit=0 is out of range"},
+      {"attention", "warps", "0", "warps=0 is out of range"},
+      {"attention", "splits", "0|1", "splits=0 is out of range"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.op);
+    CAPTURE(c.value);
+    Space s = op_space(find_op(c.op));
+    std::string message = config_error([&] { restrict_space(s, {{c.name, c.value}}); });
+    CHECK(contains(message, c.expect));
+    CHECK(contains(message, std::string("--param ") + c.name + "=" + c.value));
+    CHECK(contains(message, std::string("templates/") + c.op + "/space.toml:"));
+  }
+}
+
+TEST_CASE("--param values are canonical, distinct and not empty") {
+  Space s = op_space(find_op("causal_conv1d"));
+  restrict_space(s, {{"threads", "0128| 64"}});
+  CHECK(s.params[0].values == std::vector<std::string>{"128", "64"});
+  Space t = op_space(find_op("causal_conv1d"));
+  CHECK(contains(config_error([&] { restrict_space(t, {{"cpb", "1|01"}}); }), "lists 1 twice"));
+  CHECK(contains(config_error([&] { restrict_space(t, {{"cpb", "1||2"}}); }), "empty value"));
+  CHECK_THROWS_WITH_AS(restrict_space(t, {{"cpb", "1"}, {"cpb", "2"}}),
+                       doctest::Contains("'cpb' is given twice"), Error);
+}
+
+TEST_CASE("a --space file is checked against the op's limits, naming file and line") {
+  const Op& op = find_op("causal_conv1d");
+  SUBCASE("a value of 0 in [params]") {
+    std::string text = k_small_space;
+    text.replace(text.find("cpb = [1, 2]"), 12, "cpb = [0, 2]");
+    SpaceFile file(text);
+    std::string message = config_error([&] { load_op_space(op, file.path(), {}); });
+    CHECK(contains(message, file.path() + ":5:7: [params] cpb=0 is out of range"));
+    CHECK(contains(message, "[1, 1024]"));
+  }
+  SUBCASE("items = 0 in [default]") {
+    std::string text = k_small_space;
+    text.replace(text.find("items = 2\n"), 10, "items = 0\n");
+    SpaceFile file(text);
+    std::string message = config_error([&] { load_op_space(op, file.path(), {}); });
+    CHECK(contains(message, file.path() + ":10:9: [default] items=0 is out of range"));
+  }
+  SUBCASE("attention block_m = 0") {
+    SpaceFile file("[params]\nblock_m = [0]\nblock_n = [64]\nwarps = [4]\nstages = [1]\n"
+                   "swizzle = [\"xor\"]\nq = [\"smem\"]\n[default]\nblock_m = 0\nblock_n = 64\n"
+                   "warps = 4\nstages = 1\nswizzle = \"xor\"\nq = \"smem\"\n");
+    CHECK(contains(config_error([&] { load_op_space(find_op("attention"), file.path(), {}); }),
+                   "block_m=0 is out of range"));
+  }
+  SUBCASE("a parameter the op does not have") {
+    std::string text = k_small_space;
+    text.replace(text.find("[default]"), 9, "cbp = [1]\n[default]\ncbp = 1");
+    SpaceFile file(text);
+    CHECK(contains(config_error([&] { load_op_space(op, file.path(), {}); }),
+                   "params.cbp is not a parameter of causal_conv1d"));
+  }
+  SUBCASE("the file's own [limits] cannot widen the op's") {
+    std::string text = k_small_space;
+    text.replace(text.find("cpb = [1, 2]"), 12, "cpb = [0, 2]");
+    text += "[limits]\nthreads = [1, 4096]\nvec = [1, 64]\nitems = [0, 64]\ncpb = [0, 64]\n"
+            "load = [\"direct\"]\n";
+    SpaceFile file(text);
+    CHECK(contains(config_error([&] { load_op_space(op, file.path(), {}); }),
+                   "cpb=0 is out of range; cpb must be an integer in [1, 1024]"));
+  }
+  SUBCASE("a sound file, narrowed by --param, in canonical spelling") {
+    std::string text = k_small_space;
+    text.replace(text.find("threads = [64, 128]"), 19, "threads = [64, \"0128\"]");
+    SpaceFile file(text);
+    Space s = load_op_space(op, file.path(), {{"cpb", "2"}});
+    CHECK(s.params[0].values == std::vector<std::string>{"64", "128"});
+    CHECK(s.size() == 2);
+    CHECK(s.limit("cpb") != nullptr);
+    CHECK_THROWS_WITH_AS(load_op_space(op, file.path(), {{"cpb", "0"}}),
+                         doctest::Contains("cpb=0 is out of range"), Error);
+  }
+  SUBCASE("a directory or a missing file is an I/O error") {
+    CHECK_THROWS_WITH_AS(load_op_space(op, fs::temp_directory_path().string(), {}),
+                         doctest::Contains("is a directory"), Error);
+    CHECK_THROWS_WITH_AS(load_op_space(op, "/nonexistent/space.toml", {}),
+                         doctest::Contains("cannot read the space file"), Error);
+  }
+}
+
+TEST_CASE("[limits] tables are checked themselves") {
+  std::string base = "[params]\nthreads = [64]\nload = [\"direct\"]\n[default]\nthreads = 64\n"
+                     "load = \"direct\"\n";
+  SUBCASE("a parameter without a limit") {
+    CHECK(contains(config_error([&] { parse_space(base + "[limits]\nthreads = [32, 1024]\n", "l.toml"); }),
+                   "declares no limit for 'load'"));
+  }
+  SUBCASE("a limit for no parameter") {
+    CHECK(contains(config_error([&] {
+                     parse_space(base + "[limits]\nthreads = [32, 1024]\nload = [\"direct\"]\n"
+                                        "thread = [1, 2]\n",
+                                 "l.toml");
+                   }),
+                   "l.toml:10:10: [limits] names 'thread'"));
+  }
+  SUBCASE("min above max, three numbers, mixed types, a repeated string") {
+    for (const char* bad : {"[1024, 32]", "[32, 64, 1024]", "[32, \"x\"]", "32", "[]"}) {
+      CAPTURE(bad);
+      CHECK(contains(config_error([&] {
+                       parse_space(base + "[limits]\nthreads = " + bad + "\nload = [\"direct\"]\n",
+                                   "l.toml");
+                     }),
+                     "l.toml:8:11: limits.threads must be [min, max]"));
+    }
+    CHECK(contains(config_error([&] {
+                     parse_space(base + "[limits]\nthreads = [32, 1024]\nload = [\"direct\", "
+                                        "\"direct\"]\n",
+                                 "l.toml");
+                   }),
+                   "lists 'direct' twice"));
+  }
+  SUBCASE("an op space without [limits] is refused by op_space only") {
+    Space s = parse_space(base, "l.toml");
+    CHECK(s.limits.empty());
+    CHECK(s.size() == 1);
+  }
+}
+
+// Issue 18: a huge --space ended in "internal error: std::bad_alloc".
+TEST_CASE("a space of too many combinations is a configuration error naming it") {
+  std::string text = "[params]\n";
+  std::string def = "[default]\n";
+  for (int i = 0; i < 40; ++i) {
+    // Appended, not `"p" + std::to_string(i)`: GCC 12 -O2 reports a false
+    // -Wrestrict on that form.
+    text.append("p").append(std::to_string(i)).append(" = [1, 2, 3, 4, 5, 6, 7, 8]\n");
+    def.append("p").append(std::to_string(i)).append(" = 1\n");
+  }
+  std::string message = config_error([&] { parse_space(text + def, "huge.toml"); });
+  CHECK(contains(message, "huge.toml has more than 4194304 combinations"));
+  CHECK(contains(message, "--param"));
+
+  // --param can grow a space past the cap too.
+  Space s = op_space(find_op("causal_conv1d"));
+  auto values = [](int from, int to) {
+    std::string out = std::to_string(from);
+    for (int v = from + 1; v <= to; ++v) {
+      out.append("|").append(std::to_string(v));
+    }
+    return out;
+  };
+  std::string many = values(32, 1024);
+  std::string items = values(1, 64);
+  std::string cpbs = values(1, 200);
+  CHECK(contains(config_error([&] {
+                   restrict_space(s, {{"threads", many}, {"items", items}, {"cpb", cpbs}});
+                 }),
+                 "narrowed by --param has more than"));
+
+  Space overflow;
+  overflow.params.assign(70, Parameter{"p", {"1", "2"}, "", ""});
+  CHECK(overflow.size() == std::numeric_limits<size_t>::max());
+}
+
+TEST_CASE("a stored configuration outside the limits is refused before an op computes with it") {
+  Space s = op_space(find_op("causal_conv1d"));
+  check_config(s, {{"threads", "128"}, {"cpb", "4"}}, "stored");
+  CHECK(contains(config_error([&] { check_config(s, {{"cpb", "0"}}, "stored cpb=0"); }),
+                 "stored cpb=0: cpb=0 is out of range"));
+  CHECK(contains(config_error([&] { check_config(s, {{"warps", "4"}}, "stored"); }),
+                 "'warps' is not a parameter"));
+}
+
+// Random and mutated space files and --param values: every outcome is a Space
+// whose values lie within the op's limits, or an autotune::Error; never another
+// exception (std::bad_alloc, std::out_of_range) or a crash.
+TEST_CASE("fuzz: space parsing and --param fail only with autotune errors") {
+  const Op& op = find_op("causal_conv1d");
+  const Space limits = op_space(op);
+  const std::string seed_text = template_file(op.space_path());
+  const std::vector<std::string> tokens = {
+      "0",  "-1", "4294967424", "99999999999999999999", "1.5", "\"abc\"", "[", "]", "{", "}",
+      ",",  "=",  "\n",         "[params]",             "[default]", "[limits]", "true", "\"\"",
+      "#",  "'",  "cpb",        "threads = [32, 1024]", "\xff",      "1e9",      "[[x]]"};
+  std::mt19937 random(18);
+  int parsed = 0;
+  for (int iteration = 0; iteration < 3000; ++iteration) {
+    std::string text = seed_text;
+    int edits = 1 + int(random() % 4);
+    for (int e = 0; e < edits; ++e) {
+      size_t at = random() % (text.size() + 1);
+      switch (random() % 3) {
+      case 0:
+        text.insert(at, tokens[random() % tokens.size()]);
+        break;
+      case 1:
+        text.erase(at, random() % 8);
+        break;
+      default:
+        if (at < text.size()) {
+          text[at] = char(random() % 128);
+        }
+      }
+    }
+    std::string value = tokens[random() % tokens.size()];
+    for (int v = int(random() % 4); v > 0; --v) {
+      value.append("|").append(tokens[random() % tokens.size()]);
+    }
+    CAPTURE(text);
+    CAPTURE(value);
+    try {
+      Space s = parse_space(text, "fuzz.toml");
+      ++parsed;
+      for (const Parameter& p : s.params) {
+        for (const std::string& v : p.values) {
+          const Limit* own = s.limit(p.name);
+          CHECK((own == nullptr || own->admit(v).ok()));
+        }
+      }
+      restrict_space(s, {{s.params[random() % s.params.size()].name, value}});
+      CHECK(s.size() <= k_max_space_size);
+    } catch (const Error&) {
+    } catch (const std::exception& e) {
+      FAIL("not an autotune::Error: " << e.what());
+    }
+    try {
+      Space s = op_space(op);
+      restrict_space(s, {{s.params[random() % s.params.size()].name, value}});
+      for (const Parameter& p : s.params) {
+        for (const std::string& v : p.values) {
+          CHECK(s.limit(p.name)->admit(v).ok());
+        }
+      }
+    } catch (const Error&) {
+    } catch (const std::exception& e) {
+      FAIL("not an autotune::Error: " << e.what());
+    }
+  }
+  CHECK(parsed > 0); // some mutations keep the file valid, so the parsed path is exercised
 }

@@ -366,3 +366,196 @@ TEST_CASE("cache gc drops entries of templates that are no longer current") {
   CHECK(raw_count(db, "variants") == 1);
   CHECK(run("cache verify " + db).code == 0);
 }
+
+namespace {
+
+// Overwrites the b-tree page header of `table`'s root page: the schema still
+// opens, the table is damaged.
+void damage_table(const std::string& path, const std::string& table) {
+  sqlite3* raw = nullptr;
+  REQUIRE(sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE, nullptr) == SQLITE_OK);
+  std::unique_ptr<sqlite3, RawCloser> db(raw);
+  // One file: the damage must not sit in a -wal that a later open replays.
+  REQUIRE(sqlite3_exec(db.get(), "PRAGMA journal_mode = DELETE", nullptr, nullptr, nullptr) ==
+          SQLITE_OK);
+  auto integer = [&](const std::string& sql) {
+    sqlite3_stmt* stmt = nullptr;
+    REQUIRE(sqlite3_prepare_v2(db.get(), sql.c_str(), -1, &stmt, nullptr) == SQLITE_OK);
+    REQUIRE(sqlite3_step(stmt) == SQLITE_ROW);
+    long long value = sqlite3_column_int64(stmt, 0);
+    sqlite3_finalize(stmt);
+    return value;
+  };
+  long long page_size = integer("PRAGMA page_size");
+  long long root = integer("SELECT rootpage FROM sqlite_master WHERE name = '" + table + "'");
+  db.reset();
+  std::string bytes = slurp(path);
+  size_t offset = size_t((root - 1) * page_size);
+  REQUIRE(offset + 100 < bytes.size());
+  bytes.replace(offset + 8, 92, std::string(92, '\xff'));
+  write_bytes(path, bytes);
+}
+
+// A bad source of each kind the issue names, at `path`.
+std::string make_bad_source(const std::string& path, int kind) {
+  switch (kind) {
+  case 0:
+    make_source(path, 900, 3);
+    raw_exec(path, "UPDATE cubins SET data = CAST('X' AS BLOB) || substr(data, 2) WHERE rowid = 2");
+    return "checksum mismatch";
+  case 1:
+    write_bytes(path, std::string(4096, 'x'));
+    return "not a SQLite file";
+  case 2:
+    raw_exec(path, "PRAGMA application_id = 1234; PRAGMA user_version = 2");
+    return "application_id 1234";
+  default:
+    make_source(path, 900, 30);
+    raw_exec(path, "PRAGMA journal_mode = DELETE");
+    damage_table(path, "results");
+    return "is damaged";
+  }
+}
+
+} // namespace
+
+// Issue 18: `cache import a.db bad.db` committed a.db's entries before failing on
+// bad.db, and `cache merge OUT a.db bad.db` left a half-filled OUT.
+TEST_CASE("cache import and merge of several files are all or nothing") {
+  for (int kind = 0; kind < 4; ++kind) {
+    CAPTURE(kind);
+    TempDir dir;
+    std::string good = dir.file("a.db");
+    make_source(good, 1, 5);
+    std::string bad = dir.file("bad.db");
+    if (kind == 2) {
+      std::ofstream(bad).close();
+    }
+    std::string expect = make_bad_source(bad, kind);
+    std::string bad_before = slurp(bad);
+
+    // An existing target is left byte for byte as it was.
+    std::string target = dir.file("target.db");
+    make_source(target, 100, 2);
+    std::string target_before = slurp(target);
+    Run r = run("cache import " + good + " " + bad + " --db " + target);
+    INFO(r.output);
+    CHECK(r.code == 2);
+    CHECK(has(r.output, expect));
+    CHECK(has(r.output, bad));
+    CHECK(slurp(target) == target_before);
+
+    // A missing target is not created.
+    r = run("cache import " + good + " " + bad + " --db " + dir.file("new.db"));
+    CHECK(r.code == 2);
+    CHECK_FALSE(fs::exists(dir.file("new.db")));
+
+    // merge into a new OUT leaves no OUT; into an existing one, OUT unchanged.
+    r = run("cache merge " + dir.file("out.db") + " " + good + " " + bad);
+    CHECK(r.code == 2);
+    CHECK_FALSE(fs::exists(dir.file("out.db")));
+    r = run("cache merge " + target + " " + good + " " + bad);
+    CHECK(r.code == 2);
+    CHECK(slurp(target) == target_before);
+    CHECK(slurp(bad) == bad_before);
+    for (const fs::directory_entry& e : fs::directory_iterator(fs::path(target).parent_path())) {
+      CHECK_FALSE(has(e.path().filename().string(), ".tmp-")); // no staging file left behind
+    }
+  }
+}
+
+TEST_CASE("cache merge into a new OUT builds it whole, beside it") {
+  TempDir dir;
+  make_source(dir.file("a.db"), 1, 5);
+  make_source(dir.file("b.db"), 6, 5);
+  std::string out = dir.file("sub/out.db");
+  Run r = run("cache merge " + out + " " + dir.file("a.db") + " " + dir.file("b.db"));
+  INFO(r.output);
+  CHECK(r.code == 0);
+  // Only OUT: no staging file, no -wal (checked before anything reads OUT).
+  size_t files = 0;
+  for ([[maybe_unused]] const fs::directory_entry& e : fs::directory_iterator(dir.file("sub"))) {
+    ++files;
+  }
+  CHECK(files == 1);
+  CHECK(raw_count(out, "winners") == 10);
+  CHECK(run("cache verify " + out).code == 0);
+}
+
+// Issue 18: a tune, `cache import` and `cache gc` wrote our schema into another
+// program's file and into a damaged one.
+TEST_CASE("a foreign or damaged target is refused by every writer and left unchanged") {
+  TempDir dir;
+  std::string target = dir.file("target.db");
+  std::string expect;
+  SUBCASE("another program's, without tables") {
+    std::ofstream(target).close();
+    raw_exec(target, "PRAGMA application_id = 1234");
+    expect = "application_id 1234 is another program's";
+  }
+  SUBCASE("only a view") {
+    std::ofstream(target).close();
+    raw_exec(target, "CREATE VIEW v AS SELECT 1");
+    expect = "holds view 'v'";
+  }
+  SUBCASE("ours with another program's table") {
+    make_source(target, 1, 2);
+    raw_exec(target, "PRAGMA journal_mode = DELETE; CREATE TABLE notes (x)");
+    expect = "holds table 'notes'";
+  }
+  SUBCASE("a damaged b-tree page") {
+    make_source(target, 1, 40);
+    damage_table(target, "results");
+    expect = "is damaged";
+  }
+  std::string before = slurp(target);
+  std::string source = dir.file("source.db");
+  make_source(source, 500, 2);
+  std::vector<std::string> commands = {
+      "--arch sm_90a --op causal_conv1d --compile-only --quiet --param threads=128 --param vec=8 "
+      "--param items=2 --param cpb=1 --param load=direct --shape \"B=1,C=64,L=256\" --db " +
+          target,
+      "cache import " + source + " --db " + target, "cache merge " + target + " " + source};
+  std::string why;
+  if (cuda::nvrtc_available(&why)) {
+    commands.push_back("cache gc --db " + target);
+  }
+  for (const std::string& command : commands) {
+    Run r = run(command);
+    INFO(command);
+    INFO(r.output);
+    CHECK(r.code == 2);
+    CHECK(has(r.output, expect));
+    CHECK(has(r.output, target));
+    CHECK(slurp(target) == before);
+    CHECK_FALSE(fs::exists(target + "-wal"));
+  }
+}
+
+// Issue 18: of 8 concurrent `cache import`s of 2,500-winner databases, 4 exited
+// with "database is locked".
+TEST_CASE("eight concurrent imports of 2,500-winner databases all finish") {
+  TempDir dir;
+  constexpr int k_importers = 8;
+  constexpr int k_rows = 2500;
+  for (int i = 0; i < k_importers; ++i) {
+    make_source(dir.file("big" + std::to_string(i) + ".db"), i * k_rows, k_rows);
+  }
+  std::string target = dir.file("shared.db");
+  make_source(target, 1000000, 1); // an existing file, as in the issue
+  std::vector<FILE*> running;
+  for (int i = 0; i < k_importers; ++i) {
+    running.push_back(start("cache import " + dir.file("big" + std::to_string(i) + ".db") +
+                            " --db " + target));
+  }
+  for (FILE* p : running) {
+    Run r = finish(p);
+    INFO(r.output);
+    CHECK(r.code == 0);
+    CHECK_FALSE(has(r.output, "locked"));
+    CHECK_FALSE(has(r.output, "busy"));
+  }
+  CHECK(raw_count(target, "winners") == k_importers * k_rows + 1);
+  CHECK(raw_count(target, "variants") == k_importers * k_rows + 1);
+  CHECK(raw_count(target, "results") == k_importers * k_rows + 1);
+}

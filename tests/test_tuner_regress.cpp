@@ -133,3 +133,46 @@ TEST_CASE("regress --retime without a GPU exits 3 with a clear error") {
   CHECK(r.code == 3);
   CHECK(has(r.output, "needs a GPU"));
 }
+
+// Issue 18: --junit and --markdown overwrote any existing file, a database included.
+TEST_CASE("regress reports never overwrite a file without --force, nor an input database") {
+  TempDir dir;
+  const std::string compare = "regress --baseline " + fixture("regress_baseline.db") +
+                              " --current " + fixture("regress_planted.db");
+  std::string existing = dir.file("existing.db");
+  fs::copy_file(fixture("regress_clean.db"), existing);
+  std::string before = slurp(existing);
+
+  for (const char* option : {"--junit", "--markdown"}) {
+    CAPTURE(option);
+    Run r = run(compare + " " + option + " " + existing);
+    INFO(r.output);
+    CHECK(r.code == 2);
+    CHECK(has(r.output, existing + " exists; add --force to overwrite it"));
+    CHECK_FALSE(has(r.output, "REGRESSION")); // refused before comparing anything
+    CHECK(slurp(existing) == before);
+
+    r = run(compare + " " + option + " " + fixture("regress_baseline.db") + " --force");
+    CHECK(r.code == 2);
+    CHECK(has(r.output, "is an input database"));
+    r = run(compare + " " + option + " " + dir.file("."));
+    CHECK(r.code == 2);
+    CHECK(has(r.output, "is a directory"));
+    r = run(compare + " " + option + " ''");
+    CHECK(r.code == 2);
+  }
+  CHECK(run(compare + " --junit " + dir.file("same") + " --markdown " + dir.file("same")).code ==
+        2);
+  CHECK_FALSE(fs::exists(dir.file("same")));
+
+  // --force replaces the file, whole.
+  Run r = run(compare + " --junit " + existing + " --force");
+  CHECK(r.code == 1);
+  CHECK(has(slurp(existing), "<testsuite name=\"autotune.regress\""));
+  size_t files = 0;
+  for ([[maybe_unused]] const fs::directory_entry& e : fs::directory_iterator(dir.file("."))) {
+    ++files;
+  }
+  CHECK(files == 1); // no staging file left behind
+  CHECK(slurp(fixture("regress_baseline.db")).rfind("SQLite format 3", 0) == 0);
+}

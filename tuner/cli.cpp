@@ -243,16 +243,19 @@ void check_arch(const std::string& arch) {
   if (arch == "auto") {
     return;
   }
+  const Error not_arch(ErrorKind::usage,
+                       "--arch '" + arch + "' is not 'auto' or an sm_XY[a] target (e.g. sm_90a)");
+  if (!starts_with(arch, "sm_")) {
+    throw not_arch;
+  }
   size_t digits_end = 3;
   while (digits_end < arch.size() && std::isdigit((unsigned char)arch[digits_end])) {
     ++digits_end;
   }
-  std::string digits = arch.substr(std::min<size_t>(3, arch.size()), digits_end - 3);
+  std::string digits = arch.substr(3, digits_end - 3);
   std::string suffix = arch.substr(digits_end);
-  if (!starts_with(arch, "sm_") || digits.size() < 2 || digits.size() > 3 ||
-      (suffix != "" && suffix != "a" && suffix != "f")) {
-    throw Error(ErrorKind::usage, "--arch '" + arch +
-                                      "' is not 'auto' or an sm_XY[a] target (e.g. sm_90a)");
+  if (digits.size() < 2 || digits.size() > 3 || (suffix != "" && suffix != "a" && suffix != "f")) {
+    throw not_arch;
   }
   if (std::stoi(digits) < k_min_arch) {
     throw Error(ErrorKind::usage, "--arch " + arch + ": autotune's kernels need sm_" +
