@@ -4,6 +4,17 @@
 # comes from Debian's packages. Safe to run again: apt-get skips what is there.
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config libsqlite3-dev doctest-dev libtomlplusplus-dev llvm-14-tools python3)
+# One test renders the HTML report in headless Chromium (tests/report/check_render.py).
+# Chromium is large, so it comes where every test must run: in CI (CI=true), or when
+# asked with AUTOTUNE_WITH_CHROMIUM=1. Elsewhere that test reports itself skipped; in CI
+# it fails without Chromium.
+wants_chromium() {
+  case "${CI:-}" in true | 1 | yes) return 0 ;; esac
+  [ "${AUTOTUNE_WITH_CHROMIUM:-0}" = 1 ]
+}
+if wants_chromium; then
+  pkgs+=(chromium fonts-dejavu-core)
+fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

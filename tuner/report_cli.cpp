@@ -2,7 +2,8 @@
 // its time and spread, the op's metric (effective GB/s for memory-bound ops, TFLOP/s
 // for attention), how many variants were measured for that problem with their
 // outcomes, and the margin to the fastest other correct variant -- the numbers a
-// reviewer asks for before trusting a winner. Markdown on stdout, or JSON lines.
+// reviewer asks for before trusting a winner. Markdown on stdout, or JSON lines; or,
+// with --html, a page with every measured variant (tuner/report_html.cpp).
 #include "tuner/commands.hpp"
 
 #include "cache/database.hpp"
@@ -10,10 +11,16 @@
 #include "runtime/base/error.hpp"
 #include "runtime/base/strings.hpp"
 #include "runtime/ops/op.hpp"
+#include "tuner/report_html.hpp"
+
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -24,11 +31,25 @@ namespace autotune {
 namespace {
 
 constexpr const char* k_report_usage = R"(usage:
-  autotune report [--db PATH] [--op OP] [--device TEXT] [--shape "k=v,..."] [--json]
+  autotune report [--db PATH]... [--op OP] [--device TEXT] [--shape "k=v,..."] [--json]
+  autotune report --html FILE [--force] [--copy-gbps GBPS] [--peak-tflops TFLOPS]
+                  [--db PATH]... [--op OP] [--device TEXT] [--shape "k=v,..."]
 
 One row per stored winner: median and p10..p90 spread, the op's metric (GB/s of
 effective traffic, or TFLOP/s for attention), the variants measured for the problem
 with their outcomes, and how much slower the best other correct variant was.
+
+--html FILE writes one self-contained page instead (inline CSS and SVG, no script,
+nothing fetched): per op, the winners across shapes against the op's floor; per
+shape, every measured variant's median with its p10..p90 range and its outcome, the
+winner marked. FILE must not exist unless --force is given. A shape's floor is the
+largest of: its effective bytes at --copy-gbps (the GPU's device-to-device copy
+bandwidth), its FLOPs at --peak-tflops, and (selective_scan) its exponentials at 16
+per clock per SM at the winner's measured SM clock; a rate not given leaves that
+floor out.
+
+--db may be given several times: the report covers every database (default: the
+tuning database, $AUTOTUNE_DB or ~/.cache/autotune/tuning.db).
 )";
 
 struct ReportRow {
@@ -113,8 +134,8 @@ double spread_pct(const cache::Entry& e) {
   return (e.result->p90_us - e.result->p10_us) / e.result->median_us * 100;
 }
 
-void print_markdown(const std::vector<ReportRow>& rows, const std::string& path) {
-  std::printf("# Tuning report: %s\n\n", path.c_str());
+void print_markdown(const std::vector<ReportRow>& rows, const std::vector<std::string>& paths) {
+  std::printf("# Tuning report: %s\n\n", join(paths, ", ").c_str());
   std::printf("%zu winners. Spread = (p90 - p10) / median of the winner's samples; runner-up = "
               "the fastest other correct variant, slower by that much.\n\n",
               rows.size());
@@ -172,12 +193,69 @@ void print_json(const std::vector<ReportRow>& rows) {
   }
 }
 
+// A positive finite number given to `flag`; Error(usage) naming both otherwise.
+double positive_number(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || errno != 0 || !std::isfinite(v) || !(v > 0)) {
+    throw Error(ErrorKind::usage,
+                "autotune report: " + flag + " expects a positive number, got '" + text + "'");
+  }
+  return v;
+}
+
+std::string exists_message(const std::string& path) {
+  return "autotune report: " + path + " exists; pass --force to overwrite it";
+}
+
+// Writes `text` to `path` through a temporary file beside it, so that a reader never
+// sees half a page and a failure leaves nothing behind. Without `force`, link(2)
+// publishes it only if `path` still does not exist (no check-then-write race).
+void write_page(const std::string& path, const std::string& text, bool force) {
+  const std::string temp = path + ".tmp-" + std::to_string(::getpid());
+  auto io_error = [&](const std::string& what) {
+    const std::string reason = std::strerror(errno);
+    std::error_code ec;
+    std::filesystem::remove(temp, ec);
+    return Error(ErrorKind::io, "autotune report: cannot " + what + " " + path + ": " + reason);
+  };
+  std::FILE* f = std::fopen(temp.c_str(), "wb");
+  if (!f) {
+    throw io_error("write");
+  }
+  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !written) {
+    throw io_error("write");
+  }
+  if (force) {
+    if (std::rename(temp.c_str(), path.c_str()) != 0) {
+      throw io_error("replace");
+    }
+    return;
+  }
+  if (::link(temp.c_str(), path.c_str()) != 0) {
+    if (errno == EEXIST) {
+      std::error_code ec;
+      std::filesystem::remove(temp, ec);
+      throw Error(ErrorKind::usage, exists_message(path));
+    }
+    throw io_error("create");
+  }
+  std::error_code ec;
+  std::filesystem::remove(temp, ec);
+}
+
 } // namespace
 
 int run_report_command(int argc, char** argv) {
-  std::string db_path;
+  std::vector<std::string> db_paths;
   cache::Selector selector;
   bool json = false;
+  std::string html_path;
+  bool force = false;
+  FloorRates rates;
+  std::vector<std::string> html_only; // options that mean nothing without --html
   for (int i = 1; i < argc; ++i) {
     const std::string o = argv[i];
     auto value = [&]() -> std::string {
@@ -187,7 +265,7 @@ int run_report_command(int argc, char** argv) {
       return argv[++i];
     };
     if (o == "--db") {
-      db_path = value();
+      db_paths.push_back(value());
     } else if (o == "--op") {
       selector.op = value();
     } else if (o == "--device") {
@@ -196,6 +274,17 @@ int run_report_command(int argc, char** argv) {
       selector.shape = value();
     } else if (o == "--json") {
       json = true;
+    } else if (o == "--html") {
+      html_path = value();
+    } else if (o == "--force") {
+      force = true;
+      html_only.push_back(o);
+    } else if (o == "--copy-gbps") {
+      rates.copy_gbps = positive_number(o, value());
+      html_only.push_back(o);
+    } else if (o == "--peak-tflops") {
+      rates.peak_tflops = positive_number(o, value());
+      html_only.push_back(o);
     } else if (o == "--help" || o == "-h") {
       std::fputs(k_report_usage, stdout);
       return 0;
@@ -204,27 +293,63 @@ int run_report_command(int argc, char** argv) {
                                         "' (see autotune report --help)");
     }
   }
-  if (db_path.empty()) {
-    db_path = cache::default_database_path();
+  if (html_path.empty() && !html_only.empty()) {
+    throw Error(ErrorKind::usage, "autotune report: " + html_only.front() + " goes with --html FILE");
   }
-  std::string migrated; // an older schema is read from a migrated temporary copy
+  if (!html_path.empty() && json) {
+    throw Error(ErrorKind::usage, "autotune report: --json and --html are two outputs; give one");
+  }
+  // Refused before any database is read: an existing page is not overwritten by accident.
+  if (!html_path.empty() && !force && std::filesystem::exists(html_path)) {
+    throw Error(ErrorKind::usage, exists_message(html_path));
+  }
+  if (db_paths.empty()) {
+    db_paths.push_back(cache::default_database_path());
+  }
+  std::vector<std::string> migrated; // older schemas are read from migrated temporary copies
+  auto remove_migrated = [&] {
+    for (const std::string& path : migrated) {
+      std::error_code ec;
+      for (const char* suffix : {"", "-wal", "-shm"}) {
+        std::filesystem::remove(path + suffix, ec);
+      }
+    }
+  };
   std::vector<ReportRow> rows;
-  {
-    cache::Database db = cache::open_source(db_path, migrated);
-    for (const cache::Entry& e : cache::select_entries(db, selector)) {
-      rows.push_back(make_row(db, e));
+  std::string page;
+  HtmlSummary summary;
+  try {
+    std::vector<cache::Database> dbs;
+    for (const std::string& path : db_paths) {
+      migrated.emplace_back();
+      dbs.push_back(cache::open_source(path, migrated.back()));
     }
-  }
-  if (!migrated.empty()) {
-    std::error_code ec;
-    for (const char* suffix : {"", "-wal", "-shm"}) {
-      std::filesystem::remove(migrated + suffix, ec);
+    if (!html_path.empty()) {
+      std::vector<HtmlSource> sources;
+      for (size_t i = 0; i < dbs.size(); ++i) {
+        sources.push_back({db_paths[i], &dbs[i]});
+      }
+      page = render_html_report(sources, selector, rates, &summary);
+    } else {
+      for (const cache::Database& db : dbs) {
+        for (const cache::Entry& e : cache::select_entries(db, selector)) {
+          rows.push_back(make_row(db, e));
+        }
+      }
     }
+  } catch (...) {
+    remove_migrated();
+    throw;
   }
-  if (json) {
+  remove_migrated();
+  if (!html_path.empty()) {
+    write_page(html_path, page, force);
+    std::printf("wrote %s: %zu problems of %zu ops, %zu with a winner, %zu variant measurements\n",
+                html_path.c_str(), summary.problems, summary.ops, summary.winners, summary.results);
+  } else if (json) {
     print_json(rows);
   } else {
-    print_markdown(rows, db_path);
+    print_markdown(rows, db_paths);
   }
   return 0;
 }
