@@ -72,6 +72,9 @@ constexpr const char* k_fault_space = R"(
 [params]
 threads = [128, 256]
 mode = ["good", "compile_fail", "oob", "hang", "wrong", "smem"]
+[limits]
+threads = [32, 1024]
+mode = ["good", "compile_fail", "oob", "hang", "wrong", "smem"]
 [default]
 threads = 128
 mode = "good"

@@ -58,14 +58,19 @@ class ArgsLayout:
         self.offsets = {name: offset for name, _, offset in self.fields}
 
 
+_CODES = {}
+
+
 def dtype_code(dtype, what="tensor"):
-    import torch
-    codes = {torch.float32: AUTOTUNE_FP32, torch.float16: AUTOTUNE_FP16,
-             torch.bfloat16: AUTOTUNE_BF16}
-    code = codes.get(dtype)
+    code = _CODES.get(dtype)
     if code is None:
-        raise TypeError(f"autotune: {what} has dtype {dtype}; expected float32, float16 or "
-                        "bfloat16")
+        import torch
+        _CODES.update({torch.float32: AUTOTUNE_FP32, torch.float16: AUTOTUNE_FP16,
+                       torch.bfloat16: AUTOTUNE_BF16})
+        code = _CODES.get(dtype)
+        if code is None:
+            raise TypeError(f"autotune: {what} has dtype {dtype}; expected float32, float16 "
+                            "or bfloat16")
     return code
 
 
@@ -77,13 +82,34 @@ def tensor_fields(t, what="tensor"):
     n = len(shape)
     if n > MAX_DIMS:
         raise ValueError(f"autotune: {what} has {n} dimensions (at most {MAX_DIMS})")
-    pad = (0,) * (MAX_DIMS - n)
+    pad = _PAD[n]
     return (t.data_ptr(), dtype_code(t.dtype, what), n, *shape, *pad, *t.stride(), *pad)
 
 
-def _bhsd(t, layout):
-    """A [B, S, H, D] tensor (layout "bshd") as its [B, H, S, D] view, or t itself."""
-    return t if t is None or layout == "bhsd" else t.transpose(1, 2)
+_PAD = [(0,) * (MAX_DIMS - n) for n in range(MAX_DIMS + 1)]
+
+
+def attention_fields(t, what, bhsd):
+    """The autotune_tensor fields of q, k, v or o indexed [B, H, S, D]: a [B, S, H, D]
+    tensor (bhsd False) is passed with its dimensions 1 and 2 swapped, no view made."""
+    if t is None or bhsd:
+        return tensor_fields(t, what)
+    shape = t.shape
+    if len(shape) != 4:
+        raise ValueError(f"autotune: {what} must be [batch, seqlen, heads, headdim], not "
+                         f"{list(shape)}")
+    b, s, h, d = shape
+    sb, ss, sh, sd = t.stride()
+    return (t.data_ptr(), dtype_code(t.dtype, what), 4, b, h, s, d, sb, sh, ss, sd)
+
+
+def _current_stream(t):
+    """The raw CUstream of torch's current stream on t's device (None for CPU tensors:
+    the library then refuses the tensor itself)."""
+    if not t.is_cuda:
+        return None
+    import torch
+    return torch._C._cuda_getCurrentRawStream(t.device.index)
 
 
 class Runtime:
@@ -112,6 +138,7 @@ class Runtime:
         lib.autotune_attention_workspace_size.argtypes = [
             ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)]
         self.workspaces = {}  # (device, bytes) -> zero-filled tensor, kept for later calls
+        self._workspace_need = {}  # a call's signature -> the workspace bytes it needs
         self.handle = ctypes.c_void_p()
         lib.autotune_runtime_create_with_policy.argtypes = [
             ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
@@ -136,10 +163,7 @@ class Runtime:
         layout.struct.pack_into(buf, 0, *values)
         return buf
 
-    @staticmethod
-    def stream(t):
-        import torch
-        return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else None
+    stream = staticmethod(_current_stream)
 
     def variant(self, op, args):
         """'SOURCE VARIANT' of what a call of op with args runs (SOURCE: tuned,
@@ -163,7 +187,7 @@ class Runtime:
                       final_states=None, out=None):
         import torch
         if out is None:
-            out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
+            out = torch.empty_like(x, memory_format=torch.contiguous_format)
         args = self.causal_conv1d_args(x, weight, bias, out, silu, initial_states, final_states)
         self.check(self.lib.autotune_causal_conv1d(self.handle, args, self.stream(x)))
         return out
@@ -179,10 +203,10 @@ class Runtime:
         lse: fp32 [B, Hq, Sq] contiguous or None."""
         if layout not in ("bshd", "bhsd"):
             raise ValueError(f"autotune: layout must be 'bshd' or 'bhsd', not {layout!r}")
-        return self.pack("attention", *tensor_fields(_bhsd(q, layout), "q"),
-                         *tensor_fields(_bhsd(k, layout), "k"),
-                         *tensor_fields(_bhsd(v, layout), "v"),
-                         *tensor_fields(_bhsd(o, layout), "o"), *tensor_fields(lse, "lse"),
+        bhsd = layout == "bhsd"
+        return self.pack("attention", *attention_fields(q, "q", bhsd),
+                         *attention_fields(k, "k", bhsd), *attention_fields(v, "v", bhsd),
+                         *attention_fields(o, "o", bhsd), *tensor_fields(lse, "lse"),
                          int(causal), float(scale or 0.0), workspace or 0, workspace_bytes)
 
     def attention(self, q, k, v, causal=False, scale=None, layout="bshd", return_lse=False,
@@ -192,23 +216,27 @@ class Runtime:
         zero-filled and kept by this object."""
         import torch
         if out is None:
-            out = torch.empty(q.shape, device=q.device, dtype=q.dtype)
+            out = torch.empty_like(q, memory_format=torch.contiguous_format)
         lse = None
         if return_lse:
             B, Hq, Sq = (q.shape[0], q.shape[1], q.shape[2]) if layout == "bhsd" else \
                 (q.shape[0], q.shape[2], q.shape[1])
             lse = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
         args = self.attention_args(q, k, v, out, lse, causal, scale, layout)
-        need = ctypes.c_uint64()
-        self.check(self.lib.autotune_attention_workspace_size(self.handle, args,
-                                                              ctypes.byref(need)))
-        if need.value:
-            key = (q.device, need.value)
-            if key not in self.workspaces:
-                self.workspaces[key] = torch.zeros(need.value, device=q.device,
-                                                   dtype=torch.uint8)
+        # The workspace a split-KV variant needs, asked once per signature.
+        key = (q.shape, k.shape, q.dtype, q.device, bool(causal), return_lse, layout)
+        need = self._workspace_need.get(key)
+        if need is None:
+            n = ctypes.c_uint64()
+            self.check(self.lib.autotune_attention_workspace_size(self.handle, args,
+                                                                  ctypes.byref(n)))
+            need = self._workspace_need[key] = n.value
+        if need:
+            wkey = (q.device, need)
+            if wkey not in self.workspaces:
+                self.workspaces[wkey] = torch.zeros(need, device=q.device, dtype=torch.uint8)
             args = self.attention_args(q, k, v, out, lse, causal, scale, layout,
-                                       self.workspaces[key].data_ptr(), need.value)
+                                       self.workspaces[wkey].data_ptr(), need)
         self.check(self.lib.autotune_attention(self.handle, args, self.stream(q)))
         return (out, lse) if return_lse else out
 
@@ -229,7 +257,7 @@ class Runtime:
         """Mamba-1 selective scan forward; with return_last_state also h_L fp32 [B, D, N]."""
         import torch
         if out is None:
-            out = torch.empty(u.shape, device=u.device, dtype=u.dtype)
+            out = torch.empty_like(u, memory_format=torch.contiguous_format)
         last = None
         if return_last_state:
             last = torch.empty((u.shape[0], u.shape[1], A.shape[1]), device=u.device,
