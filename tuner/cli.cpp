@@ -9,7 +9,6 @@
 #include "runtime/cuda/nvrtc.hpp"
 #include "runtime/dispatch/variant.hpp"
 #include "runtime/ops/op.hpp"
-#include "runtime/ops/space.hpp"
 #include "tuner.hpp"
 
 #define TOML_HEADER_ONLY 1
@@ -396,9 +395,6 @@ int list_variants(const Args& a) {
 }
 
 int tune_command(const Args& a) {
-  // Every value of the space is checked against the op's limits (a --space file
-  // included) before the tuner, and with it any op, sees one.
-  load_op_space(find_op(a.tune.op), a.tune.space_file, a.tune.param_overrides);
   Progress progress(!a.quiet);
   TuneReport report = tune(a.tune, progress);
   progress.finish();

@@ -253,9 +253,12 @@ Space parse_space(const std::string& text, const std::string& source) {
   Space space;
   space.source = source;
   for (const auto& [key, node] : root) {
+    if (key == "prune") {
+      continue; // search priors ([[prune]]): runtime/ops/priors.hpp reads and checks them
+    }
     if (key != "params" && key != "default" && key != "limits") {
       throw_config(where(source, node.source()) + ": unknown table [" + std::string(key.str()) +
-                   "] (expected [params], [default], [limits])");
+                   "] (expected [params], [default], [limits], [[prune]])");
     }
     if (!node.is_table()) {
       throw_config(where(source, node.source()) + ": " + std::string(key.str()) +

@@ -3,6 +3,7 @@
 //   [default] name = value          (the variant used when nothing is tuned)
 //   [limits]  name = [min, max]     (an integer parameter: the closed range it may take)
 //             name = ["a", "b"]     (a string parameter: the values it may take)
+//   [[prune]] search priors, read by runtime/ops/priors.hpp (parse_space skips them)
 // The ops compute with these values (divide by them, shift by them, size grids with
 // them), so a value outside its limits is refused here, as a configuration error
 // naming the parameter and its limits, before any op sees it. An op's own space
