@@ -502,8 +502,8 @@ std::vector<std::string> check_pragma_problems(sqlite3* db, const std::string& s
 // PRAGMA quick_check: b-tree structure, page accounting, NOT NULL and CHECK
 // constraints; not index contents. Reads the whole file once.
 std::vector<std::string> quick_check_problems(sqlite3* db) {
-  return check_pragma_problems(db, "PRAGMA quick_check(" + std::to_string(k_quick_check_limit) +
-                                       ")");
+  return check_pragma_problems(db,
+                               "PRAGMA quick_check(" + std::to_string(k_quick_check_limit) + ")");
 }
 
 // Refuses a non-empty file that does not start with SQLite's magic, without
@@ -525,7 +525,7 @@ void check_sqlite_header(const std::string& path) {
 }
 
 // Switching a new file to WAL needs an exclusive lock, and SQLite reports
-// SQLITE_BUSY at once rather than through busy_timeout while peers opening the
+// SQLITE_BUSY at once rather than through the busy handler while peers opening the
 // same new file hold it; so wait here, as long as the busy handler would.
 void enable_wal(sqlite3* db, const std::string& path) {
   constexpr auto k_retry_pause = std::chrono::milliseconds(10);
@@ -792,16 +792,16 @@ int wait_for_lock(void* data, int calls) noexcept {
   if (waited >= k_lock_wait_notice && !state->announced) {
     state->announced = true;
     try {
-      log(LogLevel::info, "tuning database " + state->path +
-                              ": waiting for another process's lock on it");
+      log(LogLevel::info,
+          "tuning database " + state->path + ": waiting for another process's lock on it");
     } catch (...) {
     }
   }
   auto pause = k_min_lock_pause * (1LL << std::min(calls, 10));
   pause = std::min<decltype(pause)>(pause, k_max_lock_pause);
   std::uniform_real_distribution<double> jitter(0.5, 1.5);
-  std::this_thread::sleep_for(std::chrono::duration_cast<std::chrono::microseconds>(
-      pause * jitter(state->random)));
+  std::this_thread::sleep_for(
+      std::chrono::duration_cast<std::chrono::microseconds>(pause * jitter(state->random)));
   return 1;
 }
 
@@ -867,12 +867,11 @@ Database::Database(const std::string& path, Mode mode)
     // damage and may lose what is still there. Checked before the first write.
     std::vector<std::string> damage = quick_check_problems(m_db.get());
     if (!damage.empty()) {
-      throw_database(path, "is damaged (quick_check: " + damage.front() +
-                               (damage.size() > 1
-                                    ? "; " + std::to_string(damage.size() - 1) + " more"
-                                    : "") +
-                               "); refusing to write to it (autotune cache verify " + path +
-                               " lists the problems; restore it from a copy)");
+      throw_database(
+          path, "is damaged (quick_check: " + damage.front() +
+                    (damage.size() > 1 ? "; " + std::to_string(damage.size() - 1) + " more" : "") +
+                    "); refusing to write to it (autotune cache verify " + path +
+                    " lists the problems; restore it from a copy)");
     }
   }
   enable_wal(m_db.get(), path);
@@ -901,8 +900,8 @@ void Database::open_connection(const std::string& filename, int flags) {
 }
 
 Database::Database(Database&& other) noexcept
-    : m_busy(std::move(other.m_busy)), m_db(std::move(other.m_db)), m_path(std::move(other.m_path)), m_mode(other.m_mode),
-      m_depth(std::exchange(other.m_depth, 0)) {}
+    : m_busy(std::move(other.m_busy)), m_db(std::move(other.m_db)), m_path(std::move(other.m_path)),
+      m_mode(other.m_mode), m_depth(std::exchange(other.m_depth, 0)) {}
 
 Database::~Database() = default;
 
@@ -941,10 +940,23 @@ void Database::begin() {
   if (m_mode == Mode::read_only) {
     throw_database(m_path, "opened read-only; cannot write to it");
   }
-  // IMMEDIATE takes the write lock now, while busy_timeout can still wait for it;
-  // a deferred transaction that upgrades later fails with SQLITE_BUSY at once.
-  exec(handle(), m_path,
-       m_depth == 0 ? std::string("BEGIN IMMEDIATE") : std::string("SAVEPOINT ") + k_savepoint);
+  if (m_depth > 0) {
+    exec(handle(), m_path, std::string("SAVEPOINT ") + k_savepoint);
+    ++m_depth;
+    return;
+  }
+  // IMMEDIATE takes the write lock now, while the busy handler can still wait for
+  // it; a deferred transaction that upgrades later fails with SQLITE_BUSY at once.
+  Statement begin(handle(), m_path, "BEGIN IMMEDIATE");
+  int rc = begin.try_step();
+  if ((rc & 0xff) == SQLITE_BUSY) {
+    throw_database(m_path, "another process has held its write lock for over " +
+                               std::to_string(k_lock_wait.count()) +
+                               " s (a stopped or hung autotune?); try again when it is done");
+  }
+  if (rc != SQLITE_DONE) {
+    throw_sqlite(handle(), m_path, "cannot run \"BEGIN IMMEDIATE\"");
+  }
   ++m_depth;
 }
 

@@ -227,7 +227,7 @@ private:
   // The open connection; Error(internal) on a moved-from Database.
   sqlite3* handle() const;
   // Opens `filename` (a path, or a URI with SQLITE_OPEN_URI) into m_db with the
-  // settings every connection gets: busy_timeout, defensive, untrusted schema.
+  // settings every connection gets: the busy handler, defensive, untrusted schema.
   void open_connection(const std::string& filename, int flags);
 
 public:

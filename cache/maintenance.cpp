@@ -146,7 +146,8 @@ CheckedSource check_source(const Database& source, const Selector& selector) {
   auto refuse = [&](const std::string& what) {
     throw Error(ErrorKind::database, "tuning database " + source.path() + ": " + what +
                                          "; refusing to merge from it (run `autotune cache "
-                                         "verify " + source.path() + "`)");
+                                         "verify " +
+                                         source.path() + "`)");
   };
   std::vector<std::string> damage = source.quick_check();
   if (!damage.empty()) {
@@ -159,7 +160,8 @@ CheckedSource check_source(const Database& source, const Selector& selector) {
   for (const Entry& e : checked.entries) {
     const WinnerRecord& w = e.winner;
     if (w.key != winner_key(w.device_key, w.op, w.problem, w.template_hash, w.nvrtc_version)) {
-      refuse("winner for " + w.op + " " + w.problem + " has a key that is not the hash of its "
+      refuse("winner for " + w.op + " " + w.problem +
+             " has a key that is not the hash of its "
              "fields");
     }
     if (!e.variant) {
@@ -185,8 +187,8 @@ std::vector<MergeStats> merge_checked(Database& target, const std::vector<Checke
   auto wins = [&](const Entry& e, std::optional<WinnerRecord>& existing) {
     const WinnerRecord& w = e.winner;
     existing = target.find_winner(w.device_key, w.op, w.problem, w.template_hash, w.nvrtc_version);
-    return !existing || better_measured(as_measurement(e), as_measurement(make_entry(target,
-                                                                                   *existing)));
+    return !existing ||
+           better_measured(as_measurement(e), as_measurement(make_entry(target, *existing)));
   };
 
   // Variants and cubins first, in bounded transactions. Which entries will win is

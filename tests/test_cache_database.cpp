@@ -859,7 +859,8 @@ TEST_CASE("a database holding objects autotune does not create is read, never wr
     expect = "holds trigger 't'";
   }
   std::string before = read_bytes(path.str());
-  std::string message = database_error([&] { Database db(path.str(), Database::Mode::read_write); });
+  std::string message =
+      database_error([&] { Database db(path.str(), Database::Mode::read_write); });
   CHECK(contains(message, expect));
   CHECK(contains(message, "refusing to write to it"));
   CHECK(read_bytes(path.str()) == before);
@@ -881,7 +882,8 @@ TEST_CASE("a damaged database is refused for writing before anything is written"
   }
   damage_table(path.str(), "results");
   std::string before = read_bytes(path.str());
-  std::string message = database_error([&] { Database db(path.str(), Database::Mode::read_write); });
+  std::string message =
+      database_error([&] { Database db(path.str(), Database::Mode::read_write); });
   CHECK(contains(message, path.str()));
   CHECK(contains(message, "is damaged (quick_check: "));
   CHECK(contains(message, "refusing to write to it"));

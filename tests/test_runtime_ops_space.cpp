@@ -109,7 +109,7 @@ public:
   explicit SpaceFile(const std::string& text) {
     static int counter = 0;
     m_path = (fs::temp_directory_path() / ("autotune_test_space_" + std::to_string(::getpid()) +
-                                            "_" + std::to_string(++counter) + ".toml"))
+                                           "_" + std::to_string(++counter) + ".toml"))
                  .string();
     std::ofstream(m_path, std::ios::binary) << text;
   }
@@ -153,8 +153,10 @@ TEST_CASE("a --param value outside its limit is a configuration error naming it 
   };
   const Case cases[] = {
       {"causal_conv1d", "cpb", "0", "cpb=0 is out of range; cpb must be an integer in [1, 1024]"},
-      {"causal_conv1d", "items", "0", "items=0 is out of range; items must be an integer in [1, 64]"},
-      {"attention", "block_m", "0", "block_m=0 is out of range; block_m must be an integer in [16, 512]"},
+      {"causal_conv1d", "items", "0",
+       "items=0 is out of range; items must be an integer in [1, 64]"},
+      {"attention", "block_m", "0",
+       "block_m=0 is out of range; block_m must be an integer in [16, 512]"},
       {"causal_conv1d", "threads", "4294967424", "threads=4294967424 is out of range"},
       {"causal_conv1d", "cpb", "-1", "cpb=-1 is out of range"},
       {"causal_conv1d", "cpb", "99999999999999999999", "cpb=99999999999999999999 is out of range"},
@@ -162,8 +164,10 @@ TEST_CASE("a --param value outside its limit is a configuration error naming it 
       {"causal_conv1d", "threads", "1.5", "threads=1.5 is not an integer"},
       {"causal_conv1d", "threads", "0x80", "threads=0x80 is not an integer"},
       {"causal_conv1d", "threads", "+128", "threads=+128 is not an integer"},
-      {"causal_conv1d", "load", "fast", "load=fast is not allowed; load must be one of 'direct', 'smem'"},
-      {"selective_scan", "yred", "40", "yred=40 is out of range; yred must be an integer in [0, 2]"},
+      {"causal_conv1d", "load", "fast",
+       "load=fast is not allowed; load must be one of 'direct', 'smem'"},
+      {"selective_scan", "yred", "40",
+       "yred=40 is out of range; yred must be an integer in [0, 2]"},
       {"selective_scan", "nsplit", "0", "nsplit=0 is out of range"},
       {"attention", "warps", "0", "warps=0 is out of range"},
       {"attention", "splits", "0|1", "splits=0 is out of range"},
@@ -253,8 +257,9 @@ TEST_CASE("[limits] tables are checked themselves") {
   std::string base = "[params]\nthreads = [64]\nload = [\"direct\"]\n[default]\nthreads = 64\n"
                      "load = \"direct\"\n";
   SUBCASE("a parameter without a limit") {
-    CHECK(contains(config_error([&] { parse_space(base + "[limits]\nthreads = [32, 1024]\n", "l.toml"); }),
-                   "declares no limit for 'load'"));
+    CHECK(contains(
+        config_error([&] { parse_space(base + "[limits]\nthreads = [32, 1024]\n", "l.toml"); }),
+        "declares no limit for 'load'"));
   }
   SUBCASE("a limit for no parameter") {
     CHECK(contains(config_error([&] {
@@ -326,9 +331,13 @@ TEST_CASE("a space of too many combinations is a configuration error naming it")
 TEST_CASE("a stored configuration outside the limits is refused before an op computes with it") {
   Space s = op_space(find_op("causal_conv1d"));
   check_config(s, {{"threads", "128"}, {"cpb", "4"}}, "stored");
-  CHECK(contains(config_error([&] { check_config(s, {{"cpb", "0"}}, "stored cpb=0"); }),
+  CHECK(contains(config_error([&] {
+                   check_config(s, {{"cpb", "0"}}, "stored cpb=0");
+                 }),
                  "stored cpb=0: cpb=0 is out of range"));
-  CHECK(contains(config_error([&] { check_config(s, {{"warps", "4"}}, "stored"); }),
+  CHECK(contains(config_error([&] {
+                   check_config(s, {{"warps", "4"}}, "stored");
+                 }),
                  "'warps' is not a parameter"));
 }
 
@@ -339,10 +348,19 @@ TEST_CASE("fuzz: space parsing and --param fail only with autotune errors") {
   const Op& op = find_op("causal_conv1d");
   const Space limits = op_space(op);
   const std::string seed_text = template_file(op.space_path());
-  const std::vector<std::string> tokens = {
-      "0",  "-1", "4294967424", "99999999999999999999", "1.5", "\"abc\"", "[", "]", "{", "}",
-      ",",  "=",  "\n",         "[params]",             "[default]", "[limits]", "true", "\"\"",
-      "#",  "'",  "cpb",        "threads = [32, 1024]", "\xff",      "1e9",      "[[x]]"};
+  const std::vector<std::string> tokens = {"0",          "-1",
+                                           "4294967424", "99999999999999999999",
+                                           "1.5",        "\"abc\"",
+                                           "[",          "]",
+                                           "{",          "}",
+                                           ",",          "=",
+                                           "\n",         "[params]",
+                                           "[default]",  "[limits]",
+                                           "true",       "\"\"",
+                                           "#",          "'",
+                                           "cpb",        "threads = [32, 1024]",
+                                           "\xff",       "1e9",
+                                           "[[x]]"};
   std::mt19937 random(18);
   int parsed = 0;
   for (int iteration = 0; iteration < 3000; ++iteration) {

@@ -545,8 +545,8 @@ TEST_CASE("eight concurrent imports of 2,500-winner databases all finish") {
   make_source(target, 1000000, 1); // an existing file, as in the issue
   std::vector<FILE*> running;
   for (int i = 0; i < k_importers; ++i) {
-    running.push_back(start("cache import " + dir.file("big" + std::to_string(i) + ".db") +
-                            " --db " + target));
+    running.push_back(
+        start("cache import " + dir.file("big" + std::to_string(i) + ".db") + " --db " + target));
   }
   for (FILE* p : running) {
     Run r = finish(p);

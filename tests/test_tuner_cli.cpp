@@ -78,7 +78,8 @@ TEST_CASE("an unwritable database path exits 2 and names the path") {
   std::ofstream(blocker) << "not a directory";
   std::string db = (blocker / "sub" / "tuning.db").string();
   auto r = run("--arch sm_90a --op causal_conv1d --compile-only --param threads=128 --param "
-               "vec=8 --param items=2 --shape \"B=1,C=64,L=256\" --db " + db);
+               "vec=8 --param items=2 --shape \"B=1,C=64,L=256\" --db " +
+               db);
   CHECK(r.code == 2);
   CHECK(r.output.find(db) != std::string::npos);
   fs::remove_all(dir);
@@ -90,7 +91,8 @@ TEST_CASE("a corrupt database is refused without being changed") {
   std::ofstream(db, std::ios::binary) << std::string(3000, '\x5a');
   std::string before = slurp(db);
   auto r = run("--arch sm_90a --op causal_conv1d --compile-only --param threads=128 "
-               "--shape \"B=1,C=64,L=256\" --db " + db.string());
+               "--shape \"B=1,C=64,L=256\" --db " +
+               db.string());
   CHECK(r.code == 2);
   CHECK(r.output.find(db.string()) != std::string::npos);
   CHECK(slurp(db) == before);
@@ -101,7 +103,8 @@ TEST_CASE("compile-only builds every valid variant without a GPU and a rerun com
   fs::path dir = temp_dir();
   std::string db = (dir / "tuning.db").string();
   std::string args = "--arch sm_90a --op causal_conv1d --compile-only --shape "
-                     "\"B=8,C=4096,L=2048,W=4,dtype=bf16,silu=1\" --quiet --json --db " + db;
+                     "\"B=8,C=4096,L=2048,W=4,dtype=bf16,silu=1\" --quiet --json --db " +
+                     db;
   auto r = run(args);
   INFO(r.output);
   REQUIRE(r.code == 0);
@@ -167,7 +170,8 @@ TEST_CASE("tuning parameters outside their limits exit 2 naming the parameter, n
   };
   const Case cases[] = {
       {"list --op causal_conv1d --arch sm_90 --param cpb=0", "cpb must be an integer in [1, 1024]"},
-      {"list --op causal_conv1d --arch sm_90 --param items=0", "items must be an integer in [1, 64]"},
+      {"list --op causal_conv1d --arch sm_90 --param items=0",
+       "items must be an integer in [1, 64]"},
       {"list --op attention --arch sm_90 --param block_m=0",
        "block_m must be an integer in [16, 512]"},
       {"list --op causal_conv1d --arch sm_90 --param threads=4294967424",
@@ -213,8 +217,8 @@ TEST_CASE("a --space file with zeros exits 2 naming its file and line, and write
     fs::path space = dir / "space.toml";
     std::ofstream(space) << c.text;
     for (const char* command : {"list --arch sm_90", "--arch sm_90a --compile-only"}) {
-      std::string args = std::string(command) + " --op " + c.op + " --space " + space.string() +
-                         " --db " + db;
+      std::string args =
+          std::string(command) + " --op " + c.op + " --space " + space.string() + " --db " + db;
       Run r = run(args);
       INFO(args);
       INFO(r.output);
@@ -269,7 +273,8 @@ TEST_CASE("accepted nonsense from issue 18 is refused with exit 2 and a message"
       {list + "--shapes " + write("op.toml", "[causal_conv]\nshapes = [{B = 1}]\n"),
        "op.toml:1:1: 'causal_conv' is not an op's table"},
       {list + "--shapes " +
-           write("type.toml", "[causal_conv1d]\ndtype = 1.5\nshapes = [{B = 1, C = 64, L = 128}]\n"),
+           write("type.toml",
+                 "[causal_conv1d]\ndtype = 1.5\nshapes = [{B = 1, C = 64, L = 128}]\n"),
        "type.toml:2:9: [causal_conv1d] dtype must be an integer, a string or a boolean"},
       {list + "--shapes " +
            write("field.toml", "[causal_conv1d]\nshapes = [{B = 1, C = 64, L = 1.5}]\n"),
@@ -305,11 +310,11 @@ TEST_CASE("fuzz: the command line exits 0-3 with a message and never changes an 
     return path(leaf);
   };
   const std::string conv_space = write("conv.toml", k_small_conv_space);
-  const std::string scan_space = write(
-      "scan.toml", "[params]\nthreads = [32, 64]\nitems = [16]\ncpb = [1, 2]\nnsplit = [1]\n"
-                   "scan = [\"shfl\"]\nvec = [8]\npoly = [0]\nminblocks = [1]\n[default]\n"
-                   "threads = 32\nitems = 16\ncpb = 1\nnsplit = 1\nscan = \"shfl\"\nvec = 8\n"
-                   "poly = 0\nminblocks = 1\n");
+  const std::string scan_space =
+      write("scan.toml", "[params]\nthreads = [32, 64]\nitems = [16]\ncpb = [1, 2]\nnsplit = [1]\n"
+                         "scan = [\"shfl\"]\nvec = [8]\npoly = [0]\nminblocks = [1]\n[default]\n"
+                         "threads = 32\nitems = 16\ncpb = 1\nnsplit = 1\nscan = \"shfl\"\nvec = 8\n"
+                         "poly = 0\nminblocks = 1\n");
   const std::string shapes = write(
       "shapes.toml", "[causal_conv1d]\ndtype = \"bf16\"\nshapes = [{B = 1, C = 64, L = 256}, "
                      "{B = 2, C = 128, L = 512, W = 3}]\n[attention]\nshapes = [{B = 1, H = 2, "
@@ -330,9 +335,9 @@ TEST_CASE("fuzz: the command line exits 0-3 with a message and never changes an 
   std::mt19937 random(seed);
   auto pick = [&](const std::vector<std::string>& pool) { return pool[random() % pool.size()]; };
   auto mutate = [&](std::string text) {
-    const std::vector<std::string> tokens = {"0", "-1", "4294967424", "1.5", "[", "]", "{", "}",
-                                             ",", "=", "\n", "\"", "[params]", "shapes", "true",
-                                             "99999999999999999999"};
+    const std::vector<std::string> tokens = {
+        "0", "-1", "4294967424", "1.5", "[",        "]",      "{",    "}",
+        ",", "=",  "\n",         "\"",  "[params]", "shapes", "true", "99999999999999999999"};
     for (int e = int(random() % 4); e >= 0; --e) {
       size_t at = random() % (text.size() + 1);
       if (random() % 2) {
@@ -343,22 +348,30 @@ TEST_CASE("fuzz: the command line exits 0-3 with a message and never changes an 
     }
     return text;
   };
-  const std::vector<std::string> numbers = {"0",   "-1",  "1",   "2",    "128", "4294967297",
-                                            "1.5", "abc", "",    "inf",  "nan", "1e308",
-                                            "-0",  " 8",  "0x10", "99999999999999999999"};
+  const std::vector<std::string> numbers = {
+      "0", "-1",  "1",   "2",     "128", "4294967297", "1.5",  "abc",
+      "",  "inf", "nan", "1e308", "-0",  " 8",         "0x10", "99999999999999999999"};
   const std::vector<std::string> ops = {"causal_conv1d", "attention", "selective_scan", "conv2d",
                                         ""};
-  const std::vector<std::string> archs = {"sm_90", "sm_90a", "sm_80", "auto", "sm_999",
-                                          "sm_abc", "sm_", "", "sm_90x", "compute_90"};
-  const std::vector<std::string> shape_values = {
-      "B=8,C=4096,L=2048,W=4", "B=1048576,C=1048576,L=16777216", "H=8,Hq=16,S=128,D=64",
-      "B=1,H=1,S=128,Sq=64,D=64", "B=0", "B=,C=1", "=", ",,,", "B=1,C=64,L=256,dtype=fp8",
-      "B=1,D=64,L=256,N=16,G=3", "B=-1,C=64,L=128", "B=1,C=64,L=128,W=4,W=4"};
-  const std::vector<std::string> params = {"cpb", "threads", "items", "vec", "load", "block_m",
-                                           "warps", "nsplit", "yred", "bogus"};
-  const std::vector<std::string> junk = {"--op",   "--arch", "--param", "-",      "--",
-                                         "--shape", "x",     "--db",    "--help", "\xc3\xa9",
-                                         "$HOME",  "a b",   "'",       "--json", "--space"};
+  const std::vector<std::string> archs = {"sm_90",  "sm_90a", "sm_80", "auto",   "sm_999",
+                                          "sm_abc", "sm_",    "",      "sm_90x", "compute_90"};
+  const std::vector<std::string> shape_values = {"B=8,C=4096,L=2048,W=4",
+                                                 "B=1048576,C=1048576,L=16777216",
+                                                 "H=8,Hq=16,S=128,D=64",
+                                                 "B=1,H=1,S=128,Sq=64,D=64",
+                                                 "B=0",
+                                                 "B=,C=1",
+                                                 "=",
+                                                 ",,,",
+                                                 "B=1,C=64,L=256,dtype=fp8",
+                                                 "B=1,D=64,L=256,N=16,G=3",
+                                                 "B=-1,C=64,L=128",
+                                                 "B=1,C=64,L=128,W=4,W=4"};
+  const std::vector<std::string> params = {"cpb",     "threads", "items",  "vec",  "load",
+                                           "block_m", "warps",   "nsplit", "yred", "bogus"};
+  const std::vector<std::string> junk = {"--op",    "--arch", "--param", "-",      "--",
+                                         "--shape", "x",      "--db",    "--help", "\xc3\xa9",
+                                         "$HOME",   "a b",    "'",       "--json", "--space"};
   // New files commands may write; a regress report may also name an input database,
   // which must be refused.
   const std::vector<std::string> outputs = {path("out.db"), dir.string(), ""};
@@ -368,8 +381,8 @@ TEST_CASE("fuzz: the command line exits 0-3 with a message and never changes an 
   int runs = 0;
   for (; runs < 600 && std::chrono::steady_clock::now() - started < std::chrono::seconds(40);
        ++runs) {
-    std::string mutated = write("mutated.toml", mutate(slurp(pick({conv_space, scan_space,
-                                                                   shapes}))));
+    std::string mutated =
+        write("mutated.toml", mutate(slurp(pick({conv_space, scan_space, shapes}))));
     std::vector<std::string> args;
     int command = int(random() % 10);
     std::string op = pick(ops);
@@ -398,8 +411,11 @@ TEST_CASE("fuzz: the command line exits 0-3 with a message and never changes an 
           option("--space", pick({conv_space, mutated}));
           break;
         case 3:
-          option("--param", pick(params).append("=").append(pick(numbers)).append(
-                                random() % 2 ? std::string("|").append(pick(numbers)) : ""));
+          option("--param",
+                 pick(params)
+                     .append("=")
+                     .append(pick(numbers))
+                     .append(random() % 2 ? std::string("|").append(pick(numbers)) : ""));
           break;
         case 4:
           option(pick({"--jobs", "--samples", "--top", "--seed"}), pick(numbers));

@@ -109,8 +109,8 @@ long long parse_bounded(const std::string& text, const std::string& what, long l
                         long long max) {
   long long v = parse_int(text, what);
   if (v < min || v > max) {
-    throw Error(ErrorKind::usage, what + ": " + text + " is out of range (" +
-                                      std::to_string(min) + ".." + std::to_string(max) + ")");
+    throw Error(ErrorKind::usage, what + ": " + text + " is out of range (" + std::to_string(min) +
+                                      ".." + std::to_string(max) + ")");
   }
   return v;
 }
@@ -127,7 +127,8 @@ double parse_seconds(const std::string& text, const std::string& what) {
   char* end = nullptr;
   double v = std::strtod(text.c_str(), &end);
   if (end == text.c_str() || *end != '\0' || !(v > 0) || !std::isfinite(v)) {
-    throw Error(ErrorKind::usage, what + ": expected a positive number of seconds, got '" + text + "'");
+    throw Error(ErrorKind::usage,
+                what + ": expected a positive number of seconds, got '" + text + "'");
   }
   if (v > k_max_seconds) {
     throw Error(ErrorKind::usage, what + ": " + text + " seconds is more than a week (" +
@@ -152,8 +153,8 @@ std::string toml_value_text(const toml::node& n, const std::string& path, const 
   if (auto s = n.as_string()) {
     return s->get();
   }
-  throw Error(ErrorKind::config, toml_where(path, n) + ": " + key +
-                                     " must be an integer, a string or a boolean");
+  throw Error(ErrorKind::config,
+              toml_where(path, n) + ": " + key + " must be an integer, a string or a boolean");
 }
 
 std::vector<std::string> shapes_from_file(const std::string& path, const std::string& op) {
@@ -189,13 +190,13 @@ std::vector<std::string> shapes_from_file(const std::string& path, const std::st
   }
   const toml::array* shapes = (*t)["shapes"].as_array();
   if (!shapes) {
-    throw Error(ErrorKind::config, toml_where(path, *t) + ": [" + op +
-                                       "] has no shapes = [...] array");
+    throw Error(ErrorKind::config,
+                toml_where(path, *t) + ": [" + op + "] has no shapes = [...] array");
   }
   if (shapes->empty()) {
     // Tuning the op's default shapes instead would do what nobody asked for.
-    throw Error(ErrorKind::config, toml_where(path, *shapes) + ": [" + op +
-                                       "] shapes = [] lists no shape");
+    throw Error(ErrorKind::config,
+                toml_where(path, *shapes) + ": [" + op + "] shapes = [] lists no shape");
   }
   Fields shared;
   for (const auto& [k, v] : *t) {
@@ -214,8 +215,8 @@ std::vector<std::string> shapes_from_file(const std::string& path, const std::st
   for (const auto& s : *shapes) {
     const toml::table* st = s.as_table();
     if (!st) {
-      throw Error(ErrorKind::config, toml_where(path, s) +
-                                         ": each shape must be an inline table {B = 8, ...}");
+      throw Error(ErrorKind::config,
+                  toml_where(path, s) + ": each shape must be an inline table {B = 8, ...}");
     }
     if (st->empty()) {
       throw Error(ErrorKind::config, toml_where(path, s) + ": an empty shape {}");
@@ -327,8 +328,8 @@ Args parse(int argc, char** argv) {
     } else if (o == "--samples") {
       a.tune.samples = int(parse_bounded(need_value(i, argc, argv), "--samples", 1, INT_MAX));
     } else if (o == "--seed") {
-      a.tune.sample_seed = (unsigned long long)parse_bounded(need_value(i, argc, argv), "--seed",
-                                                             0, LLONG_MAX);
+      a.tune.sample_seed =
+          (unsigned long long)parse_bounded(need_value(i, argc, argv), "--seed", 0, LLONG_MAX);
     } else if (o == "--timeout-s") {
       a.tune.measure_timeout_s = parse_seconds(need_value(i, argc, argv), "--timeout-s");
     } else {

@@ -139,8 +139,8 @@ RegressArgs parse_regress_args(int argc, char** argv) {
   check_report_path(a, a.junit, "--junit");
   check_report_path(a, a.markdown, "--markdown");
   if (!a.junit.empty() && same_file(a.junit, a.markdown)) {
-    throw Error(ErrorKind::usage, "autotune regress: --junit and --markdown name the same file " +
-                                      a.junit);
+    throw Error(ErrorKind::usage,
+                "autotune regress: --junit and --markdown name the same file " + a.junit);
   }
   return a;
 }
@@ -284,9 +284,9 @@ void write_file(const std::string& path, const std::string& text, bool force) {
   std::error_code ignored;
   fs::remove(staged, ignored);
   if (ec) {
-    throw Error(ErrorKind::io, "cannot write " + path + ": " + ec.message() +
-                                   (ec == std::errc::file_exists ? " (add --force to overwrite it)"
-                                                                 : ""));
+    throw Error(ErrorKind::io,
+                "cannot write " + path + ": " + ec.message() +
+                    (ec == std::errc::file_exists ? " (add --force to overwrite it)" : ""));
   }
 }
 

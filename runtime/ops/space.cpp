@@ -160,8 +160,8 @@ void apply_limits(Space& space, const std::vector<Limit>& limits, const std::str
     for (const Parameter& candidate : space.params) {
       p = candidate.name == name ? &candidate : p;
     }
-    value = admit_or_throw(*find(name), value,
-                           (p ? p->default_origin : space.source) + ": [default]");
+    value =
+        admit_or_throw(*find(name), value, (p ? p->default_origin : space.source) + ": [default]");
   }
 }
 
@@ -223,8 +223,8 @@ std::vector<Config> Space::enumerate() const {
   size_t n = size();
   if (n > k_max_space_size) {
     // parse_space and restrict_space refuse such spaces; one built by hand is a bug.
-    throw Error(ErrorKind::internal, source + ": enumerate() of " + std::to_string(n) +
-                                         " combinations");
+    throw Error(ErrorKind::internal,
+                source + ": enumerate() of " + std::to_string(n) + " combinations");
   }
   std::vector<Config> out;
   out.reserve(n);
@@ -313,8 +313,8 @@ Space parse_space(const std::string& text, const std::string& source) {
   if (const toml::table* limits = root["limits"].as_table()) {
     for (const auto& [key, node] : *limits) {
       if (!params->get(key.str())) {
-        throw_config(where(source, node.source()) + ": [limits] names '" +
-                     std::string(key.str()) + "', which is not in [params]");
+        throw_config(where(source, node.source()) + ": [limits] names '" + std::string(key.str()) +
+                     "', which is not in [params]");
       }
       space.limits.push_back(parse_limit(std::string(key.str()), node, source));
     }
@@ -387,9 +387,8 @@ void restrict_space(Space& space, const Fields& overrides) {
   for (const auto& [name, value] : overrides) {
     const std::string what = "--param " + name + "=" + value;
     if (!seen.insert(name).second) {
-      throw Error(ErrorKind::usage, "--param: '" + name +
-                                        "' is given twice (list its values as " + name +
-                                        "=V1|V2)");
+      throw Error(ErrorKind::usage,
+                  "--param: '" + name + "' is given twice (list its values as " + name + "=V1|V2)");
     }
     Parameter* param = nullptr;
     for (auto& p : space.params) {
