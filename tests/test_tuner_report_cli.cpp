@@ -189,6 +189,14 @@ TEST_CASE("report --html draws every measured shape of the fixture, winners mark
   CHECK(has(html, "<tr class=\"win\"><td class=\"num\">2</td><td class=\"id\"><code>★ "
                   "threads=32,vec=4,items=1,cpb=1,load=smem</code>"));
 
+  SUBCASE("a tie won by the slower variant shows a negative margin, in the page and in Markdown") {
+    CHECK(has(html, "<td class=\"num\">-0.1%</td>"));
+    CHECK(has(html, "0.1% faster (within the winner's p10..p90 range: a tie within the noise)"));
+    Run markdown = run("report --op causal_conv1d --db " + k_report_fixture);
+    CHECK(markdown.code == 0);
+    CHECK(has(markdown.output, "| -0.1% |"));
+    CHECK_FALSE(has(markdown.output, "+-"));
+  }
   SUBCASE("outcome counts, the older template's result, the shape without a winner") {
     CHECK(has(html, "14 variants: OK 9, WRONG 1, FAULT 1, TIMEOUT 1, RESOURCE 1, COMPILE_FAIL 1; "
                     "1 older measurements (another template or NVRTC) not shown"));

@@ -148,8 +148,11 @@ void print_markdown(const std::vector<ReportRow>& rows, const std::vector<std::s
     const std::string spread_text = std::isnan(spread) ? "-" : fixed(spread, 1).append("%");
     const std::string metric_text =
         row.metric.empty() ? "-" : fixed(row.metric_value, 1).append(" ").append(row.metric);
+    // A tie can go to a variant slightly slower than the runner-up: then the margin is
+    // negative and printed with its own sign.
     const std::string margin_text =
-        std::isnan(margin) ? "-" : std::string("+").append(fixed(margin, 1)).append("%");
+        std::isnan(margin) ? "-"
+                           : std::string(margin < 0 ? "" : "+").append(fixed(margin, 1)).append("%");
     std::printf("| %s | `%s` | %s | `%s` | %s | %s | %s | %d (%s) | %s |\n", w.op.c_str(),
                 w.problem.c_str(), row.entry.device ? row.entry.device->name.c_str() : "?",
                 w.config.c_str(), fixed(w.median_us, 2).c_str(), spread_text.c_str(),

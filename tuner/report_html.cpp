@@ -29,9 +29,12 @@ constexpr double k_exps_per_clock_per_sm = 16;
 constexpr double k_rows_height_px = 480;
 constexpr double k_row_max_px = 16;
 constexpr double k_labelled_row_px = 12;
-// Characters of a variant id or problem label drawn in a chart (the full text is in
-// the row's tooltip and in the table).
-constexpr size_t k_chart_label_chars = 46;
+// Charts fill the page's width (scaled down on a narrower screen); labels get this
+// many pixels and characters (11 px monospace: 6.6 px each; the full text is in the
+// row's tooltip and in the table).
+constexpr double k_chart_width = 1180;
+constexpr double k_chart_label_px = 470;
+constexpr size_t k_chart_label_chars = 68;
 // Tables of more measurements than this start folded (<details> without `open`).
 constexpr size_t k_open_table_rows = 16;
 
@@ -354,6 +357,9 @@ std::string si(double v, const char* unit) {
   return fixed(v, 0) + " " + unit;
 }
 
+// "+2.5%", or "-0.4%" for a runner-up faster than a winner it tied with.
+std::string signed_percent(double pct) { return (pct < 0 ? "" : "+") + fixed(pct, 1) + "%"; }
+
 // At most `max` characters (code points) of UTF-8 text, with an ellipsis when cut.
 std::string shorten(const std::string& text, size_t max) {
   size_t chars = 0;
@@ -405,12 +411,13 @@ double tflops(const Work& w, double us) {
   return w.known && w.flops > 0 && us > 0 ? w.flops / (us * 1e6) : NAN;
 }
 
-// Labels for an op's shapes: the fields whose value differs between them (the ones
-// all share are said once, in `common`).
-std::vector<std::string> short_labels(const std::vector<const Shape*>& shapes, std::string& common) {
+// Each "k=v,..." key reduced to the fields that are not the same in all of them;
+// `common` receives those that are ("k=v,..."). A key with nothing left, or a lone
+// key, stays whole (and `common` is then empty).
+std::vector<std::string> distinct_fields(const std::vector<std::string>& keys, std::string& common) {
   std::vector<FieldPairs> fields;
-  for (const Shape* s : shapes) {
-    fields.push_back(pairs_of(s->problem));
+  for (const std::string& key : keys) {
+    fields.push_back(pairs_of(key));
   }
   FieldPairs shared = fields.empty() ? FieldPairs{} : fields.front();
   for (const FieldPairs& f : fields) {
@@ -422,31 +429,75 @@ std::vector<std::string> short_labels(const std::vector<const Shape*>& shapes, s
     }
     shared = keep;
   }
-  std::vector<std::string> labels;
-  std::set<std::string> distinct_devices;
-  for (const Shape* s : shapes) {
-    distinct_devices.insert(s->source + "\n" + s->device_key);
+  if (keys.size() < 2) {
+    shared.clear();
   }
-  for (size_t i = 0; i < shapes.size(); ++i) {
+  std::vector<std::string> labels;
+  for (size_t i = 0; i < keys.size(); ++i) {
     std::vector<std::string> parts;
     for (const auto& field : fields[i]) {
-      if (shapes.size() == 1 || std::find(shared.begin(), shared.end(), field) == shared.end()) {
+      if (std::find(shared.begin(), shared.end(), field) == shared.end()) {
         parts.push_back(field.second.empty() ? field.first : field.first + "=" + field.second);
       }
     }
-    std::string label = parts.empty() ? shapes[i]->problem : join(parts, ",");
-    if (distinct_devices.size() > 1) {
-      label += " · " + (shapes[i]->device ? shapes[i]->device->name : shapes[i]->device_key.substr(0, 8));
-    }
-    labels.push_back(label);
+    labels.push_back(parts.empty() ? keys[i] : join(parts, ","));
   }
   std::vector<std::string> shared_text;
-  if (shapes.size() > 1) {
-    for (const auto& field : shared) {
-      shared_text.push_back(field.first + "=" + field.second);
-    }
+  for (const auto& field : shared) {
+    shared_text.push_back(field.first + "=" + field.second);
   }
   common = join(shared_text, ",");
+  return labels;
+}
+
+// Labels for variant ids in a chart: the parameters that tell them apart (the shared
+// ones go to `common`), as values only under a `header` of their names when every id
+// names the same parameters in the same order (the canonical spelling does), else
+// as name=value with an empty header.
+std::vector<std::string> value_labels(const std::vector<std::string>& configs, std::string& header,
+                                      std::string& common) {
+  std::vector<std::string> labels = distinct_fields(configs, common);
+  std::vector<std::string> names;
+  std::vector<std::string> values;
+  for (size_t i = 0; i < labels.size(); ++i) {
+    std::vector<std::string> row_names;
+    std::vector<std::string> row_values;
+    for (const auto& [name, value] : pairs_of(labels[i])) {
+      row_names.push_back(name);
+      row_values.push_back(value);
+    }
+    if (i == 0) {
+      names = row_names;
+    } else if (row_names != names) {
+      header.clear();
+      return labels;
+    }
+    values.push_back(join(row_values, ","));
+  }
+  if (labels.size() < 2 || names.empty()) {
+    header.clear();
+    return labels;
+  }
+  header = join(names, ",");
+  return values;
+}
+
+// Labels for an op's shapes: the fields that differ between them, and the GPU when
+// the shapes come from more than one (database, device).
+std::vector<std::string> short_labels(const std::vector<const Shape*>& shapes, std::string& common) {
+  std::vector<std::string> keys;
+  std::set<std::string> devices;
+  for (const Shape* s : shapes) {
+    keys.push_back(s->problem);
+    devices.insert(s->source + "\n" + s->device_key);
+  }
+  std::vector<std::string> labels = distinct_fields(keys, common);
+  if (devices.size() > 1) {
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      labels[i] += " · " + (shapes[i]->device ? shapes[i]->device->name
+                                               : shapes[i]->device_key.substr(0, 8));
+    }
+  }
   return labels;
 }
 
@@ -501,7 +552,6 @@ double nice_step(double max, int parts) {
   return 10 * magnitude;
 }
 
-constexpr double k_chart_width = 960;
 
 // Per op: each shape's winner as a bar, its share of the floor (100% = at the floor)
 // when the op's shapes have floors, else its GB/s or TFLOP/s.
@@ -533,9 +583,9 @@ std::string op_chart(const std::vector<const Shape*>& shapes, const std::vector<
   const double step = all_floors ? 25 : nice_step(axis_max, 5);
   axis_max = std::ceil(axis_max / step - 1e-9) * step;
 
-  const double label_w = 330;
+  const double label_w = k_chart_label_px;
   const double x0 = label_w + 10;
-  const double x1 = k_chart_width - 110;
+  const double x1 = k_chart_width - 130;
   const double row = 22;
   const double top = 30;
   const double height = top + row * double(shapes.size()) + 28;
@@ -595,10 +645,17 @@ std::string shape_chart(const Shape& s) {
   }
   const double ref = s.reference_us();
   const size_t n = rows.size();
+  std::vector<std::string> configs;
+  for (const ResultRecord* r : rows) {
+    configs.push_back(r->config);
+  }
+  std::string header;
+  std::string shared_params;
+  const std::vector<std::string> row_labels = value_labels(configs, header, shared_params);
   const double row_h = n <= 30 ? k_row_max_px
                                : std::clamp(k_rows_height_px / double(n), 1.0, k_row_max_px);
   const bool labelled = row_h >= k_labelled_row_px;
-  const double label_w = labelled ? 330 : 60;
+  const double label_w = labelled ? k_chart_label_px : 60;
   const double x0 = label_w + 10;
   const double x1 = k_chart_width - 20;
 
@@ -685,10 +742,16 @@ std::string shape_chart(const Shape& s) {
     out += svg_text(x(t), bottom + 16, format(t < 1 ? "%.2g×" : "%g×", t),
                     "text-anchor=\"middle\" class=\"tick\"");
   }
-  out += svg_text(x0, bottom + 34,
-                  "median ÷ " + std::string(s.winner ? "winner's" : "fastest") + " median (" +
-                      micros(ref) + " µs), log scale; bar: p10..p90",
-                  "class=\"axis-title\"");
+  std::string axis_title = "median ÷ " + std::string(s.winner ? "winner's" : "fastest") +
+                           " median (" + micros(ref) + " µs), log scale; bar: p10..p90";
+  if (labelled && !shared_params.empty()) {
+    axis_title += "; every variant has " + shared_params;
+  }
+  if (labelled && !header.empty()) {
+    out += svg_text(label_w, top - 6, shorten(header, k_chart_label_chars),
+                    "text-anchor=\"end\" class=\"mono header\"");
+  }
+  out += svg_text(x0, bottom + 34, shorten(axis_title, 130), "class=\"axis-title\"");
 
   // The winner's own p10..p90 band: variants whose median falls inside it are tied
   // within the noise.
@@ -738,7 +801,7 @@ std::string shape_chart(const Shape& s) {
                     win ? "#A04000" : "#223F66");
     if (labelled) {
       out += svg_text(label_w, y + row_h - 4,
-                      (win ? "★ " : "") + shorten(r.config, k_chart_label_chars),
+                      (win ? "★ " : "") + shorten(row_labels[i], k_chart_label_chars),
                       win ? "text-anchor=\"end\" class=\"mono win\"" : "text-anchor=\"end\" class=\"mono\"");
     }
     out += "</g>";
@@ -782,7 +845,7 @@ td code{overflow-wrap:anywhere}td.id{min-width:18em}td.shape{min-width:12em;max-
 .facts dt{color:#57606a}.facts dd{margin:0}
 svg.chart{display:block;margin:8px 0;max-width:100%;height:auto}
 svg text{font-size:12px;fill:#1f2328}svg .mono{font-family:ui-monospace,"DejaVu Sans Mono",Menlo,Consolas,monospace;font-size:11px}
-svg .tick{fill:#57606a;font-size:11px}svg .axis-title{fill:#57606a}svg .value{font-size:11px}
+svg .tick{fill:#57606a;font-size:11px}svg .header{fill:#57606a;font-weight:700}svg .axis-title{fill:#57606a}svg .value{font-size:11px}
 svg .missing{fill:#b4232f;font-style:italic}svg .win{fill:#A04000;font-weight:700}svg .legend.zero{fill:#8c959f}
 svg a text{fill:#0b57d0}
 details{margin:6px 0}summary{cursor:pointer;color:#0b57d0}
@@ -960,7 +1023,7 @@ std::string op_section(const std::string& op, const std::vector<const Shape*>& s
     out += "<td>" + measured + "</td>";
     const ResultRecord* r = s.runner_up();
     out += "<td class=\"num\">" +
-           (r && !std::isnan(ref) ? "+" + fixed(100 * (r->median_us - ref) / ref, 1) + "%"
+           (r && !std::isnan(ref) ? signed_percent(100 * (r->median_us - ref) / ref)
                                   : std::string("–")) +
            "</td>";
     out += "<td class=\"num\">" + fixed(gbps(s.work, ref), 0) + "</td>";
