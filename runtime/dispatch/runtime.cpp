@@ -301,6 +301,7 @@ thread_local size_t t_known_next = 0;
 } // namespace
 
 void Runtime::Impl::check_memory(const ArgsDesc& desc, const BoundCall& bound) const {
+  std::array<KnownRange, k_known_ranges>& known_ranges = t_known; // one TLS lookup per call
   for (int s = 0; s < bound.slots; ++s) {
     const TensorArg* t = bound.tensors[size_t(s)];
     if (!t) {
@@ -309,7 +310,7 @@ void Runtime::Impl::check_memory(const ArgsDesc& desc, const BoundCall& bound) c
     const auto first = reinterpret_cast<uintptr_t>(t->data);
     const uintptr_t last = first + tensor_extent_bytes(*t);
     bool known = false;
-    for (const KnownRange& r : t_known) {
+    for (const KnownRange& r : known_ranges) {
       if (r.device == device.ordinal && first >= r.start && last <= r.end) {
         known = true;
         break;
@@ -353,7 +354,7 @@ void Runtime::Impl::check_memory(const ArgsDesc& desc, const BoundCall& bound) c
                       " (is the tensor smaller than its shape and strides say?)");
     }
     if (size > 0) {
-      t_known[t_known_next] = {uintptr_t(start), uintptr_t(start) + size, device.ordinal};
+      known_ranges[t_known_next] = {uintptr_t(start), uintptr_t(start) + size, device.ordinal};
       t_known_next = (t_known_next + 1) % k_known_ranges;
     }
   }

@@ -14,6 +14,7 @@ this file holds no copy of runtime/dispatch/autotune.h to keep in step.
 """
 import ctypes
 import struct
+import threading
 
 AUTOTUNE_FP32, AUTOTUNE_FP16, AUTOTUNE_BF16 = 0, 1, 2
 MAX_DIMS = 4
@@ -127,6 +128,7 @@ class Runtime:
         lib.autotune_describe_args.argtypes = [ctypes.c_char_p, ctypes.c_char_p,
                                                ctypes.c_uint64]
         self.layouts = {}
+        self._local = threading.local()
         for op in ("causal_conv1d", "attention", "selective_scan"):
             text = ctypes.create_string_buffer(4096)
             self.check(lib.autotune_describe_args(op.encode(), text, len(text)))
@@ -163,6 +165,17 @@ class Runtime:
         layout.struct.pack_into(buf, 0, *values)
         return buf
 
+    def _pack_call(self, op, *values):
+        """The args struct of a call about to launch: this thread's buffer for op, reused
+        by its next call (a warm call allocates nothing here)."""
+        buffers = getattr(self._local, "buffers", None)
+        if buffers is None:
+            buffers = self._local.buffers = {name: ctypes.create_string_buffer(layout.size)
+                                             for name, layout in self.layouts.items()}
+        buf = buffers[op]
+        self.layouts[op].struct.pack_into(buf, 0, *values)
+        return buf
+
     stream = staticmethod(_current_stream)
 
     def variant(self, op, args):
@@ -174,10 +187,10 @@ class Runtime:
 
     # ---- causal_conv1d ----------------------------------------------------------------
     def causal_conv1d_args(self, x, weight, bias=None, out=None, silu=True,
-                           initial_states=None, final_states=None):
+                           initial_states=None, final_states=None, _pack=None):
         """The C struct for a call: x/out [B, C, L] (contiguous last dimension), weight
         [C, W], bias [C], states [B, C, W-1]."""
-        return self.pack("causal_conv1d", *tensor_fields(x, "x"), *tensor_fields(weight, "weight"),
+        return (_pack or self.pack)("causal_conv1d", *tensor_fields(x, "x"), *tensor_fields(weight, "weight"),
                          *tensor_fields(bias, "bias"),
                          *tensor_fields(initial_states, "initial_states"),
                          *tensor_fields(out, "out"), *tensor_fields(final_states, "final_states"),
@@ -188,7 +201,8 @@ class Runtime:
         import torch
         if out is None:
             out = torch.empty_like(x, memory_format=torch.contiguous_format)
-        args = self.causal_conv1d_args(x, weight, bias, out, silu, initial_states, final_states)
+        args = self.causal_conv1d_args(x, weight, bias, out, silu, initial_states, final_states,
+                                       self._pack_call)
         self.check(self.lib.autotune_causal_conv1d(self.handle, args, self.stream(x)))
         return out
 
@@ -197,14 +211,14 @@ class Runtime:
 
     # ---- attention ----------------------------------------------------------------------
     def attention_args(self, q, k, v, o, lse=None, causal=False, scale=None, layout="bshd",
-                       workspace=None, workspace_bytes=0):
+                       workspace=None, workspace_bytes=0, _pack=None):
         """The C struct for a call. q, o: [B, Sq, Hq, D] (layout "bshd") or [B, Hq, Sq, D]
         ("bhsd"); k, v likewise with Hkv; any strides with a contiguous last dimension.
         lse: fp32 [B, Hq, Sq] contiguous or None."""
         if layout not in ("bshd", "bhsd"):
             raise ValueError(f"autotune: layout must be 'bshd' or 'bhsd', not {layout!r}")
         bhsd = layout == "bhsd"
-        return self.pack("attention", *attention_fields(q, "q", bhsd),
+        return (_pack or self.pack)("attention", *attention_fields(q, "q", bhsd),
                          *attention_fields(k, "k", bhsd), *attention_fields(v, "v", bhsd),
                          *attention_fields(o, "o", bhsd), *tensor_fields(lse, "lse"),
                          int(causal), float(scale or 0.0), workspace or 0, workspace_bytes)
@@ -222,7 +236,7 @@ class Runtime:
             B, Hq, Sq = (q.shape[0], q.shape[1], q.shape[2]) if layout == "bhsd" else \
                 (q.shape[0], q.shape[2], q.shape[1])
             lse = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
-        args = self.attention_args(q, k, v, out, lse, causal, scale, layout)
+        args = self.attention_args(q, k, v, out, lse, causal, scale, layout, _pack=self._pack_call)
         # The workspace a split-KV variant needs, asked once per signature.
         key = (q.shape, k.shape, q.dtype, q.device, bool(causal), return_lse, layout)
         need = self._workspace_need.get(key)
@@ -236,17 +250,17 @@ class Runtime:
             if wkey not in self.workspaces:
                 self.workspaces[wkey] = torch.zeros(need, device=q.device, dtype=torch.uint8)
             args = self.attention_args(q, k, v, out, lse, causal, scale, layout,
-                                       self.workspaces[wkey].data_ptr(), need)
+                                       self.workspaces[wkey].data_ptr(), need, self._pack_call)
         self.check(self.lib.autotune_attention(self.handle, args, self.stream(q)))
         return (out, lse) if return_lse else out
 
     # ---- selective_scan -----------------------------------------------------------------
     def selective_scan_args(self, u, delta, A, B, C, out, D=None, z=None, delta_bias=None,
-                            delta_softplus=True, last_state=None):
+                            delta_softplus=True, last_state=None, _pack=None):
         """The C struct for a call. u, delta, z, out: [B, D, L] (contiguous last dim); A fp32
         [D, N]; B, C: [B, N, L] or [B, G, N, L] of u's dtype (variable) or fp32 [D, N]
         (fixed)."""
-        return self.pack("selective_scan", *tensor_fields(u, "u"), *tensor_fields(delta, "delta"),
+        return (_pack or self.pack)("selective_scan", *tensor_fields(u, "u"), *tensor_fields(delta, "delta"),
                          *tensor_fields(A, "A"), *tensor_fields(B, "B"), *tensor_fields(C, "C"),
                          *tensor_fields(D, "D"), *tensor_fields(z, "z"),
                          *tensor_fields(delta_bias, "delta_bias"), *tensor_fields(out, "out"),
@@ -263,6 +277,6 @@ class Runtime:
             last = torch.empty((u.shape[0], u.shape[1], A.shape[1]), device=u.device,
                                dtype=torch.float32)
         args = self.selective_scan_args(u, delta, A, B, C, out, D, z, delta_bias,
-                                        delta_softplus, last)
+                                        delta_softplus, last, self._pack_call)
         self.check(self.lib.autotune_selective_scan(self.handle, args, self.stream(u)))
         return (out, last) if return_last_state else out
