@@ -186,7 +186,7 @@ TEST_CASE("report --html draws every measured shape of the fixture, winners mark
     CHECK(has(html, "<code>★ " + html_escape(w.config) + "</code>"));
   }
   // The 64-variant shape's winner is second by median (a tie won by the smaller id).
-  CHECK(has(html, "<tr class=\"win\"><td class=\"num\">2</td><td class=\"id\"><code>★ "
+  CHECK(has(html, "<tr class=\"win\"><td>2</td><td><code>★ "
                   "threads=32,vec=4,items=1,cpb=1,load=smem</code>"));
 
   SUBCASE("a tie won by the slower variant shows a negative margin, in the page and in Markdown") {

@@ -34,7 +34,7 @@ constexpr double k_labelled_row_px = 12;
 // row's tooltip and in the table).
 constexpr double k_chart_width = 1180;
 constexpr double k_chart_label_px = 470;
-constexpr size_t k_chart_label_chars = 68;
+constexpr size_t k_chart_label_chars = 70;
 // Tables of more measurements than this start folded (<details> without `open`).
 constexpr size_t k_open_table_rows = 16;
 
@@ -51,7 +51,7 @@ const char* outcome_colour(Outcome o) {
   }
   return "#000000";
 }
-constexpr const char* k_variant_colour = "#4477AA";
+// Variant bars are #4477AA; k_style repeats both for the classes of chart rows.
 constexpr const char* k_winner_colour = "#EE7733";
 
 // Display order of outcomes: what ran correctly first, then how the others failed,
@@ -513,6 +513,12 @@ std::string svg_text(double x, double y, const std::string& text, const char* at
   return out + ">" + html_escape(text) + "</text>";
 }
 
+// The position attributes of a rect.
+std::string box(double x, double y, double w, double h) {
+  return " x=\"" + px(x) + "\" y=\"" + px(y) + "\" width=\"" + px(std::max(w, 0.0)) +
+         "\" height=\"" + px(std::max(h, 0.0)) + "\"";
+}
+
 std::string svg_rect(double x, double y, double w, double h, const std::string& fill,
                      const char* attrs = "") {
   std::string out = "<rect x=\"" + px(x) + "\" y=\"" + px(y) + "\" width=\"" +
@@ -787,22 +793,24 @@ std::string shape_chart(const Shape& s) {
       out += svg_rect(x0 - label_w, y, x1 - x0 + label_w + 10, row_h, k_winner_colour,
                       "fill-opacity=\"0.18\"");
     }
-    const char* colour = win ? k_winner_colour : k_variant_colour;
-    if (row_h >= 6) {
+    // Rows are styled by class (k_style), not attributes: a page can hold tens of
+    // thousands of them.
+    const std::string win_class = win ? " win" : "";
+    if (labelled) {
       // A guide from the axis to the range, so a row reads across to its label.
-      out += "<line x1=\"" + px(x0) + "\" x2=\"" + px(x(lo_of(r) / ref)) + "\" y1=\"" +
-             px(y + row_h / 2) + "\" y2=\"" + px(y + row_h / 2) +
-             "\" stroke=\"#c8ced6\" stroke-dasharray=\"1 3\"/>";
+      out += "<line class=\"guide\" x1=\"" + px(x0) + "\" x2=\"" + px(x(lo_of(r) / ref)) +
+             "\" y1=\"" + px(y + row_h / 2) + "\" y2=\"" + px(y + row_h / 2) + "\"/>";
     }
-    out += svg_rect(x(lo_of(r) / ref), y + (row_h - bar_h) / 2,
-                    std::max(1.0, x(hi_of(r) / ref) - x(lo_of(r) / ref)), bar_h, colour,
-                    win ? "" : "fill-opacity=\"0.55\"");
-    out += svg_rect(x(r.median_us / ref) - 1, y + (row_h - tick_h) / 2, 2, tick_h,
-                    win ? "#A04000" : "#223F66");
+    out += "<rect class=\"range" + win_class + "\"" +
+           box(x(lo_of(r) / ref), y + (row_h - bar_h) / 2,
+               std::max(1.0, x(hi_of(r) / ref) - x(lo_of(r) / ref)), bar_h) +
+           "/>";
+    out += "<rect class=\"mid" + win_class + "\"" +
+           box(x(r.median_us / ref) - 1, y + (row_h - tick_h) / 2, 2, tick_h) + "/>";
     if (labelled) {
       out += svg_text(label_w, y + row_h - 4,
                       (win ? "★ " : "") + shorten(row_labels[i], k_chart_label_chars),
-                      win ? "text-anchor=\"end\" class=\"mono win\"" : "text-anchor=\"end\" class=\"mono\"");
+                      win ? "class=\"label win\"" : "class=\"label\"");
     }
     out += "</g>";
   }
@@ -836,7 +844,9 @@ code{word-break:break-all}
 table{border-collapse:collapse;margin:8px 0;font-size:13px}th,td{border:1px solid #d0d7de;padding:3px 7px;text-align:left;vertical-align:top}
 th{background:#f6f8fa}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 tr.win td{background:#fde7d6;font-weight:600}
-td code{overflow-wrap:anywhere}td.id{min-width:18em}td.shape{min-width:12em;max-width:24em;overflow-wrap:anywhere}
+td code{overflow-wrap:anywhere}td.id,table.m td:nth-child(2){min-width:18em}
+table.m td{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+table.m td:nth-child(2),table.m td:nth-child(3),table.m td:nth-child(11){text-align:left;white-space:normal}td.shape{min-width:12em;max-width:24em;overflow-wrap:anywhere}
 .scroll{overflow-x:auto}
 .badge{display:inline-block;padding:0 6px;border-radius:8px;font-size:12px;color:#000;white-space:nowrap}
 .o-OK{background:#cfe9d4}.o-WRONG{background:#f9d0d5}.o-FAULT{background:#e6c6db}.o-TIMEOUT{background:#efe9c6}
@@ -845,7 +855,10 @@ td code{overflow-wrap:anywhere}td.id{min-width:18em}td.shape{min-width:12em;max-
 .facts dt{color:#57606a}.facts dd{margin:0}
 svg.chart{display:block;margin:8px 0;max-width:100%;height:auto}
 svg text{font-size:12px;fill:#1f2328}svg .mono{font-family:ui-monospace,"DejaVu Sans Mono",Menlo,Consolas,monospace;font-size:11px}
-svg .tick{fill:#57606a;font-size:11px}svg .header{fill:#57606a;font-weight:700}svg .axis-title{fill:#57606a}svg .value{font-size:11px}
+svg .tick{fill:#57606a;font-size:11px}svg .guide{stroke:#c8ced6;stroke-dasharray:1 3}
+svg rect.range{fill:#4477AA;fill-opacity:.55}svg rect.range.win{fill:#EE7733;fill-opacity:1}
+svg rect.mid{fill:#223F66}svg rect.mid.win{fill:#A04000}
+svg text.label{font-family:ui-monospace,"DejaVu Sans Mono",Menlo,Consolas,monospace;font-size:11px;text-anchor:end}svg .header{fill:#57606a;font-weight:700}svg .axis-title{fill:#57606a}svg .value{font-size:11px}
 svg .missing{fill:#b4232f;font-style:italic}svg .win{fill:#A04000;font-weight:700}svg .legend.zero{fill:#8c959f}
 svg a text{fill:#0b57d0}
 details{margin:6px 0}summary{cursor:pointer;color:#0b57d0}
@@ -936,34 +949,38 @@ std::string shape_section(const Shape& s, size_t sources) {
 
   out += s.results.size() <= k_open_table_rows ? "<details open>" : "<details>";
   out += "<summary>all " + std::to_string(s.results.size()) +
-         " measurements, fastest correct first</summary><div class=\"scroll\"><table><thead><tr>"
+         " measurements, fastest correct first</summary><div class=\"scroll\"><table class=\"m\"><thead><tr>"
          "<th>#</th><th>variant</th><th>outcome</th><th>median µs</th><th>p10..p90 µs</th>"
          "<th>spread</th><th>× " +
          std::string(s.winner ? "winner" : "fastest") +
          "</th><th>samples</th><th>SM MHz</th><th>rel. error</th><th>message</th></tr></thead><tbody>";
+  // Rows carry no classes (a page can hold tens of thousands): table.m's CSS aligns
+  // the columns by position.
   size_t rank = 0;
   for (const ResultRecord& r : s.results) {
     const bool ok = r.outcome == Outcome::ok;
     const bool win = s.is_winner(r);
     out += win ? "<tr class=\"win\">" : "<tr>";
-    out += "<td class=\"num\">" + (ok ? std::to_string(++rank) : std::string("–")) + "</td>";
-    out += "<td class=\"id\"><code>" + (win ? std::string("★ ") : std::string()) +
-           html_escape(r.config) + "</code></td>";
+    out += "<td>" + (ok ? std::to_string(++rank) : std::string("–")) + "</td>";
+    out += "<td><code>" + (win ? std::string("★ ") : std::string()) + html_escape(r.config) +
+           "</code></td>";
     out += "<td>" + badge(r.outcome) + "</td>";
     if (ok) {
-      out += "<td class=\"num\">" + micros(r.median_us) + "</td><td class=\"num\">" +
-             micros(r.p10_us) + ".." + micros(r.p90_us) + "</td><td class=\"num\">" +
-             fixed(100 * (r.p90_us - r.p10_us) / r.median_us, 1) + "%</td><td class=\"num\">" +
-             fixed(r.median_us / ref, 3) + "</td><td class=\"num\">" + std::to_string(r.samples) +
-             "</td>";
+      out += "<td>" + micros(r.median_us) + "</td><td>" + micros(r.p10_us) + ".." +
+             micros(r.p90_us) + "</td><td>" +
+             fixed(100 * (r.p90_us - r.p10_us) / r.median_us, 1) + "%</td><td>" +
+             fixed(r.median_us / ref, 3) + "</td><td>" + std::to_string(r.samples) + "</td>";
     } else {
-      out += "<td class=\"num\">–</td><td class=\"num\">–</td><td class=\"num\">–</td>"
-             "<td class=\"num\">–</td><td class=\"num\">–</td>";
+      out += "<td>–</td><td>–</td><td>–</td><td>–</td><td>–</td>";
     }
-    out += "<td class=\"num\">" + (r.sm_clock_mhz > 0 ? std::to_string(r.sm_clock_mhz) : "–") + "</td>";
-    out += "<td class=\"num\">" + (std::isnan(r.rel_err) ? std::string("NaN") : format("%.2g", r.rel_err)) + "</td>";
-    out += "<td title=\"" + html_escape(shorten(r.message, 2000)) + "\">" +
-           html_escape(shorten(first_line(r.message), 160)) + "</td></tr>";
+    out += "<td>" + (r.sm_clock_mhz > 0 ? std::to_string(r.sm_clock_mhz) : "–") + "</td>";
+    out += "<td>" + (std::isnan(r.rel_err) ? std::string("NaN") : format("%.2g", r.rel_err)) + "</td>";
+    if (r.message.empty()) {
+      out += "<td></td></tr>";
+    } else {
+      out += "<td title=\"" + html_escape(shorten(r.message, 2000)) + "\">" +
+             html_escape(shorten(first_line(r.message), 160)) + "</td></tr>";
+    }
   }
   out += "</tbody></table></div></details></section>";
   return out;
