@@ -3,8 +3,10 @@
 person would see (ctest: report_html_renders).
 
     check_render.py AUTOTUNE_CLI FIXTURE_DB OUT_DIR
+    check_render.py --page PAGE.html OUT_DIR     (a page written elsewhere, e.g. the
+                                                 benchmark report in bench/results/)
 
-1. Writes the page of FIXTURE_DB with the CLI.
+1. Writes the page of FIXTURE_DB with the CLI (or takes PAGE.html as it is).
 2. A control page with a script error and a blocked fetch must produce console
    messages in Chromium's log: proof that the log check below can see errors at all.
 3. Renders the report with --screenshot and with --dump-dom, Chromium's log on stderr.
@@ -12,7 +14,8 @@ person would see (ctest: report_html_renders).
    console message (a script error, a refused fetch) fails the test.
 4. The screenshot must be a PNG of the window's size that is not blank: several
    colours, a share of non-white pixels, the chart colours among them.
-5. The rendered DOM must hold every shape's heading and one SVG per chart.
+5. The rendered DOM must hold every shape's heading (each measured problem of the
+   database; with --page, each heading of the file) and every chart.
 
 Chromium is Debian's `chromium` (scripts/setup-debian.sh installs it when CI=true).
 Without it the test fails when CI=true and is skipped (exit 77) elsewhere. Every run
@@ -55,7 +58,9 @@ def find_chromium():
 def run_chromium(chromium, url, out_dir, tag, extra):
     """Runs headless Chromium on url; returns (stdout, stderr)."""
     profile = os.path.join(out_dir, f"profile-{tag}")
-    cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+    # --disable-dev-shm-usage: containers often give /dev/shm a few MB only.
+    cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+           "--no-first-run",
            "--disable-extensions", "--disable-background-networking", "--hide-scrollbars",
            "--enable-logging=stderr", "--v=0", f"--user-data-dir={profile}",
            f"--window-size={WIDTH},{HEIGHT}"] + extra + [url]
@@ -120,10 +125,12 @@ def read_png(path):
 
 
 def main():
-    if len(sys.argv) != 4:
+    args = sys.argv[1:]
+    if len(args) != 3:
         print(__doc__, file=sys.stderr)
         return 2
-    cli, fixture, out_dir = sys.argv[1:]
+    given_page = args[1] if args[0] == "--page" else None
+    out_dir = args[2]
     chromium = find_chromium()
     if not chromium:
         message = "chromium is not installed (apt-get install chromium; scripts/setup-debian.sh does when CI=true)"
@@ -132,16 +139,39 @@ def main():
         print(f"check_render: SKIP: {message}")
         return SKIP
     os.makedirs(out_dir, exist_ok=True)
-    page = os.path.join(out_dir, "report.html")
+    page = os.path.abspath(given_page) if given_page else os.path.join(out_dir, "report.html")
     shot = os.path.join(out_dir, "report.png")
-    for path in (page, shot):
+    for path in (shot,) if given_page else (page, shot):
         if os.path.exists(path):
             os.remove(path)
 
-    done = subprocess.run([cli, "report", "--html", page, "--db", fixture, "--copy-gbps", "2860",
-                           "--peak-tflops", "660"], capture_output=True, text=True, timeout=60)
-    if done.returncode != 0:
-        fail(f"autotune report --html exited {done.returncode}:\n{done.stdout}{done.stderr}")
+    if given_page:
+        if not os.path.isfile(page):
+            fail(f"{page} does not exist")
+        with open(page, encoding="utf-8") as f:
+            source = f.read()
+        # The page's own headings, in the form --dump-dom writes them (& < > escaped).
+        headings = [html.escape(html.unescape(h), quote=False)
+                    for h in re.findall(r"<h3>(.*?)</h3>", source)]
+        charts = source.count("<svg ")
+    else:
+        cli, fixture = args[0], args[1]
+        done = subprocess.run([cli, "report", "--html", page, "--db", fixture, "--copy-gbps",
+                               "2860", "--peak-tflops", "660"],
+                              capture_output=True, text=True, timeout=60)
+        if done.returncode != 0:
+            fail(f"autotune report --html exited {done.returncode}:\n{done.stdout}{done.stderr}")
+        shapes = sqlite3.connect(f"file:{fixture}?immutable=1", uri=True).execute(
+            "SELECT DISTINCT op, problem FROM results").fetchall()
+        headings = [html.escape(op + " " + problem, quote=False) for op, problem in shapes]
+        charts = len(shapes) + len({op for op, _ in shapes})  # one per shape and per op
+    if not headings:
+        fail(f"{page} has no shape to render")
+    # Without a script the page cannot log a refused fetch unless its policy refuses it:
+    # the policy is what turns any external reference into a console message below.
+    with open(page, encoding="utf-8") as f:
+        if "Content-Security-Policy\" content=\"default-src 'none';" not in f.read():
+            fail(f"{page} lacks the Content-Security-Policy default-src 'none'")
 
     # The control: this Chromium's log must show a script error and a refused fetch.
     control = os.path.join(out_dir, "control.html")
@@ -179,21 +209,18 @@ def main():
     if len(colours) < 16 or background > 0.97 * total:
         fail(f"screenshot looks blank: {len(colours)} colours, {100 * background / total:.1f}% "
              "one colour")
-    for name, rgb in (("winner", WINNER_RGB), ("OK outcome", OK_RGB)):
+    for name, rgb in (("winner", WINNER_RGB), ("OK outcome", OK_RGB)) if not given_page else ():
         if not any(all(abs(p - q) <= 8 for p, q in zip(pixel, rgb)) for pixel in colours):
             fail(f"no {name} colour #{''.join(f'{c:02X}' for c in rgb)} in the screenshot")
 
-    # Every measured shape's heading and every chart survived into the rendered DOM.
-    shapes = sqlite3.connect(f"file:{fixture}?immutable=1", uri=True).execute(
-        "SELECT DISTINCT op, problem FROM results").fetchall()
-    for op, problem in shapes:
-        # --dump-dom escapes & < > in text, nothing else.
-        if f"<h3>{html.escape(op + ' ' + problem, quote=False)}</h3>" not in dom:
-            fail(f"the rendered page lacks the shape {op} {problem}")
-    ops = {op for op, _ in shapes}
-    if dom.count("<svg") != len(shapes) + len(ops):
-        fail(f"the rendered page has {dom.count('<svg')} charts, expected {len(shapes) + len(ops)}")
-    print(f"check_render: OK: {len(shapes)} shapes of {len(ops)} ops rendered, "
+    # Every shape's heading and every chart survived into the rendered DOM (--dump-dom
+    # escapes & < > in text, nothing else).
+    for heading in headings:
+        if f"<h3>{heading}</h3>" not in dom:
+            fail(f"the rendered page lacks the shape {html.unescape(heading)}")
+    if dom.count("<svg") != charts:
+        fail(f"the rendered page has {dom.count('<svg')} charts, expected {charts}")
+    print(f"check_render: OK: {len(headings)} shapes and {charts} charts rendered, "
           f"{len(colours)} colours, no console messages; {shot}")
     return 0
 
