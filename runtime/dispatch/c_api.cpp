@@ -49,6 +49,7 @@ int autotune_runtime_create(const char* database, int require_tuned, autotune_ru
     if (!out) {
       throw autotune::Error(autotune::ErrorKind::usage, "autotune_runtime_create: out is NULL");
     }
+    *out = nullptr; // stays NULL when creating fails
     autotune::RuntimeOptions o;
     o.database = database ? database : "";
     o.require_tuned = require_tuned != 0;
@@ -63,6 +64,7 @@ int autotune_runtime_create_with_policy(const char* database, const char* policy
       throw autotune::Error(autotune::ErrorKind::usage,
                             "autotune_runtime_create_with_policy: out or policy is NULL");
     }
+    *out = nullptr; // stays NULL when creating fails
     autotune::RuntimeOptions o;
     o.database = database ? database : "";
     const std::string p = policy;

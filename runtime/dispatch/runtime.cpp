@@ -70,6 +70,7 @@ std::unique_ptr<LoadedVariant> Runtime::Impl::resolve(const Op& op, const Proble
         out->module = cuda::load_module(cubin);
         out->function = cuda::get_function(out->module, variant->kernel.c_str());
         out->config = parse_fields(winner->config, "stored configuration");
+        check_config(op_space(op), out->config, db->path() + ": the winner of " + problem.key());
         out->selection.variant = winner->config;
         out->selection.source = "tuned";
         return out;
@@ -111,6 +112,9 @@ std::unique_ptr<LoadedVariant> Runtime::Impl::resolve(const Op& op, const Proble
     }
     Result<bool> ok = false;
     try {
+      // Within the op's declared limits first: a pinned or stored value of 0 must not
+      // reach the op's arithmetic.
+      check_config(op_space(op), out->config, source_name + " configuration");
       ok = op.check(out->config, problem, device.arch());
     } catch (const Error& e) {
       ok = fail(e.what()); // a pinned configuration that is not one of the op's
@@ -196,11 +200,12 @@ std::optional<std::pair<Config, std::string>> Runtime::Impl::nearest(const Op& o
       continue;
     }
     try {
+      check_config(op_space(op), config, "stored configuration");
       if (!op.check(config, problem, device.arch())) {
         continue;
       }
     } catch (const Error&) {
-      continue; // a configuration of an older space
+      continue; // a configuration of an older space, or outside the op's limits
     }
     best = std::make_pair(std::move(config), w.problem);
     best_distance = distance;
