@@ -50,8 +50,9 @@ typedef struct autotune_runtime autotune_runtime;
  * fails with AUTOTUNE_ERROR_NOT_TUNED. */
 int autotune_runtime_create(const char* database, int require_tuned, autotune_runtime** out);
 /* policy, for shapes with no tuned winner: "nearest" (the configuration of the
- * nearest tuned problem of the same op, dtypes and flags), "default" (the op's default
- * variant), "error", or "pin:CONFIG" (that configuration, e.g.
+ * nearest tuned problem of the same op, dtypes and flags; else "heuristic"),
+ * "heuristic" (the nearest of the tuning points built into the op for this GPU
+ * family), "default" (the op's default variant), "error", or "pin:CONFIG" (e.g.
  * "pin:threads=128,vec=8,items=2,cpb=1,load=direct"). What a call runs, and which
  * policy chose it, is what the *_variant functions report. */
 int autotune_runtime_create_with_policy(const char* database, const char* policy,

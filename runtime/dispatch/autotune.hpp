@@ -66,8 +66,13 @@ enum class Policy {
   // The configuration of the nearest tuned problem of the same op, dtypes and flags
   // on this GPU (distance: the sum over shape fields of |log2 of their ratio|, the
   // fields the kernel is instantiated for, W, D and N, weighted 4), compiled on first
-  // use; when nothing comparable is stored, the op's default variant.
+  // use; when nothing comparable is stored, the heuristic choice.
   nearest,
+  // A configuration built into the op from tuning data of this GPU family (the
+  // [[heuristic]] points of templates/<op>/space.toml: the nearest one that can run
+  // the problem); on a GPU with no points of its own, the nearest point of another
+  // family that this GPU's limits allow; else the default variant.
+  heuristic,
   default_variant, // the op's [default] configuration (templates/<op>/space.toml)
   error,           // Error(not_tuned) naming the command that tunes the shape
   pin,             // RuntimeOptions::pinned, for every problem without a winner
@@ -92,8 +97,8 @@ struct RuntimeOptions {
 // Where a problem's variant came from.
 struct Selection {
   std::string variant;  // configuration id, e.g. "threads=128,vec=8,items=2,cpb=1,load=direct"
-  // "tuned"; "nearest PROBLEM" (the tuned problem whose winner runs); "default";
-  // "pinned"
+  // "tuned"; "nearest PROBLEM" (the tuned problem whose winner runs); "heuristic
+  // ARCH point FIELDS"; "default"; "pinned"
   std::string source;
   std::string problem;  // canonical problem key
 };

@@ -77,14 +77,16 @@ int autotune_runtime_create_with_policy(const char* database, const char* policy
     } else if (p.rfind("pin:", 0) == 0 && p.size() > 4) {
       o.policy = autotune::Policy::pin;
       o.pinned = p.substr(4);
-    } else if (p == "heuristic" || p == "tune") {
+    } else if (p == "heuristic") {
+      o.policy = autotune::Policy::heuristic;
+    } else if (p == "tune") {
       throw autotune::Error(autotune::ErrorKind::usage,
-                            "policy '" + p + "' is not built yet (nearest, default, error, "
-                                             "pin:CONFIG are)");
+                            "policy 'tune' is not built yet (nearest, heuristic, default, error, "
+                            "pin:CONFIG are)");
     } else {
       throw autotune::Error(autotune::ErrorKind::usage,
                             "unknown policy '" + p +
-                                "' (expected nearest, default, error or pin:CONFIG)");
+                                "' (expected nearest, heuristic, default, error or pin:CONFIG)");
     }
     *out = new autotune_runtime(o);
   });

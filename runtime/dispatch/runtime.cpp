@@ -4,6 +4,7 @@
 #include "runtime/base/error.hpp"
 #include "runtime/base/log.hpp"
 #include "runtime/cuda/device.hpp"
+#include "runtime/ops/heuristic.hpp"
 #include "runtime/ops/space.hpp"
 #include "runtime/ops/templates.hpp"
 #include "variant.hpp"
@@ -105,6 +106,13 @@ std::unique_ptr<LoadedVariant> Runtime::Impl::resolve(const Op& op, const Proble
         break;
       }
       [[fallthrough]];
+    case Policy::heuristic:
+      if (auto point = heuristic_config(op, problem, device.arch())) {
+        out->config = std::move(point->first);
+        source_name = "heuristic " + point->second;
+        break;
+      }
+      [[fallthrough]];
     case Policy::default_variant:
       out->config = parse_space(template_file(op.space_path()), op.space_path()).default_config;
       source_name = "default";
@@ -153,13 +161,13 @@ std::optional<std::pair<Config, std::string>> Runtime::Impl::nearest(const Op& o
     return std::nullopt;
   }
   const ArgsDesc& desc = op.args_desc();
-  auto weight = [&](const std::string& name) {
+  auto size_field = [&](const std::string& name) {
     for (const FieldDesc& f : desc.fields) {
       if (f.kind == FieldKind::size && name == f.name) {
-        return f.distance;
+        return true;
       }
     }
-    return -1.0; // not a size: must be equal
+    return false; // not a size: must be equal
   };
   const std::string device_key = device_record.key();
   const std::string& thash = template_hash(op.template_path());
@@ -181,20 +189,15 @@ std::optional<std::pair<Config, std::string>> Runtime::Impl::nearest(const Op& o
     if (theirs.size() != problem.fields.size()) {
       continue;
     }
-    double distance = w.template_hash == thash ? 0.0 : 0.01; // prefer this template's winners
     bool comparable = true;
     for (size_t i = 0; i < theirs.size() && comparable; ++i) {
       const auto& [name, value] = problem.fields[i];
-      const double wt = weight(name);
-      if (theirs[i].first != name) {
-        comparable = false;
-      } else if (wt < 0) {
-        comparable = theirs[i].second == value;
-      } else {
-        const double a = std::stod(value), b = std::stod(theirs[i].second);
-        distance += wt * std::abs(std::log2(a) - std::log2(b));
-      }
+      comparable = theirs[i].first == name && (size_field(name) || theirs[i].second == value);
     }
+    // Winners of this template first, at equal distance.
+    const double distance = comparable ? problem_distance(desc, problem.fields, theirs) +
+                                             (w.template_hash == thash ? 0.0 : 0.01)
+                                       : 0.0;
     if (!comparable || (best && (distance > best_distance ||
                                  (distance == best_distance && w.problem >= best->second)))) {
       continue;

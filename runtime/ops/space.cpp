@@ -253,12 +253,14 @@ Space parse_space(const std::string& text, const std::string& source) {
   Space space;
   space.source = source;
   for (const auto& [key, node] : root) {
-    if (key == "prune") {
-      continue; // search priors ([[prune]]): runtime/ops/priors.hpp reads and checks them
+    if (key == "prune" || key == "heuristic") {
+      // search priors ([[prune]], runtime/ops/priors.hpp) and built-in tuning points
+      // ([[heuristic]], runtime/ops/heuristic.hpp) are read and checked there
+      continue;
     }
     if (key != "params" && key != "default" && key != "limits") {
       throw_config(where(source, node.source()) + ": unknown table [" + std::string(key.str()) +
-                   "] (expected [params], [default], [limits], [[prune]])");
+                   "] (expected [params], [default], [limits], [[prune]], [[heuristic]])");
     }
     if (!node.is_table()) {
       throw_config(where(source, node.source()) + ": " + std::string(key.str()) +
