@@ -37,7 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "runtime", "python"))
 import autotune_runtime  # noqa: E402
 
-POLICIES = ["nearest", "default"]
+POLICIES = ["nearest", "heuristic", "default"]
 
 
 def conv_shapes(rng, count):
