@@ -113,6 +113,39 @@ why = "too few blocks for the GPU at this cpb"
   }
 }
 
+TEST_CASE("the op's own priors hold on the H100 only") {
+  // templates/selective_scan/space.toml: the rules measured on the H100.
+  const Op& op = scan();
+  Space space = op_space(op);
+  Priors p = parse_priors(template_file(op.space_path()), space.source, space);
+  REQUIRE_FALSE(p.entries.empty());
+  Problem pr = problem("B=8,D=2048,L=2048,N=16");
+  const std::string base = "threads=128,items=32,cpb=16,nsplit=8,scan=state,";
+  struct Case {
+    std::string config;
+    const char* why;
+  };
+  for (const Case& c : {
+           Case{base + "yred=0", "plain store after the scan, partner lanes exist"},
+           Case{base + "yred=1,ystore=during", "shuffles during the scan"},
+           Case{"threads=64,items=32,cpb=32,nsplit=4,scan=state,cpl=2,ystore=during",
+                "during with two channels per lane"},
+           Case{"threads=64,items=8,cpb=1,nsplit=1,scan=smem,poly=2", "smem scan, polynomial"},
+           Case{"threads=64,items=32,cpb=2,nsplit=1,scan=shfl", "time-parallel, long runs"},
+       }) {
+    CAPTURE(c.why);
+    Config cfg = config(c.config);
+    REQUIRE(op.check(cfg, pr, "sm_90a"));
+    CHECK_FALSE(p.allow(op, cfg, pr, "sm_90a"));
+    CHECK_FALSE(p.allow(op, cfg, pr, "sm_90"));
+    CHECK(p.allow(op, cfg, pr, "sm_80"));
+    CHECK(p.allow(op, cfg, pr, "sm_120"));
+  }
+  CHECK(p.allow(op, config(base + "yred=1"), pr, "sm_90a"));
+  CHECK(p.allow(op, config(base + "yred=0,ystore=during"), pr, "sm_90a"));
+  CHECK(p.allow(op, config("threads=32,items=32,cpb=32,nsplit=1,scan=state"), pr, "sm_90a"));
+}
+
 TEST_CASE("bad [[prune]] entries are configuration errors naming the file and line") {
   auto fails = [](const std::string& text, const std::string& expected) {
     CAPTURE(text);

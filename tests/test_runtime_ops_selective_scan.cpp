@@ -87,10 +87,11 @@ TEST_CASE("selective_scan configuration constraints drop what cannot run") {
     CHECK(slice < 64);
     CHECK(64 % slice == 0);
   }
-  SUBCASE("tuning skips the shared-memory scan with a polynomial share") {
+  SUBCASE("the shared-memory scan with a polynomial share is skipped by an H100 prior only") {
+    // templates/selective_scan/space.toml, tests/test_runtime_ops_priors.cpp
     Config c = config("threads=64,items=8,cpb=1,nsplit=1,scan=smem,vec=8,poly=2,minblocks=1");
     CHECK(scan().check(c, p, "sm_90a"));
-    CHECK_FALSE(scan().worth_measuring(c, p));
+    CHECK(scan().worth_measuring(c, p));
   }
   SUBCASE("register caps that would spill are not measured") {
     Config c = config("threads=512,items=8,cpb=16,nsplit=1,scan=shfl,vec=8,poly=0,minblocks=2");
@@ -195,10 +196,10 @@ TEST_CASE("selective_scan configuration constraints drop what cannot run") {
                                         p, "sm_90a"),
                            doctest::Contains("ystore must be 'after' or 'during', not 'early'"),
                            Error);
-      // tuning measures the second schedule with one channel per lane only
-      CHECK_FALSE(scan().worth_measuring(config("threads=64,items=32,cpb=32,nsplit=4,scan=state,"
-                                                "vec=8,poly=0,minblocks=1,cpl=2,ystore=during"),
-                                         p));
+      // with one channel per lane only on the H100: a search prior (space.toml), not the op's
+      CHECK(scan().worth_measuring(config("threads=64,items=32,cpb=32,nsplit=4,scan=state,"
+                                          "vec=8,poly=0,minblocks=1,cpl=2,ystore=during"),
+                                   p));
     }
   }
   SUBCASE("partial y summed by shuffle levels: 2^yred lanes per channel, the state form only") {
@@ -228,13 +229,12 @@ TEST_CASE("selective_scan configuration constraints drop what cannot run") {
     CHECK(scan().geometry(config(base + "yred=0"), p).dynamic_smem == staged + 8 * 17 * 36 * 4);
     CHECK(scan().geometry(config(base + "yred=1"), p).dynamic_smem == staged + 4 * 18 * 36 * 4);
     CHECK(scan().geometry(config(base + "yred=2"), p).dynamic_smem == staged + 2 * 20 * 36 * 4);
-    // Tuning measures the plain store during the scan and the shuffled one after it
-    // (and the plain one after it where no partner lane exists).
-    CHECK(scan().worth_measuring(config(base + "yred=1"), p));
-    CHECK(scan().worth_measuring(config(base + "yred=2"), p));
-    CHECK_FALSE(scan().worth_measuring(config(base + "yred=0"), p));
-    CHECK_FALSE(scan().worth_measuring(config(base + "yred=1,ystore=during"), p));
-    CHECK(scan().worth_measuring(config(base + "yred=0,ystore=during"), p));
+    // Which schedule is measured with which yred is an H100 search prior (space.toml,
+    // tests/test_runtime_ops_priors.cpp): the op measures every one.
+    for (const char* schedule : {"yred=0", "yred=1", "yred=2", "yred=0,ystore=during",
+                                 "yred=1,ystore=during"}) {
+      CHECK(scan().worth_measuring(config(base + schedule), p));
+    }
     CHECK(scan().worth_measuring(config("threads=32,items=32,cpb=32,nsplit=1,scan=state,vec=8,"
                                         "poly=0,minblocks=1"),
                                  p));

@@ -378,6 +378,10 @@ Result<bool> SelectiveScanOp::check(const Config& config, const Problem& problem
   return fits_block(p, d, static_smem(p) + geometry(config, problem).dynamic_smem, arch);
 }
 
+// Models of every GPU only (the register file, barriers per step, steps left idle).
+// What measurements on one GPU taught (which ystore/yred/cpl schedules win, block
+// counts, the ranges the time-parallel scans are searched in) are search priors for
+// that GPU's arch in templates/selective_scan/space.toml ([[prune]]).
 Result<bool> SelectiveScanOp::worth_measuring(const Config& config, const Problem& problem) const {
   Params p = params(config);
   Dims d = dims(problem);
@@ -404,31 +408,10 @@ Result<bool> SelectiveScanOp::worth_measuring(const Config& config, const Proble
     if (p.items < 16) {
       return fail("scan=state: chunks under 16 steps spend more on barriers than on the scan");
     }
-    if (p.ystore_during && p.cpl > 1) {
-      // The second schedule doubles the space; cpl > 1 has won no benchmark shape.
-      return fail("scan=state: ystore=during is measured with cpl=1");
-    }
-    // Summing the partials by shuffles beat the plain store (ystore=after, yred=0) on
-    // every benchmark shape on the H100 (B=1, L=16384: 481 against 527 us; the others
-    // by 1-3%); stored during the scan they lost to both. Tuning measures each
-    // schedule where it can win: after with shuffles (or nsplit=1, where there is no
-    // partner lane), during without.
-    if (p.ystore_during ? p.yred > 0 : p.yred == 0 && p.nsplit > 1) {
-      return fail(p.ystore_during ? "scan=state: ystore=during is measured with yred=0"
-                                  : "scan=state: ystore=after is measured with yred >= 1");
-    }
-    const long long blocks = d.B * ((d.D + p.cpb - 1) / p.cpb);
-    if (blocks < 64 && p.cpb > 8) {
-      return fail("scan=state: too few blocks for the GPU at this cpb");
-    }
     return true;
   }
-  if (p.items > 16 || p.nsplit > 2 || p.cpb > 16) {
-    return fail("the time-parallel scans are measured with items <= 16, nsplit <= 2, cpb <= 16");
-  }
-  if (p.smem_scan && (p.poly > 0 || p.minblocks > 1)) {
-    return fail("the polynomial share and minblocks are measured with the shuffle scan only");
-  }
+  // 64K registers per SM on every target: more than 512 threads per SM leave under
+  // 128 per thread.
   if (p.threads * p.minblocks > 512) {
     return fail("under 128 registers per thread: the state arrays would spill");
   }
