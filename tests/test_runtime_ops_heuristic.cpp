@@ -75,3 +75,22 @@ TEST_CASE("a bad heuristic entry names its file and line") {
                                         "x.toml", space),
                        doctest::Contains("cpb"), Error);
 }
+
+TEST_CASE("a configuration from another problem is adapted where its tile would idle") {
+  const Op& conv = find_op("causal_conv1d");
+  Config tuned = parse_fields("threads=128,vec=4,items=4,cpb=1,load=smem", "config");
+  SUBCASE("a short sequence: fewer items per thread, then more channels per block") {
+    CHECK(format_fields(conv.adapt(tuned, problem("causal_conv1d", "B=64,C=1536,L=333,W=2"))) ==
+          "threads=128,vec=4,items=1,cpb=1,load=smem");
+    CHECK(format_fields(conv.adapt(tuned, problem("causal_conv1d", "B=64,C=1536,L=100,W=4"))) ==
+          "threads=128,vec=4,items=1,cpb=4,load=smem");
+  }
+  SUBCASE("a long sequence keeps the configuration") {
+    CHECK(conv.adapt(tuned, problem("causal_conv1d", "B=2,C=4096,L=4095,W=3")) == tuned);
+  }
+  SUBCASE("the heuristic's choice comes adapted") {
+    auto c = heuristic_config(conv, problem("causal_conv1d", "B=64,C=3072,L=333,W=2"), "sm_90a");
+    REQUIRE(c);
+    CHECK(conv.worth_measuring(c->first, problem("causal_conv1d", "B=64,C=3072,L=333,W=2")));
+  }
+}

@@ -210,7 +210,7 @@ std::optional<std::pair<Config, std::string>> Runtime::Impl::nearest(const Op& o
     } catch (const Error&) {
       continue; // a configuration of an older space, or outside the op's limits
     }
-    best = std::make_pair(std::move(config), w.problem);
+    best = std::make_pair(op.adapt(config, problem), w.problem);
     best_distance = distance;
   }
   if (best) {

@@ -169,6 +169,41 @@ Result<bool> CausalConv1dOp::worth_measuring(const Config& config, const Problem
   return true;
 }
 
+Config CausalConv1dOp::adapt(const Config& config, const Problem& problem) const {
+  // A tile (threads / cpb x vec x items positions of a channel) more than twice the
+  // sequence leaves most lanes idle: halve the items per thread, then give each block
+  // more channels (shorter rows per channel, the same block size), while the result
+  // stays valid on the problem.
+  Dims d = dims(problem);
+  Config c = config;
+  auto set = [](Config& cfg, const char* name, int value) {
+    for (auto& [k, v] : cfg) {
+      if (k == name) {
+        v = std::to_string(value);
+      }
+    }
+  };
+  for (int step = 0; step < 8; ++step) {
+    Params p = params(c);
+    if (tile_length(p) / 2 < d.L) {
+      break;
+    }
+    Config next = c;
+    if (p.items > 1) {
+      set(next, "items", p.items / 2);
+    } else if (p.threads / (p.cpb * 2) >= 32) {
+      set(next, "cpb", p.cpb * 2);
+    } else {
+      break;
+    }
+    if (!check(next, problem, "sm_80")) {
+      break;
+    }
+    c = std::move(next);
+  }
+  return c;
+}
+
 std::vector<std::string> CausalConv1dOp::defines(const Config& config,
                                                  const Problem& problem) const {
   Params p = params(config);

@@ -165,7 +165,7 @@ std::optional<std::pair<Config, std::string>> heuristic_config(const Op& op,
       best_distance = d;
     }
     if (best) {
-      return std::make_pair(best->config, (own_family ? arch : best->archs.front() + "->" + arch) +
+      return std::make_pair(op.adapt(best->config, problem), (own_family ? arch : best->archs.front() + "->" + arch) +
                                                " point " + format_fields(best->shape));
     }
   }

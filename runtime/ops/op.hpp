@@ -56,6 +56,13 @@ public:
     (void)problem;
     return true;
   }
+  // A configuration chosen for another problem (the nearest tuned one, a heuristic
+  // point), adjusted to this problem where the op's model says it would waste work
+  // (e.g. a tile far longer than the sequence). The runtime checks the result.
+  virtual Config adapt(const Config& config, const Problem& problem) const {
+    (void)problem;
+    return config;
+  }
   // NVRTC options (-D...) that instantiate the template for config and problem.
   virtual std::vector<std::string> defines(const Config& config, const Problem& problem) const = 0;
   virtual LaunchGeometry geometry(const Config& config, const Problem& problem) const = 0;
