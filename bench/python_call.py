@@ -1,13 +1,19 @@
 #!/usr/bin/env python3
-"""Host time of a warm call from Python, ours (runtime/python/autotune_runtime.py over
-libautotune.so) beside torch's own ops, at launch-bound sizes: rows python_call_us
-(median over single calls) and python_call_p99_us for bench/results/<gpu>-tuning.json.
+"""Host time of a warm call from Python, ours beside torch's own ops, at launch-bound
+sizes: rows python_call_us (median over single calls) and python_call_p99_us for
+bench/results/<gpu>-tuning.json. Ours three ways: the ctypes Runtime
+(runtime/python/autotune_runtime.py; ops attention, causal_conv1d, selective_scan), the
+package's drop-ins (flash_attn_func, causal_conv1d_fn, selective_scan_fn: what a model
+calls) and the registered operators through torch's dispatcher
+(torch.ops.autotune.attention, ...: what a compiled graph calls). Issue 16's floor: the
+drop-in attention call at most sdpa's, the drop-in conv call at most conv1d's.
 
   python3 bench/python_call.py --lib .device/libautotune.so [--calls 2000]
 
-Each call is timed alone on the host (perf_counter around the call, the stream
-synchronized every 50 calls so launches never wait for a full queue). Nothing is
-tuned: the default variants run, which changes the GPU time, not the host time.
+Every row is taken under torch.no_grad(), as inference runs. Each call is timed alone on
+the host (perf_counter around the call, the stream synchronized every 50 calls so
+launches never wait for a full queue). Nothing is tuned: the default variants run, which
+changes the GPU time, not the host time.
 """
 import argparse
 import json
@@ -20,6 +26,7 @@ import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "runtime", "python"))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import autotune_runtime  # noqa: E402
 
 
@@ -44,7 +51,12 @@ def main():
     ap.add_argument("--lib", required=True)
     ap.add_argument("--calls", type=int, default=2000)
     args = ap.parse_args()
-    rt = autotune_runtime.Runtime(args.lib, "/nonexistent/autotune-python-call.db")
+    db = "/nonexistent/autotune-python-call.db"
+    rt = autotune_runtime.Runtime(args.lib, db)
+    os.environ["AUTOTUNE_LIBRARY"] = os.path.abspath(args.lib)
+    import autotune
+    autotune.set_database(db)
+    ops = torch.ops.autotune
     dev = "cuda"
     bf16 = torch.bfloat16
     # attention: [B, S, H, D] as flash-attn callers pass it
@@ -71,10 +83,23 @@ def main():
         "conv1d": lambda: F.silu(F.conv1d(x, w.unsqueeze(1), b, padding=3, groups=64)[..., :256]),
         "selective_scan": lambda: rt.selective_scan(u, delta, A, Bm, Cm, D=Dv, z=z,
                                                     delta_bias=dbias, delta_softplus=True),
+        "flash_attn_func": lambda: autotune.flash_attn_func(q, k, v, causal=True),
+        "causal_conv1d_fn": lambda: autotune.causal_conv1d_fn(x, w, b, activation="silu"),
+        "selective_scan_fn": lambda: autotune.selective_scan_fn(
+            u, delta, A, Bm, Cm, Dv, z=z, delta_bias=dbias, delta_softplus=True),
+        "torch.ops.autotune.attention": lambda: ops.attention(q, k, v, True),
+        "torch.ops.autotune.causal_conv1d": lambda: ops.causal_conv1d(x, w, b, None, True),
+        "torch.ops.autotune.selective_scan": lambda: ops.selective_scan(
+            u, delta, A, Bm, Cm, Dv, z, dbias, True),
     }
-    for op, fn in cases.items():
-        med, p99 = host_times(fn, args.calls)
-        notes = "torch" if op in ("sdpa", "conv1d") else "autotune_runtime over the C ABI"
+    kinds = {"sdpa": "torch", "conv1d": "torch", "flash_attn_func": "the package's drop-in",
+             "causal_conv1d_fn": "the package's drop-in",
+             "selective_scan_fn": "the package's drop-in"}
+    with torch.no_grad():
+        rows = {op: host_times(fn, args.calls) for op, fn in cases.items()}
+    for op, (med, p99) in rows.items():
+        notes = kinds.get(op, "the registered operator through torch's dispatcher"
+                          if op.startswith("torch.ops") else "autotune_runtime over the C ABI")
         print(json.dumps({"name": "python_call_us", "op": op, "value": round(med, 2),
                           "unit": "us", "notes": f"median host time of a warm call ({notes})"}))
         print(json.dumps({"name": "python_call_p99_us", "op": op, "value": round(p99, 2),

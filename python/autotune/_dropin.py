@@ -1,0 +1,267 @@
+"""Entry points with the names, arguments and defaults of the libraries PyTorch models
+already call, so that switching is a change of import:
+
+    from causal_conv1d import causal_conv1d_fn                           # causal-conv1d
+    from mamba_ssm.ops.selective_scan_interface import selective_scan_fn # mamba-ssm
+    from flash_attn import flash_attn_func                               # flash-attn 2
+becomes
+    from autotune import causal_conv1d_fn, selective_scan_fn, flash_attn_func
+
+Each makes the copies its peer makes for layouts the kernels do not read (a strided
+last dimension, channel-last conv input, ...), then calls the registered operator
+(torch.ops.autotune.*). Eagerly, on plain CUDA tensors, the operator's implementation is
+called directly, skipping the dispatcher's round trip; under torch.compile (and for
+tensor subclasses) the call goes through torch.ops, so the graph holds the operator.
+
+Forward only: when autograd would record the call (grad mode on and an input requiring
+grad), the result carries a node whose backward raises NotImplementedError. What the
+peers do and autotune does not is refused by name (NotImplementedError), never ignored.
+"""
+import torch
+
+from . import _ops
+
+_is_compiling = torch.compiler.is_compiling
+_grad_enabled = torch.is_grad_enabled
+_Tensor = torch.Tensor
+_CONV = torch.ops.autotune.causal_conv1d.default
+_CONV_STATES = torch.ops.autotune.causal_conv1d_with_states.default
+_SCAN = torch.ops.autotune.selective_scan.default
+_SCAN_STATE = torch.ops.autotune.selective_scan_with_state.default
+_ATTN = torch.ops.autotune.attention.default
+_ATTN_LSE = torch.ops.autotune.attention_with_lse.default
+
+_ACTIVATIONS = (None, "silu", "swish")
+_NO_WINDOW = (-1, -1)
+
+
+class _ForwardOnly(torch.autograd.Function):
+    """fn(*args) recorded by autograd with a backward that refuses."""
+
+    @staticmethod
+    def forward(ctx, name, fn, *args):
+        ctx.name = name
+        return fn(*args)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise NotImplementedError(
+            f"autotune.{ctx.name} is forward-only: it has no backward. Run inference under "
+            "torch.no_grad() or torch.inference_mode(); train with the original library")
+
+
+# ---- causal-conv1d ----------------------------------------------------------------------------
+def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None,
+                     return_final_states=False, final_states_out=None, activation=None):
+    """causal-conv1d's causal_conv1d_fn.
+
+    x: (batch, dim, seqlen), fp32/fp16/bf16; any batch and channel strides (a view of a
+        packed projection is read in place). Channel-last x (x.stride(1) == 1) and any x
+        with x.stride(2) != 1 is first copied to a contiguous tensor.
+    weight: (dim, width), width 2..4, fp32/fp16/bf16 (x's dtype or another one).
+    bias: (dim,), weight's dtype.
+    seq_idx: not implemented (NotImplementedError).
+    initial_states: (batch, dim, width - 1), x's dtype, any layout (copied when not
+        contiguous); unlike causal-conv1d, channel-first x may have them too.
+    return_final_states: also return the last width - 1 inputs, (batch, dim, width - 1),
+        x's dtype; written into final_states_out when given (x's dtype and that shape).
+    activation: None, "silu" or "swish".
+
+    out: (batch, dim, seqlen), x's dtype, contiguous (also for channel-last x).
+    """
+    if activation not in _ACTIVATIONS:
+        raise NotImplementedError("activation must be None, silu, or swish")
+    if seq_idx is not None:
+        raise NotImplementedError(
+            "autotune.causal_conv1d_fn: seq_idx (packed sequences, as Mamba-2 uses) is not "
+            "implemented; call it once per sequence, or use causal-conv1d for packed batches")
+    silu = activation is not None
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    if not weight.is_contiguous():
+        weight = weight.contiguous()
+    if bias is not None and not bias.is_contiguous():
+        bias = bias.contiguous()
+    if initial_states is not None and not initial_states.is_contiguous():
+        initial_states = initial_states.contiguous()
+    eager = type(x) is _Tensor and not _is_compiling()
+    if return_final_states:
+        fn = _ops.causal_conv1d_with_states if eager else _CONV_STATES
+    else:
+        fn = _ops.causal_conv1d if eager else _CONV
+    if _grad_enabled() and (x.requires_grad or weight.requires_grad or
+                            (bias is not None and bias.requires_grad) or
+                            (initial_states is not None and initial_states.requires_grad)):
+        result = _ForwardOnly.apply("causal_conv1d_fn", fn, x, weight, bias, initial_states,
+                                    silu)
+    else:
+        result = fn(x, weight, bias, initial_states, silu)
+    if not return_final_states:
+        return result
+    out, final = result
+    if final_states_out is not None:
+        if (final_states_out.dtype != final.dtype or final_states_out.shape != final.shape or
+                final_states_out.device != final.device):
+            raise ValueError(
+                f"autotune.causal_conv1d_fn: final_states_out must be {list(final.shape)} "
+                f"(batch, dim, width - 1) {final.dtype} on {final.device}, not "
+                f"{list(final_states_out.shape)} {final_states_out.dtype} on "
+                f"{final_states_out.device}")
+        final_states_out.copy_(final)
+        final = final_states_out
+    return out, final
+
+
+# ---- mamba-ssm ------------------------------------------------------------------------------
+def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
+                      return_last_state=False, cu_seqlens=None):
+    """mamba-ssm's selective_scan_fn (Mamba-1).
+
+    u, delta, z: (batch, dim, seqlen), fp32/fp16/bf16 (one dtype); any batch and channel
+        strides; a strided last dimension is copied first (as mamba-ssm does).
+    A: (dim, dstate) fp32, dstate <= 64. Complex A is refused (TypeError naming A).
+    B, C: (dim, dstate) fp32 (fixed), (batch, dstate, seqlen) or (batch, groups, dstate,
+        seqlen) in u's dtype (variable). Both fixed or both variable: one of each is
+        refused by the library (an error naming the argument).
+    D, delta_bias: (dim,) fp32.
+    cu_seqlens (newer mamba-ssm): not implemented (NotImplementedError).
+
+    out: (batch, dim, seqlen), u's dtype, y * silu(z) when z is given; with
+    return_last_state also last_state (batch, dim, dstate) fp32.
+    """
+    if cu_seqlens is not None:
+        raise NotImplementedError(
+            "autotune.selective_scan_fn: cu_seqlens (variable-length packed sequences) is not "
+            "implemented")
+    if u.stride(-1) != 1:
+        u = u.contiguous()
+    if delta.stride(-1) != 1:
+        delta = delta.contiguous()
+    if not A.is_contiguous():
+        A = A.contiguous()
+    if B.stride(-1) != 1:
+        B = B.contiguous()
+    if C.stride(-1) != 1:
+        C = C.contiguous()
+    if D is not None and not D.is_contiguous():
+        D = D.contiguous()
+    if z is not None and z.stride(-1) != 1:
+        z = z.contiguous()
+    delta_softplus = bool(delta_softplus)
+    eager = type(u) is _Tensor and not _is_compiling()
+    if return_last_state:
+        fn = _ops.selective_scan_with_state if eager else _SCAN_STATE
+    else:
+        fn = _ops.selective_scan if eager else _SCAN
+    if _grad_enabled() and (u.requires_grad or delta.requires_grad or A.requires_grad or
+                            B.requires_grad or C.requires_grad or
+                            (D is not None and D.requires_grad) or
+                            (z is not None and z.requires_grad) or
+                            (delta_bias is not None and delta_bias.requires_grad)):
+        return _ForwardOnly.apply("selective_scan_fn", fn, u, delta, A, B, C, D, z, delta_bias,
+                                  delta_softplus)
+    return fn(u, delta, A, B, C, D, z, delta_bias, delta_softplus)
+
+
+# ---- flash-attn 2 ---------------------------------------------------------------------------
+def _features(name, dropout_p, causal, window_size, softcap, alibi_slopes, keys):
+    """causal as the kernels take it, after refusing what they do not do. keys: the
+    tensor whose dimension 1 is seqlen_k."""
+    if dropout_p != 0.0:
+        raise NotImplementedError(
+            f"autotune.{name}: dropout_p={dropout_p}: attention dropout is not supported "
+            "(forward-only kernels, for inference); pass dropout_p=0.0")
+    if softcap > 0.0:
+        raise NotImplementedError(f"autotune.{name}: softcap={softcap}: logit soft-capping is "
+                                  "not supported yet; pass softcap=0.0")
+    if alibi_slopes is not None:
+        raise NotImplementedError(f"autotune.{name}: alibi_slopes: ALiBi is not supported yet")
+    if window_size is not _NO_WINDOW and tuple(window_size) != _NO_WINDOW:
+        # flash-attn's reading: a side at least seqlen_k long is unbounded; causal bounds
+        # the right side at 0; (unbounded, 0) is causal.
+        given = tuple(int(w) for w in window_size)
+        seqlen_k = keys.shape[1]
+        left, right = given
+        left = -1 if left >= seqlen_k else left
+        right = 0 if causal else (-1 if right >= seqlen_k else right)
+        if left >= 0 or right > 0:
+            raise NotImplementedError(
+                f"autotune.{name}: window_size={given}: sliding-window (local) attention is "
+                "not supported yet; pass window_size=(-1, -1)")
+        causal = right == 0
+    return causal
+
+
+def _attend(name, q, k, v, softmax_scale, causal, return_attn_probs):
+    causal = bool(causal)
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    if k.stride(-1) != 1:
+        k = k.contiguous()
+    if v.stride(-1) != 1:
+        v = v.contiguous()
+    eager = type(q) is _Tensor and not _is_compiling()
+    if return_attn_probs:
+        fn = _ops.attention_with_lse if eager else _ATTN_LSE
+    else:
+        fn = _ops.attention if eager else _ATTN
+    if _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        result = _ForwardOnly.apply(name, fn, q, k, v, causal, softmax_scale)
+    else:
+        result = fn(q, k, v, causal, softmax_scale)
+    if not return_attn_probs:
+        return result
+    out, lse = result
+    # flash-attn returns S_dmask only with dropout; without it, an empty tensor.
+    return out, lse, q.new_empty((0,))
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
+                    window_size=_NO_WINDOW, softcap=0.0, alibi_slopes=None, deterministic=False,
+                    return_attn_probs=False):
+    """flash-attn 2's flash_attn_func.
+
+    q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim),
+    fp16/bf16 (one dtype), nheads a multiple of nheads_k (MQA/GQA); headdim 64, 128 or
+    256 (the kernels built); any batch/seq/head strides (multiples of 8 elements).
+    causal: bottom-right aligned when seqlen_q != seqlen_k (a row that sees no key is 0).
+    softmax_scale: None is 1/sqrt(headdim). deterministic: accepted (the forward pass is
+    deterministic). dropout_p != 0, window_size other than unbounded, softcap > 0 and
+    alibi_slopes raise NotImplementedError naming the argument.
+
+    out: (batch, seqlen_q, nheads, headdim); with return_attn_probs, (out, softmax_lse
+    (batch, nheads, seqlen_q) fp32, S_dmask) where S_dmask is empty, as flash-attn returns
+    it without dropout.
+    """
+    causal = _features("flash_attn_func", dropout_p, causal, window_size, softcap,
+                       alibi_slopes, k)
+    return _attend("flash_attn_func", q, k, v, softmax_scale, causal, return_attn_probs)
+
+
+def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False,
+                              window_size=_NO_WINDOW, softcap=0.0, alibi_slopes=None,
+                              deterministic=False, return_attn_probs=False):
+    """flash-attn 2's flash_attn_qkvpacked_func: qkv (batch, seqlen, 3, nheads, headdim),
+    read in place (q, k and v are views of it); otherwise as flash_attn_func."""
+    if qkv.dim() != 5 or qkv.shape[2] != 3:
+        raise ValueError("autotune.flash_attn_qkvpacked_func: qkv must be (batch, seqlen, 3, "
+                         f"nheads, headdim), not {list(qkv.shape)}")
+    causal = _features("flash_attn_qkvpacked_func", dropout_p, causal, window_size, softcap,
+                       alibi_slopes, qkv)
+    q, k, v = qkv.unbind(2)
+    return _attend("flash_attn_qkvpacked_func", q, k, v, softmax_scale, causal,
+                   return_attn_probs)
+
+
+def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False,
+                             window_size=_NO_WINDOW, softcap=0.0, alibi_slopes=None,
+                             deterministic=False, return_attn_probs=False):
+    """flash-attn 2's flash_attn_kvpacked_func: q (batch, seqlen_q, nheads, headdim), kv
+    (batch, seqlen_k, 2, nheads_k, headdim), read in place; otherwise as flash_attn_func."""
+    if kv.dim() != 5 or kv.shape[2] != 2:
+        raise ValueError("autotune.flash_attn_kvpacked_func: kv must be (batch, seqlen_k, 2, "
+                         f"nheads_k, headdim), not {list(kv.shape)}")
+    causal = _features("flash_attn_kvpacked_func", dropout_p, causal, window_size, softcap,
+                       alibi_slopes, kv)
+    k, v = kv.unbind(2)
+    return _attend("flash_attn_kvpacked_func", q, k, v, softmax_scale, causal, return_attn_probs)

@@ -1,0 +1,347 @@
+"""ctypes bindings of libautotune.so's C ABI (runtime/dispatch/autotune.h). Nothing is
+compiled against torch and nothing is JIT-compiled in Python: a call packs each tensor
+as (pointer, dtype, shape, strides) into the op's args struct and the library checks
+every one of them before anything launches. Kernels run on torch's current stream in
+the device's primary CUDA context (the one torch uses).
+
+    from autotune import Runtime            # or: import autotune_runtime (runtime/python)
+    rt = Runtime()                          # libautotune.so found as autotune._library says
+    out = rt.causal_conv1d(x, weight, bias, silu=True)
+    o = rt.attention(q, k, v, causal=True)  # [B, S, H, D] or layout="bhsd"
+    y = rt.selective_scan(u, delta, A, B, C, D=D, z=z, delta_bias=bias)
+
+The args structs' layouts come from the library itself (autotune_describe_args), so
+this file holds no copy of the C header to keep in step. torch is imported lazily: the
+module loads (and describes the library) without it.
+"""
+import ctypes
+import struct
+import threading
+
+from . import _library
+
+AUTOTUNE_FP32, AUTOTUNE_FP16, AUTOTUNE_BF16 = 0, 1, 2
+MAX_DIMS = 4
+OPS = ("causal_conv1d", "attention", "selective_scan")
+
+# struct-module codes of each field kind of autotune_describe_args (native alignment).
+_KIND_FORMAT = {"tensor": "Pii4q4q", "i32": "i", "f64": "d", "ptr": "P", "u64": "Q"}
+_ABSENT = (0, 0, 0) + (0,) * (2 * MAX_DIMS)
+_PAD = [(0,) * (MAX_DIMS - n) for n in range(MAX_DIMS + 1)]
+
+
+class AutotuneError(RuntimeError):
+    """A call the library refused (the message names the argument) or a runtime failure.
+    status: the C ABI's autotune_status (1 invalid argument, 2 no device, 3 CUDA, 4
+    database, 5 not tuned, 6 internal)."""
+
+    def __init__(self, status, message):
+        super().__init__(f"{message} (status {status})")
+        self.status = status
+
+
+class ArgsLayout:
+    """An op's args struct as the library describes it: field names and kinds in
+    order, a struct.Struct that packs them, and the size of the C struct."""
+
+    def __init__(self, text):
+        self.fields, self.rules = [], []
+        lines = iter(text.splitlines())
+        for line in lines:
+            name, kind_or_size, *rest = line.split()
+            if name == "size":
+                self.size = int(kind_or_size)
+                break
+            self.fields.append((name, kind_or_size, int(rest[0])))
+        next(lines)  # "rules"
+        self.rules = list(lines)
+        fmt = "@"
+        for name, kind, offset in self.fields:
+            # Native alignment pads before each item as C does: the field starts where
+            # its first item lands.
+            first = _KIND_FORMAT[kind][0]
+            if struct.calcsize(fmt + first) - struct.calcsize(first) != offset:
+                raise RuntimeError(f"autotune: field {name} is not at offset {offset} here")
+            fmt += _KIND_FORMAT[kind]
+        if struct.calcsize(fmt) > self.size:
+            raise RuntimeError("autotune: the described fields overrun the struct")
+        self.struct = struct.Struct(fmt)
+        self.offsets = {name: offset for name, _, offset in self.fields}
+
+
+_CODES = {}
+
+
+def _codes():
+    import torch
+    _CODES.update({torch.float32: AUTOTUNE_FP32, torch.float16: AUTOTUNE_FP16,
+                   torch.bfloat16: AUTOTUNE_BF16})
+
+
+def dtype_code(dtype, what="tensor"):
+    code = _CODES.get(dtype)
+    if code is None:
+        if getattr(dtype, "is_complex", False):
+            raise TypeError(f"autotune: {what} is complex ({dtype}); autotune's kernels are "
+                            "real-valued (float32, float16 or bfloat16)")
+        _codes()
+        code = _CODES.get(dtype)
+        if code is None:
+            raise TypeError(f"autotune: {what} has dtype {dtype}; expected float32, float16 "
+                            "or bfloat16")
+    return code
+
+
+def tensor_fields(t, what="tensor"):
+    """The autotune_tensor fields of a torch tensor (None: absent)."""
+    if t is None:
+        return _ABSENT
+    try:
+        shape = t.shape
+        ptr = t.data_ptr()
+    except AttributeError:
+        raise TypeError(f"autotune: {what} must be a torch.Tensor, not "
+                        f"{type(t).__name__}") from None
+    n = len(shape)
+    if n > MAX_DIMS or n == 0 or not ptr:
+        _refuse_fields(t, what, n)
+    pad = _PAD[n]
+    return (ptr, dtype_code(t.dtype, what), n, *shape, *pad, *t.stride(), *pad)
+
+
+def _refuse_fields(t, what, n):
+    if n > MAX_DIMS or n == 0:
+        raise ValueError(f"autotune: {what} has {n} dimensions (1 to {MAX_DIMS})")
+    # A null pointer would read as an absent optional tensor: refuse it instead.
+    raise ValueError(f"autotune: {what} has no data (an empty or meta tensor: shape "
+                     f"{list(t.shape)}, device {t.device})")
+
+
+def attention_fields(t, what, bhsd=False):
+    """The autotune_tensor fields of q, k, v or o indexed [B, H, S, D]: a [B, S, H, D]
+    tensor (bhsd False) is passed with its dimensions 1 and 2 swapped, no view made."""
+    if t is None or bhsd:
+        return tensor_fields(t, what)
+    try:
+        shape = t.shape
+        ptr = t.data_ptr()
+    except AttributeError:
+        raise TypeError(f"autotune: {what} must be a torch.Tensor, not "
+                        f"{type(t).__name__}") from None
+    if len(shape) != 4 or not ptr:
+        if len(shape) == 4:
+            _refuse_fields(t, what, 4)
+        raise ValueError(f"autotune: {what} must be [batch, seqlen, heads, headdim], not "
+                         f"{list(shape)}")
+    b, s, h, d = shape
+    sb, ss, sh, sd = t.stride()
+    return (ptr, dtype_code(t.dtype, what), 4, b, h, s, d, sb, sh, ss, sd)
+
+
+def _current_stream(t):
+    """The raw CUstream of torch's current stream on t's device (None for CPU tensors:
+    the library then refuses the tensor itself)."""
+    if not t.is_cuda:
+        return None
+    import torch
+    return torch._C._cuda_getCurrentRawStream(t.device.index)
+
+
+class Library:
+    """libautotune.so loaded, with its functions' argument types set and the three args
+    layouts read from the library's own description. Shared by every Runtime of a
+    process that loads the same file."""
+
+    _loaded = {}
+    _lock = threading.Lock()
+
+    @classmethod
+    def load(cls, path=None):
+        path = path or _library.find()
+        with cls._lock:
+            lib = cls._loaded.get(path)
+            if lib is None:
+                lib = cls._loaded[path] = cls(path)
+            return lib
+
+    def __init__(self, path):
+        self.path = path
+        self.dll = lib = ctypes.CDLL(path)
+        vp, u64 = ctypes.c_void_p, ctypes.c_uint64
+        lib.autotune_runtime_create.argtypes = [ctypes.c_char_p, ctypes.c_int,
+                                                ctypes.POINTER(vp)]
+        lib.autotune_runtime_create_with_policy.argtypes = [
+            ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(vp)]
+        lib.autotune_runtime_destroy.argtypes = [vp]
+        lib.autotune_runtime_destroy.restype = None
+        lib.autotune_last_error.restype = ctypes.c_char_p
+        lib.autotune_describe_args.argtypes = [ctypes.c_char_p, ctypes.c_char_p, u64]
+        self.layouts = {}
+        for op in OPS:
+            text = ctypes.create_string_buffer(4096)
+            self.check(lib.autotune_describe_args(op.encode(), text, len(text)))
+            self.layouts[op] = ArgsLayout(text.value.decode())
+            getattr(lib, f"autotune_{op}").argtypes = [vp, vp, vp]
+            getattr(lib, f"autotune_{op}_variant").argtypes = [vp, vp, ctypes.c_char_p, u64]
+        lib.autotune_attention_workspace_size.argtypes = [vp, vp, ctypes.POINTER(u64)]
+
+    def check(self, status):
+        if status != 0:
+            raise AutotuneError(status, self.dll.autotune_last_error().decode())
+
+
+class Runtime:
+    """One runtime of the C ABI: the tuning database (path, else $AUTOTUNE_DB, else the
+    default path) opened read-only, on GPU 0 (the C ABI's autotune_runtime_create*
+    take no device)."""
+
+    def __init__(self, library=None, database=None, require_tuned=False, policy=None):
+        """library: path of libautotune.so (None: found as autotune._library says).
+        policy, for shapes with no tuned winner: "nearest" (the default), "default",
+        "error" (the same as require_tuned) or "pin:CONFIG"."""
+        self.library = Library.load(library)
+        self.lib = lib = self.library.dll
+        self.layouts = self.library.layouts
+        self._local = threading.local()
+        self.workspaces = {}  # (device, bytes) -> zero-filled tensor, kept for later calls
+        self._workspace_need = {}  # a call's signature -> the workspace bytes it needs
+        self.handle = ctypes.c_void_p()
+        policy = policy or ("error" if require_tuned else "nearest")
+        self.policy = policy
+        self.database = database
+        self.check(lib.autotune_runtime_create_with_policy(
+            database.encode() if database else None, policy.encode(), ctypes.byref(self.handle)))
+
+    def check(self, status):
+        if status != 0:
+            raise AutotuneError(status, self.lib.autotune_last_error().decode())
+
+    def __del__(self):
+        if getattr(self, "handle", None):
+            self.lib.autotune_runtime_destroy(self.handle)
+            self.handle = None
+
+    def pack(self, op, *values):
+        """A new args struct of op (a ctypes buffer) holding values in the described
+        field order."""
+        layout = self.layouts[op]
+        buf = ctypes.create_string_buffer(layout.size)
+        layout.struct.pack_into(buf, 0, *values)
+        return buf
+
+    def _pack_call(self, op, *values):
+        """The args struct of a call about to launch: this thread's buffer for op, reused
+        by its next call (a warm call allocates nothing here)."""
+        buffers = getattr(self._local, "buffers", None)
+        if buffers is None:
+            buffers = self._local.buffers = {name: ctypes.create_string_buffer(layout.size)
+                                             for name, layout in self.layouts.items()}
+        buf = buffers[op]
+        self.layouts[op].struct.pack_into(buf, 0, *values)
+        return buf
+
+    stream = staticmethod(_current_stream)
+
+    def variant(self, op, args):
+        """'SOURCE VARIANT' of what a call of op with args runs (SOURCE: tuned,
+        nearest PROBLEM, default, pinned)."""
+        buf = ctypes.create_string_buffer(512)
+        self.check(getattr(self.lib, f"autotune_{op}_variant")(self.handle, args, buf, len(buf)))
+        return buf.value.decode()
+
+    # ---- causal_conv1d ----------------------------------------------------------------
+    def causal_conv1d_args(self, x, weight, bias=None, out=None, silu=True,
+                           initial_states=None, final_states=None, _pack=None):
+        """The C struct for a call: x/out [B, C, L] (contiguous last dimension), weight
+        [C, W], bias [C], states [B, C, W-1]."""
+        return (_pack or self.pack)(
+            "causal_conv1d", *tensor_fields(x, "x"), *tensor_fields(weight, "weight"),
+            *tensor_fields(bias, "bias"), *tensor_fields(initial_states, "initial_states"),
+            *tensor_fields(out, "out"), *tensor_fields(final_states, "final_states"), int(silu))
+
+    def causal_conv1d(self, x, weight, bias=None, silu=True, initial_states=None,
+                      final_states=None, out=None):
+        import torch
+        if out is None:
+            out = torch.empty_like(x, memory_format=torch.contiguous_format)
+        args = self.causal_conv1d_args(x, weight, bias, out, silu, initial_states, final_states,
+                                       self._pack_call)
+        self.check(self.lib.autotune_causal_conv1d(self.handle, args, self.stream(x)))
+        return out
+
+    def causal_conv1d_variant(self, args):
+        return self.variant("causal_conv1d", args)
+
+    # ---- attention ----------------------------------------------------------------------
+    def attention_args(self, q, k, v, o, lse=None, causal=False, scale=None, layout="bshd",
+                       workspace=None, workspace_bytes=0, _pack=None):
+        """The C struct for a call. q, o: [B, Sq, Hq, D] (layout "bshd") or [B, Hq, Sq, D]
+        ("bhsd"); k, v likewise with Hkv; any strides with a contiguous last dimension.
+        lse: fp32 [B, Hq, Sq] contiguous or None."""
+        if layout not in ("bshd", "bhsd"):
+            raise ValueError(f"autotune: layout must be 'bshd' or 'bhsd', not {layout!r}")
+        bhsd = layout == "bhsd"
+        return (_pack or self.pack)(
+            "attention", *attention_fields(q, "q", bhsd), *attention_fields(k, "k", bhsd),
+            *attention_fields(v, "v", bhsd), *attention_fields(o, "o", bhsd),
+            *tensor_fields(lse, "lse"), int(causal), float(scale or 0.0), workspace or 0,
+            workspace_bytes)
+
+    def attention(self, q, k, v, causal=False, scale=None, layout="bshd", return_lse=False,
+                  out=None):
+        """softmax(scale Q K^T + mask) V (scale None: 1/sqrt(D)); with return_lse, also the
+        fp32 log-sum-exp [B, Hq, Sq]. A split-KV variant's workspace is allocated,
+        zero-filled and kept by this object."""
+        import torch
+        if out is None:
+            out = torch.empty_like(q, memory_format=torch.contiguous_format)
+        lse = None
+        if return_lse:
+            B, Hq, Sq = (q.shape[0], q.shape[1], q.shape[2]) if layout == "bhsd" else \
+                (q.shape[0], q.shape[2], q.shape[1])
+            lse = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
+        args = self.attention_args(q, k, v, out, lse, causal, scale, layout, _pack=self._pack_call)
+        # The workspace a split-KV variant needs, asked once per signature.
+        key = (q.shape, k.shape, q.stride(), q.dtype, q.device, bool(causal), return_lse, layout)
+        need = self._workspace_need.get(key)
+        if need is None:
+            n = ctypes.c_uint64()
+            self.check(self.lib.autotune_attention_workspace_size(self.handle, args,
+                                                                  ctypes.byref(n)))
+            need = self._workspace_need[key] = n.value
+        if need:
+            wkey = (q.device, need)
+            if wkey not in self.workspaces:
+                self.workspaces[wkey] = torch.zeros(need, device=q.device, dtype=torch.uint8)
+            args = self.attention_args(q, k, v, out, lse, causal, scale, layout,
+                                       self.workspaces[wkey].data_ptr(), need, self._pack_call)
+        self.check(self.lib.autotune_attention(self.handle, args, self.stream(q)))
+        return (out, lse) if return_lse else out
+
+    # ---- selective_scan -----------------------------------------------------------------
+    def selective_scan_args(self, u, delta, A, B, C, out, D=None, z=None, delta_bias=None,
+                            delta_softplus=True, last_state=None, _pack=None):
+        """The C struct for a call. u, delta, z, out: [B, D, L] (contiguous last dim); A fp32
+        [D, N]; B, C: [B, N, L] or [B, G, N, L] of u's dtype (variable) or fp32 [D, N]
+        (fixed)."""
+        return (_pack or self.pack)(
+            "selective_scan", *tensor_fields(u, "u"), *tensor_fields(delta, "delta"),
+            *tensor_fields(A, "A"), *tensor_fields(B, "B"), *tensor_fields(C, "C"),
+            *tensor_fields(D, "D"), *tensor_fields(z, "z"),
+            *tensor_fields(delta_bias, "delta_bias"), *tensor_fields(out, "out"),
+            *tensor_fields(last_state, "last_state"), int(delta_softplus))
+
+    def selective_scan(self, u, delta, A, B, C, D=None, z=None, delta_bias=None,
+                       delta_softplus=True, return_last_state=False, out=None):
+        """Mamba-1 selective scan forward; with return_last_state also h_L fp32 [B, D, N]."""
+        import torch
+        if out is None:
+            out = torch.empty_like(u, memory_format=torch.contiguous_format)
+        last = None
+        if return_last_state:
+            last = torch.empty((u.shape[0], u.shape[1], A.shape[1]), device=u.device,
+                               dtype=torch.float32)
+        args = self.selective_scan_args(u, delta, A, B, C, out, D, z, delta_bias,
+                                        delta_softplus, last, self._pack_call)
+        self.check(self.lib.autotune_selective_scan(self.handle, args, self.stream(u)))
+        return (out, last) if return_last_state else out

@@ -1,0 +1,966 @@
+"""The GPU checks of the autotune Python package (run by run_gpu.py and by pytest through
+test_gpu.py; torch and a CUDA GPU needed):
+
+- conformance: the peers' own forward test grids for what autotune supports, with their
+  parameter lists, inputs and pass criteria, against float32 references written here
+  (causal-conv1d tests/test_causal_conv1d.py::test_causal_conv1d, mamba-ssm
+  tests/ops/test_selective_scan.py::test_selective_scan, flash-attn
+  tests/test_flash_attn.py::test_flash_attn_output and ::test_flash_attn_qkvpacked);
+- the registered operators: torch.library.opcheck (schema, fake implementation against
+  the real one, AOT dispatch with dynamic shapes), torch.compile(fullgraph=True) with
+  inductor and with dynamic shapes, CUDA graph capture and replay;
+- the drop-ins' behaviour (peer layouts, refusals by name, forward-only autograd);
+- the bad-input suite: every mistake issue 16 lists, each to end in an exception with a
+  healthy CUDA context and unchanged inputs.
+"""
+import math
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+
+import autotune  # noqa: E402
+from harness import ContextLost, judge_bad_input, run_grid  # noqa: E402
+
+DEV = "cuda"
+OPS = None  # torch.ops.autotune, once setup() ran
+
+
+def setup(lib=None, db=None, policy=None):
+    """Point the package at a library / database / policy, keep the references exact."""
+    global OPS
+    if lib:
+        os.environ["AUTOTUNE_LIBRARY"] = os.path.abspath(lib)
+    if db:
+        autotune.set_database(db)
+    if policy:
+        autotune.set_policy(policy)
+    # float32 references in full float32 (no TF32 in matmuls or cuDNN convolutions).
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    OPS = torch.ops.autotune
+
+
+def health():
+    try:
+        torch.cuda.synchronize()
+        torch.ones(8, device=DEV).sum().item()
+    except Exception as e:  # noqa: BLE001
+        raise ContextLost(f"{type(e).__name__}: {e}") from e
+
+
+def product(**lists):
+    cases = [{}]
+    for name, values in lists.items():
+        cases = [dict(c, **{name: v}) for c in cases for v in values]
+    return cases
+
+
+# =====================================================================================
+# causal-conv1d: tests/test_causal_conv1d.py::test_causal_conv1d
+# =====================================================================================
+def conv_ref(x, weight, bias=None, initial_states=None, return_final_states=False,
+             activation=None):
+    """causal-conv1d's causal_conv1d_ref: computed in weight's dtype (fp32 in the grid)."""
+    dtype_in = x.dtype
+    x = x.to(weight.dtype)
+    seqlen = x.shape[-1]
+    dim, width = weight.shape
+    if initial_states is None:
+        out = F.conv1d(x, weight.unsqueeze(1), bias, padding=width - 1, groups=dim)
+    else:
+        x = torch.cat([initial_states.to(weight.dtype), x], dim=-1)
+        out = F.conv1d(x, weight.unsqueeze(1), bias, padding=0, groups=dim)
+    out = out[..., :seqlen]
+    final = F.pad(x, (width - 1 - x.shape[-1], 0)).to(dtype_in) if return_final_states else None
+    out = (out if activation is None else F.silu(out)).to(dtype_in)
+    return out, final
+
+
+CONV_GRID = dict(
+    return_final_states=[False, True], has_initial_states=[False, True],
+    channel_last=[False, True], itype=[torch.float32, torch.float16, torch.bfloat16],
+    silu_activation=[False, True], has_bias=[False, True], width=[2, 3, 4],
+    seqlen=[1, 2, 8, 16, 32, 64, 128, 129, 130, 151, 256, 372, 512, 784, 1024, 1134, 2048,
+            4096],
+    dim=[64, 4096 + 32])
+
+
+def conv_cases():
+    # The peer skips channel-first x with initial or final states.
+    return [c for c in product(**CONV_GRID)
+            if c["channel_last"] or not (c["has_initial_states"] or c["return_final_states"])]
+
+
+def conv_run(c):
+    itype, dim, seqlen, width = c["itype"], c["dim"], c["seqlen"], c["width"]
+    rtol, atol = (3e-4, 1e-3) if itype == torch.float32 else (3e-3, 5e-3)
+    if itype == torch.bfloat16:
+        rtol, atol = 1e-2, 5e-2
+    torch.random.manual_seed(0)
+    batch = 2
+    if not c["channel_last"]:
+        x = torch.randn(batch, 4096 + dim + 64, seqlen, device=DEV,
+                        dtype=itype)[:, 4096:4096 + dim, :]
+    else:
+        x = torch.randn(batch, seqlen, 4096 + dim + 64, device=DEV,
+                        dtype=itype)[:, :, 4096:4096 + dim].transpose(1, 2)
+    weight = torch.randn(dim, width, device=DEV, dtype=torch.float32)
+    bias = torch.randn(dim, device=DEV, dtype=torch.float32) if c["has_bias"] else None
+    initial_states = (torch.randn(batch, width - 1, dim, device=DEV, dtype=itype).transpose(1, 2)
+                      if c["has_initial_states"] else None)
+    activation = "silu" if c["silu_activation"] else None
+    rfs = c["return_final_states"]
+    out = autotune.causal_conv1d_fn(x, weight, bias, initial_states=initial_states,
+                                    return_final_states=rfs, activation=activation)
+    out_ref, final_ref = conv_ref(x, weight, bias, initial_states, rfs, activation)
+    if rfs:
+        out, final = out
+        if not torch.allclose(final, final_ref, rtol=rtol, atol=atol):
+            return False, f"final states max diff {(final - final_ref).abs().max().item():.3g}"
+    if not torch.allclose(out, out_ref, rtol=rtol, atol=atol):
+        return False, f"output max diff {(out.float() - out_ref.float()).abs().max().item():.3g}"
+    return True, ""
+
+
+def conv_key(c):
+    # Channel-last x is copied to channel-first: both share a compiled problem.
+    return tuple(v for k, v in sorted(c.items()) if k != "channel_last")
+
+
+# =====================================================================================
+# mamba-ssm: tests/ops/test_selective_scan.py::test_selective_scan
+# =====================================================================================
+def scan_ref(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
+             return_last_state=False):
+    """mamba-ssm's selective_scan_ref (real A), in float32."""
+    dtype_in = u.dtype
+    u = u.float()
+    delta = delta.float()
+    if delta_bias is not None:
+        delta = delta + delta_bias[..., None].float()
+    if delta_softplus:
+        delta = F.softplus(delta)
+    batch, dim, dstate = u.shape[0], A.shape[0], A.shape[1]
+    is_variable_B = B.dim() >= 3
+    is_variable_C = C.dim() >= 3
+    B = B.float()
+    C = C.float()
+    x = A.new_zeros((batch, dim, dstate))
+    ys = []
+    deltaA = torch.exp(torch.einsum("bdl,dn->bdln", delta, A))
+    if not is_variable_B:
+        deltaB_u = torch.einsum("bdl,dn,bdl->bdln", delta, B, u)
+    elif B.dim() == 3:
+        deltaB_u = torch.einsum("bdl,bnl,bdl->bdln", delta, B, u)
+    else:
+        B = B.repeat_interleave(dim // B.shape[1], dim=1)  # B G N L -> B (G H) N L
+        deltaB_u = torch.einsum("bdl,bdnl,bdl->bdln", delta, B, u)
+    if is_variable_C and C.dim() == 4:
+        C = C.repeat_interleave(dim // C.shape[1], dim=1)
+    last_state = None
+    for i in range(u.shape[2]):
+        x = deltaA[:, :, i] * x + deltaB_u[:, :, i]
+        if not is_variable_C:
+            y = torch.einsum("bdn,dn->bd", x, C)
+        elif C.dim() == 3:
+            y = torch.einsum("bdn,bn->bd", x, C[:, :, i])
+        else:
+            y = torch.einsum("bdn,bdn->bd", x, C[:, :, :, i])
+        if i == u.shape[2] - 1:
+            last_state = x
+        ys.append(y)
+    y = torch.stack(ys, dim=2)
+    out = y if D is None else y + u * D[:, None]
+    if z is not None:
+        out = out * F.silu(z)
+    out = out.to(dtype=dtype_in)
+    return out, last_state
+
+
+SCAN_GRID = dict(
+    wtype=[torch.float32], itype=[torch.float32, torch.float16, torch.bfloat16],
+    seqlen=[128, 256, 512, 1024, 2048, 4096], return_last_state=[True],
+    has_delta_bias=[True], delta_softplus=[True], has_z=[True], has_D=[True],
+    varBC_groups=[1, 2], is_variable_C=[True], is_variable_B=[True])
+
+# The test's commented-out parameter lists (the full space the file names).
+SCAN_GRID_FULL = dict(
+    wtype=[torch.float32, torch.complex64], itype=[torch.float32, torch.float16, torch.bfloat16],
+    seqlen=[8, 16, 32, 64, 128, 256, 372, 512, 784, 1024, 1134, 2048, 4096],
+    return_last_state=[False, True], has_delta_bias=[False, True],
+    delta_softplus=[False, True], has_z=[False, True], has_D=[False, True],
+    varBC_groups=[1, 2], is_variable_C=[False, True], is_variable_B=[False, True])
+
+
+def scan_cases(grid):
+    return [c for c in product(**grid)
+            if not (c["varBC_groups"] > 1 and (not c["is_variable_B"] or not c["is_variable_C"]))]
+
+
+def scan_unsupported(c):
+    if c["wtype"] == torch.complex64:
+        return "complex A"
+    if c["is_variable_B"] != c["is_variable_C"]:
+        return "one fixed and one variable B/C"
+    return None
+
+
+def scan_run(c):
+    itype, wtype, seqlen = c["itype"], c["wtype"], c["seqlen"]
+    rtol, atol = (6e-4, 2e-3) if itype == torch.float32 else (3e-3, 5e-3)
+    if itype == torch.bfloat16:
+        rtol, atol = 3e-2, 5e-2
+    torch.random.manual_seed(0)
+    batch_size, dim, dstate = 2, 4, 8
+    groups = c["varBC_groups"]
+    A = -0.5 * torch.rand(dim, dstate, device=DEV, dtype=wtype)
+
+    def bc(variable):
+        if not variable:
+            shape = (dim, dstate)
+        elif groups == 1:
+            shape = (batch_size, dstate, seqlen)
+        else:
+            shape = (batch_size, groups, dstate, seqlen)
+        return torch.randn(*shape, device=DEV, dtype=wtype if not variable else itype)
+
+    B = bc(c["is_variable_B"])
+    C = bc(c["is_variable_C"])
+    D = torch.randn(dim, device=DEV, dtype=torch.float32) if c["has_D"] else None
+    z = torch.randn(batch_size, dim, seqlen, device=DEV, dtype=itype) if c["has_z"] else None
+    delta_bias = (0.5 * torch.rand(dim, device=DEV, dtype=torch.float32)
+                  if c["has_delta_bias"] else None)
+    u = torch.randn(batch_size, dim, seqlen, device=DEV, dtype=itype)
+    delta = 0.5 * torch.rand(batch_size, dim, seqlen, device=DEV, dtype=itype)
+    rls = c["return_last_state"]
+    out, *rest = autotune.selective_scan_fn(u, delta, A, B, C, D, z=z, delta_bias=delta_bias,
+                                            delta_softplus=c["delta_softplus"],
+                                            return_last_state=rls) if rls else \
+        (autotune.selective_scan_fn(u, delta, A, B, C, D, z=z, delta_bias=delta_bias,
+                                    delta_softplus=c["delta_softplus"]),)
+    out_ref, state_ref = scan_ref(u, delta, A, B, C, D, z=z, delta_bias=delta_bias,
+                                  delta_softplus=c["delta_softplus"], return_last_state=rls)
+    if not torch.allclose(out, out_ref, rtol=rtol, atol=atol):
+        return False, f"output max diff {(out.float() - out_ref.float()).abs().max().item():.3g}"
+    if rls and not torch.allclose(rest[0], state_ref, rtol=rtol, atol=atol):
+        return False, f"state max diff {(rest[0] - state_ref).abs().max().item():.3g}"
+    return True, ""
+
+
+def scan_key(c):
+    return tuple(v for _, v in sorted(c.items(), key=lambda kv: kv[0]))
+
+
+# =====================================================================================
+# flash-attn: tests/test_flash_attn.py::test_flash_attn_output, ::test_flash_attn_qkvpacked
+# =====================================================================================
+def attention_ref(q, k, v, causal=False, upcast=True, reorder_ops=False):
+    """flash-attn's attention_ref without padding, bias, dropout or window (the causal
+    mask is its window (-1, 0): bottom-right aligned, rows that see no key are 0).
+    Returns the output and, for upcast, the fp32 log-sum-exp [b, h, sq] (rows without a
+    key: -inf)."""
+    dtype_og = q.dtype
+    if upcast:
+        q, k, v = q.float(), k.float(), v.float()
+    seqlen_q, seqlen_k = q.shape[1], k.shape[1]
+    g = q.shape[2] // k.shape[2]
+    k = k.repeat_interleave(g, dim=2)
+    v = v.repeat_interleave(g, dim=2)
+    d = q.shape[-1]
+    if not reorder_ops:
+        scores = torch.einsum("bthd,bshd->bhts", q / math.sqrt(d), k)
+    else:
+        scores = torch.einsum("bthd,bshd->bhts", q, k / math.sqrt(d))
+    mask = None
+    if causal:
+        row = torch.arange(seqlen_q, device=q.device)[:, None]
+        col = torch.arange(seqlen_k, device=q.device)
+        mask = col > row + seqlen_k - seqlen_q
+        scores.masked_fill_(mask, float("-inf"))
+    lse = torch.logsumexp(scores.float(), dim=-1) if upcast else None
+    attention = torch.softmax(scores, dim=-1).to(v.dtype)
+    if mask is not None:
+        attention = attention.masked_fill(torch.all(mask, dim=-1, keepdim=True), 0.0)
+    output = torch.einsum("bhts,bshd->bthd", attention, v)
+    return output.to(dtype=dtype_og), lse
+
+
+SUPPORTED_HEAD_DIMS = (64, 128, 256)  # what the attention kernels build
+
+
+def attention_unsupported(c):
+    """Each unsupported case counted once, under the first of these features."""
+    if c["d"] not in SUPPORTED_HEAD_DIMS:
+        return "head_dim"
+    if c["dropout_p"] > 0.0:
+        return "dropout"
+    if c["local"]:
+        return "local (window_size)"
+    if c["alibi"]:
+        return "alibi"
+    if c.get("softcap", 0.0) > 0.0:
+        return "softcap"
+    return None
+
+
+ATTN_OUTPUT_GRID = dict(
+    kvpacked=[True, False], dtype=[torch.float16, torch.bfloat16], mha_type=["mha", "mqa", "gqa"],
+    deterministic=[False, True], alibi=[False, True], local=[False, True], causal=[False, True],
+    d=[32, 40, 59, 64, 96, 111, 128, 160, 192, 224, 256],
+    seqlens=[(113, 203), (128, 217), (113, 211), (108, 256), (256, 512), (512, 256),
+             (1024, 1024), (1023, 1024), (1024, 1023), (2048, 2048)],
+    dropout_p=[0.0, 0.17], softcap=[0.0, 50.0])
+
+
+def attn_output_cases():
+    # The peer skips softcap with dropout.
+    return [c for c in product(**ATTN_OUTPUT_GRID)
+            if not (c["softcap"] > 0.0 and c["dropout_p"] > 0.0)]
+
+
+def _lse_ok(lse, lse_ref):
+    """Our own addition to the peer's criterion: the returned softmax_lse (flash-attn's
+    convention: natural log of the sum of exp(scale q.k)) within 1e-3 relative / 2e-3
+    absolute of the fp32 reference, on rows that see at least one key."""
+    rows = torch.isfinite(lse_ref)
+    if lse.shape != lse_ref.shape or lse.dtype != torch.float32:
+        return False, f"lse shape/dtype {tuple(lse.shape)} {lse.dtype}"
+    if not torch.allclose(lse[rows], lse_ref[rows], rtol=1e-3, atol=2e-3):
+        return False, f"lse max diff {(lse[rows] - lse_ref[rows]).abs().max().item():.3g}"
+    return True, ""
+
+
+def attn_output_run(c):
+    seqlen_q, seqlen_k = c["seqlens"]
+    d, dtype, causal = c["d"], c["dtype"], c["causal"]
+    torch.random.manual_seed(0)
+    batch_size = 4
+    nheads = 6 if c["softcap"] == 0.0 else 4
+    nheads_k = nheads if c["mha_type"] == "mha" else (1 if c["mha_type"] == "mqa" else 2)
+    q = torch.randn(batch_size, seqlen_q, nheads, d, device=DEV, dtype=dtype)
+    if c["kvpacked"]:
+        kv = torch.randn(batch_size, seqlen_k, 2, nheads_k, d, device=DEV, dtype=dtype)
+        out, lse, s_dmask = autotune.flash_attn_kvpacked_func(
+            q, kv, 0.0, causal=causal, window_size=(-1, -1), alibi_slopes=None,
+            deterministic=c["deterministic"], return_attn_probs=True)
+        k, v = kv[:, :, 0], kv[:, :, 1]
+    else:
+        k = torch.randn(batch_size, seqlen_k, nheads_k, d, device=DEV, dtype=dtype)
+        v = torch.randn(batch_size, seqlen_k, nheads_k, d, device=DEV, dtype=dtype)
+        out, lse, s_dmask = autotune.flash_attn_func(
+            q, k, v, 0.0, causal=causal, window_size=(-1, -1), alibi_slopes=None,
+            deterministic=c["deterministic"], return_attn_probs=True)
+    return _attn_judge(q, k, v, causal, out, lse, s_dmask)
+
+
+def _attn_judge(q, k, v, causal, out, lse, s_dmask):
+    out_ref, lse_ref = attention_ref(q, k, v, causal=causal)
+    out_pt, _ = attention_ref(q, k, v, causal=causal, upcast=False, reorder_ops=True)
+    err = (out - out_ref).abs().max().item()
+    err_pt = (out_pt - out_ref).abs().max().item()
+    # flash-attn's criterion: at most twice the error of PyTorch in the same dtype.
+    if not err <= 2 * err_pt:
+        return False, f"output max diff {err:.3g} > 2 x PyTorch's {err_pt:.3g}"
+    if s_dmask.numel() != 0:
+        return False, "S_dmask is not empty"
+    return _lse_ok(lse, lse_ref)
+
+
+def attn_output_key(c):
+    return (str(c["dtype"]), c["mha_type"], c["causal"], c["d"], c["seqlens"])
+
+
+ATTN_QKV_GRID = dict(
+    dtype=[torch.float16, torch.bfloat16], deterministic=[False, True], alibi=[False, True],
+    local=[False, True], causal=[False, True],
+    d=[32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 224, 256],
+    seqlen=[97, 128, 200, 384, 768, 1024, 1025, 2048], dropout_p=[0.0, 0.17])
+
+
+def attn_qkv_run(c):
+    seqlen, d, dtype, causal = c["seqlen"], c["d"], c["dtype"], c["causal"]
+    torch.random.manual_seed(0)
+    batch_size, nheads = 4, 9
+    qkv = torch.randn(batch_size, seqlen, 3, nheads, d, device=DEV, dtype=dtype)
+    out, lse, s_dmask = autotune.flash_attn_qkvpacked_func(
+        qkv, 0.0, causal=causal, window_size=(-1, -1), alibi_slopes=None,
+        deterministic=c["deterministic"], return_attn_probs=True)
+    return _attn_judge(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], causal, out, lse, s_dmask)
+
+
+def attn_qkv_key(c):
+    return (str(c["dtype"]), c["causal"], c["d"], c["seqlen"])
+
+
+# name: (op, peer test, cases, unsupported, group key, run, share of the budget, notes)
+GRIDS = {
+    "causal_conv1d": (
+        "causal_conv1d", "causal-conv1d tests/test_causal_conv1d.py::test_causal_conv1d",
+        conv_cases, lambda c: None, conv_key, conv_run, 0.20,
+        "the peer's lists (channel-first x with states skipped, as the peer skips them), "
+        "tolerances and fp32 weights; x is a channel slice of a wider tensor (channel-first) "
+        "or a transposed view (channel-last, which autotune copies); reference in float32."),
+    "selective_scan": (
+        "selective_scan", "mamba-ssm tests/ops/test_selective_scan.py::test_selective_scan",
+        lambda: scan_cases(SCAN_GRID), scan_unsupported, scan_key, scan_run, 0.20,
+        "the active parametrize lists, tolerances (rtol/atol by itype) and inputs; "
+        "reference: the peer's selective_scan_ref in float32."),
+    "selective_scan_full": (
+        "selective_scan", "mamba-ssm tests/ops/test_selective_scan.py::test_selective_scan "
+        "(the commented-out full parameter lists)",
+        lambda: scan_cases(SCAN_GRID_FULL), scan_unsupported, scan_key, scan_run, 0.10,
+        "every list the test file names (fixed B/C, no z/D/bias, softplus off, ...), "
+        "sampled."),
+    "attention_output": (
+        "attention", "flash-attn tests/test_flash_attn.py::test_flash_attn_output",
+        attn_output_cases, attention_unsupported, attn_output_key, attn_output_run, 0.32,
+        "the peer's lists (batch 4, nheads 6, nheads_k 6/1/2 for mha/mqa/gqa, kvpacked and "
+        "not); pass: the peer's criterion (max error <= 2x PyTorch's in the same dtype) and "
+        "the returned softmax_lse against the fp32 reference on rows with a key; each "
+        "unsupported case counted once under the first of head_dim (the kernels build 64, "
+        "128, 256), dropout, local, alibi, softcap."),
+    "attention_qkvpacked": (
+        "attention", "flash-attn tests/test_flash_attn.py::test_flash_attn_qkvpacked",
+        lambda: product(**ATTN_QKV_GRID), attention_unsupported, attn_qkv_key, attn_qkv_run,
+        0.18, "batch 4, nheads 9; criterion and unsupported features as test_flash_attn_output."),
+}
+
+
+def conformance(name, budget_s, seed=0):
+    op, grid, cases, unsupported, key, run, _, notes = GRIDS[name]
+    return run_grid(op, grid, cases(), unsupported, key, run, budget_s, seed=seed,
+                    health=health, notes=notes)
+
+
+# =====================================================================================
+# The registered operators: opcheck, torch.compile, CUDA graphs
+# =====================================================================================
+def _conv_inputs(B=2, C=64, L=128, W=4, dtype=torch.bfloat16):
+    x = torch.randn(B, C, L, device=DEV, dtype=dtype)
+    w = torch.randn(C, W, device=DEV, dtype=dtype) * 0.5
+    b = torch.randn(C, device=DEV, dtype=dtype) * 0.5
+    return x, w, b
+
+
+def _attn_inputs(B=2, Sq=128, Sk=128, Hq=4, Hkv=2, D=64, dtype=torch.bfloat16):
+    q = torch.randn(B, Sq, Hq, D, device=DEV, dtype=dtype)
+    k = torch.randn(B, Sk, Hkv, D, device=DEV, dtype=dtype)
+    v = torch.randn(B, Sk, Hkv, D, device=DEV, dtype=dtype)
+    return q, k, v
+
+
+def _scan_inputs(B=2, D=64, L=128, N=16, dtype=torch.bfloat16):
+    u = torch.randn(B, D, L, device=DEV, dtype=dtype)
+    delta = (torch.rand(B, D, L, device=DEV) * 0.5).to(dtype)  # stable without softplus too
+    A = -(torch.rand(D, N, device=DEV) * 1.99 + 0.01)
+    Bm = torch.randn(B, N, L, device=DEV, dtype=dtype)
+    Cm = torch.randn(B, N, L, device=DEV, dtype=dtype)
+    Dv = torch.rand(D, device=DEV) * 2 - 1
+    z = torch.randn(B, D, L, device=DEV, dtype=dtype)
+    dbias = -torch.rand(D, device=DEV)
+    return u, delta, A, Bm, Cm, Dv, z, dbias
+
+
+def check_opcheck():
+    """torch.library.opcheck on every operator: the schema (no input mutated or aliased),
+    the fake implementation against the real one (shapes, strides, dtypes), AOT dispatch
+    with dynamic shapes."""
+    x, w, b = _conv_inputs()
+    q, k, v = _attn_inputs()
+    u, delta, A, Bm, Cm, Dv, z, dbias = _scan_inputs()
+    init = torch.randn(2, 64, 3, device=DEV, dtype=torch.bfloat16)
+    xz = torch.randn(2, 128, 128, device=DEV, dtype=torch.bfloat16)  # x: a channel view
+    calls = [
+        (OPS.causal_conv1d.default, (x, w, b, None, True)),
+        (OPS.causal_conv1d.default, (xz[:, :64], w, None, None, False)),
+        (OPS.causal_conv1d_with_states.default, (x, w, b, init, True)),
+        (OPS.attention.default, (q, k, v, True, None)),
+        (OPS.attention.default, (q.transpose(1, 2).contiguous().transpose(1, 2), k, v, False,
+                                 0.1)),
+        (OPS.attention_with_lse.default, (q, k, v, False, None)),
+        (OPS.selective_scan.default, (u, delta, A, Bm, Cm, Dv, z, dbias, True)),
+        (OPS.selective_scan_with_state.default, (u, delta, A, Bm, Cm, None, None, None, False)),
+    ]
+    utils = ("test_schema", "test_faketensor", "test_aot_dispatch_dynamic")
+    for op, args in calls:
+        torch.library.opcheck(op, args, test_utils=utils)
+    return f"{len(calls)} calls"
+
+
+def _model_fn(q, k, v, x, w, b, u, delta, A, Bm, Cm, Dv, z, dbias):
+    """A small forward pass over the three drop-ins with torch ops around them."""
+    o = autotune.flash_attn_func(q * 1.0, k, v, causal=True)
+    o2, lse, _ = autotune.flash_attn_func(q, k, v, return_attn_probs=True)
+    y = autotune.causal_conv1d_fn(x, w, b, activation="silu")
+    y2, final = autotune.causal_conv1d_fn(x, w, b, return_final_states=True)
+    s = autotune.selective_scan_fn(y, delta, A, Bm, Cm, Dv, z=z, delta_bias=dbias,
+                                   delta_softplus=True)
+    s2, last = autotune.selective_scan_fn(u, delta, A, Bm, Cm, return_last_state=True)
+    return o * 2, o2, lse + 1, y2, final, s - 1, s2, last
+
+
+def _model_inputs():
+    q, k, v = _attn_inputs()
+    x, w, b = _conv_inputs()
+    u, delta, A, Bm, Cm, Dv, z, dbias = _scan_inputs()
+    return q, k, v, x, w, b, u, delta, A, Bm, Cm, Dv, z, dbias
+
+
+def _same(outs, refs, what):
+    for i, (o, r) in enumerate(zip(outs, refs)):
+        if o.shape != r.shape or o.dtype != r.dtype:
+            raise AssertionError(f"{what}: output {i} is {tuple(o.shape)} {o.dtype}, eager "
+                                 f"{tuple(r.shape)} {r.dtype}")
+        if not torch.allclose(o.float(), r.float(), rtol=1e-2, atol=1e-2):
+            raise AssertionError(f"{what}: output {i} differs from eager by "
+                                 f"{(o.float() - r.float()).abs().max().item():.3g}")
+
+
+def check_compile_graph():
+    """torch.compile(fullgraph=True): one graph, every drop-in traced to its operator."""
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    args = _model_inputs()
+    with torch.no_grad():
+        ref = _model_fn(*args)
+        out = torch.compile(_model_fn, fullgraph=True, backend=backend)(*args)
+    _same(out, ref, "fullgraph")
+    if len(seen) != 1:
+        raise AssertionError(f"{len(seen)} graphs")
+    targets = {str(n.target) for n in seen[0].graph.nodes if n.op == "call_function"}
+    wanted = {"autotune.attention.default", "autotune.attention_with_lse.default",
+              "autotune.causal_conv1d.default", "autotune.causal_conv1d_with_states.default",
+              "autotune.selective_scan.default", "autotune.selective_scan_with_state.default"}
+    missing = wanted - targets
+    if missing:
+        raise AssertionError(f"not in the graph: {sorted(missing)}; it holds {sorted(targets)}")
+    return "1 graph, 6 operators"
+
+
+def check_compile_inductor():
+    """torch.compile(fullgraph=True) with inductor (the default backend) matches eager."""
+    torch._dynamo.reset()
+    args = _model_inputs()
+    with torch.no_grad():
+        ref = _model_fn(*args)
+        fn = torch.compile(_model_fn, fullgraph=True)
+        out = fn(*args)
+        out2 = fn(*args)
+    _same(out, ref, "inductor")
+    _same(out2, ref, "inductor, second call")
+
+
+def check_compile_dynamic():
+    """fullgraph with dynamic shapes (the fake implementations under symbolic sizes):
+    two sequence lengths, one compiled graph."""
+    torch._dynamo.reset()
+    frames = []
+
+    def backend(gm, example_inputs):
+        frames.append(gm)
+        return gm.forward
+
+    def block(x, w, b, delta, A, Bm, Cm, Dv, z, dbias):
+        y = autotune.causal_conv1d_fn(x, w, b, activation="silu")
+        return autotune.selective_scan_fn(y, delta, A, Bm, Cm, Dv, z=z, delta_bias=dbias,
+                                          delta_softplus=True) * 2
+
+    fn = torch.compile(block, fullgraph=True, dynamic=True, backend=backend)
+    with torch.no_grad():
+        for L in (128, 200):
+            x, w, b = _conv_inputs(L=L)
+            u, delta, A, Bm, Cm, Dv, z, dbias = _scan_inputs(L=L)
+            _same([fn(x, w, b, delta, A, Bm, Cm, Dv, z, dbias)],
+                  [block(x, w, b, delta, A, Bm, Cm, Dv, z, dbias)], f"dynamic L={L}")
+    if len(frames) != 1:
+        raise AssertionError(f"{len(frames)} graphs for two lengths (expected 1)")
+
+
+def check_cuda_graph():
+    """Capture the drop-ins in a CUDA graph after the warm-up torch's documentation asks
+    for; replay on new input values; the results equal eager calls on those values."""
+    args = _model_inputs()
+    with torch.no_grad():
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(2):
+                _model_fn(*args)
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            static_out = _model_fn(*args)
+        for trial in range(2):
+            fresh = _model_inputs()
+            for a, f in zip(args, fresh):
+                a.copy_(f)
+            g.replay()
+            torch.cuda.synchronize()
+            _same(static_out, _model_fn(*args), f"replay {trial}")
+    return "8 outputs, 2 replays"
+
+
+def check_capture_first_call_refused():
+    """A first attention call of a new signature inside capture is refused with a message
+    asking for warm-up (nothing is allocated or compiled in the graph); the context is
+    healthy afterwards."""
+    q, k, v = _attn_inputs(Sq=96, Sk=96, D=128)  # a signature not called before
+    g = torch.cuda.CUDAGraph()
+    try:
+        with torch.no_grad(), torch.cuda.graph(g):
+            autotune.flash_attn_func(q, k, v)
+    except RuntimeError as e:
+        if "warm-up" not in str(e) and "eagerly" not in str(e):
+            raise AssertionError(f"refused, but not for the warm-up: {e}") from e
+    else:
+        raise AssertionError("a first call inside capture was accepted")
+    health()
+    with torch.no_grad():
+        out = autotune.flash_attn_func(q, k, v)
+    ref, _ = attention_ref(q, k, v)
+    if not (out - ref).abs().max().item() < 2e-2:
+        raise AssertionError("the call after the refused capture is wrong")
+
+
+# =====================================================================================
+# The drop-ins' behaviour
+# =====================================================================================
+def check_mamba_views():
+    """Mamba's layout: x and z are channel halves of one in_proj output laid out
+    [batch, channels, length] with the batch stride smaller than the channel stride; dt
+    likewise. conv and scan read them in place and match the references."""
+    torch.manual_seed(0)
+    B, D, L, N = 3, 64, 130, 16
+    hidden = torch.randn(B, L, 32, device=DEV, dtype=torch.bfloat16)
+    w_in = torch.randn(2 * D, 32, device=DEV, dtype=torch.bfloat16) / 6
+    xz = (w_in @ hidden.permute(2, 0, 1).reshape(32, B * L)).reshape(2 * D, B, L).permute(1, 0, 2)
+    x, z = xz.chunk(2, dim=1)
+    assert x.stride(0) < x.stride(1), x.stride()
+    w = torch.randn(D, 4, device=DEV, dtype=torch.bfloat16) * 0.5
+    b = torch.randn(D, device=DEV, dtype=torch.bfloat16) * 0.5
+    with torch.no_grad():
+        y = autotune.causal_conv1d_fn(x, w, b, activation="silu")
+        y_ref, _ = conv_ref(x, w.float(), b.float(), activation="silu")
+        if not torch.allclose(y, y_ref, rtol=1e-2, atol=5e-2):
+            raise AssertionError(f"conv on the view: {(y - y_ref).abs().max().item():.3g}")
+        dt = (torch.randn(D, B * L, device=DEV, dtype=torch.bfloat16) * 0.5).reshape(D, B, L)
+        dt = dt.permute(1, 0, 2)
+        A = -torch.rand(D, N, device=DEV) - 0.1
+        Bm = torch.randn(B, N, L, device=DEV, dtype=torch.bfloat16)
+        Cm = torch.randn(B, N, L, device=DEV, dtype=torch.bfloat16)
+        Dv = torch.rand(D, device=DEV)
+        dbias = torch.rand(D, device=DEV) - 2
+        s = autotune.selective_scan_fn(y, dt, A, Bm, Cm, Dv, z=z, delta_bias=dbias,
+                                       delta_softplus=True)
+        s_ref, _ = scan_ref(y, dt, A, Bm, Cm, Dv, z=z, delta_bias=dbias, delta_softplus=True)
+        if not torch.allclose(s, s_ref, rtol=3e-2, atol=5e-2):
+            raise AssertionError(f"scan on the views: {(s - s_ref).abs().max().item():.3g}")
+
+
+def check_conv_layouts():
+    """Channel-last x, channel-last initial states and final_states_out: the results of
+    contiguous inputs; inputs unchanged."""
+    torch.manual_seed(1)
+    x_cl = torch.randn(2, 100, 64, device=DEV, dtype=torch.float16).transpose(1, 2)
+    w = torch.randn(64, 3, device=DEV)
+    init = torch.randn(2, 2, 64, device=DEV, dtype=torch.float16).transpose(1, 2)
+    copies = [t.clone() for t in (x_cl, w, init)]
+    final_out = torch.empty(2, 2, 64, device=DEV, dtype=torch.float16).transpose(1, 2)
+    with torch.no_grad():
+        out, final = autotune.causal_conv1d_fn(x_cl, w, None, initial_states=init,
+                                               return_final_states=True,
+                                               final_states_out=final_out, activation="swish")
+        ref, ref_final = conv_ref(x_cl, w, None, init, True, "silu")
+    if final is not final_out:
+        raise AssertionError("final_states_out was not the tensor returned")
+    if not torch.allclose(out, ref, rtol=3e-3, atol=5e-3) or not torch.equal(final, ref_final):
+        raise AssertionError("channel-last conv differs from the reference")
+    for t, c in zip((x_cl, w, init), copies):
+        if not torch.equal(t, c):
+            raise AssertionError("an input was modified")
+
+
+def check_attention_conventions():
+    """flash-attn's conventions: return_attn_probs gives (out, lse, empty S_dmask);
+    window_size (-1, 0) without causal is causal; a window of seqlen_k or more is no
+    window; GQA; Sq > Sk causal rows that see no key are 0; [B, H, S, D] views work."""
+    torch.manual_seed(2)
+    q, k, v = _attn_inputs(Sq=200, Sk=128, Hq=8, Hkv=2, D=128)
+    with torch.no_grad():
+        causal = autotune.flash_attn_func(q, k, v, causal=True)
+        as_window = autotune.flash_attn_func(q, k, v, window_size=(-1, 0))
+        wide = autotune.flash_attn_func(q, k, v, causal=True, window_size=(128, 500))
+        ref, _ = attention_ref(q, k, v, causal=True)
+        out3 = autotune.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+        qt = q.transpose(1, 2).contiguous().transpose(1, 2)  # memory [B, H, S, D]
+        viewed = autotune.flash_attn_func(qt, k, v, causal=True)
+    if not (torch.equal(causal, as_window) and torch.equal(causal, wide)):
+        raise AssertionError("window_size (-1, 0) / a window past seqlen_k is not causal")
+    if (len(out3) != 3 or out3[2].numel() != 0 or out3[1].shape != (2, 8, 200) or
+            not (out3[0] - causal).abs().max().item() < 1e-2):
+        raise AssertionError("return_attn_probs does not return (out, lse, empty S_dmask)")
+    if not (causal - ref).abs().max().item() < 2e-2:
+        raise AssertionError(f"causal Sq > Sk: {(causal - ref).abs().max().item():.3g}")
+    if causal[:, :72].abs().max().item() != 0:
+        raise AssertionError("rows that see no key are not 0")
+    if not (viewed - ref).abs().max().item() < 2e-2:
+        raise AssertionError("a [B, H, S, D]-strided q differs")
+
+
+def check_forward_only():
+    """Inputs requiring grad: the forward runs; backward raises NotImplementedError
+    naming the function; under no_grad nothing is recorded."""
+    x, w, b = _conv_inputs()
+    w.requires_grad_()
+    out = autotune.causal_conv1d_fn(x, w, b, activation="silu")
+    if not out.requires_grad:
+        raise AssertionError("the output of a grad-requiring call does not require grad")
+    try:
+        out.float().sum().backward()
+    except NotImplementedError as e:
+        if "causal_conv1d_fn" not in str(e):
+            raise AssertionError(f"backward refused without naming the function: {e}") from e
+    else:
+        raise AssertionError("backward through causal_conv1d_fn did not raise")
+    q, k, v = _attn_inputs()
+    q.requires_grad_()
+    try:
+        autotune.flash_attn_func(q, k, v).sum().backward()
+    except NotImplementedError:
+        pass
+    else:
+        raise AssertionError("backward through flash_attn_func did not raise")
+    with torch.no_grad():
+        if autotune.causal_conv1d_fn(x, w, b).requires_grad:
+            raise AssertionError("no_grad output requires grad")
+
+
+def check_database_and_policy():
+    """set_policy / set_database take effect on the next call; a captured-before runtime
+    is kept (its kernels stay loaded); the variant the runtime reports changes source."""
+    x, w, b = _conv_inputs(L=136)
+    previous = autotune._config._policy
+    with torch.no_grad():
+        before = autotune.causal_conv1d_fn(x, w, b)
+        autotune.set_policy("default")
+        try:
+            rt = autotune.get_runtime(0)
+            args = rt.causal_conv1d_args(x, w, b, torch.empty_like(x), False)
+            source = rt.causal_conv1d_variant(args)
+            after = autotune.causal_conv1d_fn(x, w, b)
+        finally:
+            autotune.set_policy(previous)
+    if not source.startswith("default"):
+        raise AssertionError(f"policy 'default' runs {source!r}")
+    if not torch.allclose(before.float(), after.float(), rtol=1e-2, atol=1e-2):
+        raise AssertionError("the default variant's result differs")
+    return source
+
+
+OTHER_CHECKS = {
+    "ops: torch.library.opcheck": check_opcheck,
+    "compile: fullgraph, one graph with the six operators": check_compile_graph,
+    "compile: fullgraph with inductor matches eager": check_compile_inductor,
+    "compile: fullgraph, dynamic shapes": check_compile_dynamic,
+    "cuda graph: capture and replay": check_cuda_graph,
+    "cuda graph: first attention call inside capture is refused": check_capture_first_call_refused,
+    "drop-in: Mamba's strided views": check_mamba_views,
+    "drop-in: channel-last conv, states": check_conv_layouts,
+    "drop-in: flash-attn conventions": check_attention_conventions,
+    "drop-in: forward only": check_forward_only,
+    "config: set_policy takes effect": check_database_and_policy,
+}
+
+
+# =====================================================================================
+# The bad-input suite (issue 16's list)
+# =====================================================================================
+def bad_input_cases():
+    """(op, case, call, inputs, good) tuples: call() makes the mistake, inputs are the
+    tensors that must come back unchanged, good() is a correct call of the same op."""
+    bf16, f16, f32 = torch.bfloat16, torch.float16, torch.float32
+    rt = autotune.get_runtime(0)
+    cases = []
+
+    def add(op, case, call, inputs, good):
+        cases.append((op, case, call, inputs, good))
+
+    # ---- causal_conv1d
+    x, w, b = _conv_inputs()
+    init = torch.randn(2, 64, 3, device=DEV, dtype=bf16)
+    conv_op = "torch.ops.autotune.causal_conv1d"
+    conv_in = [x, w, b, init]
+
+    def conv_good():
+        OPS.causal_conv1d(x, w, b, None, True)
+
+    wide = torch.randn(2, 64, 256, device=DEV, dtype=bf16)
+    add(conv_op, "CPU tensors", lambda: OPS.causal_conv1d(x.cpu(), w.cpu(), b.cpu()),
+        conv_in, conv_good)
+    add(conv_op, "weight on the CPU, x on the GPU", lambda: OPS.causal_conv1d(x, w.cpu(), b),
+        conv_in, conv_good)
+    add(conv_op, "x with a strided last dimension",
+        lambda: OPS.causal_conv1d(wide[..., ::2], w, b), conv_in + [wide], conv_good)
+    wt = torch.randn(4, 64, device=DEV, dtype=bf16)
+    add(conv_op, "non-contiguous weight", lambda: OPS.causal_conv1d(x, wt.t(), b),
+        conv_in + [wt], conv_good)
+    add(conv_op, "bias of the wrong dtype (fp32 with a bf16 weight)",
+        lambda: OPS.causal_conv1d(x, w, b.float()), conv_in, conv_good)
+    add(conv_op, "weight with fewer channels than x", lambda: OPS.causal_conv1d(x, w[:32], b),
+        conv_in, conv_good)
+    add(conv_op, "short bias", lambda: OPS.causal_conv1d(x, w, b[:32]), conv_in, conv_good)
+    add(conv_op, "initial states of the wrong shape ([B, C, 2] for width 4)",
+        lambda: OPS.causal_conv1d(x, w, b, init[..., :2].contiguous()), conv_in, conv_good)
+    add(conv_op, "initial states of another dtype",
+        lambda: OPS.causal_conv1d(x, w, b, init.half()), conv_in, conv_good)
+    add(conv_op, "weight of width 5", lambda: OPS.causal_conv1d(
+        x, torch.randn(64, 5, device=DEV, dtype=bf16), b), conv_in, conv_good)
+    add("autotune.Runtime.causal_conv1d", "out of the wrong dtype",
+        lambda: rt.causal_conv1d(x, w, b, out=torch.empty(2, 64, 128, device=DEV, dtype=f16)),
+        conv_in, conv_good)
+    add("autotune.Runtime.causal_conv1d", "out too small",
+        lambda: rt.causal_conv1d(x, w, b, out=torch.empty(2, 64, 64, device=DEV, dtype=bf16)),
+        conv_in, conv_good)
+    fso = torch.empty(2, 64, 3, device=DEV, dtype=f32)
+    add("autotune.causal_conv1d_fn", "final_states_out of the wrong dtype",
+        lambda: autotune.causal_conv1d_fn(x, w, b, return_final_states=True,
+                                          final_states_out=fso), conv_in, conv_good)
+    add("autotune.causal_conv1d_fn", "seq_idx (not implemented)",
+        lambda: autotune.causal_conv1d_fn(x, w, b, seq_idx=torch.zeros(
+            2, 128, device=DEV, dtype=torch.int32)), conv_in, conv_good)
+    add("autotune.causal_conv1d_fn", "activation 'relu'",
+        lambda: autotune.causal_conv1d_fn(x, w, b, activation="relu"), conv_in, conv_good)
+
+    # ---- attention
+    q, k, v = _attn_inputs()
+    attn_op = "torch.ops.autotune.attention"
+    attn_in = [q, k, v]
+
+    def attn_good():
+        OPS.attention(q, k, v, True)
+
+    wide_q = torch.randn(2, 128, 4, 128, device=DEV, dtype=bf16)
+    add(attn_op, "CPU tensors", lambda: OPS.attention(q.cpu(), k.cpu(), v.cpu()), attn_in,
+        attn_good)
+    add(attn_op, "k on the CPU, q on the GPU", lambda: OPS.attention(q, k.cpu(), v), attn_in,
+        attn_good)
+    add(attn_op, "q with a strided last dimension",
+        lambda: OPS.attention(wide_q[..., ::2], k, v), attn_in + [wide_q], attn_good)
+    add(attn_op, "mismatched k/v dtypes (bf16 k, fp16 v)",
+        lambda: OPS.attention(q, k, v.half()), attn_in, attn_good)
+    k128 = torch.randn(2, 128, 2, 128, device=DEV, dtype=bf16)
+    add(attn_op, "k with another head dim", lambda: OPS.attention(q, k128, v), attn_in + [k128],
+        attn_good)
+    add(attn_op, "v shorter than k", lambda: OPS.attention(q, k, v[:, :64]), attn_in, attn_good)
+    k3 = torch.randn(2, 128, 3, 64, device=DEV, dtype=bf16)
+    add(attn_op, "kv heads that do not divide q heads (4 and 3)",
+        lambda: OPS.attention(q, k3, k3), attn_in + [k3], attn_good)
+    add(attn_op, "fp32 q, k, v", lambda: OPS.attention(q.float(), k.float(), v.float()),
+        attn_in, attn_good)
+    q96 = torch.randn(2, 128, 4, 96, device=DEV, dtype=bf16)
+    add(attn_op, "head dim 96 (not built)",
+        lambda: OPS.attention(q96, q96[:, :, :2], q96[:, :, :2]), attn_in + [q96], attn_good)
+    add(attn_op, "softmax_scale <= 0", lambda: OPS.attention(q, k, v, False, -1.0), attn_in,
+        attn_good)
+    add("autotune.Runtime.attention", "out of the wrong dtype",
+        lambda: rt.attention(q, k, v, out=torch.empty(2, 128, 4, 64, device=DEV, dtype=f16)),
+        attn_in, attn_good)
+    add("autotune.Runtime.attention", "out too small",
+        lambda: rt.attention(q, k, v, out=torch.empty(2, 64, 4, 64, device=DEV, dtype=bf16)),
+        attn_in, attn_good)
+    for arg, kwargs in (("dropout_p", {"dropout_p": 0.1}),
+                        ("window_size", {"window_size": (16, 0)}), ("softcap", {"softcap": 30.0}),
+                        ("alibi_slopes", {"alibi_slopes": torch.rand(4, device=DEV)})):
+        add("autotune.flash_attn_func", f"{arg} (not supported)",
+            lambda kwargs=kwargs: autotune.flash_attn_func(q, k, v, **kwargs), attn_in, attn_good)
+
+    # ---- selective_scan
+    u, delta, A, Bm, Cm, Dv, z, dbias = _scan_inputs()
+    scan_op = "torch.ops.autotune.selective_scan"
+    scan_in = [u, delta, A, Bm, Cm, Dv, z, dbias]
+
+    def scan_good():
+        OPS.selective_scan(u, delta, A, Bm, Cm, Dv, z, dbias, True)
+
+    wide_u = torch.randn(2, 64, 256, device=DEV, dtype=bf16)
+    fixed = torch.randn(64, 16, device=DEV)
+    add(scan_op, "CPU tensors", lambda: OPS.selective_scan(
+        u.cpu(), delta.cpu(), A.cpu(), Bm.cpu(), Cm.cpu()), scan_in, scan_good)
+    add(scan_op, "u with a strided last dimension",
+        lambda: OPS.selective_scan(wide_u[..., ::2], delta, A, Bm, Cm), scan_in + [wide_u],
+        scan_good)
+    add(scan_op, "bf16 A", lambda: OPS.selective_scan(u, delta, A.bfloat16(), Bm, Cm), scan_in,
+        scan_good)
+    add(scan_op, "bf16 D", lambda: OPS.selective_scan(u, delta, A, Bm, Cm, Dv.bfloat16()),
+        scan_in, scan_good)
+    add(scan_op, "fp32 B with bf16 u", lambda: OPS.selective_scan(u, delta, A, Bm.float(), Cm),
+        scan_in, scan_good)
+    add(scan_op, "complex A", lambda: OPS.selective_scan(
+        u, delta, A.to(torch.complex64), Bm, Cm), scan_in, scan_good)
+    add(scan_op, "one fixed and one variable B/C",
+        lambda: OPS.selective_scan(u, delta, A, fixed, Cm), scan_in + [fixed], scan_good)
+    add(scan_op, "delta of another dtype", lambda: OPS.selective_scan(u, delta.half(), A, Bm, Cm),
+        scan_in, scan_good)
+    add(scan_op, "z shorter than u",
+        lambda: OPS.selective_scan(u, delta, A, Bm, Cm, Dv, z[..., :64]), scan_in, scan_good)
+    add(scan_op, "A with another dim than u", lambda: OPS.selective_scan(u, delta, A[:32], Bm, Cm),
+        scan_in, scan_good)
+    big_n = torch.randn(2, 128, 128, device=DEV, dtype=bf16)
+    add(scan_op, "dstate 128 (N <= 64)", lambda: OPS.selective_scan(
+        u, delta, -torch.rand(64, 128, device=DEV), big_n, big_n), scan_in + [big_n], scan_good)
+    add(scan_op, "5-dimensional B", lambda: OPS.selective_scan(
+        u, delta, A, Bm[:, None, None], Cm), scan_in, scan_good)
+    add("autotune.Runtime.selective_scan", "out of the wrong dtype",
+        lambda: rt.selective_scan(u, delta, A, Bm, Cm, out=torch.empty(2, 64, 128, device=DEV,
+                                                                      dtype=f16)),
+        scan_in, scan_good)
+    add("autotune.Runtime.selective_scan", "out too small",
+        lambda: rt.selective_scan(u, delta, A, Bm, Cm, out=torch.empty(2, 64, 100, device=DEV,
+                                                                      dtype=bf16)),
+        scan_in, scan_good)
+    add("autotune.selective_scan_fn", "complex A",
+        lambda: autotune.selective_scan_fn(u, delta, A.to(torch.complex64), Bm, Cm), scan_in,
+        scan_good)
+    add("autotune.selective_scan_fn", "cu_seqlens (not implemented)",
+        lambda: autotune.selective_scan_fn(u, delta, A, Bm, Cm, cu_seqlens=torch.tensor(
+            [0, 128], device=DEV, dtype=torch.int32)), scan_in, scan_good)
+
+    if torch.cuda.device_count() > 1:
+        x1 = x.to("cuda:1")
+        add(conv_op, "tensors on cuda:1 (only cuda:0 is served)",
+            lambda: OPS.causal_conv1d(x1, w.to("cuda:1"), b.to("cuda:1")), conv_in + [x1],
+            conv_good)
+    return cases
+
+
+def bad_input():
+    """The rows of <gpu>-bad-input.json."""
+    rows = []
+    with torch.no_grad():
+        for op, case, call, inputs, good in bad_input_cases():
+            copies = [t.clone() for t in inputs]
+
+            def healthy(good=good):
+                torch.cuda.synchronize()
+                good()
+                torch.cuda.synchronize()
+
+            def unchanged(inputs=inputs, copies=copies):
+                return all(torch.equal(t, c) for t, c in zip(inputs, copies))
+
+            verdict, message = judge_bad_input(call, unchanged, healthy)
+            rows.append({"op": op, "case": case, "verdict": verdict, "message": message})
+            if verdict.startswith("context lost"):
+                break
+    return rows

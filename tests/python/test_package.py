@@ -1,0 +1,479 @@
+"""CPU tests of the autotune Python package (python/autotune), run in CI without torch
+and without a GPU (ctest python_package):
+
+    AUTOTUNE_LIBRARY=build/libautotune.so python3 -m unittest discover -s tests/python \
+        -p "test_package*.py" -v
+
+What needs torch is skipped with a message when torch does not import; what needs a
+GPU lives in test_gpu.py / run_gpu.py.
+"""
+import ast
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import zipfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
+PACKAGE = os.path.join(REPO, "python")
+sys.path.insert(0, PACKAGE)
+sys.path.insert(0, HERE)
+
+import autotune  # noqa: E402
+from autotune import _config, _library, _runtime  # noqa: E402
+import harness  # noqa: E402
+
+try:
+    import torch
+except ImportError:
+    torch = None
+NO_TORCH = "torch does not import here: the torch parts are skipped (CI has no torch)"
+
+
+def library_path():
+    """The library to test against: $AUTOTUNE_LIBRARY (ctest sets it), else build/."""
+    path = os.environ.get("AUTOTUNE_LIBRARY") or os.path.join(REPO, "build", "libautotune.so")
+    return path if os.path.exists(path) else None
+
+
+@contextlib.contextmanager
+def env(**values):
+    old = {k: os.environ.get(k) for k in values}
+    try:
+        for k, v in values.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class TestLibrarySearch(unittest.TestCase):
+    def test_a_missing_library_is_an_error_at_first_use_naming_where_it_looked(self):
+        with env(AUTOTUNE_LIBRARY="/nonexistent/dir/libautotune.so"):
+            with self.assertRaises(_library.LibraryNotFoundError) as cm:
+                _library.find()
+            self.assertIn("/nonexistent/dir/libautotune.so", str(cm.exception))
+            self.assertIn("$AUTOTUNE_LIBRARY", str(cm.exception))
+            with self.assertRaises(_library.LibraryNotFoundError):
+                autotune.Runtime()
+
+    def test_importing_the_package_never_needs_the_library(self):
+        r = subprocess.run([sys.executable, "-c", "import autotune, autotune._runtime"],
+                           env=dict(os.environ, AUTOTUNE_LIBRARY="/nonexistent/libautotune.so",
+                                    PYTHONPATH=PACKAGE), capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_search_order_is_env_then_package_then_repository_then_loader(self):
+        with env(AUTOTUNE_LIBRARY=None):
+            where = [w for w, _ in _library.candidates()]
+            paths = [p for _, p in _library.candidates()]
+        self.assertEqual(where[0], "beside the package")
+        self.assertTrue(paths[0].startswith(os.path.join(PACKAGE, "autotune")))
+        self.assertIn(os.path.join(REPO, "build", "libautotune.so"), paths)
+        self.assertEqual(where[-1], "the dynamic loader's search path")
+        self.assertLess(where.index("beside the package"), where.index("the repository's build/"))
+        with env(AUTOTUNE_LIBRARY="/x/libautotune.so"):
+            self.assertEqual(_library.candidates(), [("$AUTOTUNE_LIBRARY", "/x/libautotune.so")])
+
+    def test_the_built_library_is_found_and_loads(self):
+        path = library_path()
+        if not path:
+            self.skipTest("no built libautotune.so (set AUTOTUNE_LIBRARY)")
+        with env(AUTOTUNE_LIBRARY=path):
+            self.assertEqual(_library.find(), path)
+
+
+class TestArgsLayouts(unittest.TestCase):
+    def setUp(self):
+        path = library_path()
+        if not path:
+            self.skipTest("no built libautotune.so (set AUTOTUNE_LIBRARY)")
+        self.lib = _runtime.Library.load(path)
+
+    def test_every_op_is_described_with_its_tensors_in_header_order(self):
+        expected = {
+            "causal_conv1d": ["x", "weight", "bias", "initial_states", "out", "final_states",
+                              "silu"],
+            "attention": ["q", "k", "v", "o", "lse", "causal", "scale", "workspace",
+                          "workspace_bytes"],
+            "selective_scan": ["u", "delta", "A", "B", "C", "D", "z", "delta_bias", "out",
+                               "last_state", "delta_softplus"],
+        }
+        for op, names in expected.items():
+            layout = self.lib.layouts[op]
+            self.assertEqual([f[0] for f in layout.fields], names, op)
+            self.assertLessEqual(layout.struct.size, layout.size)
+            self.assertTrue(layout.rules, op)
+
+    def test_a_runtime_without_a_driver_is_a_status_not_a_crash(self):
+        try:
+            rt = _runtime.Runtime(library_path(), "/nonexistent/autotune-test.db")
+        except _runtime.AutotuneError as e:
+            self.assertIn(e.status, (2, 3), str(e))  # no device / CUDA
+        else:
+            self.assertTrue(rt.handle)  # a machine with a GPU
+
+    def test_an_unknown_policy_is_refused_by_name(self):
+        with self.assertRaises(_runtime.AutotuneError) as cm:
+            _runtime.Runtime(library_path(), None, policy="heuristicz")
+        self.assertIn("heuristicz", str(cm.exception))
+
+
+class FakeDtype:
+    is_complex = False
+
+    def __repr__(self):
+        return "fake.bfloat16"
+
+
+class FakeComplex:
+    is_complex = True
+
+    def __repr__(self):
+        return "fake.complex64"
+
+
+class FakeTensor:
+    """What tensor_fields reads of a tensor: shape, stride(), data_ptr(), dtype."""
+
+    def __init__(self, shape, strides=None, ptr=0x7000, dtype=None):
+        self.shape = tuple(shape)
+        if strides is None:
+            strides, step = [], 1
+            for n in reversed(shape):
+                strides.insert(0, step)
+                step *= n
+        self._strides = tuple(strides)
+        self._ptr = ptr
+        self.dtype = dtype
+        self.device = "fake"
+
+    def stride(self):
+        return self._strides
+
+    def data_ptr(self):
+        return self._ptr
+
+
+class TestTensorFields(unittest.TestCase):
+    def setUp(self):
+        self.dtype = FakeDtype()
+        _runtime._CODES[self.dtype] = _runtime.AUTOTUNE_BF16
+
+    def tearDown(self):
+        _runtime._CODES.pop(self.dtype, None)
+
+    def test_a_tensor_packs_as_pointer_dtype_ndim_shape_strides(self):
+        t = FakeTensor((2, 3, 5), dtype=self.dtype)
+        self.assertEqual(_runtime.tensor_fields(t, "x"),
+                         (0x7000, 2, 3, 2, 3, 5, 0, 15, 5, 1, 0))
+        self.assertEqual(_runtime.tensor_fields(None, "bias"), _runtime._ABSENT)
+
+    def test_bshd_attention_tensors_pass_with_dims_1_and_2_swapped_and_no_view(self):
+        q = FakeTensor((2, 7, 4, 64), dtype=self.dtype)  # [B, S, H, D] contiguous
+        self.assertEqual(_runtime.attention_fields(q, "q"),
+                         (0x7000, 2, 4, 2, 4, 7, 64, 7 * 4 * 64, 64, 4 * 64, 1))
+
+    def test_a_null_pointer_is_refused_not_read_as_an_absent_tensor(self):
+        with self.assertRaisesRegex(ValueError, "bias has no data"):
+            _runtime.tensor_fields(FakeTensor((4,), ptr=0, dtype=self.dtype), "bias")
+        with self.assertRaisesRegex(ValueError, "q has no data"):
+            _runtime.attention_fields(FakeTensor((1, 2, 3, 8), ptr=0, dtype=self.dtype), "q")
+
+    def test_five_dimensions_a_scalar_and_a_non_tensor_are_refused_by_name(self):
+        with self.assertRaisesRegex(ValueError, "B has 5 dimensions"):
+            _runtime.tensor_fields(FakeTensor((1, 1, 1, 1, 1), dtype=self.dtype), "B")
+        with self.assertRaisesRegex(ValueError, "D has 0 dimensions"):
+            _runtime.tensor_fields(FakeTensor((), dtype=self.dtype), "D")
+        with self.assertRaisesRegex(TypeError, "D must be a torch.Tensor, not float"):
+            _runtime.tensor_fields(1.0, "D")
+
+    def test_a_complex_tensor_is_a_type_error_naming_it(self):
+        with self.assertRaisesRegex(TypeError, "A is complex"):
+            _runtime.tensor_fields(FakeTensor((4, 8), dtype=FakeComplex()), "A")
+        if torch is not None:
+            with self.assertRaisesRegex(TypeError, "A is complex"):
+                _runtime.tensor_fields(torch.zeros(4, 8, dtype=torch.complex64), "A")
+
+    def test_fields_fill_the_described_struct(self):
+        path = library_path()
+        if not path:
+            self.skipTest("no built libautotune.so")
+        layout = _runtime.Library.load(path).layouts["causal_conv1d"]
+        t = FakeTensor((2, 64, 128), dtype=self.dtype)
+        w = FakeTensor((64, 4), dtype=self.dtype)
+        values = (*_runtime.tensor_fields(t, "x"), *_runtime.tensor_fields(w, "weight"),
+                  *_runtime._ABSENT, *_runtime._ABSENT, *_runtime.tensor_fields(t, "out"),
+                  *_runtime._ABSENT, 1)
+        buf = bytearray(layout.size)
+        layout.struct.pack_into(buf, 0, *values)
+        self.assertEqual(int.from_bytes(buf[0:8], sys.byteorder), 0x7000)
+
+
+class TestConfig(unittest.TestCase):
+    def tearDown(self):
+        autotune.set_policy(None)
+        autotune.set_database(None)
+
+    def test_policies_are_checked_when_set(self):
+        for good in ("nearest", "heuristic", "default", "error", "pin:threads=128,vec=8"):
+            autotune.set_policy(good)
+            self.assertEqual(_config.policy(), good)
+        for bad in ("heuristic ", "pin:", "", "NEAREST", 3):
+            with self.assertRaises(ValueError):
+                autotune.set_policy(bad)
+
+    def test_the_environment_gives_the_defaults(self):
+        with env(AUTOTUNE_POLICY="default"):
+            self.assertEqual(_config.policy(), "default")
+        with env(AUTOTUNE_POLICY="bogus"):
+            with self.assertRaisesRegex(ValueError, r"\$AUTOTUNE_POLICY 'bogus'"):
+                _config.policy()
+        with env(AUTOTUNE_POLICY=None):
+            self.assertEqual(_config.policy(), "nearest")
+        self.assertIsNone(_config.database())  # the library then reads $AUTOTUNE_DB
+
+    def test_a_change_retires_the_runtimes(self):
+        calls = []
+        _config.on_change(lambda: calls.append(1))
+        try:
+            import pathlib
+            autotune.set_database(pathlib.Path("/tmp/x.db"))
+            self.assertEqual(_config.database(), "/tmp/x.db")
+            autotune.set_policy("default")
+            self.assertEqual(len(calls), 2)
+        finally:
+            _config._listeners.pop()
+
+
+class TestShimAndEntryPoints(unittest.TestCase):
+    def test_runtime_python_autotune_runtime_reexports_the_package(self):
+        code = ("import sys; sys.path.insert(0, 'runtime/python'); import autotune_runtime as a;"
+                " import autotune._runtime as r; assert a.Runtime is r.Runtime;"
+                " assert a.ArgsLayout is r.ArgsLayout; print(a.__file__)")
+        r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                           env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_without_torch_the_entry_points_say_torch_is_missing(self):
+        if torch is not None:
+            self.skipTest("torch imports here")
+        self.assertFalse(autotune.torch_available)
+        for name in ("flash_attn_func", "causal_conv1d_fn", "selective_scan_fn",
+                     "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func"):
+            with self.assertRaisesRegex(ModuleNotFoundError, f"autotune.{name} needs PyTorch"):
+                getattr(autotune, name)(None)
+
+    def test_drop_in_signatures_are_the_peers(self):
+        """Names, order and defaults of the peers' functions (read from the source, so
+        this runs without torch)."""
+        peers = {
+            # causal-conv1d causal_conv1d/causal_conv1d_interface.py
+            "causal_conv1d_fn": "x, weight, bias=None, seq_idx=None, initial_states=None, "
+                                "return_final_states=False, final_states_out=None, "
+                                "activation=None",
+            # mamba-ssm mamba_ssm/ops/selective_scan_interface.py (cu_seqlens: newer ones)
+            "selective_scan_fn": "u, delta, A, B, C, D=None, z=None, delta_bias=None, "
+                                 "delta_softplus=False, return_last_state=False, cu_seqlens=None",
+            # flash-attn flash_attn/flash_attn_interface.py
+            "flash_attn_func": "q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, "
+                               "window_size=(-1, -1), softcap=0.0, alibi_slopes=None, "
+                               "deterministic=False, return_attn_probs=False",
+            "flash_attn_qkvpacked_func": "qkv, dropout_p=0.0, softmax_scale=None, causal=False, "
+                                         "window_size=(-1, -1), softcap=0.0, alibi_slopes=None, "
+                                         "deterministic=False, return_attn_probs=False",
+            "flash_attn_kvpacked_func": "q, kv, dropout_p=0.0, softmax_scale=None, causal=False, "
+                                        "window_size=(-1, -1), softcap=0.0, alibi_slopes=None, "
+                                        "deterministic=False, return_attn_probs=False",
+        }
+        path = os.path.join(PACKAGE, "autotune", "_dropin.py")
+        with open(path) as f:
+            tree = ast.parse(f.read())
+        constants = {t.targets[0].id: ast.literal_eval(t.value) for t in tree.body
+                     if isinstance(t, ast.Assign) and isinstance(t.targets[0], ast.Name)
+                     and t.targets[0].id == "_NO_WINDOW"}
+        found = {}
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name in peers:
+                args = node.args.args
+                defaults = [None] * (len(args) - len(node.args.defaults)) + node.args.defaults
+                parts = []
+                for a, d in zip(args, defaults):
+                    if d is None:
+                        parts.append(a.arg)
+                    else:
+                        value = constants[d.id] if isinstance(d, ast.Name) else ast.literal_eval(d)
+                        parts.append(f"{a.arg}={value!r}")
+                found[node.name] = ", ".join(parts)
+        self.assertEqual(found, peers)
+
+
+class TestPackaging(unittest.TestCase):
+    def test_pip_builds_a_pure_python_wheel_of_python(self):
+        try:
+            import setuptools
+        except ImportError:
+            self.skipTest("setuptools is not installed")
+        version = tuple(int(p) for p in setuptools.__version__.split(".")[:2] if p.isdigit())
+        if version < (61,):
+            self.skipTest(f"setuptools {setuptools.__version__} predates pyproject metadata")
+        if version < (70, 1):
+            import importlib.util
+            if importlib.util.find_spec("wheel") is None:  # setuptools < 70.1 builds with it
+                self.skipTest(f"setuptools {setuptools.__version__} needs the wheel package "
+                              "to build offline (pip install ./python fetches it itself)")
+        with tempfile.TemporaryDirectory() as out, tempfile.TemporaryDirectory() as work:
+            # Build from a copy: a build leaves build/ and *.egg-info beside the sources.
+            import shutil
+            src = os.path.join(work, "python")
+            shutil.copytree(PACKAGE, src, ignore=shutil.ignore_patterns(
+                "__pycache__", "*.so", "*.so.*", "build", "*.egg-info"))
+            r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
+                                "--no-build-isolation", "--no-index", "-w", out, src],
+                               capture_output=True, text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr[-2000:])
+            wheels = [f for f in os.listdir(out) if f.endswith(".whl")]
+            self.assertEqual(len(wheels), 1, wheels)
+            self.assertTrue(wheels[0].endswith("-py3-none-any.whl"), wheels[0])
+            with zipfile.ZipFile(os.path.join(out, wheels[0])) as z:
+                names = set(z.namelist())
+                metadata = next(z.read(n).decode() for n in names if n.endswith("/METADATA"))
+        for module in ("__init__", "_library", "_runtime", "_config", "_ops", "_dropin"):
+            self.assertIn(f"autotune/{module}.py", names)
+        requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist")]
+        self.assertTrue(all("extra ==" in line for line in requires), requires)
+
+
+class TestHarness(unittest.TestCase):
+    """The GPU suite's bookkeeping (tests/python/harness.py)."""
+
+    def test_a_grid_counts_unsupported_pass_wrong_error_and_the_budget(self):
+        cases = [{"a": a, "b": b} for a in range(4) for b in range(3)]
+
+        def run(c):
+            if c["a"] == 1:
+                raise RuntimeError("boom")
+            return (c["b"] != 2, "off")
+
+        row = harness.run_grid("op", "grid", cases, lambda c: "feat" if c["a"] == 3 else None,
+                               lambda c: c["a"], run, budget_s=None)
+        self.assertEqual((row["cases"], row["unsupported"], row["not_run"]), (12, {"feat": 3}, 0))
+        self.assertEqual((row["pass"], row["wrong"], row["error"]), (4, 2, 3))
+        self.assertEqual(len(row["failures"]), 5)
+
+        def slow(c):
+            time.sleep(0.05)
+            return True, ""
+
+        row = harness.run_grid("op", "grid", cases, lambda c: None, lambda c: c["a"], slow,
+                               budget_s=0.01)
+        self.assertEqual(row["pass"], 3)  # one group of three, then the budget is spent
+        self.assertEqual(row["not_run"], 9)
+        self.assertIn("not_run", row["notes"])
+
+    def test_a_lost_context_stops_the_grid(self):
+        def health():
+            raise harness.ContextLost("gone")
+
+        with self.assertRaises(harness.ContextLost):
+            harness.run_grid("op", "g", [{"a": 1}], lambda c: None, lambda c: 1,
+                             lambda c: 1 / 0, None, health=health)
+
+    def test_bad_input_verdicts(self):
+        ok = lambda: None  # noqa: E731
+
+        def boom():
+            raise ValueError("autotune: x is bad")
+
+        def lost():
+            raise RuntimeError("illegal memory access")
+
+        self.assertEqual(harness.judge_bad_input(boom, lambda: True, ok),
+                         ("raised", "ValueError: autotune: x is bad"))
+        self.assertEqual(harness.judge_bad_input(ok, lambda: True, ok)[0],
+                         "accepted (no exception)")
+        self.assertEqual(harness.judge_bad_input(boom, lambda: False, ok)[0],
+                         "raised, but an input was modified")
+        self.assertTrue(harness.judge_bad_input(boom, lambda: True, lost)[0].startswith(
+            "context lost"))
+
+    def test_gpu_slugs_and_the_closing_line(self):
+        self.assertEqual(harness.gpu_slug("NVIDIA H100 80GB HBM3"), "h100")
+        self.assertEqual(harness.gpu_slug("NVIDIA A100-SXM4-80GB"), "a100")
+        self.assertEqual(harness.gpu_slug("NVIDIA H200"), "h200")
+        lines = []
+        t = harness.Tally(out=lines.append)
+        t.check("good", lambda: None)
+        t.check("bad", lambda: 1 / 0)
+        t.check("skipped", lambda: ("skip", "why"))
+        self.assertEqual(t.summary(), "1 passed, 1 failed, 1 skipped")
+        self.assertTrue(lines[1].startswith("FAIL bad: ZeroDivisionError"))
+
+
+@unittest.skipIf(torch is None, NO_TORCH)
+class TestTorchRegistration(unittest.TestCase):
+    """The torch side without a GPU: registration, fake implementations (meta tensors),
+    refusals that happen before any device work."""
+
+    def test_the_six_operators_are_registered(self):
+        for name in ("causal_conv1d", "causal_conv1d_with_states", "selective_scan",
+                     "selective_scan_with_state", "attention", "attention_with_lse"):
+            self.assertTrue(hasattr(torch.ops.autotune, name), name)
+
+    def test_fake_implementations_give_shapes_dtypes_and_contiguous_strides(self):
+        m = "meta"
+        q = torch.empty(2, 8, 5, 64, device=m, dtype=torch.bfloat16).transpose(1, 2)
+        k = torch.empty(2, 7, 2, 64, device=m, dtype=torch.bfloat16)
+        o, lse = torch.ops.autotune.attention_with_lse(q, k, k, True)
+        self.assertEqual((o.shape, o.dtype, o.is_contiguous()), (q.shape, q.dtype, True))
+        self.assertEqual((lse.shape, lse.dtype), ((2, 8, 5), torch.float32))
+        x = torch.empty(3, 128, 40, device=m, dtype=torch.float16)[:, :64]
+        w = torch.empty(64, 4, device=m)
+        y, final = torch.ops.autotune.causal_conv1d_with_states(x, w)
+        self.assertEqual((y.shape, y.is_contiguous(), final.shape, final.dtype),
+                         ((3, 64, 40), True, (3, 64, 3), torch.float16))
+        A = torch.empty(64, 16, device=m)
+        s, last = torch.ops.autotune.selective_scan_with_state(x, x, A, A, A)
+        self.assertEqual((s.shape, last.shape, last.dtype), ((3, 64, 40), (3, 64, 16),
+                                                             torch.float32))
+
+    def test_cpu_tensors_are_refused_naming_the_argument(self):
+        x = torch.zeros(1, 8, 16)
+        with self.assertRaisesRegex(ValueError, "x is on cpu"):
+            torch.ops.autotune.causal_conv1d(x, torch.zeros(8, 4))
+        with self.assertRaisesRegex(ValueError, "x is on cpu"):
+            autotune.causal_conv1d_fn(x, torch.zeros(8, 4))
+        q = torch.zeros(1, 4, 2, 64, dtype=torch.bfloat16)
+        with self.assertRaisesRegex(ValueError, "q is on cpu"):
+            autotune.flash_attn_func(q, q, q)
+
+    def test_unsupported_features_are_refused_by_name(self):
+        q = torch.zeros(1, 64, 2, 64, dtype=torch.bfloat16)
+        for kwargs, name in (({"dropout_p": 0.1}, "dropout_p"),
+                             ({"window_size": (8, 0)}, "window_size"),
+                             ({"softcap": 30.0}, "softcap"),
+                             ({"alibi_slopes": torch.zeros(2)}, "alibi_slopes")):
+            with self.assertRaisesRegex(NotImplementedError, name):
+                autotune.flash_attn_func(q, q, q, **kwargs)
+        x = torch.zeros(1, 8, 16)
+        with self.assertRaisesRegex(NotImplementedError, "seq_idx"):
+            autotune.causal_conv1d_fn(x, torch.zeros(8, 4), seq_idx=torch.zeros(1, 16))
+        with self.assertRaisesRegex(NotImplementedError, "activation"):
+            autotune.causal_conv1d_fn(x, torch.zeros(8, 4), activation="gelu")
+        with self.assertRaisesRegex(NotImplementedError, "cu_seqlens"):
+            autotune.selective_scan_fn(x, x, x, x, x, cu_seqlens=torch.zeros(2))
+
+
+if __name__ == "__main__":
+    unittest.main()
