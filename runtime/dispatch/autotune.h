@@ -57,6 +57,10 @@ int autotune_runtime_create(const char* database, int require_tuned, autotune_ru
  * policy chose it, is what the *_variant functions report. */
 int autotune_runtime_create_with_policy(const char* database, const char* policy,
                                         autotune_runtime** out);
+/* The same for GPU `device` (an ordinal as CUDA counts them; the policy one of the
+ * above). Every tensor of a call must live on that GPU. */
+int autotune_runtime_create_on_device(const char* database, const char* policy, int device,
+                                      autotune_runtime** out);
 void autotune_runtime_destroy(autotune_runtime* rt);
 const char* autotune_last_error(void);
 

@@ -59,14 +59,25 @@ int autotune_runtime_create(const char* database, int require_tuned, autotune_ru
 
 int autotune_runtime_create_with_policy(const char* database, const char* policy,
                                         autotune_runtime** out) {
+  return autotune_runtime_create_on_device(database, policy, 0, out);
+}
+
+int autotune_runtime_create_on_device(const char* database, const char* policy, int device,
+                                      autotune_runtime** out) {
   return guarded([&] {
     if (!out || !policy) {
       throw autotune::Error(autotune::ErrorKind::usage,
-                            "autotune_runtime_create_with_policy: out or policy is NULL");
+                            "autotune_runtime_create_on_device: out or policy is NULL");
     }
     *out = nullptr; // stays NULL when creating fails
     autotune::RuntimeOptions o;
     o.database = database ? database : "";
+    if (device < 0) {
+      throw autotune::Error(autotune::ErrorKind::usage,
+                            "device must be a GPU ordinal (0, 1, ...), not " +
+                                std::to_string(device));
+    }
+    o.device = device;
     const std::string p = policy;
     if (p == "nearest") {
       o.policy = autotune::Policy::nearest;

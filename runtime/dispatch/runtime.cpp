@@ -134,8 +134,10 @@ std::unique_ptr<LoadedVariant> Runtime::Impl::resolve(const Op& op, const Proble
                                         "; tune this shape first");
     }
     VariantSource source = describe_variant(op, out->config, problem, device.arch());
-    std::string cubin;
-    if (db) {
+    // Problems of other sizes often instantiate the same variant (the same NVRTC
+    // options): compiled once per process, or found in the database.
+    std::string& cubin = cubins[source.key];
+    if (cubin.empty() && db) {
       if (auto stored = db->find_variant(source.key)) {
         cubin = db->load_cubin(stored->cubin_sha256);
       }
@@ -143,6 +145,7 @@ std::unique_ptr<LoadedVariant> Runtime::Impl::resolve(const Op& op, const Proble
     if (cubin.empty()) {
       auto compiled = compile_variant(source);
       if (!compiled) {
+        cubins.erase(source.key);
         throw Error(ErrorKind::compile,
                     compiled.failure().message + "\n" + compiled.failure().detail);
       }

@@ -55,6 +55,7 @@ struct Runtime::Impl {
   mutable std::shared_mutex mutex;
   std::mutex resolve_mutex;
   std::map<std::string, std::unique_ptr<LoadedVariant>> loaded; // op + '|' + problem key
+  std::map<std::string, std::string> cubins; // variant key -> cubin (under resolve_mutex)
   std::unordered_map<SignatureKey, SignaturePlan, SignatureHash> plans;
 
   explicit Impl(const RuntimeOptions& o);
