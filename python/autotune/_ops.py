@@ -50,7 +50,7 @@ class _Device:
 
     def __init__(self, index):
         self.index = index
-        self.rt = Runtime(None, _config.database(), policy=_config.policy())
+        self.rt = Runtime(None, _config.database(), policy=_config.policy(), device=index)
         lib = self.rt.lib
         self.handle = self.rt.handle
         self.conv = lib.autotune_causal_conv1d
@@ -70,14 +70,9 @@ _lock = threading.Lock()
 def _device(index, t, what):
     """The state of CUDA device `index` (t, named `what`, is the tensor on it; None when
     the device was asked for by number), created on its first call."""
-    if index != 0:
+    if index is None or index < 0:
         where = f"{what} is on {t.device}" if t is not None else f"device {index} was asked for"
-        if index < 0:
-            raise ValueError(f"autotune: {where}; autotune's kernels take CUDA tensors")
-        raise NotImplementedError(
-            f"autotune: {where}; only cuda:0 is served for now (the C ABI's "
-            "autotune_runtime_create_with_policy creates a runtime on GPU 0 and has no device "
-            "argument)")
+        raise ValueError(f"autotune: {where}; autotune's kernels take CUDA tensors")
     with _lock:
         st = _devices.get(index)
         if st is None:

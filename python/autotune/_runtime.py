@@ -172,6 +172,8 @@ class Library:
                                                 ctypes.POINTER(vp)]
         lib.autotune_runtime_create_with_policy.argtypes = [
             ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(vp)]
+        lib.autotune_runtime_create_on_device.argtypes = [
+            ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(vp)]
         lib.autotune_runtime_destroy.argtypes = [vp]
         lib.autotune_runtime_destroy.restype = None
         lib.autotune_last_error.restype = ctypes.c_char_p
@@ -192,10 +194,10 @@ class Library:
 
 class Runtime:
     """One runtime of the C ABI: the tuning database (path, else $AUTOTUNE_DB, else the
-    default path) opened read-only, on GPU 0 (the C ABI's autotune_runtime_create*
-    take no device)."""
+    default path) opened read-only, on GPU `device` (an ordinal)."""
 
-    def __init__(self, library=None, database=None, require_tuned=False, policy=None):
+    def __init__(self, library=None, database=None, require_tuned=False, policy=None,
+                 device=0):
         """library: path of libautotune.so (None: found as autotune._library says).
         policy, for shapes with no tuned winner: "nearest" (the default), "default",
         "error" (the same as require_tuned) or "pin:CONFIG"."""
@@ -209,8 +211,10 @@ class Runtime:
         policy = policy or ("error" if require_tuned else "nearest")
         self.policy = policy
         self.database = database
-        self.check(lib.autotune_runtime_create_with_policy(
-            database.encode() if database else None, policy.encode(), ctypes.byref(self.handle)))
+        self.device = device
+        self.check(lib.autotune_runtime_create_on_device(
+            database.encode() if database else None, policy.encode(), int(device),
+            ctypes.byref(self.handle)))
 
     def check(self, status):
         if status != 0:

@@ -938,9 +938,8 @@ def bad_input_cases():
 
     if torch.cuda.device_count() > 1:
         x1 = x.to("cuda:1")
-        add(conv_op, "tensors on cuda:1 (only cuda:0 is served)",
-            lambda: OPS.causal_conv1d(x1, w.to("cuda:1"), b.to("cuda:1")), conv_in + [x1],
-            conv_good)
+        add(conv_op, "x on cuda:1, weight and bias on cuda:0",
+            lambda: OPS.causal_conv1d(x1, w, b), conv_in + [x1], conv_good)
     return cases
 
 
