@@ -1,8 +1,10 @@
 // GPU tests for attention: variants of the whole space (a rotating share per
 // shape, so that every configuration runs somewhere) against a float64 CPU
 // reference over dtypes, head dims, causal and not, Sq != Sk both ways, GQA/MQA,
-// both layouts, LSE, and sizes that are not multiples of any tile; the runtime
-// with arbitrary strides; the tune -> store -> dispatch round trip.
+// both layouts, LSE, and sizes that are not multiples of any tile; causal Sq > Sk
+// (rows that see no key: O exactly 0, LSE -inf) for single and split-KV variants,
+// launched repeatedly, through the GPU reference and through the runtime; the
+// runtime with arbitrary strides; the tune -> store -> dispatch round trip.
 #include "gpu_support.hpp"
 
 #include "cache/database.hpp"
@@ -39,6 +41,9 @@ struct Layout {
 };
 
 // O (in the logical order [B, Hq, Sq, D]) and LSE in float64 from the stored inputs.
+// Causal masks are bottom-right aligned (query i sees keys j <= i + Sk - Sq); a row
+// that sees no key (i < Sq - Sk) has O = 0, as flash-attn's tests define it, and
+// LSE = -inf, the log of an empty sum (the op's documented value).
 struct Reference {
   std::vector<double> o, lse;
 };
@@ -137,6 +142,30 @@ struct AttnCase {
     return {s.batch, s.head, s.seq};
   }
 
+  // Rows of each head that see no key: under the causal mask (bottom-right aligned)
+  // query i sees keys j <= i + Sk - Sq, none when i < Sq - Sk.
+  int rows_without_keys() const { return causal ? std::max(0, Sq - Sk) : 0; }
+
+  // O elements (logical order) of the rows that see no key that are not exactly 0,
+  // and LSE entries of those rows that are not -inf (lse_out may be null).
+  size_t rows_without_keys_wrong(const std::vector<double>& o, const HostTensor* lse_out) const {
+    size_t wrong = 0;
+    for (int b = 0; b < B; ++b) {
+      for (int h = 0; h < Hq; ++h) {
+        for (int i = 0; i < rows_without_keys(); ++i) {
+          const size_t row = (size_t(b) * Hq + h) * Sq + size_t(i);
+          for (int d = 0; d < D; ++d) {
+            wrong += o[row * D + size_t(d)] != 0.0;
+          }
+          if (lse_out) {
+            wrong += lse_out->get(row) != -std::numeric_limits<float>::infinity();
+          }
+        }
+      }
+    }
+    return wrong;
+  }
+
   // The output (stored in the problem's layout) in the reference's logical order.
   std::vector<double> logical(const HostTensor& o) const {
     std::vector<double> out(o.n);
@@ -192,36 +221,61 @@ TEST_CASE("attention variants match a float64 reference over every feature") {
   cuda::DeviceInfo dev = cuda::query_device(0);
   Space space = parse_space(template_file(attn().space_path()), attn().space_path());
   std::mt19937_64 rng(std::random_device{}());
-  const char* shapes[] = {
-      "B=2,H=3,S=200,D=64,dtype=bf16",                                    // tails everywhere
-      "B=1,H=2,S=333,D=128,causal=1,dtype=fp16,lse=1",                    // causal Sq = Sk
-      "B=2,Hq=4,Hkv=2,Sq=77,Sk=301,D=128,causal=1,dtype=bf16,layout=bhsd", // GQA, Sq < Sk
-      "B=1,Hq=4,Hkv=1,Sq=300,Sk=90,D=64,causal=1,dtype=fp16,lse=1",       // MQA, Sq > Sk: empty rows
-      "B=1,Hq=2,Hkv=2,Sq=129,Sk=513,D=64,dtype=fp16,layout=bhsd,lse=1",   // Sq != Sk, not causal
-      "B=1,H=2,S=130,D=256,causal=1,dtype=bf16",                          // head dim 256
-      "B=3,Hq=6,Hkv=3,Sq=1,Sk=1000,D=128,dtype=bf16",                     // decoding
-      "B=1,H=2,S=700,D=128,dtype=fp16,lse=1", // scores rising across tiles (ramp_keys)
+  // Which variants run on a shape: single-split ones, split-KV ones (where the keys
+  // outnumber the queries), or both (causal Sq > Sk, where split-KV blocks and splits
+  // may have no key at all); each shape takes every `share`-th candidate of its
+  // family, rotating with the shape, plus the default variant.
+  enum class Family { single, split, both };
+  struct VariantShape {
+    const char* shape;
+    Family family;
+    int share;
   };
+  const VariantShape shapes[] = {
+      {"B=2,H=3,S=200,D=64,dtype=bf16", Family::single, 4},                 // tails everywhere
+      {"B=1,H=2,S=333,D=128,causal=1,dtype=fp16,lse=1", Family::single, 4}, // causal Sq = Sk
+      {"B=2,Hq=4,Hkv=2,Sq=77,Sk=301,D=128,causal=1,dtype=bf16,layout=bhsd", Family::split,
+       4}, // GQA, Sq < Sk
+      {"B=1,Hq=4,Hkv=1,Sq=300,Sk=90,D=64,causal=1,dtype=fp16,lse=1", Family::both,
+       8}, // MQA, Sq > Sk: 210 rows without keys, whole query blocks of them
+      {"B=1,Hq=2,Hkv=2,Sq=129,Sk=513,D=64,dtype=fp16,layout=bhsd,lse=1", Family::single,
+       4},                                                           // Sq != Sk, not causal
+      {"B=1,H=2,S=130,D=256,causal=1,dtype=bf16", Family::single, 4}, // head dim 256
+      {"B=3,Hq=6,Hkv=3,Sq=1,Sk=1000,D=128,dtype=bf16", Family::split, 4}, // decoding
+      {"B=1,H=2,S=700,D=128,dtype=fp16,lse=1", Family::single,
+       4}, // scores rising across tiles (ramp_keys)
+      {"B=2,Hq=4,Hkv=2,Sq=300,Sk=100,D=128,causal=1,dtype=bf16,lse=1,layout=bhsd", Family::both,
+       8}, // GQA, Sq > Sk
+      {"B=1,Hq=2,Hkv=1,Sq=129,Sk=64,D=256,causal=1,dtype=bf16", Family::both,
+       8}, // Sq > Sk at head dim 256, no LSE
+      {"B=1,Hq=3,Hkv=1,Sq=1000,Sk=1,D=64,causal=1,dtype=fp16,lse=1", Family::both,
+       8}, // one key: only the last row sees it
+      {"B=2,H=2,Sq=200,Sk=199,D=64,causal=1,dtype=bf16,lse=1", Family::single,
+       4}, // only row 0 sees no key, inside a block whose other rows do
+  };
+  constexpr size_t k_ramp_shape = 7;
   std::vector<Config> all = space.enumerate();
   size_t shape_index = 0;
-  for (const char* shape : shapes) {
+  for (const VariantShape& vs : shapes) {
+    const char* shape = vs.shape;
     AttnCase k(shape, rng);
-    if (shape_index == 7) {
+    if (shape_index == k_ramp_shape) {
       k.ramp_keys(12.0);
     }
     std::vector<Config> configs;
     std::vector<VariantSource> sources;
-    // Split-KV variants on the GQA and the decoding shapes (where the keys outnumber
-    // the queries), single-split ones elsewhere.
-    const bool splits_here = shape_index == 2 || shape_index == 6;
     size_t candidate = 0;
     for (size_t i = 0; i < all.size(); ++i) {
       const std::string* sp = find_field(all[i], "splits");
-      if ((sp && *sp != "1") != splits_here && !(splits_here && all[i] == space.default_config)) {
+      const bool split = sp && *sp != "1";
+      const bool in_family = vs.family == Family::both || split == (vs.family == Family::split);
+      const bool is_default = all[i] == space.default_config;
+      if (!in_family && !is_default) {
         continue;
       }
-      // A rotating quarter of the candidates per shape, plus the default variant.
-      bool pick = candidate++ % 4 == shape_index % 4 || all[i] == space.default_config;
+      // A rotating share of the candidates per shape, plus the default variant.
+      bool pick = (in_family && candidate++ % size_t(vs.share) == shape_index % size_t(vs.share)) ||
+                  is_default;
       if (pick && attn().check(all[i], k.problem, dev.arch())) {
         configs.push_back(all[i]);
         sources.push_back(describe_variant(attn(), all[i], k.problem, dev.arch()));
@@ -265,7 +319,8 @@ TEST_CASE("attention variants match a float64 reference over every feature") {
       attn().pack(configs[i], k.problem, ptrs, args);
       launch(f, attn().geometry(configs[i], k.problem), args);
       o.download(out);
-      double err = rel_err(k.logical(out), k.ref.o);
+      const std::vector<double> got_o = k.logical(out);
+      double err = rel_err(got_o, k.ref.o);
       if (const std::string* sp = find_field(configs[i], "splits"); sp && *sp != "1") {
         // Every split-KV launch leaves the arrival counters (the workspace's first
         // words, shared by all variants) at zero for the next one.
@@ -289,9 +344,241 @@ TEST_CASE("attention variants match a float64 reference over every feature") {
         }
         CHECK(rel_err(got, k.ref.lse) <= 1e-4);
       }
+      // Rows that see no key: O exactly 0 and LSE -inf, not merely close.
+      CHECK(k.rows_without_keys_wrong(got_o, k.lse ? &lse : nullptr) == 0);
       ++checked;
     }
     MESSAGE(shape << ": " << checked << " variants checked, worst rel err " << worst);
+  }
+}
+
+TEST_CASE("causal attention with Sq > Sk: rows that see no key are exactly 0, every launch") {
+  // FlashAttention's bottom-right causal mask: query i sees keys j <= i + Sk - Sq, so
+  // rows i < Sq - Sk see none; flash-attn gives them O = 0 (its tests' attention_ref
+  // zero-fills them) and the op documents LSE = -inf. Whole query blocks of such rows
+  // take the kernel's early exit (split 0 alone, with key splits); a block that
+  // straddles Sq - Sk goes through the key loop. Each variant runs several times
+  // with its outputs poisoned on the device before each launch, so that a write
+  // racing another (a block's rows are stored by other warps) shows up.
+  context();
+  cuda::DeviceInfo dev = cuda::query_device(0);
+  std::mt19937_64 rng(std::random_device{}());
+  const char* shapes[] = {
+      "B=1,Hq=4,Hkv=2,Sq=300,Sk=100,D=64,causal=1,dtype=bf16,lse=1",
+      "B=2,Hq=2,Hkv=1,Sq=129,Sk=64,D=128,causal=1,dtype=fp16,lse=1,layout=bhsd",
+      "B=1,Hq=2,Sq=1000,Sk=1,D=256,causal=1,dtype=bf16",
+      "B=1,Hq=8,Hkv=2,Sq=77,Sk=13,D=128,causal=1,dtype=bf16,lse=1",
+      "B=2,H=2,Sq=1024,Sk=1023,D=64,causal=1,dtype=fp16,lse=1", // row 0 alone
+      "B=1,Hq=4,Hkv=2,Sq=300,Sk=100,D=64,dtype=bf16,lse=1",     // not causal: all keys
+  };
+  // The default variant, each warp shape (16, 32, 48 and 64 rows), every stage count,
+  // Q in registers, padded rows, and 2, 4 and 8 key splits.
+  const char* configs[] = {
+      "block_m=64,block_n=64,warps=4,stages=1,swizzle=xor,q=smem,splits=1",
+      "block_m=128,block_n=32,warps=4,stages=2,swizzle=pad,q=regs,splits=1",
+      "block_m=128,block_n=64,warps=8,stages=3,swizzle=xor,q=smem,splits=1",
+      "block_m=192,block_n=48,warps=4,stages=2,swizzle=xor,q=smem,splits=1",
+      "block_m=256,block_n=32,warps=4,stages=1,swizzle=xor,q=smem,splits=1",
+      "block_m=64,block_n=32,warps=4,stages=1,swizzle=xor,q=regs,splits=2",
+      "block_m=128,block_n=64,warps=8,stages=2,swizzle=pad,q=smem,splits=4",
+      "block_m=64,block_n=16,warps=4,stages=3,swizzle=xor,q=smem,splits=8",
+  };
+  constexpr int k_launches = 8;
+  for (const char* shape : shapes) {
+    CAPTURE(shape);
+    AttnCase k(shape, rng);
+    std::vector<Config> runnable;
+    std::vector<VariantSource> sources;
+    for (const char* c : configs) {
+      Config config = parse_fields(c, "config");
+      if (attn().check(config, k.problem, dev.arch())) {
+        runnable.push_back(config);
+        sources.push_back(describe_variant(attn(), config, k.problem, dev.arch()));
+      }
+    }
+    // Single-split and split-KV variants on every shape.
+    size_t split_variants = 0;
+    for (const Config& c : runnable) {
+      split_variants += *find_field(c, "splits") != "1";
+    }
+    REQUIRE(split_variants >= 1);
+    REQUIRE(runnable.size() > split_variants);
+    std::vector<CompileJob> jobs;
+    for (const auto& src : sources) {
+      jobs.push_back({&src});
+    }
+    compile_all(jobs, default_jobs(), [](CompileJob&, size_t) {});
+    DeviceTensor q(k.q), kk(k.k), v(k.v);
+    HostTensor out(k.dtype, k.q.n);
+    HostTensor lse(DType::f32, size_t(k.B) * k.Hq * k.Sq);
+    DeviceTensor o(out), l(lse);
+    std::vector<TensorSpec> specs = attn().tensors(k.problem);
+    REQUIRE(specs.back().name == "workspace");
+    HostTensor ws_host(DType::f32, specs.back().elements);
+    DeviceTensor ws(ws_host);
+    for (size_t i = 0; i < runnable.size(); ++i) {
+      CAPTURE(sources[i].config_id);
+      REQUIRE_MESSAGE(jobs[i].output.ok(),
+                      (jobs[i].output.ok() ? "" : jobs[i].output.failure().detail));
+      cuda::Module m = cuda::load_module(jobs[i].output->binary);
+      CUfunction f = cuda::get_function(m, attn().kernel_name());
+      std::vector<CUdeviceptr> ptrs = {q.get(), kk.get(), v.get(), o.get()};
+      if (k.lse) {
+        ptrs.push_back(l.get());
+      }
+      ptrs.push_back(ws.get());
+      ArgPack args;
+      attn().pack(runnable[i], k.problem, ptrs, args);
+      const auto& d = cuda::driver();
+      size_t wrong_rows = 0;
+      double worst = 0, worst_lse = 0;
+      for (int launch_index = 0; launch_index < k_launches; ++launch_index) {
+        // Quiet NaN in every element of O and LSE.
+        const unsigned short nan16 = k.dtype == DType::f16 ? 0x7e00 : 0x7fc0;
+        AUTOTUNE_CU(d.cuMemsetD16Async(o.get(), nan16, out.n, nullptr));
+        AUTOTUNE_CU(d.cuMemsetD32Async(l.get(), 0x7fc00000u, lse.n, nullptr));
+        launch(f, attn().geometry(runnable[i], k.problem), args);
+        o.download(out);
+        l.download(lse);
+        const std::vector<double> got_o = k.logical(out);
+        worst = std::max(worst, rel_err(got_o, k.ref.o));
+        if (k.lse) {
+          std::vector<double> got(lse.n);
+          for (size_t j = 0; j < lse.n; ++j) {
+            got[j] = lse.get(j);
+          }
+          worst_lse = std::max(worst_lse, rel_err(got, k.ref.lse));
+        }
+        wrong_rows += k.rows_without_keys_wrong(got_o, k.lse ? &lse : nullptr);
+      }
+      CHECK(worst <= attn().tolerance(k.problem));
+      CHECK(worst_lse <= 1e-4);
+      CHECK(wrong_rows == 0);
+      // The arrival counters are back at zero (blocks without keys never touch them).
+      const size_t counters = size_t(k.B) * k.Hq * ((size_t(k.Sq) + 63) / 64);
+      ws.download(ws_host);
+      size_t nonzero = 0;
+      for (size_t j = 0; j < counters; ++j) {
+        uint32_t c;
+        std::memcpy(&c, &ws_host.bytes[j * 4], 4);
+        nonzero += c != 0;
+      }
+      CHECK(nonzero == 0);
+    }
+    MESSAGE(shape << ": " << runnable.size() << " variants x " << k_launches << " launches, "
+                  << k.rows_without_keys() << " rows per head without keys");
+  }
+}
+
+TEST_CASE("the attention GPU reference kernel agrees with the float64 CPU reference, rows "
+          "without keys included") {
+  // The tuner checks every variant against this kernel: it must define causal Sq > Sk
+  // as the CPU reference does (O = 0 and LSE = -inf where a row sees no key).
+  context();
+  cuda::DeviceInfo dev = cuda::query_device(0);
+  cuda::CompileRequest r;
+  r.source = template_source(attn().reference_path());
+  r.name = attn().reference_path();
+  r.arch = dev.arch();
+  r.options = base_compile_options();
+  auto compiled = cuda::compile(r);
+  REQUIRE_MESSAGE(compiled.ok(), (compiled.ok() ? "" : compiled.failure().detail));
+  cuda::Module m = cuda::load_module(compiled->binary);
+  std::mt19937_64 rng(std::random_device{}());
+  for (const char* shape : {"B=1,Hq=4,Hkv=2,Sq=300,Sk=100,D=64,causal=1,dtype=bf16,lse=1",
+                            "B=2,Hq=2,Hkv=1,Sq=129,Sk=64,D=256,causal=1,dtype=fp16,lse=1,"
+                            "layout=bhsd",
+                            "B=1,Hq=2,Sq=100,Sk=1,D=128,causal=1,dtype=bf16,lse=1",
+                            "B=1,Hq=2,Sq=77,Sk=301,D=128,causal=1,dtype=fp16,lse=1",
+                            "B=1,Hq=2,Sq=300,Sk=100,D=64,dtype=bf16,lse=1"}) {
+    CAPTURE(shape);
+    AttnCase k(shape, rng);
+    DeviceTensor q(k.q), kk(k.k), v(k.v);
+    HostTensor o_ref(DType::f32, k.q.n), lse_ref(DType::f32, size_t(k.B) * k.Hq * k.Sq);
+    o_ref.poison();
+    lse_ref.poison();
+    DeviceTensor o(o_ref), l(lse_ref);
+    ArgPack args;
+    attn().pack_reference(k.problem, {q.get(), kk.get(), v.get()}, {o.get(), l.get()}, args);
+    launch(cuda::get_function(m, attn().reference_kernel(k.problem).c_str()),
+           attn().reference_geometry(k.problem), args);
+    o.download(o_ref);
+    l.download(lse_ref);
+    const std::vector<double> got_o = k.logical(o_ref);
+    CHECK(rel_err(got_o, k.ref.o) <= 1e-4);
+    std::vector<double> got_lse(lse_ref.n);
+    for (size_t j = 0; j < lse_ref.n; ++j) {
+      got_lse[j] = lse_ref.get(j);
+    }
+    CHECK(rel_err(got_lse, k.ref.lse) <= 1e-5);
+    CHECK(k.rows_without_keys_wrong(got_o, &lse_ref) == 0);
+  }
+}
+
+TEST_CASE("the runtime runs causal attention with Sq > Sk as flash-attn defines it") {
+  // As PyTorch callers of flash_attn_func pass it: [B, S, H, D], GQA, LSE; through the
+  // default variant and through a pinned split-KV variant with its workspace.
+  context();
+  std::mt19937_64 rng(std::random_device{}());
+  const char* shape = "B=2,Hq=4,Hkv=2,Sq=300,Sk=100,D=128,causal=1,dtype=bf16,lse=1";
+  AttnCase k(shape, rng);
+  DeviceTensor q(k.q), kk(k.k), v(k.v);
+  HostTensor out(DType::bf16, k.q.n), lse(DType::f32, size_t(k.B) * k.Hq * k.Sq);
+  DeviceTensor o(out), l(lse);
+  AttentionArgs a{};
+  // AttnCase's layout=bshd: contiguous [B, S, H, D], viewed as [B, H, S, D].
+  auto view = [](CUdeviceptr p, int64_t b, int64_t h, int64_t s, int64_t d) {
+    return tensor(reinterpret_cast<const void*>(p), ElementType::bf16, {b, h, s, d},
+                  {s * h * d, d, h * d, 1});
+  };
+  a.q = view(q.get(), k.B, k.Hq, k.Sq, k.D);
+  a.k = view(kk.get(), k.B, k.Hkv, k.Sk, k.D);
+  a.v = view(v.get(), k.B, k.Hkv, k.Sk, k.D);
+  a.o = view(o.get(), k.B, k.Hq, k.Sq, k.D);
+  a.lse = tensor(reinterpret_cast<const void*>(l.get()), ElementType::fp32, {k.B, k.Hq, k.Sq});
+  a.causal = 1;
+  auto run_and_check = [&](Runtime& rt) {
+    const uint64_t need = rt.attention_workspace_size(a);
+    HostTensor ws_host(DType::f32, size_t(need / 4) + 1);
+    DeviceTensor ws(ws_host);
+    a.workspace = need ? reinterpret_cast<void*>(ws.get()) : nullptr;
+    a.workspace_bytes = need;
+    for (int i = 0; i < 4; ++i) {
+      out.poison();
+      lse.poison();
+      o.buffer.upload(out.bytes.data(), out.bytes.size());
+      l.buffer.upload(lse.bytes.data(), lse.bytes.size());
+      rt.attention(a);
+      AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+      o.download(out);
+      l.download(lse);
+      const std::vector<double> got_o = k.logical(out);
+      CHECK(rel_err(got_o, k.ref.o) <= attn().tolerance(k.problem));
+      std::vector<double> got_lse(lse.n);
+      for (size_t j = 0; j < lse.n; ++j) {
+        got_lse[j] = lse.get(j);
+      }
+      CHECK(rel_err(got_lse, k.ref.lse) <= 1e-4);
+      CHECK(k.rows_without_keys_wrong(got_o, &lse) == 0);
+    }
+    a.workspace = nullptr;
+    a.workspace_bytes = 0;
+  };
+  RuntimeOptions ro;
+  ro.database = (fs::temp_directory_path() / "autotune-does-not-exist.db").string();
+  SUBCASE("the default variant") {
+    ro.policy = Policy::default_variant;
+    Runtime rt(ro);
+    CHECK(rt.select_attention(a).source == "default");
+    run_and_check(rt);
+  }
+  SUBCASE("a split-KV variant") {
+    ro.policy = Policy::pin;
+    ro.pinned = "block_m=64,block_n=32,warps=4,stages=2,swizzle=xor,q=smem,splits=2";
+    Runtime rt(ro);
+    CHECK(rt.select_attention(a).source == "pinned");
+    CHECK(rt.attention_workspace_size(a) > 0);
+    run_and_check(rt);
   }
 }
 
@@ -448,6 +735,70 @@ TEST_CASE("tuning attention stores a winner that the runtime then dispatches, wi
   CHECK(rel_err(k.logical(out), k.ref.o) <= attn().tolerance(k.problem));
   a.q.shape[2] = a.o.shape[2] = 299; // not tuned: require_tuned refuses, no fallback
   CHECK_THROWS_WITH_AS(rt.attention(a), doctest::Contains("nothing tuned"), Error);
+  fs::remove(db);
+  fs::remove(db.string() + "-wal");
+  fs::remove(db.string() + "-shm");
+}
+
+TEST_CASE("tuning causal attention with Sq > Sk measures every variant correct and dispatches the "
+          "winner") {
+  // The tuner's check compares each variant with the GPU reference, rows without keys
+  // included (O = 0 there). LSE is left out: the tuner's comparison counts its -inf
+  // entries as not finite.
+  context();
+  fs::path db = temp_db();
+  const char* shape = "B=1,Hq=4,Hkv=2,Sq=300,Sk=100,D=64,causal=1,dtype=bf16";
+  TuneOptions o;
+  o.op = "attention";
+  o.shapes = {shape};
+  o.db_path = db.string();
+  o.param_overrides = {{"block_m", "64|128"}, {"block_n", "32|64"}, {"warps", "4"},
+                       {"stages", "1|2"},     {"swizzle", "xor"},   {"q", "smem"},
+                       {"splits", "1|2"}};
+  Progress quiet(false);
+  TuneReport report = tune(o, quiet);
+  REQUIRE(report.problems.size() == 1);
+  const ProblemReport& p = report.problems[0];
+  REQUIRE(p.winner.has_value());
+  size_t split_variants = 0;
+  for (const auto& v : p.variants) {
+    CHECK_MESSAGE(v.outcome == cache::Outcome::ok, v.config << ": " << v.message);
+    split_variants += v.config.find("splits=2") != std::string::npos;
+  }
+  CHECK(split_variants > 0);
+  std::mt19937_64 rng(std::random_device{}());
+  AttnCase k(shape, rng);
+  RuntimeOptions ro;
+  ro.database = db.string();
+  ro.require_tuned = true;
+  Runtime rt(ro);
+  DeviceTensor q(k.q), kk(k.k), v(k.v);
+  HostTensor out(DType::bf16, k.q.n);
+  out.poison();
+  DeviceTensor od(out);
+  AttentionArgs a{};
+  // AttnCase's layout=bshd: contiguous [B, S, H, D], viewed as [B, H, S, D].
+  auto view = [](CUdeviceptr ptr, int64_t b, int64_t h, int64_t s, int64_t d) {
+    return tensor(reinterpret_cast<const void*>(ptr), ElementType::bf16, {b, h, s, d},
+                  {s * h * d, d, h * d, 1});
+  };
+  a.q = view(q.get(), k.B, k.Hq, k.Sq, k.D);
+  a.k = view(kk.get(), k.B, k.Hkv, k.Sk, k.D);
+  a.v = view(v.get(), k.B, k.Hkv, k.Sk, k.D);
+  a.o = view(od.get(), k.B, k.Hq, k.Sq, k.D);
+  a.causal = 1;
+  CHECK(rt.select_attention(a).source == "tuned");
+  const uint64_t need = rt.attention_workspace_size(a);
+  HostTensor ws_host(DType::f32, size_t(need / 4) + 1);
+  DeviceTensor ws(ws_host);
+  a.workspace = need ? reinterpret_cast<void*>(ws.get()) : nullptr;
+  a.workspace_bytes = need;
+  rt.attention(a);
+  AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+  od.download(out);
+  const std::vector<double> got_o = k.logical(out);
+  CHECK(rel_err(got_o, k.ref.o) <= attn().tolerance(k.problem));
+  CHECK(k.rows_without_keys_wrong(got_o, nullptr) == 0);
   fs::remove(db);
   fs::remove(db.string() + "-wal");
   fs::remove(db.string() + "-shm");

@@ -132,6 +132,12 @@ TEST_CASE("attention geometry, tensors and FLOPs follow the problem") {
   // Bottom-right causal with Sq < Sk: query i sees i + Sk - Sq + 1 keys.
   Problem r = problem("B=1,H=1,Sq=2,Sk=5,D=64,causal=1");
   CHECK(attn().flops(r) == doctest::Approx(4.0 * (4 + 5) * 64));
+  // ... and with Sq > Sk the first Sq - Sk queries see none: 0, 0, 0, 1, 2 keys.
+  Problem tall = problem("B=1,H=1,Sq=5,Sk=2,D=64,causal=1");
+  CHECK(attn().flops(tall) == doctest::Approx(4.0 * (1 + 2) * 64));
+  // The grid covers every query block, also those whose rows see no key (they store
+  // O = 0 and LSE = -inf and exit).
+  CHECK(attn().geometry(config(k_fa2), problem("B=1,H=2,Sq=1000,Sk=1,D=64,causal=1")).grid[0] == 8);
   AttentionOp::Strides bshd = AttentionOp::contiguous_strides(p, 8, 1000);
   CHECK(bshd.seq == 8 * 64);
   CHECK(bshd.head == 64);

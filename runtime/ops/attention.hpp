@@ -1,6 +1,14 @@
 // attention: O = softmax(scale * Q K^T + mask) V, optional LSE (fp32 [B, Hq, Sq]).
-// Causal masks are bottom-right aligned (query i sees keys j <= i + Sk - Sq); GQA/MQA
-// when Hkv divides Hq (query head h reads kv head h / (Hq / Hkv)).
+// Causal masks are bottom-right aligned (query i sees keys j <= i + Sk - Sq), as in
+// FlashAttention; GQA/MQA when Hkv divides Hq (query head h reads kv head
+// h / (Hq / Hkv)).
+//
+// Causal with Sq > Sk, the rows i < Sq - Sk see no key. Their O is exactly 0, as
+// flash-attn defines it (its tests' reference zero-fills such rows), and their LSE is
+// -inf, the log of an empty sum: merging this result with attention over other keys
+// by log-sum-exp (LSE = log(e^LSE1 + e^LSE2), O = sum e^(LSEi - LSE) Oi) then weighs
+// it 0. flash-attn 2 writes +inf there instead (flash_fwd_kernel.h, softmax.h);
+// flash-attn 3 writes -inf for a block of such rows and from its split-KV combine.
 //
 // Problem fields: B, Hq, Hkv, Sq, Sk, D, causal, dtype, lse, layout. The layout
 // ("bshd": [B, S, H, D], "bhsd": [B, H, S, D]) is the tuning bucket of the strides;

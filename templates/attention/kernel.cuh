@@ -1,7 +1,10 @@
 // Attention forward (FlashAttention-2 structure, sm_80 and newer):
 //   O = softmax(scale * Q K^T + mask) V,  LSE = log sum_j exp(scale * q.k_j)  (optional)
-// The causal mask is bottom-right aligned: query i sees keys j <= i + Sk - Sq.
-// A query row that sees no key gets O = 0 and LSE = -inf.
+// The causal mask is bottom-right aligned (FlashAttention's convention): query i sees
+// keys j <= i + Sk - Sq, so with Sq > Sk the rows i < Sq - Sk see no key. Such a row
+// gets O = 0, as flash-attn defines it, and LSE = -inf, the log of its empty sum (a
+// log-sum-exp merge with other key ranges then weighs it 0); flash-attn 2 writes +inf
+// there. A query block none of whose rows sees a key writes that and loads nothing.
 //
 // One block owns k_block_m query rows of one (batch, head); each warp owns
 // k_block_m / k_warps of them (one or two 16-row MMA tiles). K and V tiles of
@@ -162,10 +165,38 @@ __device__ __forceinline__ float row_lse(float row_max, float sum, float scale_l
                     : at_neg_inf();
 }
 
+// O = 0 and LSE = -inf for every row of a query block that sees no key (causal, Sq >
+// Sk), stored directly: 16-byte chunks of zeros, whole rows over the block's threads.
+// The loops stay rolled: unrolled, this cold path changed how ptxas allocates the
+// registers of the whole kernel (bench/notes/attention.md).
+__device__ __forceinline__ void store_rows_without_keys(const AttnArgs& args, int batch, int head,
+                                                        int m0) {
+  elem_t* o_g = args.o + batch * args.o_batch_stride + head * args.o_head_stride;
+#pragma unroll 1
+  for (int i = static_cast<int>(threadIdx.x); i < k_block_m * k_chunks; i += k_threads) {
+    const int row = m0 + i / k_chunks;
+    if (row < args.seq_q) {
+      *reinterpret_cast<uint4*>(o_g + row * args.o_seq_stride + (i % k_chunks) * 8) =
+          make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
+  if (k_lse) {
+    float* lse = args.lse + (static_cast<long long>(batch) * args.heads_q + head) * args.seq_q;
+#pragma unroll 1
+    for (int r = static_cast<int>(threadIdx.x); r < k_block_m; r += k_threads) {
+      if (m0 + r < args.seq_q) {
+        lse[m0 + r] = at_neg_inf();
+      }
+    }
+  }
+}
+
 // Key splits: this block's O (normalized by its own sum) and LSE go to the
 // workspace; the block that finishes last for its query block merges all splits:
 //   LSE = log sum_s exp(LSE_s),  O = sum_s exp(LSE_s - LSE) O_s.
-// Splits that saw no key have LSE_s = -inf and weigh nothing.
+// A split with no key tile (more splits than the block has tiles), or none that a
+// row sees, stores that row's O_s = 0 and LSE_s = -inf: it weighs exactly 0. A row
+// that no split saw gets O = 0 and LSE = -inf, as without splits.
 __device__ __forceinline__ void store_split_and_merge(const AttnArgs& args,
                                                    const float (&o)[k_m_tiles][k_d_tiles][4],
                                                    const float (&row_max)[k_m_tiles][2],
@@ -290,7 +321,15 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
   int n_total = (args.seq_k + k_block_n - 1) / k_block_n;
   if (k_causal) {
     const int last_key = m0 + k_block_m - 1 + diag; // the last key any row here sees
-    n_total = min(n_total, last_key < 0 ? 0 : last_key / k_block_n + 1);
+    if (last_key < 0) {
+      // Sq > Sk and no row of this block sees a key: no key loop, no workspace, no
+      // arrival counter (with key splits, split 0 alone writes the rows).
+      if (split == 0) {
+        store_rows_without_keys(args, batch, head, m0);
+      }
+      return;
+    }
+    n_total = min(n_total, last_key / k_block_n + 1);
   }
   // This split's key tiles: [n_first, n_first + n_blocks), visited last to first.
   const int per_split = (n_total + k_splits - 1) / k_splits;
@@ -558,7 +597,9 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
   }
 
   // Epilogue: O / sum, staged through this warp's own rows of the Q tile (only this
-  // warp ever reads them) so that global stores are whole 16-byte chunks.
+  // warp ever reads them) so that global stores are whole 16-byte chunks. Other
+  // threads' cp.async filled those rows: the key loop's barrier (it ran at least once:
+  // a block without keys returned above) is what orders their Q copies before this.
 #pragma unroll
   for (int mt = 0; mt < k_m_tiles; ++mt) {
 #pragma unroll

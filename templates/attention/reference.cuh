@@ -2,8 +2,9 @@
 // online softmax in fp32 (accurate expf), the stored (rounded) 16-bit inputs read
 // as they are. Written as fp32 in the output's own layout, LSE as [B, Hq, Sq].
 // Deliberately simple: it shares no code with kernel.cuh (only the common types,
-// conversions and -inf), so a bug there cannot hide in both. Rows that see no key
-// give O = 0 and LSE = -inf, like the kernel.
+// conversions and -inf), so a bug there cannot hide in both. The causal mask is
+// bottom-right aligned (query i sees keys j <= i + Sk - Sq); a row that sees no key
+// (causal, Sq > Sk, i < Sq - Sk) gives O = 0 and LSE = -inf, the op's definition.
 #include "common/numeric.cuh"
 
 constexpr int k_ref_max_dim = 256;
