@@ -212,6 +212,10 @@ def _attend(name, q, k, v, softmax_scale, causal, return_attn_probs):
     if not return_attn_probs:
         return result
     out, lse = result
+    if causal and q.shape[1] > k.shape[1]:
+        # Rows that see no key (causal, seqlen_q > seqlen_k): autotune's LSE is -inf (the
+        # log of an empty sum); flash-attn 2 returns +inf there.
+        lse = lse.masked_fill(lse == float("-inf"), float("inf"))
     # flash-attn returns S_dmask only with dropout; without it, an empty tensor.
     return out, lse, q.new_empty((0,))
 
