@@ -243,6 +243,7 @@ TEST_CASE("planted failures get their outcomes and a good variant wins") {
   o.op = "fault_injection";
   o.db_path = db.string();
   o.measure_timeout_s = 2;
+  o.strategy = "exhaustive"; // every planted variant measured and stored
   Progress quiet(false);
   TuneReport report = tune(o, quiet);
   REQUIRE(report.problems.size() == 1);
@@ -275,8 +276,10 @@ TEST_CASE("a tuning session killed with SIGKILL resumes where it stopped") {
   remove_db(db);
   std::string cli = find_cli();
   std::string shape = "B=4,C=1024,L=4096,W=4,dtype=bf16";
-  std::vector<std::string> args = {cli,     "--arch", "auto",          "--op", "causal_conv1d",
-                                   "--shape", shape,  "--db", db.string(), "--quiet"};
+  // Exhaustive: every result is stored as it is measured (halving stores only final ones).
+  std::vector<std::string> args = {cli,          "--arch",    "auto", "--op",      "causal_conv1d",
+                                   "--shape",    shape,       "--db", db.string(), "--quiet",
+                                   "--strategy", "exhaustive"};
   std::vector<char*> argv;
   for (auto& a : args) {
     argv.push_back(a.data());
@@ -302,6 +305,7 @@ TEST_CASE("a tuning session killed with SIGKILL resumes where it stopped") {
   o.op = "causal_conv1d";
   o.shapes = {shape};
   o.db_path = db.string();
+  o.strategy = "exhaustive";
   Progress quiet(false);
   TuneReport report = tune(o, quiet);
   const ProblemReport& p = report.problems.at(0);

@@ -60,6 +60,33 @@ TEST_CASE("bad command lines exit 2 with a message naming the problem") {
   CHECK(r.output.find("unknown option '--frobnicate'") != std::string::npos);
 }
 
+TEST_CASE("search options: halving by default, exhaustive without a budget, transfer in range") {
+  auto r = run("--help");
+  CHECK(r.code == 0);
+  CHECK(has(r.output, "halving (default)"));
+  CHECK(has(r.output, "--transfer K"));
+  r = run("--op causal_conv1d --arch auto --strategy exhaustive --budget-s 3");
+  CHECK(r.code == 2);
+  CHECK(has(r.output, "--budget-s bounds the halving search"));
+  for (const char* bad : {"-1", "65", "x"}) {
+    r = run(std::string("--op causal_conv1d --arch auto --transfer ") + bad);
+    INFO(r.output);
+    CHECK(r.code == 2);
+    CHECK(has(r.output, "--transfer"));
+  }
+  r = run("--op causal_conv1d --arch auto --strategy greedy");
+  CHECK(r.code == 2);
+  CHECK(has(r.output, "--strategy must be halving, exhaustive or random, not 'greedy'"));
+  // Accepted (then stopped by the missing GPU): a budget alone, no transfer, halving alone.
+  for (const char* ok : {"--budget-s 0.5", "--transfer 0", "--strategy halving",
+                         "--strategy random --samples 4 --budget-s 1"}) {
+    r = run(std::string("--op causal_conv1d --arch auto ") + ok, "CUDA_VISIBLE_DEVICES=");
+    INFO(ok);
+    INFO(r.output);
+    CHECK(r.code == 3);
+  }
+}
+
 TEST_CASE("a TOML typo in a space file is reported with file and line, exit 2") {
   fs::path dir = temp_dir();
   fs::path space = dir / "space.toml";

@@ -1,10 +1,19 @@
+#include "cache/database.hpp"
+#include "runtime/base/hash.hpp"
+#include "runtime/cuda/nvrtc.hpp"
+#include "runtime/dispatch/variant.hpp"
 #include "tuner/strategy.hpp"
 #include "tuner/tuner.hpp"
 
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <filesystem>
+#include <functional>
 #include <map>
+#include <memory>
 #include <set>
+#include <unistd.h>
 
 using namespace autotune;
 
@@ -77,8 +86,10 @@ TEST_CASE("random search samples the same configurations for the same seed") {
   o.sample_seed = 2;
   ProblemReport r3;
   CHECK(select_strategy(all, o, r3) != a);
-  SUBCASE("exhaustive search keeps everything") {
+  for (const char* name : {"exhaustive", "halving"}) {
+    CAPTURE(name);
     TuneOptions e;
+    e.strategy = name;
     ProblemReport r;
     CHECK(select_strategy(all, e, r).size() == 100);
     CHECK(r.sampled == 0);
@@ -87,47 +98,95 @@ TEST_CASE("random search samples the same configurations for the same seed") {
 
 namespace {
 
-// Candidates with fixed medians: measuring takes no time; those in `wrong` fail
-// the check. Records what a strategy asked for.
+// Candidates with fixed medians (`median_of`, candidate 0 the fastest by default) on
+// a fake clock: a full measurement takes k_full_s, a cheaper one k_cheap_s, compiling
+// k_compile_s per candidate not built yet. Those in `wrong` fail the check, those in
+// `broken` do not compile. Records what a strategy asked for.
+constexpr double k_full_s = 0.3;
+constexpr double k_cheap_s = 0.1;
+
 class FakeBench final : public Bench {
 public:
-  explicit FakeBench(size_t n, std::set<size_t> wrong = {})
-      : m_wrong(std::move(wrong)), m_variants(n), measured(n, 0) {
+  explicit FakeBench(size_t n, std::set<size_t> wrong = {}, std::set<size_t> broken = {})
+      : m_wrong(std::move(wrong)), m_broken(std::move(broken)), m_variants(n), measured(n, 0),
+        built(n, 0) {
     for (size_t i = 0; i < n; ++i) {
-      m_variants[i].config = std::to_string(1000 + i); // ids sort as the indices do
+      m_variants[i].config =
+          std::string("p=").append(std::to_string(1000 + i)); // ids sort as indices
+    }
+    median_of = [](size_t i) { return 10.0 + double(i); };
+  }
+  void prepare(const std::vector<size_t>& indices) override {
+    prepared.push_back(indices);
+    for (size_t i : indices) {
+      if (!built.at(i)) {
+        built[i] = 1;
+        clock += compile_s;
+        if (m_broken.count(i)) {
+          m_variants[i].outcome = cache::Outcome::compile_fail;
+          stored.push_back(i);
+        }
+      }
     }
   }
   void measure(size_t i, const TimingProtocol& protocol) override {
+    REQUIRE(built.at(i));
+    REQUIRE(m_variants[i].outcome != cache::Outcome::compile_fail);
     ++measured.at(i);
+    order.push_back(i);
+    bool full = protocol == TimingProtocol{};
+    clock += full ? k_full_s : k_cheap_s;
     last_protocol[i] = protocol.min_samples;
     VariantReport& v = m_variants.at(i);
     v.outcome = m_wrong.count(i) ? cache::Outcome::wrong : cache::Outcome::ok;
-    double median = 10.0 + double(i); // candidate 0 is the fastest
+    double median = median_of(i);
     v.timing = m_wrong.count(i) ? Timing{} : Timing{median, median, median, protocol.min_samples};
   }
   void store(size_t i) override { stored.push_back(i); }
   VariantReport& variant(size_t i) override { return m_variants.at(i); }
   void progress(const std::string& stage, size_t, size_t) override { stages.insert(stage); }
-  void stage_done() override {}
 
   std::vector<size_t> eliminated_in(int round) const {
     std::vector<size_t> out;
     for (size_t i = 0; i < m_variants.size(); ++i) {
-      if (m_variants[i].eliminated_in_round == round) {
+      if (measured[i] && m_variants[i].eliminated_in_round == round) {
         out.push_back(i);
       }
     }
     return out;
   }
+  size_t count_measured() const {
+    size_t n = 0;
+    for (int m : measured) {
+      n += m > 0 ? 1 : 0;
+    }
+    return n;
+  }
+  void set_config(size_t i, const std::string& config) { m_variants.at(i).config = config; }
+  // The winner the session would pick from these measurements.
+  std::string winner() {
+    auto preferred = preference_order(m_variants);
+    return preferred.empty() ? "" : m_variants[preferred.front()].config;
+  }
+  HalvingSearch::Clock fake_clock() {
+    return [this] { return clock; };
+  }
 
 private:
   std::set<size_t> m_wrong;
+  std::set<size_t> m_broken;
   std::vector<VariantReport> m_variants;
 
 public:
+  std::function<double(size_t)> median_of;
+  double clock = 0;
+  double compile_s = 0;
   std::vector<int> measured;
+  std::vector<char> built;
+  std::vector<size_t> order;           // measurements in the order asked
   std::map<size_t, int> last_protocol; // min_samples of each one's latest measurement
   std::vector<size_t> stored;
+  std::vector<std::vector<size_t>> prepared;
   std::set<std::string> stages;
 };
 
@@ -139,20 +198,40 @@ std::vector<size_t> all_of(size_t n) {
   return v;
 }
 
+SearchInput pending(size_t n, std::vector<size_t> seeds = {}) {
+  SearchInput in;
+  in.pending = all_of(n);
+  in.seeds = std::move(seeds);
+  return in;
+}
+
+HalvingSearch halving(FakeBench& bench, double budget_s, size_t batch = 16) {
+  return HalvingSearch(std::make_unique<ExhaustiveSearch>(TimingProtocol{}, k_max_exhaustive, 1),
+                       TimingProtocol{}, budget_s, batch, 1, bench.fake_clock());
+}
+
 } // namespace
 
-TEST_CASE("exhaustive and random search measure each candidate once, in full, and store it") {
+TEST_CASE("exhaustive and random search compile everything, then measure each candidate once, "
+          "in full, and store it") {
   TuneOptions o;
   for (const char* name : {"exhaustive", "random"}) {
     CAPTURE(name);
     o.strategy = name;
-    FakeBench bench(10, {3});
+    FakeBench bench(10, {3}, {7});
     ProblemReport report;
-    make_strategy(o)->measure(bench, all_of(10), report);
-    CHECK(bench.measured == std::vector<int>(10, 1));
-    CHECK(bench.stored == all_of(10));
+    make_strategy(o)->measure(bench, pending(10), report);
+    REQUIRE(bench.prepared.size() == 1);
+    CHECK(bench.prepared[0] == all_of(10));
+    std::vector<int> once(10, 1);
+    once[7] = 0; // did not compile
+    CHECK(bench.measured == once);
+    std::vector<size_t> stored = {7, 0, 1, 2, 3, 4, 5, 6, 8, 9}; // the failure when prepared
+    CHECK(bench.stored == stored);
     for (size_t i = 0; i < 10; ++i) {
-      CHECK(bench.last_protocol[i] == o.protocol.min_samples);
+      if (i != 7) {
+        CHECK(bench.last_protocol[i] == o.protocol.min_samples);
+      }
     }
     CHECK(bench.stages == std::set<std::string>{"measure"});
     CHECK_FALSE(report.budget_exhausted);
@@ -165,6 +244,7 @@ TEST_CASE("exhaustive search samples a space over k_max_exhaustive configuration
     all.push_back({{"p", std::to_string(i)}});
   }
   TuneOptions o;
+  o.strategy = "exhaustive";
   ProblemReport r;
   CHECK(make_strategy(o)->select(all, r).size() == k_max_exhaustive);
   CHECK(r.sampled == k_max_exhaustive);
@@ -174,14 +254,14 @@ TEST_CASE("exhaustive search samples a space over k_max_exhaustive configuration
   CHECK(whole.sampled == 0);
 }
 
-TEST_CASE("successive halving keeps the best quarter per round and stores only final timings") {
-  TuneOptions o;
-  o.budget_s = 1e9;
+TEST_CASE("halving within a generous budget measures everything cheaply, the best quarter "
+          "again, the best four in full, and stores only final timings") {
   FakeBench bench(64, {5});
   ProblemReport report;
-  make_strategy(o)->measure(bench, all_of(64), report);
-  // 64 candidates: rounds of 64 (cheap), 16 of the 63 correct, then 4 in full.
-  CHECK(bench.stages == std::set<std::string>{"round 1", "round 2", "round 3"});
+  halving(bench, 1e9).measure(bench, pending(64), report);
+  CHECK(bench.stages == std::set<std::string>{"explore", "round 2", "final"});
+  CHECK(bench.count_measured() == 64);
+  // 63 correct: round 2 for the best 16, then 4 in full.
   CHECK(bench.eliminated_in(1).size() == 63 - 16);
   CHECK(bench.eliminated_in(2).size() == 16 - 4);
   std::vector<size_t> finalists = bench.eliminated_in(0);
@@ -189,54 +269,327 @@ TEST_CASE("successive halving keeps the best quarter per round and stores only f
   CHECK(finalists == std::vector<size_t>{0, 1, 2, 3, 5});
   for (size_t i : {0, 1, 2, 3}) {
     CHECK(bench.measured[i] == 3);
-    CHECK(bench.last_protocol[i] == o.protocol.min_samples); // the last round is in full
+    CHECK(bench.last_protocol[i] == TimingProtocol{}.min_samples); // the last round is in full
   }
-  CHECK(bench.last_protocol[63] < o.protocol.min_samples);
+  CHECK(bench.last_protocol[63] < TimingProtocol{}.min_samples);
   // Stored: the failure at once, the finalists' full measurements; no cheap timing.
   CHECK(bench.stored == std::vector<size_t>{5, 0, 1, 2, 3});
   CHECK_FALSE(report.budget_exhausted);
-  std::vector<VariantReport> v;
-  for (size_t i = 0; i < 64; ++i) {
-    v.push_back(bench.variant(i));
-  }
-  CHECK(v[preference_order(v).front()].config == "1000");
+  CHECK(bench.winner() == "p=1000");
 }
 
-TEST_CASE("successive halving over its budget measures only the best eta in full") {
-  TuneOptions o;
-  o.budget_s = 1e-12; // spent by the first, cheap round
+TEST_CASE("halving compiles in batches and never measures what did not compile") {
+  FakeBench bench(40, {}, {0, 17});
+  ProblemReport report;
+  halving(bench, 1e9, 16).measure(bench, pending(40), report);
+  REQUIRE(bench.prepared.size() == 3);
+  CHECK(bench.prepared[0].size() == 16);
+  CHECK(bench.prepared[2].size() == 8);
+  CHECK(bench.measured[0] == 0);
+  CHECK(bench.measured[17] == 0);
+  CHECK(bench.count_measured() == 38);
+  CHECK(bench.winner() == "p=1001");
+}
+
+TEST_CASE("a cold problem explores until its budget, less the final round, is spent") {
+  // 10x the budget for a problem with nothing to start from: 10 s of fake time.
+  FakeBench bench(256);
+  ProblemReport report;
+  HalvingSearch search = halving(bench, 1.0);
+  CHECK(search.budget_s(false) == doctest::Approx(10.0));
+  CHECK(search.budget_s(true) == doctest::Approx(1.0));
+  search.measure(bench, pending(256), report);
+  CHECK(report.budget_exhausted);
+  size_t explored = bench.count_measured();
+  // (10 s - 4 finals * 0.3 s) / 0.1 s per cheap measurement, less round 2's share.
+  CHECK(explored >= 40);
+  CHECK(explored <= 90);
+  CHECK(bench.clock <= 10.0 + k_full_s);
+  // Finalists measured in full and stored; no cheap timing stored.
+  CHECK(bench.stored.size() == 4);
+  for (size_t i : bench.stored) {
+    CHECK(bench.last_protocol[i] == TimingProtocol{}.min_samples);
+  }
+}
+
+TEST_CASE("a cold problem over its budget still measures a few and the best of them in full") {
   FakeBench bench(64);
   ProblemReport report;
-  make_strategy(o)->measure(bench, all_of(64), report);
+  halving(bench, 1e-9).measure(bench, pending(64), report);
   CHECK(report.budget_exhausted);
-  CHECK(bench.stages == std::set<std::string>{"round 1", "round 3"});
-  CHECK(bench.eliminated_in(0) == std::vector<size_t>{0, 1, 2, 3});
-  CHECK(bench.stored == std::vector<size_t>{0, 1, 2, 3});
-  for (size_t i : {0, 1, 2, 3}) {
-    CHECK(bench.last_protocol[i] == o.protocol.min_samples);
+  CHECK(bench.count_measured() >= size_t(k_halving_eta));
+  CHECK(bench.stored.size() >= 1);
+  CHECK(bench.stored.size() <= size_t(k_halving_eta));
+  CHECK_FALSE(bench.winner().empty());
+}
+
+namespace {
+
+// 256 configurations a=1..16, b=1..16; the fastest at a=13, b=13, slower by 1 us per
+// step away from it in either parameter. Candidate at(a, b) is (a, b).
+void grid(FakeBench& bench) {
+  for (size_t i = 0; i < 256; ++i) {
+    bench.set_config(i, std::string("a=")
+                            .append(std::to_string(i / 16 + 1))
+                            .append(",b=")
+                            .append(std::to_string(i % 16 + 1)));
+  }
+  bench.median_of = [](size_t i) {
+    return 100.0 + std::abs(double(i / 16 + 1) - 13) + std::abs(double(i % 16 + 1) - 13);
+  };
+}
+
+size_t at(size_t a, size_t b) {
+  return (a - 1) * 16 + (b - 1);
+}
+
+} // namespace
+
+TEST_CASE("seeds are measured first and in full, and exploration starts next to the best") {
+  FakeBench bench(256);
+  grid(bench);
+  ProblemReport report;
+  // Two seeds: (3, 3) from the nearest problem, (11, 12) from the next.
+  SearchInput in = pending(256, {at(3, 3), at(11, 12)});
+  halving(bench, 3.0, 8).measure(bench, in, report);
+  REQUIRE(bench.order.size() >= 8);
+  CHECK(bench.order[0] == at(3, 3));
+  CHECK(bench.order[1] == at(11, 12));
+  CHECK(bench.measured[at(3, 3)] == 1); // never again: its full timing stands
+  CHECK(bench.stored.front() == at(3, 3));
+  // The first batch explored: 6 nearest neighbours (the four of the faster seed
+  // (11, 12) first), 2 at random.
+  std::set<size_t> first(bench.order.begin() + 2, bench.order.begin() + 6);
+  CHECK(first == std::set<size_t>{at(10, 12), at(12, 12), at(11, 11), at(11, 13)});
+  // Within 3 s the search walks from (11, 12) to the optimum.
+  CHECK(bench.winner() == "a=13,b=13");
+}
+
+TEST_CASE("the winner is never worse than the best seed") {
+  for (double budget : {1e-9, 0.5, 1e9}) {
+    CAPTURE(budget);
+    FakeBench bench(256);
+    grid(bench);
+    ProblemReport report;
+    halving(bench, budget).measure(bench, pending(256, {at(13, 13), at(1, 1)}), report);
+    CHECK(bench.winner() == "a=13,b=13");
+    CHECK(bench.measured[at(13, 13)] == 1);
+  }
+  SUBCASE("a warm problem over its budget explores nothing") {
+    FakeBench bench(256);
+    grid(bench);
+    ProblemReport report;
+    halving(bench, 1e-9).measure(bench, pending(256, {at(5, 5)}), report);
+    CHECK(report.budget_exhausted);
+    CHECK(bench.order == std::vector<size_t>{at(5, 5)});
+    CHECK(bench.winner() == "a=5,b=5");
   }
 }
 
-TEST_CASE("halving with few candidates is one full round") {
-  TuneOptions o;
-  o.strategy = "halving";
-  o.budget_s = 10;
-  FakeBench bench(4);
+TEST_CASE("a problem whose seeds all fail explores as a cold one, until something is correct") {
+  // Seeds 7 and 8 fail here, and so do 24 other candidates.
+  std::set<size_t> wrong = {7, 8};
+  for (size_t i = 40; i < 64; ++i) {
+    wrong.insert(i);
+  }
+  FakeBench bench(64, wrong);
+  bench.median_of = [](size_t i) { return 100.0 - double(i); }; // 39 is the fastest correct
   ProblemReport report;
-  make_strategy(o)->measure(bench, all_of(4), report);
-  CHECK(bench.stages == std::set<std::string>{"measure"});
-  CHECK(bench.stored == all_of(4));
+  HalvingSearch search = halving(bench, 1e-9, 4);
+  search.measure(bench, pending(64, {7, 8}), report);
+  CHECK(report.budget_exhausted);
+  CHECK_FALSE(bench.winner().empty());
+  CHECK(bench.count_measured() >= 2 + size_t(k_halving_eta));
 }
 
-TEST_CASE("an unknown strategy, or halving without a budget, is a usage error") {
+TEST_CASE("cheap timings far above the best full one are cut before the final round") {
+  FakeBench bench(64);
+  // The seed (candidate 40) is fastest by far: every other timing is over 1.1x it.
+  bench.median_of = [](size_t i) { return i == 40 ? 10.0 : 20.0 + double(i); };
+  ProblemReport report;
+  halving(bench, 1e9).measure(bench, pending(64, {40}), report);
+  CHECK(bench.count_measured() == 64);
+  CHECK(bench.stored == std::vector<size_t>{40}); // no final round
+  CHECK(bench.stages.count("final") == 0);
+  CHECK(bench.eliminated_in(1).size() == 63);
+  CHECK(bench.winner() == "p=1040");
+}
+
+TEST_CASE("results a killed session stored count as measured in full") {
+  FakeBench bench(16);
+  bench.built[3] = 1;
+  bench.measure(3, TimingProtocol{}); // stored by the session that was killed
+  bench.measured[3] = 0;
+  bench.order.clear();
+  SearchInput in;
+  for (size_t i = 0; i < 16; ++i) {
+    if (i != 3) {
+      in.pending.push_back(i);
+    }
+  }
+  in.measured = {3};
+  ProblemReport report;
+  halving(bench, 1e9).measure(bench, in, report);
+  CHECK(bench.measured[3] == 0);
+  // Exploration starts next to it.
+  REQUIRE_FALSE(bench.order.empty());
+  CHECK((bench.order[0] == 2 || bench.order[0] == 4));
+  CHECK(bench.winner() == "p=1000");
+}
+
+TEST_CASE("configurations are near when few parameters differ, and numbers by their ratio") {
+  Config a = parse_fields("block_m=128,block_n=64,swizzle=xor", "config");
+  CHECK(config_distance(a, a) == 0.0);
+  CHECK(config_distance(a, parse_fields("block_m=128,block_n=64,swizzle=pad", "c")) == 1.0);
+  double to_192 = config_distance(a, parse_fields("block_m=192,block_n=64,swizzle=xor", "c"));
+  double to_64 = config_distance(a, parse_fields("block_m=64,block_n=64,swizzle=xor", "c"));
+  CHECK(to_192 > 1.0);
+  CHECK(to_192 < to_64);
+  CHECK(to_64 == doctest::Approx(1.1));
+  CHECK(config_distance(a, parse_fields("block_m=64,block_n=32,swizzle=pad", "c")) ==
+        doctest::Approx(3.2));
+}
+
+TEST_CASE("the default strategy is halving from transfer seeds within the default budget") {
+  TuneOptions o;
+  auto s = make_strategy(o);
+  CHECK(s->transfers());
+  CHECK(s->budget_s(true) == doctest::Approx(k_default_budget_s));
+  CHECK(s->budget_s(false) == doctest::Approx(k_default_budget_s * k_cold_budget_factor));
+  o.budget_s = 5;
+  CHECK(make_strategy(o)->budget_s(true) == doctest::Approx(5.0));
+  o.strategy = "random";
+  CHECK(make_strategy(o)->transfers()); // halving over a random sample
+  o.budget_s = 0;
+  CHECK_FALSE(make_strategy(o)->transfers());
+  CHECK(make_strategy(o)->budget_s(true) == 0.0);
+  o.strategy = "exhaustive";
+  CHECK_FALSE(make_strategy(o)->transfers());
+  CHECK(make_strategy(o)->budget_s(false) == 0.0);
+}
+
+TEST_CASE("an unknown strategy, or exhaustive search with a budget, is a usage error") {
   TuneOptions o;
   o.strategy = "genetic";
   CHECK_THROWS_WITH_AS(make_strategy(o), doctest::Contains("not 'genetic'"), Error);
-  o.strategy = "halving";
-  CHECK_THROWS_WITH_AS(make_strategy(o), doctest::Contains("needs a budget"), Error);
+  o.strategy = "exhaustive";
+  o.budget_s = 3;
+  CHECK_THROWS_WITH_AS(make_strategy(o), doctest::Contains("measures every variant"), Error);
   try {
     make_strategy(o);
   } catch (const Error& e) {
     CHECK(e.kind() == ErrorKind::usage);
+  }
+}
+
+namespace {
+
+// A database holding winners of attention problems on one device, with the current
+// template and NVRTC (what transfer looks for).
+class WinnerDb {
+public:
+  WinnerDb()
+      : m_path(std::filesystem::temp_directory_path() /
+               ("autotune-transfer-" + std::to_string(::getpid()) + ".db")) {
+    remove();
+    m_db = std::make_unique<cache::Database>(m_path.string(), cache::Database::Mode::read_write);
+    device.name = "NVIDIA H100 80GB HBM3";
+    device.arch = "sm_90a";
+    device.cc = 90;
+    device.sm_count = 132;
+    device.driver_version = 13000;
+    m_db->put_device(device);
+  }
+  ~WinnerDb() {
+    m_db.reset();
+    remove();
+  }
+  WinnerDb(const WinnerDb&) = delete;
+  WinnerDb& operator=(const WinnerDb&) = delete;
+
+  void win(const std::string& shape, const std::string& config,
+           const std::string& device_key = {}) {
+    const Op& op = find_op("attention");
+    Problem p = op.make_problem(parse_fields(shape, "shape"));
+    cache::VariantRecord v;
+    v.op = op.name();
+    v.arch = device.arch;
+    v.template_hash = template_hash(op.template_path());
+    v.nvrtc_version = cuda::nvrtc_version();
+    v.options = std::string("-D").append(config);
+    v.config = config;
+    v.kernel = op.kernel_name();
+    v.key = cache::variant_key(v.op, v.template_hash, v.nvrtc_version, v.arch, v.options, v.kernel);
+    std::string cubin = std::string("cubin of ").append(config);
+    v.cubin_sha256 = sha256_hex(cubin);
+    m_db->put_variant(v, cubin);
+    cache::WinnerRecord w;
+    w.device_key = device_key.empty() ? device.key() : device_key;
+    w.op = op.name();
+    w.problem = p.key();
+    w.template_hash = v.template_hash;
+    w.nvrtc_version = v.nvrtc_version;
+    w.variant_key = v.key;
+    w.config = config;
+    w.kernel = v.kernel;
+    w.median_us = 100;
+    m_db->put_winner(w);
+  }
+
+  std::vector<std::string> seeds(const std::string& shape, size_t k,
+                                 const std::string& device_key = {}) {
+    const Op& op = find_op("attention");
+    Problem p = op.make_problem(parse_fields(shape, "shape"));
+    std::vector<std::string> out;
+    for (const TransferSeed& s :
+         nearest_winners(*m_db, op, device_key.empty() ? device.key() : device_key, p, k)) {
+      out.push_back(s.config);
+    }
+    return out;
+  }
+
+  cache::DeviceRecord device;
+
+private:
+  void remove() {
+    for (const char* suffix : {"", "-wal", "-shm"}) {
+      std::filesystem::remove(m_path.string() + suffix);
+    }
+  }
+  std::filesystem::path m_path;
+  std::unique_ptr<cache::Database> m_db;
+};
+
+} // namespace
+
+TEST_CASE("transfer seeds are the distinct winners of the nearest tuned problems on this GPU") {
+  if (!cuda::nvrtc_available()) {
+    MESSAGE("skipped: the winners are keyed by the NVRTC version, and NVRTC is not loadable");
+    return;
+  }
+  WinnerDb db;
+  const std::string bf16 = ",H=32,D=64,dtype=bf16";
+  db.win("B=4,S=4096" + bf16, "c2");               // size distance 1 (B)
+  db.win("B=8,S=2048" + bf16, "c2");               // 2 (Sq, Sk), the same winner
+  db.win("B=16,S=1024" + bf16, "c1");              // 5
+  db.win("B=1,S=16384" + bf16, "c3");              // 7
+  db.win("B=8,S=4096,H=32,D=64,dtype=fp16", "c4"); // another dtype
+  db.win("B=8,S=4096" + bf16 + ",causal=1", "c5"); // another flag, and further
+  db.win("B=8,S=4096" + bf16, "c6", "another-device");
+  const std::string query = "B=8,S=4096" + bf16;
+  CHECK(db.seeds(query, 2) == std::vector<std::string>{"c2", "c1"});
+  CHECK(db.seeds(query, 3) == std::vector<std::string>{"c2", "c1", "c3"});
+  // Past the problems that agree on every other field: those that differ in one.
+  CHECK(db.seeds(query, 5) == std::vector<std::string>{"c2", "c1", "c3", "c4", "c5"});
+  CHECK(db.seeds(query, 0).empty());
+  SUBCASE("a problem's own stored winner (re-tuned with --force) comes first") {
+    db.win(query, "c7");
+    CHECK(db.seeds(query, 1) == std::vector<std::string>{"c7"});
+  }
+  SUBCASE("winners of another GPU are not transferred") {
+    cache::DeviceRecord other = db.device;
+    other.sm_count = 114;
+    CHECK(db.seeds(query, 4, other.key()).empty());
+    CHECK(db.seeds(query, 4, "another-device") == std::vector<std::string>{"c6"});
   }
 }

@@ -60,11 +60,15 @@ options:
                       within the op's [limits] (templates/OP/space.toml)
   --space FILE.toml   use this parameter space instead of the op's own (checked against
                       the op's [limits])
-  --strategy S        exhaustive (default): measure every valid variant;
-                      random: measure --samples N of them, drawn with --seed (default 1);
-                      halving: successive halving within --budget-s
-  --budget-s S        about S seconds of measurement per problem: every variant gets a
-                      cheap measurement, the best quarter a longer one, and so on
+  --strategy S        halving (default): within --budget-s per problem, the winners of the
+                      nearest tuned problems first, then cheap measurements of the variants
+                      nearest the best so far, the best few measured in full;
+                      exhaustive: measure every valid variant in full (no budget);
+                      random: measure --samples N of them, drawn with --seed (default 1)
+  --budget-s S        halving: about S seconds of compiling and measuring per problem that
+                      has tuned neighbours (default 2), 10x S for one with none
+  --transfer K        halving: start from the winners of the K nearest tuned problems of
+                      the op on this GPU (default 4; 0: start from nothing)
   --timeout-s S       a variant that runs longer than S s (+ its timing cap) is killed
                       and recorded as TIMEOUT (default 10)
   --force             re-measure even when a winner is stored
@@ -118,6 +122,10 @@ long long parse_bounded(const std::string& text, const std::string& what, long l
 // More compile threads than this is a typo: NVRTC compiles are CPU-bound and
 // memory-hungry (hundreds of MB each), so no machine runs this many usefully.
 constexpr long long k_max_jobs = 1024;
+
+// Seeds per problem: each is compiled and measured in full, so hundreds would be an
+// exhaustive search by another name.
+constexpr long long k_max_transfer = 64;
 
 // A week: longer budgets or timeouts are typos (or `inf`), and the tuner converts
 // them to clock durations that must not overflow.
@@ -322,9 +330,12 @@ Args parse(int argc, char** argv) {
       a.tune.strategy = need_value(i, argc, argv);
       if (a.tune.strategy != "exhaustive" && a.tune.strategy != "random" &&
           a.tune.strategy != "halving") {
-        throw Error(ErrorKind::usage, "--strategy must be exhaustive, random or halving, not '" +
+        throw Error(ErrorKind::usage, "--strategy must be halving, exhaustive or random, not '" +
                                           a.tune.strategy + "'");
       }
+    } else if (o == "--transfer") {
+      a.tune.transfer =
+          int(parse_bounded(need_value(i, argc, argv), "--transfer", 0, k_max_transfer));
     } else if (o == "--samples") {
       a.tune.samples = int(parse_bounded(need_value(i, argc, argv), "--samples", 1, INT_MAX));
     } else if (o == "--seed") {
@@ -344,11 +355,9 @@ Args parse(int argc, char** argv) {
                                   "--arch sm_90a (etc.) with --compile-only");
   }
   check_arch(a.tune.arch);
-  if (a.tune.strategy == "halving" && a.tune.budget_s <= 0) {
-    throw Error(ErrorKind::usage, "--strategy halving needs --budget-s SECONDS");
-  }
   if (a.tune.budget_s > 0 && a.tune.strategy == "exhaustive") {
-    a.tune.strategy = "halving";
+    throw Error(ErrorKind::usage, "--budget-s bounds the halving search; --strategy exhaustive "
+                                  "measures every variant (drop one of them)");
   }
   if (!a.shapes_file.empty()) {
     for (auto& s : shapes_from_file(a.shapes_file, a.tune.op)) {

@@ -1,17 +1,21 @@
 #include "strategy.hpp"
 
+#include "compile.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <limits>
 #include <random>
+#include <unordered_map>
+#include <unordered_set>
 
 namespace autotune {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
+double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // `n` of the configurations, drawn with `seed` (all of them when n covers them).
@@ -27,19 +31,61 @@ std::vector<Config> sample(std::vector<Config> configs, size_t n, unsigned long 
   return configs;
 }
 
-// One round: every pending candidate checked and timed with the full protocol, and
-// its result stored at once.
+// Every pending candidate compiled, then checked and timed with the full protocol,
+// and its result stored at once.
 void measure_in_full(Bench& bench, const std::vector<size_t>& pending,
                      const TimingProtocol& protocol) {
+  bench.prepare(pending);
   for (size_t k = 0; k < pending.size(); ++k) {
-    bench.progress("measure", k + 1, pending.size());
-    bench.measure(pending[k], protocol);
-    bench.store(pending[k]);
+    bench.progress("measure", k, pending.size());
+    if (measurable(bench, pending[k])) {
+      bench.measure(pending[k], protocol);
+      bench.store(pending[k]);
+    }
   }
-  bench.stage_done();
+  bench.progress("measure", pending.size(), pending.size());
+}
+
+// A running mean of seconds per item (0 until something was counted).
+struct Rate {
+  double seconds = 0;
+  double items = 0;
+  void add(double s, double n = 1) {
+    seconds += s;
+    items += n;
+  }
+  bool known() const { return items > 0; }
+  double mean() const { return items > 0 ? seconds / items : 0; }
+};
+
+bool positive_number(const std::string& text, double& out) {
+  char* end = nullptr;
+  out = std::strtod(text.c_str(), &end);
+  return !text.empty() && *end == '\0' && out > 0 && std::isfinite(out);
 }
 
 } // namespace
+
+bool measurable(Bench& bench, size_t i) {
+  return bench.variant(i).outcome != cache::Outcome::compile_fail;
+}
+
+double config_distance(const Config& a, const Config& b) {
+  double d = 0;
+  for (const auto& [name, value] : a) {
+    const std::string* other = find_field(b, name);
+    if (!other || *other == value) {
+      continue;
+    }
+    d += 1;
+    double x = 0;
+    double y = 0;
+    if (positive_number(value, x) && positive_number(*other, y)) {
+      d += 0.1 * std::abs(std::log2(x / y));
+    }
+  }
+  return d;
+}
 
 // ---- exhaustive -----------------------------------------------------------------
 
@@ -54,8 +100,8 @@ std::vector<Config> ExhaustiveSearch::select(std::vector<Config> valid,
   return sample(std::move(valid), m_cap, m_seed, report);
 }
 
-void ExhaustiveSearch::measure(Bench& bench, std::vector<size_t> pending, ProblemReport&) const {
-  measure_in_full(bench, pending, m_protocol);
+void ExhaustiveSearch::measure(Bench& bench, const SearchInput& input, ProblemReport&) const {
+  measure_in_full(bench, input.pending, m_protocol);
 }
 
 // ---- random ---------------------------------------------------------------------
@@ -67,18 +113,24 @@ std::vector<Config> RandomSearch::select(std::vector<Config> valid, ProblemRepor
   return sample(std::move(valid), m_samples, m_seed, report);
 }
 
-void RandomSearch::measure(Bench& bench, std::vector<size_t> pending, ProblemReport&) const {
-  measure_in_full(bench, pending, m_protocol);
+void RandomSearch::measure(Bench& bench, const SearchInput& input, ProblemReport&) const {
+  measure_in_full(bench, input.pending, m_protocol);
 }
 
-// ---- successive halving -----------------------------------------------------------
+// ---- successive halving within a budget -------------------------------------------
 
 HalvingSearch::HalvingSearch(std::unique_ptr<Strategy> selection, TimingProtocol protocol,
-                             double budget_s)
-    : m_selection(std::move(selection)), m_protocol(protocol), m_budget_s(budget_s) {}
+                             double budget_s, size_t batch, unsigned long long seed, Clock clock)
+    : m_selection(std::move(selection)), m_protocol(protocol), m_budget_s(budget_s),
+      m_batch(std::max<size_t>(1, batch)), m_seed(seed),
+      m_clock(clock ? std::move(clock) : Clock(steady_seconds)) {}
 
 std::vector<Config> HalvingSearch::select(std::vector<Config> valid, ProblemReport& report) const {
   return m_selection->select(std::move(valid), report);
+}
+
+double HalvingSearch::budget_s(bool warm) const {
+  return warm ? m_budget_s : m_budget_s * k_cold_budget_factor;
 }
 
 TimingProtocol HalvingSearch::round_protocol(const TimingProtocol& full, int round, int rounds) {
@@ -95,67 +147,330 @@ TimingProtocol HalvingSearch::round_protocol(const TimingProtocol& full, int rou
   return p;
 }
 
-void HalvingSearch::measure(Bench& bench, std::vector<size_t> pending,
-                            ProblemReport& report) const {
-  // Enough rounds that eta^rounds covers the candidates: one left after the last cut.
-  int rounds = 1;
-  while (std::pow(double(k_halving_eta), double(rounds)) < double(pending.size())) {
-    ++rounds;
+namespace {
+
+// One problem's run of HalvingSearch: the state its steps share.
+class HalvingRun {
+public:
+  HalvingRun(Bench& bench, const SearchInput& in, const TimingProtocol& full, double warm_budget,
+             double cold_budget, size_t batch, unsigned long long seed,
+             const HalvingSearch::Clock& clock)
+      : m_bench(bench), m_in(in), m_full(full), m_cold_budget(cold_budget), m_batch(batch),
+        m_clock(clock), m_t0(clock()) {
+    std::unordered_set<size_t> seeds(in.seeds.begin(), in.seeds.end());
+    for (size_t i : in.pending) {
+      if (!seeds.count(i)) {
+        m_rest.push_back(i);
+      }
+    }
+    m_random = m_rest;
+    std::mt19937_64 rng(seed);
+    std::shuffle(m_random.begin(), m_random.end(), rng);
+    for (size_t i : in.measured) {
+      if (ok(i)) {
+        m_full_ok.push_back(i);
+      }
+    }
+    m_cold = in.seeds.empty() && m_full_ok.empty();
+    m_budget = m_cold ? cold_budget : warm_budget;
   }
-  auto start = Clock::now();
-  for (int round = 0; round < rounds && !pending.empty(); ++round) {
-    TimingProtocol protocol = round_protocol(m_protocol, round, rounds);
-    bool last = round + 1 == rounds;
-    std::string stage = rounds > 1 ? "round " + std::to_string(round + 1) : "measure";
-    for (size_t k = 0; k < pending.size(); ++k) {
-      bench.progress(stage, k + 1, pending.size());
-      bench.measure(pending[k], protocol);
-      // Failures are final in any round; timings only from the last.
-      if (last || bench.variant(pending[k]).outcome != cache::Outcome::ok) {
-        bench.store(pending[k]);
+
+  // Returns whether the budget cut the search short.
+  bool run() {
+    measure_seeds();
+    if (!m_cold && m_full_ok.empty()) {
+      // Every seed failed here: the problem has nothing to start from after all.
+      m_cold = true;
+      m_budget = m_cold_budget;
+    }
+    bool stopped = explore();
+    return finish() || stopped;
+  }
+
+private:
+  double spent() const { return m_clock() - m_t0; }
+
+  bool ok(size_t i) {
+    const VariantReport& v = m_bench.variant(i);
+    return v.outcome == cache::Outcome::ok && v.timing.median_us > 0;
+  }
+  double median(size_t i) { return m_bench.variant(i).timing.median_us; }
+
+  const Config& config(size_t i) {
+    auto it = m_configs.find(i);
+    if (it == m_configs.end()) {
+      it = m_configs.emplace(i, parse_fields(m_bench.variant(i).config, "configuration")).first;
+    }
+    return it->second;
+  }
+
+  // Seconds a full measurement takes: the seeds' when known, else a guess from the
+  // cheap ones (the full protocol takes at least 20 ms and 20 samples).
+  double full_cost() const {
+    if (m_full_rate.known()) {
+      return m_full_rate.mean();
+    }
+    return m_cheap_rate.known() ? 3 * m_cheap_rate.mean() : 0;
+  }
+  // What the final round will take: a full measurement of each explored candidate
+  // that can still reach it (within k_prune_ratio of the best full one), at most eta.
+  double final_reserve() {
+    const double limit = k_prune_ratio * best_full();
+    size_t contenders = 0;
+    for (size_t i : m_explored) {
+      contenders += ok(i) && median(i) <= limit ? 1 : 0;
+    }
+    return double(std::min<size_t>(contenders, k_halving_eta)) * full_cost();
+  }
+
+  void sort_by_median(std::vector<size_t>& v) {
+    std::stable_sort(v.begin(), v.end(), [&](size_t a, size_t b) { return median(a) < median(b); });
+  }
+
+  double best_full() {
+    double best = std::numeric_limits<double>::infinity();
+    for (size_t i : m_full_ok) {
+      best = std::min(best, median(i));
+    }
+    return best;
+  }
+
+  void measure_in_full(size_t i) {
+    double t = m_clock();
+    m_bench.measure(i, m_full);
+    m_full_rate.add(m_clock() - t);
+    m_bench.store(i);
+    if (ok(i)) {
+      m_full_ok.push_back(i);
+    }
+  }
+
+  // 1. The seeds: compiled and measured in full whatever the budget.
+  void measure_seeds() {
+    if (m_in.seeds.empty()) {
+      return;
+    }
+    m_bench.prepare(m_in.seeds);
+    for (size_t k = 0; k < m_in.seeds.size(); ++k) {
+      m_bench.progress("seeds", m_done, m_in.pending.size());
+      size_t i = m_in.seeds[k];
+      if (measurable(m_bench, i)) {
+        measure_in_full(i);
+      }
+      ++m_done;
+    }
+  }
+
+  // The next `n` candidates to explore: the nearest (config_distance) to the best
+  // measured so far, one in k_explore_random_share at random; all at random while
+  // nothing has been measured.
+  std::vector<size_t> next_batch(size_t n) {
+    std::vector<size_t> centers = m_full_ok;
+    for (size_t i : m_explored) {
+      if (ok(i)) {
+        centers.push_back(i);
       }
     }
-    bench.stage_done();
-    if (last) {
-      break;
-    }
-    // Keep the best 1/eta of the correct ones for a longer measurement.
-    std::vector<size_t> ok;
-    for (size_t i : pending) {
-      if (bench.variant(i).outcome == cache::Outcome::ok) {
-        ok.push_back(i);
+    sort_by_median(centers);
+    centers.resize(std::min<size_t>(centers.size(), k_halving_eta));
+    size_t n_random = centers.empty() ? n : n / k_explore_random_share;
+    std::vector<size_t> out;
+    if (n_random < n) {
+      struct Near {
+        double distance;
+        size_t center;
+        size_t position;
+      };
+      std::vector<Near> near;
+      for (size_t p = 0; p < m_rest.size(); ++p) {
+        if (m_taken.count(m_rest[p])) {
+          continue;
+        }
+        Near best{std::numeric_limits<double>::infinity(), 0, p};
+        for (size_t c = 0; c < centers.size(); ++c) {
+          double d = config_distance(config(m_rest[p]), config(centers[c]));
+          if (d < best.distance) {
+            best.distance = d;
+            best.center = c;
+          }
+        }
+        near.push_back(best);
+      }
+      size_t take = std::min(near.size(), n - n_random);
+      std::partial_sort(near.begin(), near.begin() + long(take), near.end(),
+                        [](const Near& a, const Near& b) {
+                          if (a.distance != b.distance) {
+                            return a.distance < b.distance;
+                          }
+                          if (a.center != b.center) {
+                            return a.center < b.center; // the faster center's neighbours first
+                          }
+                          return a.position < b.position;
+                        });
+      for (size_t k = 0; k < take; ++k) {
+        out.push_back(m_rest[near[k].position]);
+        m_taken.insert(out.back());
       }
     }
-    std::sort(ok.begin(), ok.end(), [&](size_t a, size_t b) {
-      return bench.variant(a).timing.median_us < bench.variant(b).timing.median_us;
-    });
-    size_t keep = std::max<size_t>(1, (ok.size() + k_halving_eta - 1) / k_halving_eta);
-    for (size_t k = keep; k < ok.size(); ++k) {
-      // Measured only cheaply: kept for the report, never a winner, not stored
-      // (a resumed session measures it again).
-      bench.variant(ok[k]).eliminated_in_round = round + 1;
-    }
-    ok.resize(std::min(keep, ok.size()));
-    double spent = since(start);
-    double per_candidate = spent / double(std::max<size_t>(1, pending.size()));
-    double next_cost = per_candidate * k_halving_eta * double(ok.size());
-    if (spent + next_cost > m_budget_s && round + 2 < rounds) {
-      // No time for the intermediate rounds: go straight to the final one.
-      round = rounds - 2;
-    }
-    if (spent + next_cost > m_budget_s * 1.5) {
-      // Over budget: skip to the final round with only the best eta survivors. Their
-      // cheap timings cannot pick the winner: one noisy cheap median of the fastest
-      // widens the tie band (preference_order) over variants a few percent slower.
-      const size_t finalists = std::min<size_t>(ok.size(), k_halving_eta);
-      for (size_t k = finalists; k < ok.size(); ++k) {
-        bench.variant(ok[k]).eliminated_in_round = round + 1;
+    for (; m_next_random < m_random.size() && out.size() < n; ++m_next_random) {
+      size_t i = m_random[m_next_random];
+      if (!m_taken.count(i)) {
+        out.push_back(i);
+        m_taken.insert(i);
       }
-      ok.resize(finalists);
-      report.budget_exhausted = true;
-      round = rounds - 2;
     }
-    pending = ok;
+    return out;
+  }
+
+  // Whether exploration goes on whatever the budget: until something measured is
+  // correct, and on a cold problem until eta were measured.
+  bool must_explore() const {
+    return m_full_ok.size() + m_explored_ok == 0 || (m_cold && m_explored.size() < k_halving_eta);
+  }
+
+  // 2. Cheap measurements until the budget, less the final round's share, is spent.
+  bool explore() {
+    const TimingProtocol cheap = HalvingSearch::round_protocol(m_full, 0, 3);
+    while (m_taken.size() < m_rest.size()) {
+      size_t n = m_batch;
+      if (!must_explore()) {
+        double left = m_budget - spent() - final_reserve();
+        // Seconds per explored candidate; before the first one, half a seed's full
+        // measurement (a cheap one takes 16 samples, a full one at least 20 and 20 ms).
+        double per = m_cheap_rate.known() ? m_cheap_rate.mean() + m_prepare_rate.mean()
+                                          : 0.5 * m_full_rate.mean();
+        if (left <= 0 || (per > 0 && left < per)) {
+          return true;
+        }
+        if (per > 0) {
+          n = std::clamp<size_t>(size_t(left / per), 1, m_batch);
+        }
+      }
+      std::vector<size_t> batch = next_batch(n);
+      if (batch.empty()) {
+        return false;
+      }
+      double t = m_clock();
+      m_bench.prepare(batch);
+      m_prepare_rate.add(m_clock() - t, double(batch.size()));
+      for (size_t i : batch) {
+        if (!measurable(m_bench, i)) {
+          ++m_done;
+          continue;
+        }
+        if (!must_explore() && spent() + m_cheap_rate.mean() + final_reserve() > m_budget) {
+          return true;
+        }
+        m_bench.progress("explore", m_done, m_in.pending.size());
+        double t1 = m_clock();
+        m_bench.measure(i, cheap);
+        m_cheap_rate.add(m_clock() - t1);
+        ++m_done;
+        m_explored.push_back(i);
+        if (ok(i)) {
+          ++m_explored_ok;
+        } else {
+          m_bench.store(i); // a failure is final in any round
+        }
+      }
+    }
+    return false;
+  }
+
+  // Cuts `list` (sorted) to its first `keep`, marking the others as cut after `round`.
+  void cut(std::vector<size_t>& list, size_t keep, int round) {
+    for (size_t k = keep; k < list.size(); ++k) {
+      m_bench.variant(list[k]).eliminated_in_round = round;
+    }
+    list.resize(std::min(keep, list.size()));
+  }
+
+  // Cheap timings more than k_prune_ratio over the best full one cannot win.
+  void prune(std::vector<size_t>& list, int round) {
+    double limit = k_prune_ratio * best_full();
+    size_t keep = 0;
+    while (keep < list.size() && median(list[keep]) <= limit) {
+      ++keep;
+    }
+    cut(list, keep, round);
+  }
+
+  // 3. Halving over the explored candidates: round 2 when more than eta^2 are left
+  // and the budget allows, then the best eta in full. Returns whether the budget
+  // skipped round 2.
+  bool finish() {
+    std::vector<size_t> left;
+    for (size_t i : m_explored) {
+      if (ok(i)) {
+        left.push_back(i);
+      }
+    }
+    sort_by_median(left);
+    prune(left, 1);
+    int round = 1;
+    bool skipped = false;
+    const size_t eta = k_halving_eta;
+    if (left.size() > eta * eta) {
+      size_t keep = (left.size() + eta - 1) / eta;
+      // Round 2 takes about twice a cheap measurement per candidate.
+      double cost = double(keep) * 2 * m_cheap_rate.mean();
+      if (spent() + cost + final_reserve() > m_budget) {
+        skipped = true;
+      } else {
+        cut(left, keep, round);
+        const TimingProtocol longer = HalvingSearch::round_protocol(m_full, 1, 3);
+        std::vector<size_t> measured;
+        for (size_t k = 0; k < left.size(); ++k) {
+          m_bench.progress("round 2", k, left.size());
+          m_bench.measure(left[k], longer);
+          if (ok(left[k])) {
+            measured.push_back(left[k]);
+          } else {
+            m_bench.store(left[k]);
+          }
+        }
+        left = measured;
+        sort_by_median(left);
+        round = 2;
+        prune(left, round);
+      }
+    }
+    cut(left, eta, round);
+    for (size_t k = 0; k < left.size(); ++k) {
+      m_bench.progress("final", k, left.size());
+      measure_in_full(left[k]);
+    }
+    return skipped;
+  }
+
+  Bench& m_bench;
+  const SearchInput& m_in;
+  const TimingProtocol& m_full;
+  const double m_cold_budget;
+  bool m_cold = false; // nothing to start from: no seed or stored result is correct
+  double m_budget = 0;
+  const size_t m_batch;
+  const HalvingSearch::Clock& m_clock;
+  const double m_t0;
+  std::vector<size_t> m_rest;   // pending candidates that are not seeds, in order
+  std::vector<size_t> m_random; // the same, shuffled
+  size_t m_next_random = 0;
+  std::unordered_set<size_t> m_taken; // explored, or about to be
+  std::vector<size_t> m_explored;     // measured cheaply
+  size_t m_explored_ok = 0;           // of them, correct
+  std::vector<size_t> m_full_ok;      // correct full measurements (seeds, stored, finals)
+  std::unordered_map<size_t, Config> m_configs;
+  size_t m_done = 0; // pending candidates measured (or failed to compile)
+  Rate m_full_rate, m_cheap_rate, m_prepare_rate;
+};
+
+} // namespace
+
+void HalvingSearch::measure(Bench& bench, const SearchInput& input, ProblemReport& report) const {
+  HalvingRun run(bench, input, m_protocol, budget_s(true), budget_s(false), m_batch, m_seed,
+                 m_clock);
+  if (run.run()) {
+    report.budget_exhausted = true;
   }
 }
 
@@ -164,10 +479,11 @@ void HalvingSearch::measure(Bench& bench, std::vector<size_t> pending,
 std::unique_ptr<Strategy> make_strategy(const TuneOptions& o) {
   if (o.strategy != "exhaustive" && o.strategy != "random" && o.strategy != "halving") {
     throw Error(ErrorKind::usage,
-                "strategy must be exhaustive, random or halving, not '" + o.strategy + "'");
+                "strategy must be halving, exhaustive or random, not '" + o.strategy + "'");
   }
-  if (o.strategy == "halving" && o.budget_s <= 0) {
-    throw Error(ErrorKind::usage, "strategy halving needs a budget (--budget-s SECONDS)");
+  if (o.strategy == "exhaustive" && o.budget_s > 0) {
+    throw Error(ErrorKind::usage, "a budget (--budget-s) bounds the halving search; exhaustive "
+                                  "search measures every variant");
   }
   // Without --samples a random search draws (and an oversized space is cut to)
   // k_max_exhaustive configurations.
@@ -178,8 +494,14 @@ std::unique_ptr<Strategy> make_strategy(const TuneOptions& o) {
   } else {
     s = std::make_unique<ExhaustiveSearch>(o.protocol, samples, o.sample_seed);
   }
-  if (o.budget_s > 0) {
-    s = std::make_unique<HalvingSearch>(std::move(s), o.protocol, o.budget_s);
+  // A random sample is measured in full, unless a budget asks for halving over it.
+  if (o.strategy == "halving" || (o.strategy == "random" && o.budget_s > 0)) {
+    int jobs = o.jobs > 0 ? o.jobs : default_jobs();
+    // Twice the compile threads per batch: NVRTC times vary, and one slow compile
+    // should not leave the other threads idle.
+    size_t batch = std::max<size_t>(8, 2 * size_t(jobs));
+    double budget = o.budget_s > 0 ? o.budget_s : k_default_budget_s;
+    s = std::make_unique<HalvingSearch>(std::move(s), o.protocol, budget, batch, o.sample_seed);
   }
   return s;
 }

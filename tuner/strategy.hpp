@@ -1,9 +1,12 @@
 // Search strategies: which of a problem's valid configurations a session measures,
 // and how it spends its measuring time on them. Each strategy is one class:
+//  - HalvingSearch (the default): within a time budget per problem, the winners of
+//    the nearest tuned problems first (transfer), then cheap measurements of the
+//    configurations nearest to the best so far, successive halving over them, and a
+//    full measurement of the few left;
 //  - ExhaustiveSearch: every configuration, in full (a space over k_max_exhaustive
 //    is sampled instead: enumerating it would take hours);
-//  - RandomSearch: a seeded sample, in full;
-//  - HalvingSearch: what another strategy selected, in rounds of successive halving.
+//  - RandomSearch: a seeded sample, in full.
 // What all of them share lives in the session (tuner.cpp): compiling, resuming
 // stored results, recording compile failures, re-checking the winner on a second
 // input set and storing it. A strategy sees the session only through a Bench.
@@ -11,6 +14,7 @@
 
 #include "tuner.hpp"
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,10 +24,14 @@ namespace autotune {
 // Spaces with more valid configurations than this are sampled, never enumerated.
 constexpr size_t k_max_exhaustive = 4096;
 
-// The session's candidates, as a strategy measures them (by index).
+// The candidates of one problem, as a strategy measures them (by index).
 class Bench {
 public:
   virtual ~Bench() = default;
+  // Makes candidates measurable: their cubins from the database, or compiled now on
+  // all cores. One that does not compile gets COMPILE_FAIL (final, stored); see
+  // measurable().
+  virtual void prepare(const std::vector<size_t>& indices) = 0;
   // Checks and, when correct, times candidate `i` with `protocol`; the outcome
   // replaces what variant(i) held.
   virtual void measure(size_t i, const TimingProtocol& protocol) = 0;
@@ -31,9 +39,23 @@ public:
   // instead of measuring again, so only final outcomes are stored.
   virtual void store(size_t i) = 0;
   virtual VariantReport& variant(size_t i) = 0;
-  // Progress: the `done`-th of `total` candidates of `stage` is being measured.
-  virtual void progress(const std::string& stage, size_t done, size_t total) = 0;
-  virtual void stage_done() = 0;
+  // Progress: `measured` of the problem's `total` candidates have been measured,
+  // now in `stage` ("compile", "seeds", "explore", "round 2", "final", "measure").
+  virtual void progress(const std::string& stage, size_t measured, size_t total) = 0;
+};
+
+// Whether a prepared candidate can be measured (it compiled).
+bool measurable(Bench& bench, size_t i);
+
+// What a strategy is given for one problem (indices into the bench).
+struct SearchInput {
+  std::vector<size_t> pending; // to measure: no stored result yet
+  // Of the pending ones, the winners of the nearest tuned problems, nearest first
+  // (transfer; empty without).
+  std::vector<size_t> seeds;
+  // Correct results a killed session stored (full measurements): they compete in
+  // the final round without being measured again.
+  std::vector<size_t> measured;
 };
 
 class Strategy {
@@ -42,11 +64,20 @@ public:
   // The configurations to measure, of the valid ones (in their order, or a seeded
   // sample, recorded in report.sampled).
   virtual std::vector<Config> select(std::vector<Config> valid, ProblemReport& report) const = 0;
-  // Measures the candidates `pending` (indices into the bench; the others' outcomes
-  // are already known). On return each holds its final outcome, stored, or carries
-  // eliminated_in_round when only a cheap timing cut it (kept for the report, never
-  // stored, never a winner).
-  virtual void measure(Bench& bench, std::vector<size_t> pending, ProblemReport& report) const = 0;
+  // Measures input.pending (the others' outcomes are known). On return each one it
+  // measured holds its final outcome, stored, or carries eliminated_in_round when only
+  // a cheap timing cut it (kept for the report, never stored, never a winner); those it
+  // never measured keep the outcome they had (the session leaves them out of the
+  // report).
+  virtual void measure(Bench& bench, const SearchInput& input, ProblemReport& report) const = 0;
+  // Seconds this strategy may spend on a problem (the ETA uses it), 0 when unbounded;
+  // `warm`: the problem has tuned neighbours to start from.
+  virtual double budget_s(bool warm) const {
+    (void)warm;
+    return 0;
+  }
+  // Whether it starts from the winners of the nearest tuned problems.
+  virtual bool transfers() const { return false; }
 };
 
 class ExhaustiveSearch final : public Strategy {
@@ -54,7 +85,7 @@ public:
   // A space over k_max_exhaustive configurations is sampled down to `cap` with `seed`.
   ExhaustiveSearch(TimingProtocol protocol, size_t cap, unsigned long long seed);
   std::vector<Config> select(std::vector<Config> valid, ProblemReport& report) const override;
-  void measure(Bench& bench, std::vector<size_t> pending, ProblemReport& report) const override;
+  void measure(Bench& bench, const SearchInput& input, ProblemReport& report) const override;
 
 private:
   TimingProtocol m_protocol;
@@ -68,7 +99,7 @@ public:
   // distributed session) with the same seed and space draws the same ones.
   RandomSearch(TimingProtocol protocol, size_t samples, unsigned long long seed);
   std::vector<Config> select(std::vector<Config> valid, ProblemReport& report) const override;
-  void measure(Bench& bench, std::vector<size_t> pending, ProblemReport& report) const override;
+  void measure(Bench& bench, const SearchInput& input, ProblemReport& report) const override;
 
 private:
   TimingProtocol m_protocol;
@@ -76,16 +107,34 @@ private:
   unsigned long long m_seed;
 };
 
-// Successive halving (k_halving_eta, tuner.hpp): every candidate gets a cheap
-// measurement, the best 1/eta a longer one, and so on until one round of full
-// measurements; rounds that would overrun `budget_s` are skipped, and a budget
-// spent early sends only the best eta to the final round.
+// Successive halving within a time budget per problem, starting from transfer seeds:
+//  1. the seeds (winners of the nearest tuned problems) are compiled and measured in
+//     full: the result is never worse than the best of them;
+//  2. exploration: the other candidates are compiled in batches and measured cheaply
+//     (round_protocol(full, 0, 3)), those nearest in parameter space to the best so
+//     far first, one in k_explore_random_share drawn at random instead, until the
+//     budget, less what the final round will take, is spent;
+//  3. halving: cheap timings over k_prune_ratio times the best full one are cut, the
+//     best 1/eta of the rest measured again (round 2) when the budget allows, and the
+//     best eta measured in full (final). Failures are stored at once, timings only
+//     from full measurements.
+// The budget covers compiling and measuring (not the problem's inputs and reference,
+// nor the winner's re-check); a problem with nothing to start from (no seeds, no
+// stored results, or seeds that all failed here) gets k_cold_budget_factor times as
+// much. The seeds, the final round, the first eta cheap measurements of a cold
+// problem, and exploration until something is correct always run: a budget spent by
+// them is overrun.
 class HalvingSearch final : public Strategy {
 public:
-  // `selection` picks the configurations (exhaustive or random).
-  HalvingSearch(std::unique_ptr<Strategy> selection, TimingProtocol protocol, double budget_s);
+  using Clock = std::function<double()>; // seconds, monotonic
+  // `selection` picks the configurations (exhaustive or random); `batch`: candidates
+  // compiled together (about twice the compile threads keeps them busy).
+  HalvingSearch(std::unique_ptr<Strategy> selection, TimingProtocol protocol, double budget_s,
+                size_t batch, unsigned long long seed, Clock clock = {});
   std::vector<Config> select(std::vector<Config> valid, ProblemReport& report) const override;
-  void measure(Bench& bench, std::vector<size_t> pending, ProblemReport& report) const override;
+  void measure(Bench& bench, const SearchInput& input, ProblemReport& report) const override;
+  double budget_s(bool warm) const override;
+  bool transfers() const override { return true; }
 
   // The protocol of `round` (0-based) of `rounds`: the full one for the last round,
   // eta^(rounds-1-round) times fewer samples and seconds before it.
@@ -95,12 +144,26 @@ private:
   std::unique_ptr<Strategy> m_selection;
   TimingProtocol m_protocol;
   double m_budget_s;
+  size_t m_batch;
+  unsigned long long m_seed;
+  Clock m_clock;
 };
 
-// The strategy TuneOptions ask for: options.strategy ("exhaustive", "random",
-// "halving") with samples and sample_seed; a budget_s > 0 measures the selection by
-// successive halving. Throws Error(usage) for an unknown strategy, or halving
-// without a budget.
+// A cheap timing this many times the best full measurement is cut before round 2
+// and the final: cheap medians (16 samples, one warm-up) stay within a few percent
+// of full ones, so a candidate 10% slower cannot win.
+constexpr double k_prune_ratio = 1.10;
+// One candidate in this many is drawn at random during exploration, so a search
+// around poor seeds still samples the whole space.
+constexpr size_t k_explore_random_share = 4;
+
+// Distance between two configurations of one space: parameters that differ, plus a
+// tenth of |log2 ratio| for each numeric one (block_m 128 is nearer 192 than 64).
+double config_distance(const Config& a, const Config& b);
+
+// The strategy TuneOptions ask for: options.strategy ("halving", "exhaustive",
+// "random") with budget_s, samples, sample_seed and jobs (compile batches). Throws
+// Error(usage) for an unknown strategy, or a budget with exhaustive search.
 std::unique_ptr<Strategy> make_strategy(const TuneOptions& options);
 
 } // namespace autotune

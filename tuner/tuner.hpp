@@ -18,6 +18,20 @@ namespace autotune {
 
 class Progress;
 
+// The default search (HalvingSearch, strategy.hpp) spends about k_default_budget_s of
+// compiling and measuring on a problem with tuned neighbours, and k_cold_budget_factor
+// times as much on one with nothing to start from. Chosen for `autotune --op attention`
+// (51 shapes) to finish within 3 minutes on an H100: one cold shape (20 s allowed; its
+// 234 variants compile and are measured in about 10 s) and 50 warm ones at 2 s plus
+// about 0.5 s of inputs, reference and re-check each: about 150 s (an estimate, README
+// "Search strategies"; bench/headline.py measures it).
+constexpr double k_default_budget_s = 2.0;
+constexpr double k_cold_budget_factor = 10.0;
+// Seeds per problem: the winners of the nearest tuned problems, measured first and in
+// full. Neighbours along one size axis (a shorter and a longer sequence) and across
+// another (batch, head dim) give about four distinct winners.
+constexpr int k_default_transfer = 4;
+
 struct TuneOptions {
   std::string op;
   std::string arch = "auto";          // "auto" asks the GPU
@@ -29,10 +43,14 @@ struct TuneOptions {
   Fields param_overrides;             // --param name=v1|v2
   std::string space_file;             // --space FILE.toml replaces the op's space
   TimingProtocol protocol;
-  std::string strategy = "exhaustive"; // or "random" (see samples), "halving" (needs budget_s)
-  int samples = 0;                     // random: how many configurations (0: up to 4096)
-  unsigned long long sample_seed = 1;  // random: the same seed samples the same configurations
-  double budget_s = 0;                 // > 0: successive halving within about this many seconds
+  std::string strategy = "halving";   // or "exhaustive", "random" (see samples)
+  int samples = 0;                    // random: how many configurations (0: up to 4096)
+  unsigned long long sample_seed = 1; // random: the same seed samples the same configurations
+  // halving: seconds per problem with tuned neighbours (0: k_default_budget_s); random:
+  // > 0 measures the sample by halving within it; exhaustive: must be 0.
+  double budget_s = 0;
+  // halving: start from the winners of this many nearest tuned problems (0: none)
+  int transfer = k_default_transfer;
   double measure_timeout_s = 10;       // per variant, on top of the timing cap
   double setup_timeout_s = 600;        // inputs and reference of one problem
 };
@@ -73,7 +91,9 @@ struct ProblemReport {
   double flops = 0;
   size_t device_bytes = 0;      // GPU memory the testbed held
   size_t sampled = 0;           // random strategy: configurations drawn (0: all)
-  bool budget_exhausted = false; // halving skipped to a final round of the best few
+  bool budget_exhausted = false; // halving: the budget stopped exploring or skipped round 2
+  // halving: the tuned problems whose winners were measured first (nearest first)
+  std::vector<std::string> transferred_from;
   int worker_restarts = 0;      // worker processes replaced after faults/timeouts
 };
 
@@ -112,11 +132,29 @@ Verdict judge(const Op& op, const Priors& priors, const Config& config, const Pr
 // smallest variant id (deterministic across processes).
 std::vector<size_t> preference_order(const std::vector<VariantReport>& variants);
 
-// The configurations the strategy of `options` measures (make_strategy, strategy.hpp):
-// all (exhaustive), or a seeded random sample (random, or any space over
+// The configurations the strategy of `options` selects (make_strategy, strategy.hpp):
+// all (halving, exhaustive), or a seeded random sample (random, or any space over
 // k_max_exhaustive valid configurations).
 std::vector<Config> select_strategy(std::vector<Config> configs, const TuneOptions& options,
                                     ProblemReport& report);
+
+// A configuration to start from: the winner of a tuned problem near this one.
+struct TransferSeed {
+  std::string config;  // config_id
+  std::string problem; // the tuned problem it won
+  int differing = 0;   // fields other than sizes that differ (compare_problems)
+  double size = 0;     // size distance (+0.01 for a winner of an older template)
+};
+
+// The distinct winners of the tuned problems nearest to `problem`, at most k: same op,
+// device and NVRTC version; first the problems that agree on every field that is not a
+// size, by size distance (runtime/ops/distance.hpp, the runtime's nearest policy), then
+// those that differ in a dtype, flag or layout, fewest differences first: their
+// winners are still better starting points than nothing, and they are measured, not
+// trusted.
+std::vector<TransferSeed> nearest_winners(const cache::Database& db, const Op& op,
+                                          const std::string& device_key, const Problem& problem,
+                                          size_t k);
 
 // Problems from --shape strings, or the op's defaults.
 std::vector<Problem> load_problems(const Op& op, const std::vector<std::string>& shapes);
