@@ -15,18 +15,22 @@ On the GPU machine (bundle in .device/, see scripts/device-bundle.sh), per op:
    session: budget_us is its median of the default run's winner, exhaustive_us its
    own winner's, ratio = budget_us / exhaustive_us (the issue asks for <= 1.02 on at
    least 90% of the shapes).
---step all (the default) runs both; a device call is limited to 10 minutes, so run
---step default and --step exhaustive as two calls when both together would not fit
-(attention's exhaustive subset takes about 3 minutes, selective_scan's one shape
-about 6: its 4096 variants compile first).
+--step all (the default) runs both (estimated: causal_conv1d 1 minute, selective_scan
+7: its exhaustive shape compiles 4096 variants first, attention 6). A device call is
+limited to 10 minutes and starts with an empty $OUT: to split one op over two calls,
+give both --out /tmp/headline (kept while the machine stays warm) and copy it to
+$OUT at the end of each.
 
-Results merge into --out/headline.json (rows of other ops are kept) and
---out/headline.md: rows {op, shape, budget_us, exhaustive_us, ratio, budget_variant,
-exhaustive_variant, budget_run_us, budget_s, exhaustive_s} and, per op, the
-headline_default_s row for bench/results/<gpu>-tuning.json.
+Each op's results go to --out/headline-OP-rows.json; --out/headline.json and
+headline.md are then rebuilt from every headline-*-rows.json in --out: rows {op,
+shape, budget_us, exhaustive_us, ratio, budget_variant, exhaustive_variant,
+budget_run_us, budget_s, exhaustive_s} and, per op, the headline_default_s row for
+bench/results/<gpu>-tuning.json. Ops run in separate device calls come back in
+separate folders: copy their files into one and run --step collect there.
 """
 import argparse
 import datetime
+import glob
 import json
 import os
 import subprocess
@@ -149,12 +153,32 @@ def markdown(result):
     return "\n".join(lines) + "\n"
 
 
+def collect(out):
+    """headline.json and headline.md from every op's rows in `out`."""
+    result = {"rows": [], "tuning": []}
+    for path in sorted(glob.glob(os.path.join(out, "headline-*-rows.json"))):
+        part = json.load(open(path))
+        for key in ("gpu", "date", "commit", "command"):
+            result.setdefault(key, part[key])
+        result["rows"] += part["rows"]
+        result["tuning"] += part["tuning"]
+    if not result["tuning"]:
+        raise SystemExit(f"no headline-*-rows.json in {out}")
+    with open(os.path.join(out, "headline.json"), "w") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
+    text = markdown(result)
+    with open(os.path.join(out, "headline.md"), "w") as f:
+        f.write(text)
+    print(text)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cli", default=".device/autotune")
-    ap.add_argument("--op", required=True, choices=sorted(DEFAULT_SUBSETS))
+    ap.add_argument("--op", choices=sorted(DEFAULT_SUBSETS))
     ap.add_argument("--out", required=True)
-    ap.add_argument("--step", choices=["all", "default", "exhaustive"], default="all")
+    ap.add_argument("--step", choices=["all", "default", "exhaustive", "collect"], default="all")
     ap.add_argument("--subset", type=lambda s: [int(x) for x in s.split(",") if x],
                     help="indices into the default shapes (default: DEFAULT_SUBSETS[op])")
     ap.add_argument("--tmp", default="/tmp", help="where the two databases go")
@@ -163,6 +187,11 @@ def main():
     args = ap.parse_args()
     out = args.out
     os.makedirs(out, exist_ok=True)
+    if args.step == "collect":
+        collect(out)
+        return
+    if not args.op:
+        ap.error("--op is required (except with --step collect)")
     commit = args.commit
     if commit is None:
         path = os.path.join(os.path.dirname(os.path.abspath(args.cli)), "COMMIT")
@@ -176,34 +205,31 @@ def main():
             raise SystemExit(f"{default_path} is missing: run --step default first")
         default = json.load(open(default_path))
 
-    result_path = os.path.join(out, "headline.json")
-    result = json.load(open(result_path)) if os.path.exists(result_path) else {"rows": [],
-                                                                                "tuning": []}
+    rows_path = os.path.join(out, f"headline-{args.op}-rows.json")
+    # A new default run makes earlier comparisons stale; --step exhaustive keeps nothing else.
+    result = {"rows": []}
     result["gpu"] = default.get("device") or "unknown GPU"
     result["date"] = datetime.date.today().isoformat()
     result["commit"] = commit
     result["command"] = (f"python3 bench/headline.py --cli {args.cli} --op OP --out DIR "
                          "(autotune --arch auto --op OP into an empty database; then "
                          "--strategy exhaustive on a subset of its shapes)")
-    result["tuning"] = [t for t in result["tuning"] if t["op"] != args.op]
-    result["tuning"].append({
+    result["tuning"] = [{
         "name": "headline_default_s", "op": args.op, "value": round(default["wall_s"], 1),
         "unit": "s", "shapes": len(default["problems"]),
         "notes": f"autotune --arch auto --op {args.op}, empty database, "
-                 f"{len(default['problems'])} default shapes, wall time of the command"})
+                 f"{len(default['problems'])} default shapes, wall time of the command"}]
     if args.step in ("all", "exhaustive"):
         _, rows = step_exhaustive(args, out, default)
-        result["rows"] = [r for r in result["rows"] if r["op"] != args.op] + rows
+        result["rows"] = rows
         for r in rows:
             print(f"{r['shape']}: default {r['budget_variant']} {r['budget_us']} us, exhaustive "
                   f"{r['exhaustive_variant']} {r['exhaustive_us']} us, ratio {r['ratio']}",
                   flush=True)
-    with open(result_path, "w") as f:
+    with open(rows_path, "w") as f:
         json.dump(result, f, indent=2)
         f.write("\n")
-    with open(os.path.join(out, "headline.md"), "w") as f:
-        f.write(markdown(result))
-    print(open(os.path.join(out, "headline.md")).read())
+    collect(out)
 
 
 if __name__ == "__main__":
