@@ -33,6 +33,7 @@ import datetime
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -98,6 +99,15 @@ def step_exhaustive(args, out, default):
     shapes = [problems[i]["problem"] for i in subset]
     db = fresh_db(os.path.join(args.tmp, f"autotune-exhaustive-{args.op}.db"))
     cli_args = ["--arch", "auto", "--op", args.op, "--db", db, "--strategy", "exhaustive"]
+    # The default run's database, when still there, holds the cubins it compiled: start
+    # from a copy and re-measure everything (--force ignores its winners and results).
+    default_db = os.path.join(args.tmp, f"autotune-headline-{args.op}.db")
+    # (A plain copy: that run has exited, and the GPU machine has no sqlite3 tool.)
+    if os.path.exists(default_db):
+        for suffix in ("", "-wal"):
+            if os.path.exists(default_db + suffix):
+                shutil.copyfile(default_db + suffix, db + suffix)
+        cli_args.append("--force")
     for s in shapes:
         cli_args += ["--shape", s]
     report, _ = run_cli(args.cli, cli_args, os.path.join(out, f"headline-{args.op}-exhaustive.log"),
