@@ -612,6 +612,7 @@ TEST_CASE("the runtime's default attention variant takes arbitrary strides") {
   ref = attention_reference(qh, kh, vh, c, c, c, B, H, H, S, S, D, true, 0.1);
   RuntimeOptions ro;
   ro.database = (fs::temp_directory_path() / "autotune-does-not-exist.db").string();
+  ro.policy = Policy::default_variant; // the [default] variant itself
   Runtime rt(ro);
   DeviceTensor packed(qkv);
   HostTensor out(DType::bf16, size_t(B) * H * S * D);

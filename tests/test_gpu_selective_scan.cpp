@@ -424,6 +424,7 @@ TEST_CASE("the runtime's default selective_scan variant handles strided tensors"
   DeviceTensor dlast(last);
   RuntimeOptions ro;
   ro.database = (fs::temp_directory_path() / "autotune-does-not-exist.db").string();
+  ro.policy = Policy::default_variant; // the [default] variant itself
   Runtime rt(ro);
   auto vp = [&](const char* name) {
     return reinterpret_cast<void*>(k.device[k.index(name)]->get());
