@@ -11,8 +11,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -51,7 +51,9 @@ Buffers allocate(const Op& op, const Problem& p) {
   return b;
 }
 
-const void* at(const Buffers& b, size_t i) { return reinterpret_cast<const void*>(b.pointers.at(i)); }
+const void* at(const Buffers& b, size_t i) {
+  return reinterpret_cast<const void*>(b.pointers.at(i));
+}
 
 struct Case {
   const char* op;
@@ -151,12 +153,12 @@ int main() {
         sync();
         t0 = Clock::now();
         for (int i = 0; i < k_batch; ++i) {
-          AUTOTUNE_CU(cuda::driver().cuLaunchKernel(f, g.grid[0], g.grid[1], g.grid[2],
-                                                    g.block[0], g.block[1], g.block[2],
-                                                    g.dynamic_smem, stream.get(), ptrs, nullptr));
+          AUTOTUNE_CU(cuda::driver().cuLaunchKernel(f, g.grid[0], g.grid[1], g.grid[2], g.block[0],
+                                                    g.block[1], g.block[2], g.dynamic_smem,
+                                                    stream.get(), ptrs, nullptr));
         }
-        raw_samples.push_back(
-            std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / k_batch);
+        raw_samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() /
+                              k_batch);
       }
       sync();
       const double runtime_us = median(runtime_samples), raw_us = median(raw_samples);

@@ -31,7 +31,8 @@ int main() {
     a.x = autotune::tensor(reinterpret_cast<const void*>(dx.get()), ElementType::bf16, {B, C, L});
     a.weight = autotune::tensor(reinterpret_cast<const void*>(dw.get()), ElementType::bf16, {C, W});
     a.bias = autotune::tensor(reinterpret_cast<const void*>(db.get()), ElementType::bf16, {C});
-    a.out = autotune::tensor(reinterpret_cast<const void*>(dout.get()), ElementType::bf16, {B, C, L});
+    a.out =
+        autotune::tensor(reinterpret_cast<const void*>(dout.get()), ElementType::bf16, {B, C, L});
     a.silu = 1;
     autotune::Selection s = rt.select_causal_conv1d(a);
     rt.causal_conv1d(a);

@@ -6,7 +6,8 @@
 #include <stdio.h>
 
 /* Contiguous [d0, d1, d2] and [d0, d1] tensors (strides in elements). */
-static autotune_tensor tensor3(const void* data, int32_t dtype, int64_t d0, int64_t d1, int64_t d2) {
+static autotune_tensor tensor3(const void* data, int32_t dtype, int64_t d0, int64_t d1,
+                               int64_t d2) {
   autotune_tensor t = {0};
   t.data = data;
   t.dtype = dtype;

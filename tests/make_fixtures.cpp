@@ -176,8 +176,8 @@ std::string measure(Database& db, const DeviceRecord& device, const std::string&
 }
 
 void crown(Database& db, const DeviceRecord& device, const std::string& op,
-           const std::string& template_hash, const std::string& problem,
-           const std::string& variant, const Measured& m) {
+           const std::string& template_hash, const std::string& problem, const std::string& variant,
+           const Measured& m) {
   WinnerRecord w;
   w.device_key = device.key();
   w.op = op;
@@ -281,15 +281,18 @@ void write_report_fixture(const std::string& path) {
               Outcome::wrong, 190.0, 1.0, "relative L2 error 2.4e-02 > 1.0e-02 (bf16)"}},
             0);
 
-    problem(db, device, "attention",
-            "B=32,Hq=32,Hkv=32,Sq=512,Sk=512,D=64,causal=0,dtype=bf16,lse=0,layout=bshd",
-            {{"block_m=128,block_n=64,warps=4,stages=2,swizzle=xor,q=regs,splits=1", ok, 262.0, 0.7, ""},
-             {"block_m=128,block_n=64,warps=8,stages=2,swizzle=xor,q=regs,splits=1", ok, 268.5, 0.8, ""},
-             {"block_m=64,block_n=64,warps=4,stages=2,swizzle=xor,q=smem,splits=1", ok, 301.0, 1.0, ""},
-             {"block_m=64,block_n=32,warps=4,stages=1,swizzle=pad,q=smem,splits=1", ok, 395.0, 1.2, ""},
-             {"block_m=128,block_n=128,warps=8,stages=3,swizzle=xor,q=regs,splits=1",
-              Outcome::resource, 0, 0, "needs 288 KiB of shared memory per block"}},
-            0);
+    problem(
+        db, device, "attention",
+        "B=32,Hq=32,Hkv=32,Sq=512,Sk=512,D=64,causal=0,dtype=bf16,lse=0,layout=bshd",
+        {{"block_m=128,block_n=64,warps=4,stages=2,swizzle=xor,q=regs,splits=1", ok, 262.0, 0.7,
+          ""},
+         {"block_m=128,block_n=64,warps=8,stages=2,swizzle=xor,q=regs,splits=1", ok, 268.5, 0.8,
+          ""},
+         {"block_m=64,block_n=64,warps=4,stages=2,swizzle=xor,q=smem,splits=1", ok, 301.0, 1.0, ""},
+         {"block_m=64,block_n=32,warps=4,stages=1,swizzle=pad,q=smem,splits=1", ok, 395.0, 1.2, ""},
+         {"block_m=128,block_n=128,warps=8,stages=3,swizzle=xor,q=regs,splits=1", Outcome::resource,
+          0, 0, "needs 288 KiB of shared memory per block"}},
+        0);
     // Nothing correct: no winner stored.
     problem(db, device, "attention",
             "B=1,Hq=32,Hkv=8,Sq=1,Sk=8192,D=128,causal=0,dtype=bf16,lse=0,layout=bshd",

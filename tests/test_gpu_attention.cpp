@@ -34,7 +34,9 @@ cuda::PrimaryContext& context() {
   return ctx;
 }
 
-const AttentionOp& attn() { return static_cast<const AttentionOp&>(find_op("attention")); }
+const AttentionOp& attn() {
+  return static_cast<const AttentionOp&>(find_op("attention"));
+}
 
 struct Layout {
   long long batch, head, seq;
@@ -103,14 +105,13 @@ struct AttnCase {
   Reference ref;
 
   AttnCase(const std::string& shape, std::mt19937_64& rng)
-      : problem(attn().make_problem(parse_fields(shape, "shape"))),
-        B(int(problem.get_int("B"))), Hq(int(problem.get_int("Hq"))),
-        Hkv(int(problem.get_int("Hkv"))), Sq(int(problem.get_int("Sq"))),
-        Sk(int(problem.get_int("Sk"))), D(int(problem.get_int("D"))),
-        causal(problem.get_int("causal") != 0), lse(problem.get_int("lse") != 0),
-        dtype(parse_dtype(problem.get("dtype"), "dtype")), qs(layout(Hq, Sq)), ks(layout(Hkv, Sk)),
-        q(dtype, size_t(B) * Hq * Sq * D), k(dtype, size_t(B) * Hkv * Sk * D),
-        v(dtype, size_t(B) * Hkv * Sk * D) {
+      : problem(attn().make_problem(parse_fields(shape, "shape"))), B(int(problem.get_int("B"))),
+        Hq(int(problem.get_int("Hq"))), Hkv(int(problem.get_int("Hkv"))),
+        Sq(int(problem.get_int("Sq"))), Sk(int(problem.get_int("Sk"))),
+        D(int(problem.get_int("D"))), causal(problem.get_int("causal") != 0),
+        lse(problem.get_int("lse") != 0), dtype(parse_dtype(problem.get("dtype"), "dtype")),
+        qs(layout(Hq, Sq)), ks(layout(Hkv, Sk)), q(dtype, size_t(B) * Hq * Sq * D),
+        k(dtype, size_t(B) * Hkv * Sk * D), v(dtype, size_t(B) * Hkv * Sk * D) {
     q.randomize(rng, -2, 2);
     k.randomize(rng, -1, 1);
     v.randomize(rng, -1, 1);
@@ -210,8 +211,8 @@ void launch(CUfunction f, const LaunchGeometry& g, ArgPack& args) {
 }
 
 fs::path temp_db() {
-  return fs::temp_directory_path() / ("autotune-gpu-attn-" + std::to_string(::getpid()) + "-" +
-                                      std::to_string(rand()) + ".db");
+  return fs::temp_directory_path() /
+         ("autotune-gpu-attn-" + std::to_string(::getpid()) + "-" + std::to_string(rand()) + ".db");
 }
 
 } // namespace
@@ -239,8 +240,8 @@ TEST_CASE("attention variants match a float64 reference over every feature") {
       {"B=1,Hq=4,Hkv=1,Sq=300,Sk=90,D=64,causal=1,dtype=fp16,lse=1", Family::both,
        8}, // MQA, Sq > Sk: 210 rows without keys, whole query blocks of them
       {"B=1,Hq=2,Hkv=2,Sq=129,Sk=513,D=64,dtype=fp16,layout=bhsd,lse=1", Family::single,
-       4},                                                           // Sq != Sk, not causal
-      {"B=1,H=2,S=130,D=256,causal=1,dtype=bf16", Family::single, 4}, // head dim 256
+       4},                                                                // Sq != Sk, not causal
+      {"B=1,H=2,S=130,D=256,causal=1,dtype=bf16", Family::single, 4},     // head dim 256
       {"B=3,Hq=6,Hkv=3,Sq=1,Sk=1000,D=128,dtype=bf16", Family::split, 4}, // decoding
       {"B=1,H=2,S=700,D=128,dtype=fp16,lse=1", Family::single,
        4}, // scores rising across tiles (ramp_keys)
@@ -665,8 +666,7 @@ TEST_CASE("the runtime's default attention variant takes arbitrary strides") {
     }
     SUBCASE("k and v of different dtypes") {
       bad.v.dtype = AUTOTUNE_FP16;
-      CHECK_THROWS_WITH_AS(rt.attention(bad), doctest::Contains("must have the dtype of q"),
-                           Error);
+      CHECK_THROWS_WITH_AS(rt.attention(bad), doctest::Contains("must have the dtype of q"), Error);
     }
     SUBCASE("a strided head dimension") {
       bad.q.strides[3] = 2;

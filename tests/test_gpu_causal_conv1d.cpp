@@ -50,15 +50,15 @@ struct ConvCase {
     w.randomize(rng, -0.5, 0.5);
     b.randomize(rng, -0.5, 0.5);
     init.randomize(rng, -1, 1);
-    ref = causal_conv1d_reference(x, w, bias ? &b : nullptr, B, C, L, W, silu, (long long)C * L, L,
-                                  init_states ? &init : nullptr,
-                                  final_states ? &ref_final : nullptr);
+    ref =
+        causal_conv1d_reference(x, w, bias ? &b : nullptr, B, C, L, W, silu, (long long)C * L, L,
+                                init_states ? &init : nullptr, final_states ? &ref_final : nullptr);
   }
 };
 
 fs::path temp_db() {
-  return fs::temp_directory_path() / ("autotune-gpu-" + std::to_string(::getpid()) + "-" +
-                                      std::to_string(rand()) + ".db");
+  return fs::temp_directory_path() /
+         ("autotune-gpu-" + std::to_string(::getpid()) + "-" + std::to_string(rand()) + ".db");
 }
 
 } // namespace
@@ -70,13 +70,13 @@ TEST_CASE("every valid causal_conv1d variant matches a float64 reference") {
   Space space = parse_space(template_file(op.space_path()), op.space_path());
   std::mt19937_64 rng(std::random_device{}());
   const char* shapes[] = {
-      "B=2,C=40,L=1000,W=4,dtype=bf16,bias=1,silu=1",          // L not a multiple of any vector
+      "B=2,C=40,L=1000,W=4,dtype=bf16,bias=1,silu=1", // L not a multiple of any vector
       "B=2,C=33,L=1024,W=3,dtype=fp16,wdtype=fp32,bias=0,silu=1",
       "B=1,C=16,L=37,W=2,dtype=fp32,wdtype=bf16,bias=1,silu=0", // shorter than one tile
       "B=3,C=64,L=4096,W=4,dtype=bf16,bias=1,silu=1",
       "B=2,C=8,L=2050,W=4,dtype=fp16,wdtype=fp16,bias=1,silu=0",
-      "B=2,C=24,L=2048,W=4,dtype=bf16,init_states=1,final_states=1",  // a decoder's carry
-      "B=1,C=8,L=2,W=4,dtype=fp32,init_states=1,final_states=1",      // L shorter than the state
+      "B=2,C=24,L=2048,W=4,dtype=bf16,init_states=1,final_states=1", // a decoder's carry
+      "B=1,C=8,L=2,W=4,dtype=fp32,init_states=1,final_states=1",     // L shorter than the state
       "B=2,C=16,L=333,W=3,dtype=fp16,init_states=0,final_states=1",
   };
   for (const char* shape : shapes) {
@@ -241,8 +241,8 @@ TEST_CASE("the runtime's default variant handles strided inputs") {
   xs.randomize(rng, -1, 1);
   HostTensor w(DType::f32, size_t(C) * W);
   w.randomize(rng, -0.5, 0.5);
-  auto ref = causal_conv1d_reference(xs, w, nullptr, B, C, L, W, true, (long long)C * (L + pad),
-                                     L + pad);
+  auto ref =
+      causal_conv1d_reference(xs, w, nullptr, B, C, L, W, true, (long long)C * (L + pad), L + pad);
   RuntimeOptions ro;
   ro.database = (fs::temp_directory_path() / "autotune-does-not-exist.db").string();
   ro.policy = Policy::default_variant; // the [default] variant itself
@@ -277,8 +277,7 @@ TEST_CASE("the runtime's default variant handles strided inputs") {
     }
     SUBCASE("an output larger than its allocation") {
       bad.out.strides[0] = 100LL * C * L; // batch 1 lies far past the allocation
-      CHECK_THROWS_WITH_AS(rt.causal_conv1d(bad), doctest::Contains("into its allocation"),
-                           Error);
+      CHECK_THROWS_WITH_AS(rt.causal_conv1d(bad), doctest::Contains("into its allocation"), Error);
     }
     SUBCASE("a weight with fewer channels than x") {
       bad.weight.shape[0] = C / 2;

@@ -484,8 +484,8 @@ TEST_CASE("the runtime's default selective_scan variant handles strided tensors"
     }
     SUBCASE("a strided last dimension") {
       bad.u.strides[2] = 2;
-      CHECK_THROWS_WITH_AS(rt.selective_scan(bad),
-                           doctest::Contains("contiguous last dimension"), Error);
+      CHECK_THROWS_WITH_AS(rt.selective_scan(bad), doctest::Contains("contiguous last dimension"),
+                           Error);
     }
     rt.selective_scan(a); // the context is healthy
     AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());

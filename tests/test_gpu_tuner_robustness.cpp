@@ -82,7 +82,7 @@ mode = "good"
 
 int mode_number(const std::string& m) {
   static const std::map<std::string, int> k = {{"good", 0}, {"compile_fail", 2}, {"oob", 3},
-                                                {"hang", 4}, {"wrong", 5},        {"smem", 6}};
+                                               {"hang", 4}, {"wrong", 5},        {"smem", 6}};
   return k.at(m);
 }
 
@@ -204,7 +204,8 @@ double query_double(const fs::path& db, const char* sql) {
   double v = std::nan("");
   if (sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
     sqlite3_stmt* st = nullptr;
-    if (sqlite3_prepare_v2(h, sql, -1, &st, nullptr) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
+    if (sqlite3_prepare_v2(h, sql, -1, &st, nullptr) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW) {
       v = sqlite3_column_double(st, 0);
     }
     sqlite3_finalize(st);
@@ -249,9 +250,9 @@ TEST_CASE("planted failures get their outcomes and a good variant wins") {
   REQUIRE(report.problems.size() == 1);
   const ProblemReport& p = report.problems[0];
   std::map<std::string, cache::Outcome> expected = {
-      {"good", cache::Outcome::ok},      {"compile_fail", cache::Outcome::compile_fail},
-      {"oob", cache::Outcome::fault},    {"hang", cache::Outcome::timeout},
-      {"wrong", cache::Outcome::wrong},  {"smem", cache::Outcome::resource}};
+      {"good", cache::Outcome::ok},     {"compile_fail", cache::Outcome::compile_fail},
+      {"oob", cache::Outcome::fault},   {"hang", cache::Outcome::timeout},
+      {"wrong", cache::Outcome::wrong}, {"smem", cache::Outcome::resource}};
   REQUIRE(p.variants.size() == 12);
   for (const auto& v : p.variants) {
     Fields f = parse_fields(v.config, "config");

@@ -53,8 +53,8 @@ TEST_CASE("shape readers name the op and the field in every error") {
   Fields f = parse_fields("B=8,L=0,silu=true,bias=2", "shape");
   CHECK_THROWS_WITH_AS(ShapeReader(f, "op", {"B", "L"}),
                        doctest::Contains("op shape: unknown field 'silu' (known: B, L)"), Error);
-  CHECK_THROWS_WITH_AS(ShapeReader(f, "op", {"B"}, {"B", "C"}),
-                       doctest::Contains("(known: B, C)"), Error);
+  CHECK_THROWS_WITH_AS(ShapeReader(f, "op", {"B"}, {"B", "C"}), doctest::Contains("(known: B, C)"),
+                       Error);
   const ShapeReader r(f, "op", {"B", "C", "L", "silu", "bias"});
   CHECK(r.has("B"));
   CHECK_FALSE(r.has("C"));

@@ -12,7 +12,8 @@ TEST_CASE("NVRTC compiles the default causal_conv1d variant for sm_80 and sm_90a
   const Op& op = find_op("causal_conv1d");
   Space space = parse_space(template_file(op.space_path()), op.space_path());
   for (const char* dtype : {"bf16", "fp16", "fp32"}) {
-    Problem p = op.make_problem(parse_fields(std::string("B=2,C=64,L=1000,W=3,dtype=") + dtype, "t"));
+    Problem p =
+        op.make_problem(parse_fields(std::string("B=2,C=64,L=1000,W=3,dtype=") + dtype, "t"));
     for (const char* arch : {"sm_80", "sm_90a"}) {
       CAPTURE(dtype);
       CAPTURE(arch);

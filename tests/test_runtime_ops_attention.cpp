@@ -9,9 +9,15 @@
 using namespace autotune;
 
 namespace {
-const AttentionOp& attn() { return static_cast<const AttentionOp&>(find_op("attention")); }
-Problem problem(const std::string& shape) { return attn().make_problem(parse_fields(shape, "t")); }
-Config config(const std::string& text) { return parse_fields(text, "config"); }
+const AttentionOp& attn() {
+  return static_cast<const AttentionOp&>(find_op("attention"));
+}
+Problem problem(const std::string& shape) {
+  return attn().make_problem(parse_fields(shape, "t"));
+}
+Config config(const std::string& text) {
+  return parse_fields(text, "config");
+}
 const char* k_fa2 = "block_m=128,block_n=64,warps=4,stages=1,swizzle=xor,q=smem";
 } // namespace
 
@@ -35,16 +41,15 @@ TEST_CASE("bad attention shapes are rejected with the field named") {
   CHECK_THROWS_WITH_AS(problem("B=1,H=4,S=8,D=64,window=3"), doctest::Contains("unknown field"),
                        Error);
   CHECK_THROWS_WITH_AS(problem("B=1,H=4,S=8,D=64,dtype=fp32"), doctest::Contains("fp32"), Error);
-  CHECK_THROWS_WITH_AS(problem("B=1,H=4,S=8,D=64,layout=sbhd"), doctest::Contains("layout"),
-                       Error);
+  CHECK_THROWS_WITH_AS(problem("B=1,H=4,S=8,D=64,layout=sbhd"), doctest::Contains("layout"), Error);
 }
 
 TEST_CASE("attention configuration constraints drop what cannot run") {
   Problem d128 = problem("B=8,H=16,S=2048,D=128");
   CHECK(attn().check(config(k_fa2), d128, "sm_80"));
   SUBCASE("rows per warp") {
-    auto r = attn().check(config("block_m=64,block_n=64,warps=8,stages=1,swizzle=xor,q=smem"),
-                          d128, "sm_90a");
+    auto r = attn().check(config("block_m=64,block_n=64,warps=8,stages=1,swizzle=xor,q=smem"), d128,
+                          "sm_90a");
     REQUIRE_FALSE(r);
     CHECK(r.failure().message.find("query rows") != std::string::npos);
   }

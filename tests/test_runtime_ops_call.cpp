@@ -19,7 +19,9 @@ Tensor make(uintptr_t address, int32_t dtype, std::initializer_list<int64_t> sha
   return tensor(reinterpret_cast<const void*>(address), ElementType(dtype), shape, strides);
 }
 
-const ArgsDesc& desc_of(const char* op) { return find_op(op).args_desc(); }
+const ArgsDesc& desc_of(const char* op) {
+  return find_op(op).args_desc();
+}
 
 std::string problem_of(const char* op, const void* args) {
   BoundCall b;
@@ -42,7 +44,9 @@ void refused(const char* op, const void* args, const std::string& message) {
                 "expected '" << message << "' in '" << what << "'");
 }
 
-size_t kind_size(ScalarKind k) { return k == ScalarKind::i32 ? 4 : 8; }
+size_t kind_size(ScalarKind k) {
+  return k == ScalarKind::i32 ? 4 : 8;
+}
 
 autotune_causal_conv1d_args conv_call() {
   autotune_causal_conv1d_args a{};
@@ -139,7 +143,8 @@ TEST_CASE("causal_conv1d: the problem is read off the tensors") {
     }
     SUBCASE("initial states of the wrong shape") {
       a.initial_states = make(0x50000, AUTOTUNE_BF16, {2, 8, 4});
-      refused("causal_conv1d", &a, "initial_states has shape [2, 8, 4]; expected [B=2, C=8, W-1=3]");
+      refused("causal_conv1d", &a,
+              "initial_states has shape [2, 8, 4]; expected [B=2, C=8, W-1=3]");
     }
     SUBCASE("an out of the wrong dtype") {
       a.out.dtype = AUTOTUNE_FP32;
@@ -275,8 +280,9 @@ TEST_CASE("selective_scan: B and C as mamba-ssm passes them") {
     }
     SUBCASE("B of five dimensions") {
       a.B.ndim = 5;
-      refused("selective_scan", &a, "expected [D, N] (fixed) or [B, N, L] (variable) or "
-                                    "[B, G, N, L] (variable, grouped)");
+      refused("selective_scan", &a,
+              "expected [D, N] (fixed) or [B, N, L] (variable) or "
+              "[B, G, N, L] (variable, grouped)");
     }
     SUBCASE("B with another state size than A") {
       a.B.shape[1] = 5;

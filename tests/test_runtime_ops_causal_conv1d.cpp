@@ -8,14 +8,22 @@
 using namespace autotune;
 
 namespace {
-const Op& conv() { return find_op("causal_conv1d"); }
-Problem problem(const std::string& shape) { return conv().make_problem(parse_fields(shape, "t")); }
-Config config(const std::string& text) { return parse_fields(text, "config"); }
+const Op& conv() {
+  return find_op("causal_conv1d");
+}
+Problem problem(const std::string& shape) {
+  return conv().make_problem(parse_fields(shape, "t"));
+}
+Config config(const std::string& text) {
+  return parse_fields(text, "config");
+}
 } // namespace
 
 TEST_CASE("causal_conv1d problems are canonical, with documented defaults") {
   Problem p = problem("C=4096,B=8,L=2048,dtype=bf16");
-  CHECK(p.key() == "B=8,C=4096,L=2048,W=4,x=bf16,w=bf16,bias=1,silu=1,init_states=0,final_states=0,layout=bcl");
+  CHECK(
+      p.key() ==
+      "B=8,C=4096,L=2048,W=4,x=bf16,w=bf16,bias=1,silu=1,init_states=0,final_states=0,layout=bcl");
   CHECK(problem("B=1,C=2,L=3,W=2,dtype=fp32,wdtype=bf16,bias=false,silu=0").key() ==
         "B=1,C=2,L=3,W=2,x=fp32,w=bf16,bias=0,silu=0,init_states=0,final_states=0,layout=bcl");
   CHECK(problem("B=1,C=2,L=3,dtype=float16").get("x") == "fp16");

@@ -21,26 +21,26 @@ TEST_CASE("every op's heuristic points parse and lie within its limits") {
   for (std::string name : {"causal_conv1d", "attention", "selective_scan"}) {
     CAPTURE(name);
     const Op& op = find_op(name);
-    auto points = parse_heuristics(op, template_file(op.space_path()), op.space_path(),
-                                   op_space(op));
+    auto points =
+        parse_heuristics(op, template_file(op.space_path()), op.space_path(), op_space(op));
     CHECK(points.size() >= 4);
   }
 }
 
 TEST_CASE("the heuristic picks the nearest point of the GPU's family that can run the problem") {
   SUBCASE("causal_conv1d near the long-sequence point") {
-    auto c = heuristic_config(find_op("causal_conv1d"), problem("causal_conv1d", "B=1,C=4096,L=12000,W=4"),
-                              "sm_90a");
+    auto c = heuristic_config(find_op("causal_conv1d"),
+                              problem("causal_conv1d", "B=1,C=4096,L=12000,W=4"), "sm_90a");
     REQUIRE(c);
     CHECK(format_fields(c->first) == "threads=512,vec=8,items=4,cpb=1,load=smem");
     CHECK(c->second == "sm_90a point B=1,C=4096,L=16384,W=4");
   }
   SUBCASE("attention: a causal problem takes a causal point") {
     const Op& op = find_op("attention");
-    auto causal = heuristic_config(op, problem("attention", "B=4,H=16,S=3000,D=128,causal=1"),
-                                   "sm_90a");
-    auto full = heuristic_config(op, problem("attention", "B=4,H=16,S=3000,D=128,causal=0"),
-                                 "sm_90a");
+    auto causal =
+        heuristic_config(op, problem("attention", "B=4,H=16,S=3000,D=128,causal=1"), "sm_90a");
+    auto full =
+        heuristic_config(op, problem("attention", "B=4,H=16,S=3000,D=128,causal=0"), "sm_90a");
     REQUIRE(causal);
     REQUIRE(full);
     CHECK(causal->second.find("causal=1") != std::string::npos);
@@ -63,17 +63,21 @@ TEST_CASE("the heuristic picks the nearest point of the GPU's family that can ru
 TEST_CASE("a bad heuristic entry names its file and line") {
   const Op& op = find_op("causal_conv1d");
   const Space space = op_space(op);
-  CHECK_THROWS_WITH_AS(parse_heuristics(op, "[[heuristic]]\narch = [\"sm_90\"]\nshape = \"B=1,Q=2\"\n"
-                                            "config = \"threads=128,vec=8,items=2,cpb=1,load=direct\"\n",
-                                        "x.toml", space),
-                       doctest::Contains("x.toml:3"), Error);
-  CHECK_THROWS_WITH_AS(parse_heuristics(op, "[[heuristic]]\narch = [\"sm_90\"]\nshape = \"B=1\"\n",
-                                        "x.toml", space),
-                       doctest::Contains("needs arch, shape and config"), Error);
-  CHECK_THROWS_WITH_AS(parse_heuristics(op, "[[heuristic]]\narch = [\"sm_90\"]\nshape = \"B=1\"\n"
-                                            "config = \"threads=128,vec=8,items=2,cpb=0,load=direct\"\n",
-                                        "x.toml", space),
-                       doctest::Contains("cpb"), Error);
+  CHECK_THROWS_WITH_AS(
+      parse_heuristics(op,
+                       "[[heuristic]]\narch = [\"sm_90\"]\nshape = \"B=1,Q=2\"\n"
+                       "config = \"threads=128,vec=8,items=2,cpb=1,load=direct\"\n",
+                       "x.toml", space),
+      doctest::Contains("x.toml:3"), Error);
+  CHECK_THROWS_WITH_AS(
+      parse_heuristics(op, "[[heuristic]]\narch = [\"sm_90\"]\nshape = \"B=1\"\n", "x.toml", space),
+      doctest::Contains("needs arch, shape and config"), Error);
+  CHECK_THROWS_WITH_AS(
+      parse_heuristics(op,
+                       "[[heuristic]]\narch = [\"sm_90\"]\nshape = \"B=1\"\n"
+                       "config = \"threads=128,vec=8,items=2,cpb=0,load=direct\"\n",
+                       "x.toml", space),
+      doctest::Contains("cpb"), Error);
 }
 
 TEST_CASE("a configuration from another problem is adapted where its tile would idle") {

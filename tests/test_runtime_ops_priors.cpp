@@ -108,7 +108,7 @@ why = "too few blocks for the GPU at this cpb"
     Config wide = config("scan=state,threads=32,items=32,cpb=32,nsplit=1");
     REQUIRE(scan().check(wide, problem("B=1,D=1024,L=2048,N=16"), "sm_90"));
     CHECK_FALSE(allowed(p, wide, problem("B=1,D=1024,L=2048,N=16"), "sm_90")); // 32 blocks
-    CHECK(allowed(p, wide, problem("B=2,D=1024,L=2048,N=16"), "sm_90"));        // 64 blocks
+    CHECK(allowed(p, wide, problem("B=2,D=1024,L=2048,N=16"), "sm_90"));       // 64 blocks
     CHECK(allowed(p, wide, problem("B=1,D=1024,L=2048,N=16"), "sm_80"));
   }
 }
@@ -180,9 +180,11 @@ TEST_CASE("bad [[prune]] entries are configuration errors naming the file and li
     fails(head + "require = { cpl = 1 }\nwhn = { scan = \"state\" }\n",
           "my.toml:5:1: [[prune]]: unknown key 'whn'");
     fails("[[prune]]\nwhy = \"x\"\nrequire = { cpl = 1 }\n", "my.toml:1:1: [[prune]] needs arch");
-    fails("[[prune]]\narch = [\"sm_90\"]\nwhy = \"x\"\n", "my.toml:1:1: [[prune]] needs a non-empty require");
+    fails("[[prune]]\narch = [\"sm_90\"]\nwhy = \"x\"\n",
+          "my.toml:1:1: [[prune]] needs a non-empty require");
     fails(head + "require = {}\n", "needs a non-empty require");
-    fails("[[prune]]\narch = [\"sm_90\"]\nrequire = { cpl = 1 }\n", "my.toml:1:1: [[prune]] needs why");
+    fails("[[prune]]\narch = [\"sm_90\"]\nrequire = { cpl = 1 }\n",
+          "my.toml:1:1: [[prune]] needs why");
     fails("[[prune]]\narch = [\"sm_90\"]\nwhy = \" \"\nrequire = { cpl = 1 }\n", "my.toml:3:");
   }
   SUBCASE("an arch that is not a target name") {

@@ -231,8 +231,8 @@ TEST_CASE("selective_scan configuration constraints drop what cannot run") {
     CHECK(scan().geometry(config(base + "yred=2"), p).dynamic_smem == staged + 2 * 20 * 36 * 4);
     // Which schedule is measured with which yred is an H100 search prior (space.toml,
     // tests/test_runtime_ops_priors.cpp): the op measures every one.
-    for (const char* schedule : {"yred=0", "yred=1", "yred=2", "yred=0,ystore=during",
-                                 "yred=1,ystore=during"}) {
+    for (const char* schedule :
+         {"yred=0", "yred=1", "yred=2", "yred=0,ystore=during", "yred=1,ystore=during"}) {
       CHECK(scan().worth_measuring(config(base + schedule), p));
     }
     CHECK(scan().worth_measuring(config("threads=32,items=32,cpb=32,nsplit=1,scan=state,vec=8,"

@@ -151,7 +151,8 @@ fs::path temp_dir() {
 TEST_CASE("html_escape leaves no markup and no control characters") {
   CHECK(html_escape("a<b>&\"c'") == "a&lt;b&gt;&amp;&quot;c&#39;");
   CHECK(html_escape("tab\tand\nnewline") == "tab\tand\nnewline");
-  CHECK(html_escape(std::string("nul\0bell\a", 9)) == "nul\xEF\xBF\xBD" "bell\xEF\xBF\xBD");
+  CHECK(html_escape(std::string("nul\0bell\a", 9)) == "nul\xEF\xBF\xBD"
+                                                      "bell\xEF\xBF\xBD");
   CHECK(html_escape("µs ×") == "µs ×");
 }
 
@@ -250,17 +251,21 @@ TEST_CASE("report --html draws every measured shape of the fixture, winners mark
   }
   SUBCASE("selectors narrow the page; bad input exits 2 and writes nothing") {
     const fs::path only = dir / "attention.html";
-    REQUIRE(run("report --html " + only.string() + " --op attention --db " + k_report_fixture)
-                .code == 0);
+    REQUIRE(
+        run("report --html " + only.string() + " --op attention --db " + k_report_fixture).code ==
+        0);
     const std::string text = read_file(only);
     CHECK(has(text, "<h3>attention B=1,Hq=32,Hkv=8,Sq=1,Sk=8192"));
     CHECK(has(text, "<h3>attention B=32,Hq=32"));
     CHECK_FALSE(has(text, "<h3>causal_conv1d"));
     const fs::path bad = dir / "bad.html";
-    CHECK(run("report --html " + bad.string() + " --copy-gbps fast --db " + k_report_fixture).code == 2);
+    CHECK(
+        run("report --html " + bad.string() + " --copy-gbps fast --db " + k_report_fixture).code ==
+        2);
     CHECK(run("report --html " + bad.string() + " --json --db " + k_report_fixture).code == 2);
     CHECK(run("report --force --db " + k_report_fixture).code == 2);
-    CHECK(run("report --html " + bad.string() + " --db " + (dir / "missing.db").string()).code == 2);
+    CHECK(run("report --html " + bad.string() + " --db " + (dir / "missing.db").string()).code ==
+          2);
     CHECK(run("report --html " + (dir / "no-such-dir" / "x.html").string() + " --db " +
               k_report_fixture)
               .code == 2);

@@ -83,9 +83,9 @@ TEST_CASE("every worker reply survives encoding and decoding, outcome and error 
     round_trip_reply(wp::SetupDone{});
   }
   SUBCASE("measured, for every outcome") {
-    for (cache::Outcome o : {cache::Outcome::ok, cache::Outcome::compile_fail,
-                             cache::Outcome::resource, cache::Outcome::fault,
-                             cache::Outcome::timeout, cache::Outcome::wrong}) {
+    for (cache::Outcome o :
+         {cache::Outcome::ok, cache::Outcome::compile_fail, cache::Outcome::resource,
+          cache::Outcome::fault, cache::Outcome::timeout, cache::Outcome::wrong}) {
       CAPTURE(cache::to_string(o));
       round_trip_reply(wp::Measured{o, odd_timing(), 2.5e-3, 1980, "rel. error 0.25\nline 2",
                                     o == cache::Outcome::fault});
@@ -96,8 +96,8 @@ TEST_CASE("every worker reply survives encoding and decoding, outcome and error 
   }
   SUBCASE("failed, for every error kind") {
     for (ErrorKind k : {ErrorKind::usage, ErrorKind::config, ErrorKind::database, ErrorKind::io,
-                        ErrorKind::no_device, ErrorKind::cuda, ErrorKind::compile,
-                        ErrorKind::check, ErrorKind::not_tuned, ErrorKind::internal}) {
+                        ErrorKind::no_device, ErrorKind::cuda, ErrorKind::compile, ErrorKind::check,
+                        ErrorKind::not_tuned, ErrorKind::internal}) {
       CAPTURE(to_string(k));
       round_trip_reply(wp::Failed{k, "what went wrong", k == ErrorKind::cuda});
     }
@@ -105,16 +105,16 @@ TEST_CASE("every worker reply survives encoding and decoding, outcome and error 
 }
 
 TEST_CASE("malformed worker messages are internal errors naming the problem") {
-  std::string measure = wp::encode(wp::Request{wp::MeasureRequest{{{"a", "1"}}, "k", "bin", false,
-                                                                  TimingProtocol{}}});
+  std::string measure = wp::encode(
+      wp::Request{wp::MeasureRequest{{{"a", "1"}}, "k", "bin", false, TimingProtocol{}}});
   SUBCASE("a truncated body") {
     CHECK_THROWS_WITH_AS(wp::decode_request(measure.substr(0, measure.size() - 1)),
                          doctest::Contains("worker protocol: request: truncated"), Error);
     CHECK_THROWS_AS(wp::decode_request(""), Error);
   }
   SUBCASE("bytes left over") {
-    CHECK_THROWS_WITH_AS(wp::decode_request(measure + "x"),
-                         doctest::Contains("1 bytes left over"), Error);
+    CHECK_THROWS_WITH_AS(wp::decode_request(measure + "x"), doctest::Contains("1 bytes left over"),
+                         Error);
   }
   SUBCASE("an unknown kind") {
     CHECK_THROWS_WITH_AS(wp::decode_request(std::string(1, char(99))),

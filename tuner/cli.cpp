@@ -397,9 +397,10 @@ int list_variants(const Args& a) {
     // A pruned variant says why (a heuristic of the op, or a search prior for the arch).
     std::string pruned =
         verdict == Verdict::pruned ? ",\"pruned\":\"" + json_escape(why) + "\"" : "";
-    std::printf("{\"op\":\"%s\",\"arch\":\"%s\",\"variant\":\"%s\",\"params\":{%s},\"problem\":\"%s\"%s}\n",
-                op.name(), a.tune.arch.c_str(), json_escape(config_id(c)).c_str(), params.c_str(),
-                json_escape(p.key()).c_str(), pruned.c_str());
+    std::printf(
+        "{\"op\":\"%s\",\"arch\":\"%s\",\"variant\":\"%s\",\"params\":{%s},\"problem\":\"%s\"%s}\n",
+        op.name(), a.tune.arch.c_str(), json_escape(config_id(c)).c_str(), params.c_str(),
+        json_escape(p.key()).c_str(), pruned.c_str());
   }
   return 0;
 }
@@ -434,7 +435,8 @@ int tune_command(const Args& a) {
     cached += p.cached ? 1 : 0;
   }
   if (cached == report.problems.size()) {
-    std::fprintf(stderr, "all %zu problems were already tuned in %s: nothing compiled or measured\n",
+    std::fprintf(stderr,
+                 "all %zu problems were already tuned in %s: nothing compiled or measured\n",
                  cached, report.database.c_str());
   }
   return 0;

@@ -7,7 +7,9 @@
 namespace autotune {
 namespace {
 
-double gbps(double bytes, double us) { return us > 0 ? bytes / (us * 1e3) : 0; }
+double gbps(double bytes, double us) {
+  return us > 0 ? bytes / (us * 1e3) : 0;
+}
 
 std::vector<size_t> ranked(const ProblemReport& p) {
   std::vector<size_t> idx;
@@ -43,8 +45,9 @@ void print_table(const TuneReport& report, std::FILE* out, size_t top) {
   for (const auto& p : report.problems) {
     std::fprintf(out, "\n%s %s\n", report.op.c_str(), p.problem.key().c_str());
     if (p.cached) {
-      std::fprintf(out, "  stored winner: %s  %.2f us  %.0f GB/s (found in the database; "
-                        "nothing compiled or measured, --force re-tunes)\n",
+      std::fprintf(out,
+                   "  stored winner: %s  %.2f us  %.0f GB/s (found in the database; "
+                   "nothing compiled or measured, --force re-tunes)\n",
                    p.winner_config.c_str(), p.winner_us, gbps(p.bytes, p.winner_us));
       continue;
     }
@@ -111,7 +114,8 @@ void print_table(const TuneReport& report, std::FILE* out, size_t top) {
           std::snprintf(rate, sizeof rate, "%.0f", gbps(p.bytes, v.timing.median_us));
         }
         if (copy_gbps > 0) {
-          std::snprintf(pct, sizeof pct, "%.1f", 100.0 * gbps(p.bytes, v.timing.median_us) / copy_gbps);
+          std::snprintf(pct, sizeof pct, "%.1f",
+                        100.0 * gbps(p.bytes, v.timing.median_us) / copy_gbps);
         }
       }
       std::string status = cache::to_string(v.outcome);
@@ -137,9 +141,10 @@ void print_table(const TuneReport& report, std::FILE* out, size_t top) {
 }
 
 void print_json(const TuneReport& report, std::FILE* out) {
-  std::fprintf(out, "{\"op\":\"%s\",\"arch\":\"%s\",\"device\":\"%s\",\"database\":\"%s\",\"problems\":[",
-               json_escape(report.op).c_str(), json_escape(report.arch).c_str(),
-               json_escape(report.device).c_str(), json_escape(report.database).c_str());
+  std::fprintf(
+      out, "{\"op\":\"%s\",\"arch\":\"%s\",\"device\":\"%s\",\"database\":\"%s\",\"problems\":[",
+      json_escape(report.op).c_str(), json_escape(report.arch).c_str(),
+      json_escape(report.device).c_str(), json_escape(report.database).c_str());
   for (size_t pi = 0; pi < report.problems.size(); ++pi) {
     const auto& p = report.problems[pi];
     std::fprintf(out,

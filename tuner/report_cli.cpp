@@ -54,7 +54,7 @@ tuning database, $AUTOTUNE_DB or ~/.cache/autotune/tuning.db).
 
 struct ReportRow {
   cache::Entry entry;
-  std::string metric;      // "GB/s" or "TFLOP/s"; empty when the op or problem is unknown
+  std::string metric; // "GB/s" or "TFLOP/s"; empty when the op or problem is unknown
   double metric_value = NAN;
   std::map<std::string, int> outcomes; // outcome name -> variants
   int measured = 0;
@@ -151,13 +151,13 @@ void print_markdown(const std::vector<ReportRow>& rows, const std::vector<std::s
     // A tie can go to a variant slightly slower than the runner-up: then the margin is
     // negative and printed with its own sign.
     const std::string margin_text =
-        std::isnan(margin) ? "-"
-                           : std::string(margin < 0 ? "" : "+").append(fixed(margin, 1)).append("%");
+        std::isnan(margin)
+            ? "-"
+            : std::string(margin < 0 ? "" : "+").append(fixed(margin, 1)).append("%");
     std::printf("| %s | `%s` | %s | `%s` | %s | %s | %s | %d (%s) | %s |\n", w.op.c_str(),
                 w.problem.c_str(), row.entry.device ? row.entry.device->name.c_str() : "?",
                 w.config.c_str(), fixed(w.median_us, 2).c_str(), spread_text.c_str(),
-                metric_text.c_str(), row.measured, outcome_text(row).c_str(),
-                margin_text.c_str());
+                metric_text.c_str(), row.measured, outcome_text(row).c_str(), margin_text.c_str());
   }
 }
 
@@ -180,7 +180,8 @@ void print_json(const std::vector<ReportRow>& rows) {
       outcomes.append("\"").append(name).append("\":").append(std::to_string(count));
     }
     const std::string metric = row.metric.empty() ? "null" : quoted(row.metric);
-    const std::string runner_up = row.runner_up ? quoted(json_escape(row.runner_up->config)) : "null";
+    const std::string runner_up =
+        row.runner_up ? quoted(json_escape(row.runner_up->config)) : "null";
     std::printf("{\"key\":\"%s\",\"op\":\"%s\",\"problem\":\"%s\",\"gpu\":\"%s\",\"config\":\"%s\","
                 "\"median_us\":%s,\"spread_pct\":%s,\"metric\":%s,\"metric_value\":%s,"
                 "\"measured\":%d,\"outcomes\":{%s},\"runner_up_config\":%s,"
@@ -188,11 +189,9 @@ void print_json(const std::vector<ReportRow>& rows) {
                 w.key.c_str(), json_escape(w.op).c_str(), json_escape(w.problem).c_str(),
                 json_escape(row.entry.device ? row.entry.device->name : "").c_str(),
                 json_escape(w.config).c_str(), number(w.median_us, 3).c_str(),
-                number(spread_pct(row.entry), 2).c_str(),
-                metric.c_str(),
+                number(spread_pct(row.entry), 2).c_str(), metric.c_str(),
                 number(row.metric_value, 2).c_str(), row.measured, outcomes.c_str(),
-                runner_up.c_str(),
-                number(margin_pct(row), 2).c_str());
+                runner_up.c_str(), number(margin_pct(row), 2).c_str());
   }
 }
 
@@ -292,12 +291,13 @@ int run_report_command(int argc, char** argv) {
       std::fputs(k_report_usage, stdout);
       return 0;
     } else {
-      throw Error(ErrorKind::usage, "autotune report: unexpected argument '" + o +
-                                        "' (see autotune report --help)");
+      throw Error(ErrorKind::usage,
+                  "autotune report: unexpected argument '" + o + "' (see autotune report --help)");
     }
   }
   if (html_path.empty() && !html_only.empty()) {
-    throw Error(ErrorKind::usage, "autotune report: " + html_only.front() + " goes with --html FILE");
+    throw Error(ErrorKind::usage,
+                "autotune report: " + html_only.front() + " goes with --html FILE");
   }
   if (!html_path.empty() && json) {
     throw Error(ErrorKind::usage, "autotune report: --json and --html are two outputs; give one");

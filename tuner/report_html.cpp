@@ -42,12 +42,18 @@ constexpr size_t k_open_table_rows = 16;
 // deficiencies; every colour also comes with its outcome's name in text.
 const char* outcome_colour(Outcome o) {
   switch (o) {
-  case Outcome::ok: return "#228833";
-  case Outcome::wrong: return "#EE6677";
-  case Outcome::fault: return "#AA3377";
-  case Outcome::timeout: return "#CCBB44";
-  case Outcome::resource: return "#66CCEE";
-  case Outcome::compile_fail: return "#BBBBBB";
+  case Outcome::ok:
+    return "#228833";
+  case Outcome::wrong:
+    return "#EE6677";
+  case Outcome::fault:
+    return "#AA3377";
+  case Outcome::timeout:
+    return "#CCBB44";
+  case Outcome::resource:
+    return "#66CCEE";
+  case Outcome::compile_fail:
+    return "#BBBBBB";
   }
   return "#000000";
 }
@@ -188,17 +194,18 @@ struct Shape {
 };
 
 void order_results(std::vector<ResultRecord>& results) {
-  std::stable_sort(results.begin(), results.end(), [](const ResultRecord& a, const ResultRecord& b) {
-    const size_t ra = outcome_rank(a.outcome);
-    const size_t rb = outcome_rank(b.outcome);
-    if (ra != rb) {
-      return ra < rb;
-    }
-    if (a.outcome == Outcome::ok && a.median_us != b.median_us) {
-      return a.median_us < b.median_us;
-    }
-    return std::tie(a.config, a.variant_key) < std::tie(b.config, b.variant_key);
-  });
+  std::stable_sort(results.begin(), results.end(),
+                   [](const ResultRecord& a, const ResultRecord& b) {
+                     const size_t ra = outcome_rank(a.outcome);
+                     const size_t rb = outcome_rank(b.outcome);
+                     if (ra != rb) {
+                       return ra < rb;
+                     }
+                     if (a.outcome == Outcome::ok && a.median_us != b.median_us) {
+                       return a.median_us < b.median_us;
+                     }
+                     return std::tie(a.config, a.variant_key) < std::tie(b.config, b.variant_key);
+                   });
 }
 
 using FieldPairs = std::vector<std::pair<std::string, std::string>>;
@@ -290,8 +297,8 @@ std::vector<Shape> collect(const HtmlSource& source, const cache::Selector& sele
       for (const ResultRecord& r : it->second) {
         auto b = builds.find(r.variant_key);
         // A result without a variant row (a compile failure) cannot be placed: kept.
-        if (b != builds.end() && b->second != std::pair(e.winner.template_hash,
-                                                         e.winner.nvrtc_version)) {
+        if (b != builds.end() &&
+            b->second != std::pair(e.winner.template_hash, e.winner.nvrtc_version)) {
           ++s.other_builds;
           continue;
         }
@@ -358,7 +365,9 @@ std::string si(double v, const char* unit) {
 }
 
 // "+2.5%", or "-0.4%" for a runner-up faster than a winner it tied with.
-std::string signed_percent(double pct) { return (pct < 0 ? "" : "+") + fixed(pct, 1) + "%"; }
+std::string signed_percent(double pct) {
+  return (pct < 0 ? "" : "+") + fixed(pct, 1) + "%";
+}
 
 // At most `max` characters (code points) of UTF-8 text, with an ellipsis when cut.
 std::string shorten(const std::string& text, size_t max) {
@@ -400,13 +409,17 @@ std::string outcome_counts_text(const Shape& s) {
     if (!out.empty()) {
       out += ", ";
     }
-    out.append(cache::to_string(k_outcome_order[i])).append(" ").append(std::to_string(s.counts[i]));
+    out.append(cache::to_string(k_outcome_order[i]))
+        .append(" ")
+        .append(std::to_string(s.counts[i]));
   }
   return out;
 }
 
 // The op's rate at a median: GB/s of effective traffic, TFLOP/s when it has FLOPs.
-double gbps(const Work& w, double us) { return w.known && us > 0 ? w.bytes / (us * 1e3) : NAN; }
+double gbps(const Work& w, double us) {
+  return w.known && us > 0 ? w.bytes / (us * 1e3) : NAN;
+}
 double tflops(const Work& w, double us) {
   return w.known && w.flops > 0 && us > 0 ? w.flops / (us * 1e6) : NAN;
 }
@@ -414,7 +427,8 @@ double tflops(const Work& w, double us) {
 // Each "k=v,..." key reduced to the fields that are not the same in all of them;
 // `common` receives those that are ("k=v,..."). A key with nothing left, or a lone
 // key, stays whole (and `common` is then empty).
-std::vector<std::string> distinct_fields(const std::vector<std::string>& keys, std::string& common) {
+std::vector<std::string> distinct_fields(const std::vector<std::string>& keys,
+                                         std::string& common) {
   std::vector<FieldPairs> fields;
   for (const std::string& key : keys) {
     fields.push_back(pairs_of(key));
@@ -484,7 +498,8 @@ std::vector<std::string> value_labels(const std::vector<std::string>& configs, s
 
 // Labels for an op's shapes: the fields that differ between them, and the GPU when
 // the shapes come from more than one (database, device).
-std::vector<std::string> short_labels(const std::vector<const Shape*>& shapes, std::string& common) {
+std::vector<std::string> short_labels(const std::vector<const Shape*>& shapes,
+                                      std::string& common) {
   std::vector<std::string> keys;
   std::set<std::string> devices;
   for (const Shape* s : shapes) {
@@ -495,7 +510,7 @@ std::vector<std::string> short_labels(const std::vector<const Shape*>& shapes, s
   if (devices.size() > 1) {
     for (size_t i = 0; i < shapes.size(); ++i) {
       labels[i] += " · " + (shapes[i]->device ? shapes[i]->device->name
-                                               : shapes[i]->device_key.substr(0, 8));
+                                              : shapes[i]->device_key.substr(0, 8));
     }
   }
   return labels;
@@ -503,7 +518,9 @@ std::vector<std::string> short_labels(const std::vector<const Shape*>& shapes, s
 
 // ---- SVG ---------------------------------------------------------------------------
 
-std::string px(double v) { return format("%.1f", v); }
+std::string px(double v) {
+  return format("%.1f", v);
+}
 
 std::string svg_text(double x, double y, const std::string& text, const char* attrs = "") {
   std::string out = "<text x=\"" + px(x) + "\" y=\"" + px(y) + "\"";
@@ -522,8 +539,8 @@ std::string box(double x, double y, double w, double h) {
 std::string svg_rect(double x, double y, double w, double h, const std::string& fill,
                      const char* attrs = "") {
   std::string out = "<rect x=\"" + px(x) + "\" y=\"" + px(y) + "\" width=\"" +
-                    px(std::max(w, 0.0)) + "\" height=\"" + px(std::max(h, 0.0)) +
-                    "\" fill=\"" + fill + "\"";
+                    px(std::max(w, 0.0)) + "\" height=\"" + px(std::max(h, 0.0)) + "\" fill=\"" +
+                    fill + "\"";
   if (*attrs) {
     out.append(" ").append(attrs);
   }
@@ -541,9 +558,9 @@ std::string svg_vline(double x, double y0, double y1, const char* stroke, const 
 
 std::string svg_open(double width, double height, const std::string& label) {
   // Inline SVG in HTML needs no xmlns (and the page then names no URL at all).
-  return "<svg class=\"chart\" width=\"" + px(width) +
-         "\" height=\"" + px(height) + "\" viewBox=\"0 0 " + px(width) + " " + px(height) +
-         "\" role=\"img\" aria-label=\"" + html_escape(label) + "\">";
+  return "<svg class=\"chart\" width=\"" + px(width) + "\" height=\"" + px(height) +
+         "\" viewBox=\"0 0 " + px(width) + " " + px(height) + "\" role=\"img\" aria-label=\"" +
+         html_escape(label) + "\">";
 }
 
 // A round step for about `parts` ticks up to `max`.
@@ -558,10 +575,10 @@ double nice_step(double max, int parts) {
   return 10 * magnitude;
 }
 
-
 // Per op: each shape's winner as a bar, its share of the floor (100% = at the floor)
 // when the op's shapes have floors, else its GB/s or TFLOP/s.
-std::string op_chart(const std::vector<const Shape*>& shapes, const std::vector<std::string>& labels) {
+std::string op_chart(const std::vector<const Shape*>& shapes,
+                     const std::vector<std::string>& labels) {
   bool all_floors = false; // any shape has one; those without say so
   bool by_flops = false;
   for (const Shape* s : shapes) {
@@ -598,13 +615,15 @@ std::string op_chart(const std::vector<const Shape*>& shapes, const std::vector<
   auto x = [&](double v) { return x0 + (x1 - x0) * std::clamp(v / axis_max, 0.0, 1.0); };
 
   std::string out = svg_open(k_chart_width, height, "winners of each shape, " + unit);
-  out += svg_text(x0, 16,
-                  all_floors ? "winner's share of the floor (floor time / median; 100% = at the floor)"
-                             : "winner's " + unit + " at its median (no floor: see the note above)",
-                  "class=\"axis-title\"");
+  out +=
+      svg_text(x0, 16,
+               all_floors ? "winner's share of the floor (floor time / median; 100% = at the floor)"
+                          : "winner's " + unit + " at its median (no floor: see the note above)",
+               "class=\"axis-title\"");
   for (double t = 0; t <= axis_max + 1e-9; t += step) {
     out += svg_vline(x(t), top - 4, top + row * double(shapes.size()), "#dddddd");
-    out += svg_text(x(t), height - 10, fixed(t, step < 1 ? 1 : 0), "text-anchor=\"middle\" class=\"tick\"");
+    out += svg_text(x(t), height - 10, fixed(t, step < 1 ? 1 : 0),
+                    "text-anchor=\"middle\" class=\"tick\"");
   }
   if (all_floors) {
     out += svg_vline(x(100), top - 4, top + row * double(shapes.size()), "#000000",
@@ -620,15 +639,15 @@ std::string op_chart(const std::vector<const Shape*>& shapes, const std::vector<
            "</a>";
     if (std::isnan(values[i])) {
       out += svg_text(x0 + 4, y + 15,
-                      !s.winner ? "no correct variant"
+                      !s.winner       ? "no correct variant"
                       : !s.work.known ? "work unknown to this build (see its section)"
-                                      : all_floors ? "no floor: no rate given for its work"
-                                                   : "no rate known",
+                      : all_floors    ? "no floor: no rate given for its work"
+                                      : "no rate known",
                       "class=\"missing\"");
     } else {
       out += svg_rect(x0, y + 4, x(values[i]) - x0, row - 8, k_winner_colour);
-      std::string value_text = fixed(values[i], values[i] < 10 ? 2 : 1) +
-                               (all_floors ? "%" : " " + unit);
+      std::string value_text =
+          fixed(values[i], values[i] < 10 ? 2 : 1) + (all_floors ? "%" : " " + unit);
       if (all_floors) {
         value_text += " (" + s.floor.bound + ")";
       }
@@ -658,16 +677,20 @@ std::string shape_chart(const Shape& s) {
   std::string header;
   std::string shared_params;
   const std::vector<std::string> row_labels = value_labels(configs, header, shared_params);
-  const double row_h = n <= 30 ? k_row_max_px
-                               : std::clamp(k_rows_height_px / double(n), 1.0, k_row_max_px);
+  const double row_h =
+      n <= 30 ? k_row_max_px : std::clamp(k_rows_height_px / double(n), 1.0, k_row_max_px);
   const bool labelled = row_h >= k_labelled_row_px;
   const double label_w = labelled ? k_chart_label_px : 60;
   const double x0 = label_w + 10;
   const double x1 = k_chart_width - 20;
 
   // Ratios to the reference; a range unknown (no samples) is the median alone.
-  auto lo_of = [](const ResultRecord& r) { return r.p10_us > 0 ? std::min(r.p10_us, r.median_us) : r.median_us; };
-  auto hi_of = [](const ResultRecord& r) { return r.p90_us > 0 ? std::max(r.p90_us, r.median_us) : r.median_us; };
+  auto lo_of = [](const ResultRecord& r) {
+    return r.p10_us > 0 ? std::min(r.p10_us, r.median_us) : r.median_us;
+  };
+  auto hi_of = [](const ResultRecord& r) {
+    return r.p90_us > 0 ? std::max(r.p90_us, r.median_us) : r.median_us;
+  };
   double lo = 1;
   double hi = 1;
   for (const ResultRecord* r : rows) {
@@ -689,7 +712,8 @@ std::string shape_chart(const Shape& s) {
   const double top = 74;
   const double plot_h = n == 0 ? 24 : row_h * double(n);
   const double height = top + plot_h + 40;
-  std::string out = svg_open(k_chart_width, height, "measured variants of " + s.op + " " + s.problem);
+  std::string out =
+      svg_open(k_chart_width, height, "measured variants of " + s.op + " " + s.problem);
 
   // Outcome strip: one segment per outcome, as wide as its share of the measurements.
   const double total = double(s.results.size());
@@ -707,10 +731,11 @@ std::string shape_chart(const Shape& s) {
   out += svg_text(x0 - 8, strip_y + 13, "outcomes", "text-anchor=\"end\" class=\"tick\"");
   double lx = x0;
   for (size_t i = 0; i < k_outcomes; ++i) {
-    const std::string text = std::string(cache::to_string(k_outcome_order[i])) + " " +
-                             std::to_string(s.counts[i]);
+    const std::string text =
+        std::string(cache::to_string(k_outcome_order[i])) + " " + std::to_string(s.counts[i]);
     out += svg_rect(lx, legend_y - 10, 10, 10, outcome_colour(k_outcome_order[i]));
-    out += svg_text(lx + 14, legend_y, text, s.counts[i] ? "class=\"legend\"" : "class=\"legend zero\"");
+    out += svg_text(lx + 14, legend_y, text,
+                    s.counts[i] ? "class=\"legend\"" : "class=\"legend zero\"");
     lx += 14 + 7.5 * double(text.size()) + 18;
   }
 
@@ -720,9 +745,9 @@ std::string shape_chart(const Shape& s) {
   }
 
   // Grid and axis: ratio ticks, 1x always, others kept 44 px apart.
-  const double candidates[] = {0.05, 0.1, 0.2, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 1.02,
-                               1.05, 1.1, 1.2, 1.25, 1.5, 2, 3, 4, 5, 7, 10, 15, 20, 30, 50, 70,
-                               100, 200, 300, 500, 1000, 2000, 5000, 10000};
+  const double candidates[] = {0.05, 0.1, 0.2, 0.3,  0.5, 0.6, 0.7, 0.8, 0.9,  0.95, 0.98, 1.02,
+                               1.05, 1.1, 1.2, 1.25, 1.5, 2,   3,   4,   5,    7,    10,   15,
+                               20,   30,  50,  70,   100, 200, 300, 500, 1000, 2000, 5000, 10000};
   std::vector<double> ticks = {1};
   for (int direction : {-1, 1}) {
     double last = x(1);
@@ -785,9 +810,9 @@ std::string shape_chart(const Shape& s) {
     out += "<g><title>" +
            html_escape("#" + std::to_string(i + 1) + (win ? " (winner) " : " ") + r.config +
                        "\nmedian " + micros(r.median_us) + " µs, p10..p90 " + micros(r.p10_us) +
-                       ".." + micros(r.p90_us) + " µs, " + fixed(r.median_us / ref, 3) +
-                       "× the " + (s.winner ? "winner" : "fastest") + ", " +
-                       std::to_string(r.samples) + " samples") +
+                       ".." + micros(r.p90_us) + " µs, " + fixed(r.median_us / ref, 3) + "× the " +
+                       (s.winner ? "winner" : "fastest") + ", " + std::to_string(r.samples) +
+                       " samples") +
            "</title>";
     if (win) {
       out += svg_rect(x0 - label_w, y, x1 - x0 + label_w + 10, row_h, k_winner_colour,
@@ -879,7 +904,8 @@ void fact(std::string& out, const std::string& term, const std::string& html) {
 }
 
 std::string shape_section(const Shape& s, size_t sources) {
-  std::string out = "<section id=\"" + s.anchor + "\"><h3>" + html_escape(s.op + " " + s.problem) + "</h3>";
+  std::string out =
+      "<section id=\"" + s.anchor + "\"><h3>" + html_escape(s.op + " " + s.problem) + "</h3>";
   out += "<dl class=\"facts\">";
   if (sources > 1) {
     fact(out, "database", "<code>" + html_escape(s.source) + "</code>");
@@ -888,8 +914,7 @@ std::string shape_section(const Shape& s, size_t sources) {
   const ResultRecord* w = s.winner_result();
   const double ref = s.reference_us();
   if (s.winner) {
-    std::string text = "<code>" + html_escape(s.winner->config) + "</code>: " +
-                       micros(ref) + " µs";
+    std::string text = "<code>" + html_escape(s.winner->config) + "</code>: " + micros(ref) + " µs";
     if (w) {
       text += ", p10..p90 " + micros(w->p10_us) + ".." + micros(w->p90_us) + " µs (" +
               fixed(100 * (w->p90_us - w->p10_us) / w->median_us, 1) + "% spread), " +
@@ -902,13 +927,15 @@ std::string shape_section(const Shape& s, size_t sources) {
     }
     fact(out, "winner ★", text);
   } else {
-    fact(out, "winner", "<strong>none stored</strong>: no variant passed the correctness check twice, "
-                        "or the tuning was interrupted before it chose one");
+    fact(out, "winner",
+         "<strong>none stored</strong>: no variant passed the correctness check twice, "
+         "or the tuning was interrupted before it chose one");
   }
   if (const ResultRecord* r = s.runner_up(); r && !std::isnan(ref)) {
     const double change = 100 * (r->median_us - ref) / ref;
     std::string text = "<code>" + html_escape(r->config) + "</code>: " + micros(r->median_us) +
-                       " µs, " + fixed(std::abs(change), 1) + (change < 0 ? "% faster" : "% slower");
+                       " µs, " + fixed(std::abs(change), 1) +
+                       (change < 0 ? "% faster" : "% slower");
     if (w && r->median_us <= w->p90_us) {
       text += " (within the winner's p10..p90 range: a tie within the noise)";
     }
@@ -948,12 +975,14 @@ std::string shape_section(const Shape& s, size_t sources) {
   out += shape_chart(s);
 
   out += s.results.size() <= k_open_table_rows ? "<details open>" : "<details>";
-  out += "<summary>all " + std::to_string(s.results.size()) +
-         " measurements, fastest correct first</summary><div class=\"scroll\"><table class=\"m\"><thead><tr>"
-         "<th>#</th><th>variant</th><th>outcome</th><th>median µs</th><th>p10..p90 µs</th>"
-         "<th>spread</th><th>× " +
-         std::string(s.winner ? "winner" : "fastest") +
-         "</th><th>samples</th><th>SM MHz</th><th>rel. error</th><th>message</th></tr></thead><tbody>";
+  out +=
+      "<summary>all " + std::to_string(s.results.size()) +
+      " measurements, fastest correct first</summary><div class=\"scroll\"><table "
+      "class=\"m\"><thead><tr>"
+      "<th>#</th><th>variant</th><th>outcome</th><th>median µs</th><th>p10..p90 µs</th>"
+      "<th>spread</th><th>× " +
+      std::string(s.winner ? "winner" : "fastest") +
+      "</th><th>samples</th><th>SM MHz</th><th>rel. error</th><th>message</th></tr></thead><tbody>";
   // Rows carry no classes (a page can hold tens of thousands): table.m's CSS aligns
   // the columns by position.
   size_t rank = 0;
@@ -967,14 +996,15 @@ std::string shape_section(const Shape& s, size_t sources) {
     out += "<td>" + badge(r.outcome) + "</td>";
     if (ok) {
       out += "<td>" + micros(r.median_us) + "</td><td>" + micros(r.p10_us) + ".." +
-             micros(r.p90_us) + "</td><td>" +
-             fixed(100 * (r.p90_us - r.p10_us) / r.median_us, 1) + "%</td><td>" +
-             fixed(r.median_us / ref, 3) + "</td><td>" + std::to_string(r.samples) + "</td>";
+             micros(r.p90_us) + "</td><td>" + fixed(100 * (r.p90_us - r.p10_us) / r.median_us, 1) +
+             "%</td><td>" + fixed(r.median_us / ref, 3) + "</td><td>" + std::to_string(r.samples) +
+             "</td>";
     } else {
       out += "<td>–</td><td>–</td><td>–</td><td>–</td><td>–</td>";
     }
     out += "<td>" + (r.sm_clock_mhz > 0 ? std::to_string(r.sm_clock_mhz) : "–") + "</td>";
-    out += "<td>" + (std::isnan(r.rel_err) ? std::string("NaN") : format("%.2g", r.rel_err)) + "</td>";
+    out +=
+        "<td>" + (std::isnan(r.rel_err) ? std::string("NaN") : format("%.2g", r.rel_err)) + "</td>";
     if (r.message.empty()) {
       out += "<td></td></tr>";
     } else {
@@ -1001,8 +1031,7 @@ std::string op_section(const std::string& op, const std::vector<const Shape*>& s
   std::string out = "<section id=\"op-" + html_escape(shapes.front()->anchor) + "\"><h2>" +
                     html_escape(op) + "</h2>";
   out += "<p>" + std::to_string(shapes.size()) + (shapes.size() == 1 ? " shape, " : " shapes, ") +
-         std::to_string(winners) +
-         " with a winner.";
+         std::to_string(winners) + " with a winner.";
   if (!common.empty()) {
     out += " Fields all of them share: <code>" + html_escape(common) + "</code>.";
   }
@@ -1048,7 +1077,8 @@ std::string op_section(const std::string& op, const std::vector<const Shape*>& s
       out += "<td class=\"num\">" + fixed(tflops(s.work, ref), 1) + "</td>";
     }
     out += "<td class=\"num\">" +
-           (std::isnan(s.floor.us) ? std::string("–") : micros(s.floor.us) + " (" + s.floor.bound + ")") +
+           (std::isnan(s.floor.us) ? std::string("–")
+                                   : micros(s.floor.us) + " (" + s.floor.bound + ")") +
            "</td><td class=\"num\">" +
            (std::isnan(s.floor.us) || std::isnan(ref) ? std::string("–")
                                                       : fixed(100 * s.floor.us / ref, 1)) +
@@ -1068,11 +1098,21 @@ std::string html_escape(std::string_view text) {
   out.reserve(text.size());
   for (char c : text) {
     switch (c) {
-    case '&': out += "&amp;"; break;
-    case '<': out += "&lt;"; break;
-    case '>': out += "&gt;"; break;
-    case '"': out += "&quot;"; break;
-    case '\'': out += "&#39;"; break;
+    case '&':
+      out += "&amp;";
+      break;
+    case '<':
+      out += "&lt;";
+      break;
+    case '>':
+      out += "&gt;";
+      break;
+    case '"':
+      out += "&quot;";
+      break;
+    case '\'':
+      out += "&#39;";
+      break;
     default:
       if ((static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
         out += "\xEF\xBF\xBD"; // U+FFFD

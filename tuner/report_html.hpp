@@ -35,7 +35,7 @@ struct HtmlSummary {
   size_t ops = 0;
   size_t problems = 0; // problems measured, with or without a winner
   size_t winners = 0;
-  size_t results = 0;  // variant measurements shown
+  size_t results = 0; // variant measurements shown
 };
 
 // The page for the problems of `sources` that `selector` picks: every problem with

@@ -70,8 +70,8 @@ struct Testbed::Impl {
   std::vector<cuda::DeviceBuffer> references; // fp32, one per output
   std::vector<CUdeviceptr> reference_pointers;
   cuda::DeviceBuffer accumulators{4 * sizeof(double)};
-  cuda::DeviceBuffer flush;                   // 2x L2, written between samples
-  cuda::DeviceBuffer copy_src, copy_dst;      // for time_copy, allocated on demand
+  cuda::DeviceBuffer flush;              // 2x L2, written between samples
+  cuda::DeviceBuffer copy_src, copy_dst; // for time_copy, allocated on demand
   bool flush_needed = false;
   cuda::Stream stream = cuda::create_stream();
   const cuda::Module* testing = nullptr;
@@ -198,8 +198,7 @@ CheckResult Testbed::check(CUfunction function, const Config& config) {
     args.add(m.reference_pointers[out_index++]);
     args.add((unsigned long long)s.elements);
     args.add(m.accumulators.get());
-    m.run_elementwise(m.testing_fn(std::string("at_compare_") + suffix(s.dtype)), args,
-                      s.elements);
+    m.run_elementwise(m.testing_fn(std::string("at_compare_") + suffix(s.dtype)), args, s.elements);
     m.sync();
     double acc[4];
     m.accumulators.download(acc, sizeof acc);
@@ -296,8 +295,8 @@ Timing Testbed::time_copy(const TimingProtocol& protocol) {
     AUTOTUNE_CU(cuda::driver().cuMemsetD8Async(m.copy_src.get(), 0x3c, half, m.stream.get()));
   }
   return time_with(m, protocol, [&] {
-    AUTOTUNE_CU(cuda::driver().cuMemcpyDtoDAsync(m.copy_dst.get(), m.copy_src.get(), half,
-                                                 m.stream.get()));
+    AUTOTUNE_CU(
+        cuda::driver().cuMemcpyDtoDAsync(m.copy_dst.get(), m.copy_src.get(), half, m.stream.get()));
   });
 }
 

@@ -14,7 +14,7 @@
 namespace autotune {
 
 struct CheckResult {
-  double rel_err = 0;      // max over outputs of ||out - ref|| / ||ref||
+  double rel_err = 0; // max over outputs of ||out - ref|| / ||ref||
   double max_abs_err = 0;
   long long non_finite = 0; // outputs left NaN (unwritten) or overflowed
   bool passed = false;
@@ -25,8 +25,8 @@ struct TimingProtocol {
   int warmup = 3;
   int min_samples = 20;
   int max_samples = 300;
-  double min_seconds = 0.02;  // keep sampling at least this long
-  double max_seconds = 0.5;   // and never longer
+  double min_seconds = 0.02;   // keep sampling at least this long
+  double max_seconds = 0.5;    // and never longer
   double target_spread = 0.02; // stop once (p90 - p10) / median is below this
   bool operator==(const TimingProtocol&) const = default;
 };

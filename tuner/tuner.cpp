@@ -2,14 +2,14 @@
 
 #include "compile.hpp"
 #include "progress.hpp"
-#include "strategy.hpp"
-#include "worker.hpp"
 #include "runtime/base/hash.hpp"
 #include "runtime/base/log.hpp"
 #include "runtime/base/strings.hpp"
 #include "runtime/cuda/device.hpp"
 #include "runtime/ops/distance.hpp"
 #include "runtime/ops/templates.hpp"
+#include "strategy.hpp"
+#include "worker.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -547,9 +547,9 @@ Verdict judge(const Op& op, const Priors& priors, const Config& config, const Pr
 }
 
 // The winner among correct measurements: the lowest median, except that variants
-// whose medians lie within the noise of the fastest (at most 1% slower) count as tied, and a tie goes
-// to the smallest variant id. Every process measuring the same candidates thus
-// picks the same winner unless their measurements differ by more than the noise.
+// whose medians lie within the noise of the fastest (at most 1% slower) count as tied, and a tie
+// goes to the smallest variant id. Every process measuring the same candidates thus picks the same
+// winner unless their measurements differ by more than the noise.
 std::vector<size_t> preference_order(const std::vector<VariantReport>& v) {
   std::vector<size_t> ok;
   for (size_t i = 0; i < v.size(); ++i) {
@@ -570,8 +570,8 @@ std::vector<size_t> preference_order(const std::vector<VariantReport>& v) {
   const Timing& best = v[ok.front()].timing;
   // Half the p10-p90 spread of the fastest, never less than 0.5% and never more than
   // 1%: a noisy fastest must not hand the win to a clearly slower variant.
-  double band = std::clamp(0.5 * (best.p90_us - best.p10_us), 0.005 * best.median_us,
-                           0.01 * best.median_us);
+  double band =
+      std::clamp(0.5 * (best.p90_us - best.p10_us), 0.005 * best.median_us, 0.01 * best.median_us);
   auto tied_end = std::find_if(ok.begin(), ok.end(), [&](size_t i) {
     return v[i].timing.median_us > best.median_us + band;
   });
@@ -641,9 +641,10 @@ TuneReport tune(const TuneOptions& options, Progress& progress) {
     std::string why;
     if (!cuda::gpu_available(&why)) {
       throw Error(ErrorKind::no_device,
-                  why + (options.compile_only
-                             ? "; name the target instead, e.g. --arch sm_90a --compile-only"
-                             : "; tuning needs a GPU (--compile-only --arch sm_90a works without)"));
+                  why +
+                      (options.compile_only
+                           ? "; name the target instead, e.g. --arch sm_90a --compile-only"
+                           : "; tuning needs a GPU (--compile-only --arch sm_90a works without)"));
     }
     device = cuda::query_device(0);
     report.device = device.summary();
@@ -651,7 +652,8 @@ TuneReport tune(const TuneOptions& options, Progress& progress) {
   report.arch = options.arch == "auto" ? device.arch() : options.arch;
   if (!options.compile_only && options.arch != "auto" && options.arch != device.arch()) {
     throw Error(ErrorKind::usage, "--arch " + options.arch + " does not match the GPU (" +
-                                      device.arch() + "); use --arch auto to tune, or add "
+                                      device.arch() +
+                                      "); use --arch auto to tune, or add "
                                       "--compile-only to cross-compile");
   }
   cache::Database db(report.database, cache::Database::Mode::read_write);

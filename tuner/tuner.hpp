@@ -34,14 +34,14 @@ constexpr int k_default_transfer = 4;
 
 struct TuneOptions {
   std::string op;
-  std::string arch = "auto";          // "auto" asks the GPU
-  std::vector<std::string> shapes;    // --shape strings; empty: the op's default shapes
-  std::string db_path;                // empty: cache::default_database_path()
-  int jobs = 0;                       // compile threads; 0: one per core
+  std::string arch = "auto";       // "auto" asks the GPU
+  std::vector<std::string> shapes; // --shape strings; empty: the op's default shapes
+  std::string db_path;             // empty: cache::default_database_path()
+  int jobs = 0;                    // compile threads; 0: one per core
   bool compile_only = false;
-  bool force = false;                 // re-measure even when a winner is stored
-  Fields param_overrides;             // --param name=v1|v2
-  std::string space_file;             // --space FILE.toml replaces the op's space
+  bool force = false;     // re-measure even when a winner is stored
+  Fields param_overrides; // --param name=v1|v2
+  std::string space_file; // --space FILE.toml replaces the op's space
   TimingProtocol protocol;
   std::string strategy = "halving";   // or "exhaustive", "random" (see samples)
   int samples = 0;                    // random: how many configurations (0: up to 4096)
@@ -51,8 +51,8 @@ struct TuneOptions {
   double budget_s = 0;
   // halving: start from the winners of this many nearest tuned problems (0: none)
   int transfer = k_default_transfer;
-  double measure_timeout_s = 10;       // per variant, on top of the timing cap
-  double setup_timeout_s = 600;        // inputs and reference of one problem
+  double measure_timeout_s = 10; // per variant, on top of the timing cap
+  double setup_timeout_s = 600;  // inputs and reference of one problem
 };
 
 struct VariantReport {
@@ -61,9 +61,9 @@ struct VariantReport {
   cache::Outcome outcome = cache::Outcome::ok;
   Timing timing;
   double rel_err = 0;
-  int sm_clock_mhz = 0;       // SM clock right after timing (NVML), 0 when unknown
+  int sm_clock_mhz = 0; // SM clock right after timing (NVML), 0 when unknown
   std::string message;
-  bool reused_result = false; // measured by an earlier session (resume)
+  bool reused_result = false;  // measured by an earlier session (resume)
   int eliminated_in_round = 0; // successive halving cut it after this round (cheap timing only)
 };
 
@@ -75,32 +75,32 @@ constexpr int k_halving_eta = 4;
 struct ProblemReport {
   Problem problem;
   size_t space_size = 0;
-  size_t invalid = 0;          // dropped by the op's constraints, heuristics or priors
-  size_t compiled = 0;         // compiled by this session
-  size_t cubins_reused = 0;    // found in the database instead
+  size_t invalid = 0;       // dropped by the op's constraints, heuristics or priors
+  size_t compiled = 0;      // compiled by this session
+  size_t cubins_reused = 0; // found in the database instead
   size_t compile_failures = 0;
-  double compile_seconds = 0;  // wall time of the parallel compile
-  double seconds = 0;          // wall time for the whole problem
-  bool cached = false;         // a stored winner answered; nothing ran
-  std::optional<Timing> copy;  // device-to-device copy of the same bytes
+  double compile_seconds = 0; // wall time of the parallel compile
+  double seconds = 0;         // wall time for the whole problem
+  bool cached = false;        // a stored winner answered; nothing ran
+  std::optional<Timing> copy; // device-to-device copy of the same bytes
   std::vector<VariantReport> variants;
   std::optional<size_t> winner; // index into variants
   std::string winner_config;    // also set when cached
   double winner_us = 0;
   double bytes = 0;
   double flops = 0;
-  size_t device_bytes = 0;      // GPU memory the testbed held
-  size_t sampled = 0;           // random strategy: configurations drawn (0: all)
+  size_t device_bytes = 0;       // GPU memory the testbed held
+  size_t sampled = 0;            // random strategy: configurations drawn (0: all)
   bool budget_exhausted = false; // halving: the budget stopped exploring or skipped round 2
   // halving: the tuned problems whose winners were measured first (nearest first)
   std::vector<std::string> transferred_from;
-  int worker_restarts = 0;      // worker processes replaced after faults/timeouts
+  int worker_restarts = 0; // worker processes replaced after faults/timeouts
 };
 
 struct TuneReport {
   std::string op;
   std::string arch;
-  std::string device;   // empty for compile-only without a GPU
+  std::string device; // empty for compile-only without a GPU
   std::string database;
   std::vector<ProblemReport> problems;
   bool compile_failed() const;

@@ -168,20 +168,28 @@ private:
 
 const char* to_string(RequestKind kind) {
   switch (kind) {
-  case RequestKind::setup: return "setup";
-  case RequestKind::measure: return "measure";
-  case RequestKind::reseed: return "reseed";
-  case RequestKind::quit: return "quit";
+  case RequestKind::setup:
+    return "setup";
+  case RequestKind::measure:
+    return "measure";
+  case RequestKind::reseed:
+    return "reseed";
+  case RequestKind::quit:
+    return "quit";
   }
   return "unknown request";
 }
 
 const char* to_string(ReplyKind kind) {
   switch (kind) {
-  case ReplyKind::setup_done: return "setup done";
-  case ReplyKind::measured: return "measured";
-  case ReplyKind::reseeded: return "reseeded";
-  case ReplyKind::error: return "error";
+  case ReplyKind::setup_done:
+    return "setup done";
+  case ReplyKind::measured:
+    return "measured";
+  case ReplyKind::reseeded:
+    return "reseeded";
+  case ReplyKind::error:
+    return "error";
   }
   return "unknown reply";
 }
@@ -448,7 +456,6 @@ private:
   void* m_device = nullptr;
 };
 
-
 // ---- the worker process ------------------------------------------------------------
 
 struct Server {
@@ -505,10 +512,10 @@ struct Server {
                            std::to_string(max_threads));
       }
       if (g.dynamic_smem > unsigned(device.smem_per_block_optin)) {
-        return outcome(cache::Outcome::resource,
-                       "needs " + std::to_string(g.dynamic_smem) +
-                           " bytes of shared memory; the device allows " +
-                           std::to_string(device.smem_per_block_optin) + " per block");
+        return outcome(cache::Outcome::resource, "needs " + std::to_string(g.dynamic_smem) +
+                                                     " bytes of shared memory; the device allows " +
+                                                     std::to_string(device.smem_per_block_optin) +
+                                                     " per block");
       }
       cuda::allow_dynamic_smem(fn, g.dynamic_smem);
       CheckResult check = bed->check(fn, r.config);

@@ -135,7 +135,7 @@ struct MeasureResult {
 };
 
 struct SetupResult {
-  Timing copy;          // device-to-device copy of the problem's bytes
+  Timing copy; // device-to-device copy of the problem's bytes
   bool has_copy = false;
   size_t device_bytes = 0;
 };

@@ -12,16 +12,16 @@
 namespace autotune {
 
 enum class ErrorKind {
-  usage,       // bad command line, bad shape string, unsupported problem: exit 2
-  config,      // TOML / search-space errors (with file:line): exit 2
-  database,    // SQLite errors, corrupt or foreign database: exit 2
-  io,          // files that cannot be read or written: exit 2
-  no_device,   // no driver, no GPU: exit 3
-  cuda,        // driver API failure while running: exit 1
-  compile,     // NVRTC failure outside tuning (where it is not a value): exit 1
-  check,       // a correctness or regression check failed: exit 1
-  not_tuned,   // the runtime was told to require a tuned variant and none is stored: exit 1
-  internal,    // a bug in autotune: exit 1
+  usage,     // bad command line, bad shape string, unsupported problem: exit 2
+  config,    // TOML / search-space errors (with file:line): exit 2
+  database,  // SQLite errors, corrupt or foreign database: exit 2
+  io,        // files that cannot be read or written: exit 2
+  no_device, // no driver, no GPU: exit 3
+  cuda,      // driver API failure while running: exit 1
+  compile,   // NVRTC failure outside tuning (where it is not a value): exit 1
+  check,     // a correctness or regression check failed: exit 1
+  not_tuned, // the runtime was told to require a tuned variant and none is stored: exit 1
+  internal,  // a bug in autotune: exit 1
 };
 
 int exit_code_for(ErrorKind kind);

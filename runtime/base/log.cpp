@@ -13,15 +13,20 @@ LogLevel log_level() {
     if (!env) {
       return LogLevel::warn;
     }
-    if (!std::strcmp(env, "debug")) return LogLevel::debug;
-    if (!std::strcmp(env, "info")) return LogLevel::info;
-    if (!std::strcmp(env, "error")) return LogLevel::error;
+    if (!std::strcmp(env, "debug"))
+      return LogLevel::debug;
+    if (!std::strcmp(env, "info"))
+      return LogLevel::info;
+    if (!std::strcmp(env, "error"))
+      return LogLevel::error;
     return LogLevel::warn;
   }();
   return level;
 }
 
-bool log_enabled(LogLevel level) { return level <= log_level(); }
+bool log_enabled(LogLevel level) {
+  return level <= log_level();
+}
 
 void log(LogLevel level, std::string_view message) {
   if (!log_enabled(level)) {

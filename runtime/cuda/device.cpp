@@ -73,7 +73,9 @@ PrimaryContext::~PrimaryContext() {
   }
 }
 
-void PrimaryContext::make_current() const { AUTOTUNE_CU(driver().cuCtxSetCurrent(m_ctx)); }
+void PrimaryContext::make_current() const {
+  AUTOTUNE_CU(driver().cuCtxSetCurrent(m_ctx));
+}
 
 Module load_module(const std::string& image) {
   CUmodule m = nullptr;

@@ -21,7 +21,7 @@ struct DeviceInfo {
   int smem_per_sm = 0;
   int regs_per_sm = 0;
   int max_threads_per_block = 0;
-  int clock_khz = 0;            // boost clock reported by the driver
+  int clock_khz = 0; // boost clock reported by the driver
   int memory_clock_khz = 0;
   int memory_bus_bits = 0;
   size_t total_memory = 0;

@@ -67,7 +67,8 @@ NvrtcApi load() {
     }
     return p;
   };
-#define AUTOTUNE_NVRTC_SYM(member, name) api.member = reinterpret_cast<decltype(api.member)>(sym(name))
+#define AUTOTUNE_NVRTC_SYM(member, name)                                                           \
+  api.member = reinterpret_cast<decltype(api.member)>(sym(name))
   AUTOTUNE_NVRTC_SYM(version, "nvrtcVersion");
   AUTOTUNE_NVRTC_SYM(error_string, "nvrtcGetErrorString");
   AUTOTUNE_NVRTC_SYM(create, "nvrtcCreateProgram");
@@ -129,7 +130,9 @@ std::string program_log(nvrtcProgram p) {
 
 } // namespace
 
-std::string nvrtc_version() { return nvrtc().version_text; }
+std::string nvrtc_version() {
+  return nvrtc().version_text;
+}
 
 bool nvrtc_available(std::string* why) {
   try {

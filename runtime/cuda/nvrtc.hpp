@@ -11,9 +11,9 @@
 namespace autotune::cuda {
 
 struct CompileOutput {
-  std::string binary;  // cubin for sm_XX targets, PTX text for compute_XX targets
-  std::string log;     // warnings (ptxas included) even on success
-  double seconds = 0;  // wall time of nvrtcCompileProgram
+  std::string binary; // cubin for sm_XX targets, PTX text for compute_XX targets
+  std::string log;    // warnings (ptxas included) even on success
+  double seconds = 0; // wall time of nvrtcCompileProgram
 };
 
 struct CompileRequest {

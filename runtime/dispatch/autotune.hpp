@@ -84,7 +84,7 @@ struct RuntimeOptions {
   // A missing file is not an error: every problem then runs its default variant.
   std::string database;
   Policy policy = Policy::nearest;
-  std::string pinned; // Policy::pin: a configuration id, e.g. "threads=128,vec=8,..."
+  std::string pinned;         // Policy::pin: a configuration id, e.g. "threads=128,vec=8,..."
   bool require_tuned = false; // the same as Policy::error
   int device = 0;
   // A database that other users may write (group/other-writable file or
@@ -96,11 +96,11 @@ struct RuntimeOptions {
 
 // Where a problem's variant came from.
 struct Selection {
-  std::string variant;  // configuration id, e.g. "threads=128,vec=8,items=2,cpb=1,load=direct"
+  std::string variant; // configuration id, e.g. "threads=128,vec=8,items=2,cpb=1,load=direct"
   // "tuned"; "nearest PROBLEM" (the tuned problem whose winner runs); "heuristic
   // ARCH point FIELDS"; "default"; "pinned"
   std::string source;
-  std::string problem;  // canonical problem key
+  std::string problem; // canonical problem key
 };
 
 class Runtime {

@@ -8,21 +8,31 @@ namespace {
 thread_local std::string t_last_error;
 } // namespace
 
-void set_last_error(const std::string& message) { t_last_error = message; }
-const char* last_error() { return t_last_error.c_str(); }
+void set_last_error(const std::string& message) {
+  t_last_error = message;
+}
+const char* last_error() {
+  return t_last_error.c_str();
+}
 
 int status_for(const autotune::Error& e) {
   using autotune::ErrorKind;
   switch (e.kind()) {
   case ErrorKind::usage:
-  case ErrorKind::config: return AUTOTUNE_ERROR_INVALID_ARGUMENT;
-  case ErrorKind::no_device: return AUTOTUNE_ERROR_NO_DEVICE;
-  case ErrorKind::not_tuned: return AUTOTUNE_ERROR_NOT_TUNED;
+  case ErrorKind::config:
+    return AUTOTUNE_ERROR_INVALID_ARGUMENT;
+  case ErrorKind::no_device:
+    return AUTOTUNE_ERROR_NO_DEVICE;
+  case ErrorKind::not_tuned:
+    return AUTOTUNE_ERROR_NOT_TUNED;
   case ErrorKind::cuda:
-  case ErrorKind::compile: return AUTOTUNE_ERROR_CUDA;
+  case ErrorKind::compile:
+    return AUTOTUNE_ERROR_CUDA;
   case ErrorKind::database:
-  case ErrorKind::io: return AUTOTUNE_ERROR_DATABASE;
-  default: return AUTOTUNE_ERROR_INTERNAL;
+  case ErrorKind::io:
+    return AUTOTUNE_ERROR_DATABASE;
+  default:
+    return AUTOTUNE_ERROR_INTERNAL;
   }
 }
 
@@ -103,9 +113,13 @@ int autotune_runtime_create_on_device(const char* database, const char* policy, 
   });
 }
 
-void autotune_runtime_destroy(autotune_runtime* rt) { delete rt; }
+void autotune_runtime_destroy(autotune_runtime* rt) {
+  delete rt;
+}
 
-const char* autotune_last_error(void) { return autotune::c_api::last_error(); }
+const char* autotune_last_error(void) {
+  return autotune::c_api::last_error();
+}
 
 int autotune_describe_args(const char* op, char* buffer, uint64_t size) {
   return guarded([&] {
@@ -137,9 +151,8 @@ int autotune_causal_conv1d_variant(autotune_runtime* rt, const autotune_causal_c
 }
 
 int autotune_attention(autotune_runtime* rt, const autotune_attention_args* args, void* stream) {
-  return guarded([&] {
-    runtime_of(rt).attention(args_of(args, "attention"), static_cast<CUstream>(stream));
-  });
+  return guarded(
+      [&] { runtime_of(rt).attention(args_of(args, "attention"), static_cast<CUstream>(stream)); });
 }
 
 int autotune_attention_workspace_size(autotune_runtime* rt, const autotune_attention_args* args,

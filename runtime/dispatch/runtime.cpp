@@ -21,142 +21,142 @@
 namespace autotune {
 
 Runtime::Impl::Impl(const RuntimeOptions& o) : options(o) {
-    context.emplace(o.device);
-    device = cuda::query_device(o.device);
-    device_record.name = device.name;
-    device_record.arch = device.arch();
-    device_record.cc = device.cc_major * 10 + device.cc_minor;
-    device_record.sm_count = device.sm_count;
-    device_record.driver_version = device.driver_version;
-    std::string path = o.database.empty() ? cache::default_database_path() : o.database;
-    if (std::filesystem::exists(path)) {
-      // The file holds code this process will run: someone else able to write it
-      // could make us launch their kernel.
-      if (std::string why = cache::insecure_permissions(path); !why.empty()) {
-        const char* env = std::getenv("AUTOTUNE_INSECURE_DB");
-        bool refuse = o.refuse_insecure_database || (env && std::string(env) == "refuse");
-        std::string message = "tuning database " + path + " holds executable code, but " + why;
-        if (refuse) {
-          throw Error(ErrorKind::database,
-                      message + "; refusing to use it (make it writable by its owner only)");
-        }
-        log(LogLevel::warn, message + "; another user could make this process run their "
-                                      "kernels (set AUTOTUNE_INSECURE_DB=refuse to refuse such "
-                                      "files)");
+  context.emplace(o.device);
+  device = cuda::query_device(o.device);
+  device_record.name = device.name;
+  device_record.arch = device.arch();
+  device_record.cc = device.cc_major * 10 + device.cc_minor;
+  device_record.sm_count = device.sm_count;
+  device_record.driver_version = device.driver_version;
+  std::string path = o.database.empty() ? cache::default_database_path() : o.database;
+  if (std::filesystem::exists(path)) {
+    // The file holds code this process will run: someone else able to write it
+    // could make us launch their kernel.
+    if (std::string why = cache::insecure_permissions(path); !why.empty()) {
+      const char* env = std::getenv("AUTOTUNE_INSECURE_DB");
+      bool refuse = o.refuse_insecure_database || (env && std::string(env) == "refuse");
+      std::string message = "tuning database " + path + " holds executable code, but " + why;
+      if (refuse) {
+        throw Error(ErrorKind::database,
+                    message + "; refusing to use it (make it writable by its owner only)");
       }
-      db.emplace(path, cache::Database::Mode::read_only);
-    } else {
-      log(LogLevel::info, "no tuning database at " + path + ": default variants only");
+      log(LogLevel::warn, message + "; another user could make this process run their "
+                                    "kernels (set AUTOTUNE_INSECURE_DB=refuse to refuse such "
+                                    "files)");
     }
+    db.emplace(path, cache::Database::Mode::read_only);
+  } else {
+    log(LogLevel::info, "no tuning database at " + path + ": default variants only");
   }
+}
 
 // Resolves and loads the variant for a problem (slow path, under the write lock).
 std::unique_ptr<LoadedVariant> Runtime::Impl::resolve(const Op& op, const Problem& problem) {
-    auto out = std::make_unique<LoadedVariant>();
-    out->selection.problem = problem.key();
-    const std::string& thash = template_hash(op.template_path());
-    std::string nvrtc = cuda::nvrtc_version();
-    if (db) {
-      std::string hashed;
-      auto winner = db->find_winner(device_record.key(), op.name(), problem.key(), thash, nvrtc,
-                                    log_enabled(LogLevel::debug) ? &hashed : nullptr);
-      if (winner) {
-        auto variant = db->find_variant(winner->variant_key);
-        if (!variant) {
-          throw Error(ErrorKind::database, db->path() + ": winner for " + op.name() + " " +
-                                               problem.key() + " names variant " +
-                                               winner->variant_key + ", which is not stored");
-        }
-        std::string cubin = db->load_cubin(variant->cubin_sha256);
-        out->module = cuda::load_module(cubin);
-        out->function = cuda::get_function(out->module, variant->kernel.c_str());
-        out->config = parse_fields(winner->config, "stored configuration");
-        check_config(op_space(op), out->config, db->path() + ": the winner of " + problem.key());
-        out->selection.variant = winner->config;
-        out->selection.source = "tuned";
-        return out;
+  auto out = std::make_unique<LoadedVariant>();
+  out->selection.problem = problem.key();
+  const std::string& thash = template_hash(op.template_path());
+  std::string nvrtc = cuda::nvrtc_version();
+  if (db) {
+    std::string hashed;
+    auto winner = db->find_winner(device_record.key(), op.name(), problem.key(), thash, nvrtc,
+                                  log_enabled(LogLevel::debug) ? &hashed : nullptr);
+    if (winner) {
+      auto variant = db->find_variant(winner->variant_key);
+      if (!variant) {
+        throw Error(ErrorKind::database, db->path() + ": winner for " + op.name() + " " +
+                                             problem.key() + " names variant " +
+                                             winner->variant_key + ", which is not stored");
       }
-      if (log_enabled(LogLevel::debug)) {
-        // What was hashed, so a miss can be compared field by field with
-        // `autotune cache show KEY` of the entry that was expected to hit.
-        std::string device_fields;
-        device_record.key(&device_fields);
-        log(LogLevel::debug, std::string("no tuned winner for ") + op.name() + " " +
-                                 problem.key() + " in " + db->path() + "; winner key hashed:\n" +
-                                 hashed + "device key hashed:\n" + device_fields);
-      }
+      std::string cubin = db->load_cubin(variant->cubin_sha256);
+      out->module = cuda::load_module(cubin);
+      out->function = cuda::get_function(out->module, variant->kernel.c_str());
+      out->config = parse_fields(winner->config, "stored configuration");
+      check_config(op_space(op), out->config, db->path() + ": the winner of " + problem.key());
+      out->selection.variant = winner->config;
+      out->selection.source = "tuned";
+      return out;
     }
-    const Policy policy = options.require_tuned ? Policy::error : options.policy;
-    std::string source_name;
-    switch (policy) {
-    case Policy::error:
-      throw Error(ErrorKind::not_tuned, std::string("nothing tuned for ") + op.name() + " " +
-                                            problem.key() + " on " + device.name +
-                                            " (the policy is error); run: autotune --arch auto "
-                                            "--op " +
-                                            op.name() + " --shape \"" + problem.key() + "\"");
-    case Policy::pin:
-      out->config = parse_fields(options.pinned, "pinned configuration");
-      source_name = "pinned";
-      break;
-    case Policy::nearest:
-      if (auto near = nearest(op, problem)) {
-        out->config = std::move(near->first);
-        source_name = "nearest " + near->second;
-        break;
-      }
-      [[fallthrough]];
-    case Policy::heuristic:
-      if (auto point = heuristic_config(op, problem, device.arch())) {
-        out->config = std::move(point->first);
-        source_name = "heuristic " + point->second;
-        break;
-      }
-      [[fallthrough]];
-    case Policy::default_variant:
-      out->config = parse_space(template_file(op.space_path()), op.space_path()).default_config;
-      source_name = "default";
-      break;
+    if (log_enabled(LogLevel::debug)) {
+      // What was hashed, so a miss can be compared field by field with
+      // `autotune cache show KEY` of the entry that was expected to hit.
+      std::string device_fields;
+      device_record.key(&device_fields);
+      log(LogLevel::debug, std::string("no tuned winner for ") + op.name() + " " + problem.key() +
+                               " in " + db->path() + "; winner key hashed:\n" + hashed +
+                               "device key hashed:\n" + device_fields);
     }
-    Result<bool> ok = false;
-    try {
-      // Within the op's declared limits first: a pinned or stored value of 0 must not
-      // reach the op's arithmetic.
-      check_config(op_space(op), out->config, source_name + " configuration");
-      ok = op.check(out->config, problem, device.arch());
-    } catch (const Error& e) {
-      ok = fail(e.what()); // a pinned configuration that is not one of the op's
-    }
-    if (!ok) {
-      throw Error(ErrorKind::usage, std::string("the ") + source_name + " " + op.name() +
-                                        " variant (" + config_id(out->config) + ") cannot run " +
-                                        problem.key() + ": " + ok.failure().message +
-                                        "; tune this shape first");
-    }
-    VariantSource source = describe_variant(op, out->config, problem, device.arch());
-    // Problems of other sizes often instantiate the same variant (the same NVRTC
-    // options): compiled once per process, or found in the database.
-    std::string& cubin = cubins[source.key];
-    if (cubin.empty() && db) {
-      if (auto stored = db->find_variant(source.key)) {
-        cubin = db->load_cubin(stored->cubin_sha256);
-      }
-    }
-    if (cubin.empty()) {
-      auto compiled = compile_variant(source);
-      if (!compiled) {
-        cubins.erase(source.key);
-        throw Error(ErrorKind::compile,
-                    compiled.failure().message + "\n" + compiled.failure().detail);
-      }
-      cubin = compiled->binary;
-    }
-    out->module = cuda::load_module(cubin);
-    out->function = cuda::get_function(out->module, op.kernel_name());
-    out->selection.variant = config_id(out->config);
-    out->selection.source = source_name;
-    return out;
   }
+  const Policy policy = options.require_tuned ? Policy::error : options.policy;
+  std::string source_name;
+  switch (policy) {
+  case Policy::error:
+    throw Error(ErrorKind::not_tuned, std::string("nothing tuned for ") + op.name() + " " +
+                                          problem.key() + " on " + device.name +
+                                          " (the policy is error); run: autotune --arch auto "
+                                          "--op " +
+                                          op.name() + " --shape \"" + problem.key() + "\"");
+  case Policy::pin:
+    out->config = parse_fields(options.pinned, "pinned configuration");
+    source_name = "pinned";
+    break;
+  case Policy::nearest:
+    if (auto near = nearest(op, problem)) {
+      out->config = std::move(near->first);
+      source_name = "nearest " + near->second;
+      break;
+    }
+    [[fallthrough]];
+  case Policy::heuristic:
+    if (auto point = heuristic_config(op, problem, device.arch())) {
+      out->config = std::move(point->first);
+      source_name = "heuristic " + point->second;
+      break;
+    }
+    [[fallthrough]];
+  case Policy::default_variant:
+    out->config = parse_space(template_file(op.space_path()), op.space_path()).default_config;
+    source_name = "default";
+    break;
+  }
+  Result<bool> ok = false;
+  try {
+    // Within the op's declared limits first: a pinned or stored value of 0 must not
+    // reach the op's arithmetic.
+    check_config(op_space(op), out->config, source_name + " configuration");
+    ok = op.check(out->config, problem, device.arch());
+  } catch (const Error& e) {
+    ok = fail(e.what()); // a pinned configuration that is not one of the op's
+  }
+  if (!ok) {
+    throw Error(ErrorKind::usage, std::string("the ") + source_name + " " + op.name() +
+                                      " variant (" + config_id(out->config) + ") cannot run " +
+                                      problem.key() + ": " + ok.failure().message +
+                                      "; tune this shape first");
+  }
+  VariantSource source = describe_variant(op, out->config, problem, device.arch());
+  // Problems of other sizes often instantiate the same variant (the same NVRTC
+  // options): compiled once per process, or found in the database.
+  std::string& cubin = cubins[source.key];
+  if (cubin.empty() && db) {
+    if (auto stored = db->find_variant(source.key)) {
+      cubin = db->load_cubin(stored->cubin_sha256);
+    }
+  }
+  if (cubin.empty()) {
+    auto compiled = compile_variant(source);
+    if (!compiled) {
+      cubins.erase(source.key);
+      throw Error(ErrorKind::compile,
+                  compiled.failure().message + "\n" + compiled.failure().detail);
+    }
+    cubin = compiled->binary;
+  }
+  out->module = cuda::load_module(cubin);
+  out->function = cuda::get_function(out->module, op.kernel_name());
+  out->selection.variant = config_id(out->config);
+  out->selection.source = source_name;
+  return out;
+}
 
 std::optional<std::pair<Config, std::string>> Runtime::Impl::nearest(const Op& op,
                                                                      const Problem& problem) {
@@ -292,8 +292,8 @@ void Runtime::Impl::call(const Op& op, const void* args, CUstream stream) {
   const LaunchGeometry& g = plan.launch->geometry;
   static const cuda::DriverApi& api = cuda::driver();
   AUTOTUNE_CU(api.cuLaunchKernel(plan.variant->function, g.grid[0], g.grid[1], g.grid[2],
-                                 g.block[0], g.block[1], g.block[2], g.dynamic_smem, stream,
-                                 params, nullptr));
+                                 g.block[0], g.block[1], g.block[2], g.dynamic_smem, stream, params,
+                                 nullptr));
 }
 
 namespace {
@@ -331,10 +331,9 @@ void Runtime::Impl::check_memory(const ArgsDesc& desc, const BoundCall& bound) c
       continue;
     }
     const char* name = bound.rules[size_t(s)]->name;
-    CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                                        CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                                        CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-                                        CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+    CUpointer_attribute attributes[] = {
+        CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
     unsigned int memory_type = 0;
     int ordinal = -1;
     CUdeviceptr start = 0;
@@ -343,8 +342,8 @@ void Runtime::Impl::check_memory(const ArgsDesc& desc, const BoundCall& bound) c
     // Unlike cuPointerGetAttribute, this returns success with null values for memory
     // the driver does not know (plain host memory).
     CUresult r = cuda::driver().cuPointerGetAttributes(4, attributes, values, CUdeviceptr(first));
-    if (r != CUDA_SUCCESS || (memory_type != CU_MEMORYTYPE_DEVICE &&
-                              memory_type != CU_MEMORYTYPE_UNIFIED)) {
+    if (r != CUDA_SUCCESS ||
+        (memory_type != CU_MEMORYTYPE_DEVICE && memory_type != CU_MEMORYTYPE_UNIFIED)) {
       throw Error(ErrorKind::usage,
                   std::string(desc.op) + ": " + name + " is not GPU memory (" +
                       (r != CUDA_SUCCESS ? "the driver says: " + cuda::error_string(r)
@@ -353,16 +352,16 @@ void Runtime::Impl::check_memory(const ArgsDesc& desc, const BoundCall& bound) c
                       "); pass a device pointer (a CUDA tensor)");
     }
     if (ordinal != device.ordinal) {
-      throw Error(ErrorKind::usage, std::string(desc.op) + ": " + name + " is on GPU " +
-                                        std::to_string(ordinal) + ", but this runtime runs on GPU " +
-                                        std::to_string(device.ordinal));
+      throw Error(ErrorKind::usage,
+                  std::string(desc.op) + ": " + name + " is on GPU " + std::to_string(ordinal) +
+                      ", but this runtime runs on GPU " + std::to_string(device.ordinal));
     }
     if (size > 0 && last > uintptr_t(start) + size) {
-      throw Error(ErrorKind::usage,
-                  std::string(desc.op) + ": " + name + " reaches " +
-                      std::to_string(last - uintptr_t(start)) +
-                      " bytes into its allocation, which holds " + std::to_string(size) +
-                      " (is the tensor smaller than its shape and strides say?)");
+      throw Error(ErrorKind::usage, std::string(desc.op) + ": " + name + " reaches " +
+                                        std::to_string(last - uintptr_t(start)) +
+                                        " bytes into its allocation, which holds " +
+                                        std::to_string(size) +
+                                        " (is the tensor smaller than its shape and strides say?)");
     }
     if (size > 0) {
       known_ranges[t_known_next] = {uintptr_t(start), uintptr_t(start) + size, device.ordinal};
@@ -428,6 +427,8 @@ Selection Runtime::select_selective_scan(const SelectiveScanArgs& args) {
   return m_impl->prepare(scan_op(), &args, bound, false).variant->selection;
 }
 
-std::string describe_args(const std::string& op) { return describe_args(find_op(op).args_desc()); }
+std::string describe_args(const std::string& op) {
+  return describe_args(find_op(op).args_desc());
+}
 
 } // namespace autotune

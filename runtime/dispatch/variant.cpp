@@ -32,8 +32,12 @@ const Expanded& expanded(const std::string& path) {
 
 } // namespace
 
-const std::string& template_source(const std::string& path) { return expanded(path).source; }
-const std::string& template_hash(const std::string& path) { return expanded(path).hash; }
+const std::string& template_source(const std::string& path) {
+  return expanded(path).source;
+}
+const std::string& template_hash(const std::string& path) {
+  return expanded(path).hash;
+}
 
 VariantSource describe_variant(const Op& op, const Config& config, const Problem& problem,
                                const std::string& arch) {

@@ -18,9 +18,15 @@ struct Dims {
 };
 
 Dims dims(const Problem& p) {
-  return Dims{p.get_int("B"),         p.get_int("Hq"),        p.get_int("Hkv"),
-              p.get_int("Sq"),        p.get_int("Sk"),        p.get_int("D"),
-              p.get_int("causal") != 0, p.get_int("lse") != 0, p.get("layout") == "bhsd",
+  return Dims{p.get_int("B"),
+              p.get_int("Hq"),
+              p.get_int("Hkv"),
+              p.get_int("Sq"),
+              p.get_int("Sk"),
+              p.get_int("D"),
+              p.get_int("causal") != 0,
+              p.get_int("lse") != 0,
+              p.get("layout") == "bhsd",
               parse_dtype(p.get("dtype"), "dtype")};
 }
 
@@ -69,8 +75,8 @@ Params params(const Config& c) {
   bool have[6] = {};
   auto pick = [&](const std::string& key, const std::string& v, const char* a, const char* b) {
     if (v != a && v != b) {
-      throw Error(ErrorKind::config, "attention: " + key + " must be '" + a + "' or '" + b +
-                                         "', not '" + v + "'");
+      throw Error(ErrorKind::config,
+                  "attention: " + key + " must be '" + a + "' or '" + b + "', not '" + v + "'");
     }
     return v == a;
   };
@@ -119,10 +125,13 @@ long long smem_limit(const std::string& arch) {
   long long cc = digits.empty() ? 0 : parse_int(digits, "arch");
   switch (cc) {
   case 80:
-  case 87: return 163 * 1024;
+  case 87:
+    return 163 * 1024;
   case 90:
-  case 100: return 227 * 1024;
-  default: return 99 * 1024; // sm_86, sm_89, sm_120 and unknown: the smallest of them
+  case 100:
+    return 227 * 1024;
+  default:
+    return 99 * 1024; // sm_86, sm_89, sm_120 and unknown: the smallest of them
   }
 }
 
@@ -152,8 +161,7 @@ std::vector<std::string> AttentionOp::default_shapes() const {
         for (int s : {512, 1024, 2048, 4096, 8192, 16384}) {
           out.push_back("B=" + std::to_string(16384 / s) + ",H=" + std::to_string(2048 / d) +
                         ",S=" + std::to_string(s) + ",D=" + std::to_string(d) +
-                        ",causal=" + std::to_string(causal) + ",dtype=" + dtype +
-                        ",layout=bshd");
+                        ",causal=" + std::to_string(causal) + ",dtype=" + dtype + ",layout=bshd");
         }
       }
     }
@@ -165,9 +173,9 @@ std::vector<std::string> AttentionOp::default_shapes() const {
 }
 
 Problem AttentionOp::make_problem(const Fields& shape) const {
-  const ShapeReader r(shape, "attention",
-                      {"B", "H", "Hq", "Hkv", "S", "Sq", "Sk", "D", "causal", "dtype", "lse",
-                       "layout"});
+  const ShapeReader r(
+      shape, "attention",
+      {"B", "H", "Hq", "Hkv", "S", "Sq", "Sk", "D", "causal", "dtype", "lse", "layout"});
   // Hq and Sq/Sk may be given as H and S; a missing field is named by its own key.
   auto number = [&](const char* key, const char* alias, long long max) {
     return r.ranged(!r.has(key) && alias && r.has(alias) ? alias : key, nullptr, max);
@@ -197,9 +205,9 @@ Problem AttentionOp::make_problem(const Fields& shape) const {
   }
   Problem p;
   p.op = name();
-  p.fields = {{"B", std::to_string(B)},    {"Hq", std::to_string(Hq)},
-              {"Hkv", std::to_string(Hkv)}, {"Sq", std::to_string(Sq)},
-              {"Sk", std::to_string(Sk)},  {"D", std::to_string(D)},
+  p.fields = {{"B", std::to_string(B)},          {"Hq", std::to_string(Hq)},
+              {"Hkv", std::to_string(Hkv)},      {"Sq", std::to_string(Sq)},
+              {"Sk", std::to_string(Sk)},        {"D", std::to_string(D)},
               {"causal", r.flag("causal", "0")}, {"dtype", to_string(dtype)},
               {"lse", r.flag("lse", "0")},       {"layout", layout}};
   return p;
@@ -242,8 +250,7 @@ Result<bool> AttentionOp::check(const Config& config, const Problem& problem,
     return fail("splits must be 1, 2, 4 or 8");
   }
   if (p.splits > 1 && !split_eligible(d)) {
-    return fail("split-KV is for problems of at most " +
-                std::to_string(k_split_max_query_blocks) +
+    return fail("split-KV is for problems of at most " + std::to_string(k_split_max_query_blocks) +
                 " query blocks of 64 rows (B * Hq * ceil(Sq / 64))");
   }
   return true;
@@ -253,8 +260,7 @@ Result<bool> AttentionOp::worth_measuring(const Config& config, const Problem& p
   Params p = params(config);
   Dims d = dims(problem);
   if (p.block_m == 128 && d.Sq <= 64) {
-    return fail("block_m=128 leaves over half of each block idle at Sq=" +
-                std::to_string(d.Sq));
+    return fail("block_m=128 leaves over half of each block idle at Sq=" + std::to_string(d.Sq));
   }
   if (p.stages == 3 && (d.Sk + p.block_n - 1) / p.block_n < 4) {
     return fail("three stages for fewer than four key tiles");
@@ -351,12 +357,13 @@ AttnArgs attention_kernel_args(const Params& p, const Dims& d, const Config& con
   }
   const size_t need = split_workspace_bytes(p, d);
   if (need > 0 && (!call.workspace || call.workspace_bytes < need || call.workspace % 16 != 0)) {
-    throw Error(ErrorKind::usage,
-                "attention: variant '" + format_fields(config) + "' splits the keys " +
-                    std::to_string(p.splits) + " ways and needs a 16-byte aligned, zero-filled "
-                    "workspace of " + std::to_string(need) + " bytes (given " +
-                    std::to_string(call.workspace_bytes) +
-                    "); Runtime::attention_workspace_size reports it");
+    throw Error(ErrorKind::usage, "attention: variant '" + format_fields(config) +
+                                      "' splits the keys " + std::to_string(p.splits) +
+                                      " ways and needs a 16-byte aligned, zero-filled "
+                                      "workspace of " +
+                                      std::to_string(need) + " bytes (given " +
+                                      std::to_string(call.workspace_bytes) +
+                                      "); Runtime::attention_workspace_size reports it");
   }
   AttnArgs a{};
   a.q = call.q;
@@ -455,16 +462,43 @@ const ArgsDesc& AttentionOp::args_desc() const {
        {"dtype", FieldKind::dtype},
        {"lse", FieldKind::flag},
        {"layout", FieldKind::choice, 0, {"bshd", "bhsd"}}},
-      {{"q", offsetof(A, q), {{B}, {Hq}, {Sq}, {D}}, dtype, k_fp16_bf16, -1, false,
-        StrideRule::rows, chunk},
-       {"k", offsetof(A, k), {{B}, {Hkv}, {Sk}, {D}}, dtype, k_fp16_bf16, -1, false,
-        StrideRule::rows, chunk},
-       {"v", offsetof(A, v), {{B}, {Hkv}, {Sk}, {D}}, dtype, k_fp16_bf16, -1, false,
-        StrideRule::rows, chunk},
-       {"o", offsetof(A, o), {{B}, {Hq}, {Sq}, {D}}, dtype, k_fp16_bf16, -1, true,
-        StrideRule::rows, chunk},
-       {"lse", offsetof(A, lse), {{B}, {Hq}, {Sq}}, -1, k_fp32, lse, true,
-        StrideRule::contiguous}},
+      {{"q",
+        offsetof(A, q),
+        {{B}, {Hq}, {Sq}, {D}},
+        dtype,
+        k_fp16_bf16,
+        -1,
+        false,
+        StrideRule::rows,
+        chunk},
+       {"k",
+        offsetof(A, k),
+        {{B}, {Hkv}, {Sk}, {D}},
+        dtype,
+        k_fp16_bf16,
+        -1,
+        false,
+        StrideRule::rows,
+        chunk},
+       {"v",
+        offsetof(A, v),
+        {{B}, {Hkv}, {Sk}, {D}},
+        dtype,
+        k_fp16_bf16,
+        -1,
+        false,
+        StrideRule::rows,
+        chunk},
+       {"o",
+        offsetof(A, o),
+        {{B}, {Hq}, {Sq}, {D}},
+        dtype,
+        k_fp16_bf16,
+        -1,
+        true,
+        StrideRule::rows,
+        chunk},
+       {"lse", offsetof(A, lse), {{B}, {Hq}, {Sq}}, -1, k_fp32, lse, true, StrideRule::contiguous}},
       {{"causal", offsetof(A, causal), ScalarKind::i32, causal},
        {"scale", offsetof(A, scale), ScalarKind::f64},
        {"workspace", offsetof(A, workspace), ScalarKind::ptr},
@@ -485,8 +519,8 @@ std::unique_ptr<CallPlan> AttentionOp::plan(const Config& config, const Problem&
   return p;
 }
 
-void AttentionOp::pack_call(const Config& config, const Problem& problem,
-                            const AttentionCall& call, ArgPack& args) const {
+void AttentionOp::pack_call(const Config& config, const Problem& problem, const AttentionCall& call,
+                            ArgPack& args) const {
   args.add(attention_kernel_args(params(config), dims(problem), config, call));
 }
 

@@ -145,8 +145,9 @@ public:
         bound = t.dtype;
         m_from[size_t(rule->dtype_field)] = rule->name;
       } else if (bound != t.dtype) {
-        fail(std::string(rule->name) + " is " + dtype_name(t.dtype) + " but must have the dtype of " +
-             m_from[size_t(rule->dtype_field)] + " (" + dtype_name(bound) + ")");
+        fail(std::string(rule->name) + " is " + dtype_name(t.dtype) +
+             " but must have the dtype of " + m_from[size_t(rule->dtype_field)] + " (" +
+             dtype_name(bound) + ")");
       }
     }
     // sizes
@@ -178,8 +179,10 @@ public:
           }
         }
         fail(std::string(rule->name) + " has shape " + shape_text(t) + "; expected " + expected +
-             "]" + (bound == k_unbound ? std::string() : std::string(" (") + m_desc.fields[size_t(d.field)].name +
-                                                              " from " + m_from[size_t(d.field)] + ")"));
+             "]" +
+             (bound == k_unbound ? std::string()
+                                 : std::string(" (") + m_desc.fields[size_t(d.field)].name +
+                                       " from " + m_from[size_t(d.field)] + ")"));
       }
     }
   }
@@ -298,8 +301,9 @@ void check_layout(const ArgsDesc& desc, const BoundCall& call) {
           fail(r, t, "must be contiguous (row-major)");
         }
         if (st % r.stride_multiple != 0 && i != n - 1) {
-          fail(r, t, "needs strides that are multiples of " + std::to_string(r.stride_multiple) +
-                         " elements");
+          fail(r, t,
+               "needs strides that are multiples of " + std::to_string(r.stride_multiple) +
+                   " elements");
         }
       }
       expected *= t.shape[i];
@@ -312,17 +316,17 @@ void check_layout(const ArgsDesc& desc, const BoundCall& call) {
         // size-1 dimensions sort last with an unreachable stride
         dims[size_t(i)] = {t.shape[i] > 1 ? t.strides[i] : INT64_MAX, t.shape[i]};
       }
-      std::sort(dims.begin(), dims.end(), [](const auto& a, const auto& b) {
-        return a.first < b.first;
-      });
+      std::sort(dims.begin(), dims.end(),
+                [](const auto& a, const auto& b) { return a.first < b.first; });
       int64_t span = 1;
       for (const auto& [stride, extent] : dims) {
         if (extent <= 1) {
           continue;
         }
         if (stride < span) {
-          fail(r, t, "is an output whose elements overlap (a stride smaller than the span of "
-                     "the dimensions inside it)");
+          fail(r, t,
+               "is an output whose elements overlap (a stride smaller than the span of "
+               "the dimensions inside it)");
         }
         span = stride * (extent - 1) + span;
       }
@@ -336,9 +340,15 @@ Fields call_fields(const ArgsDesc& desc, const BoundCall& call) {
     const FieldDesc& d = desc.fields[i];
     const int64_t v = call.values[i];
     switch (d.kind) {
-    case FieldKind::dtype: f.emplace_back(d.name, to_string(DType(v))); break;
-    case FieldKind::choice: f.emplace_back(d.name, d.choices.at(size_t(v))); break;
-    default: f.emplace_back(d.name, std::to_string(v)); break;
+    case FieldKind::dtype:
+      f.emplace_back(d.name, to_string(DType(v)));
+      break;
+    case FieldKind::choice:
+      f.emplace_back(d.name, d.choices.at(size_t(v)));
+      break;
+    default:
+      f.emplace_back(d.name, std::to_string(v));
+      break;
     }
   }
   return f;
@@ -360,8 +370,9 @@ std::string describe_args(const ArgsDesc& desc) {
   s += "size " + std::to_string(desc.size) + "\nrules\n";
   for (const TensorRule& r : desc.tensors) {
     s += std::string(r.name) + " " + rule_text(desc, r) + " " +
-         (r.dtype_field < 0 ? std::string("fp32")
-                            : allowed_text(r.dtypes) + " as " + desc.fields[size_t(r.dtype_field)].name) +
+         (r.dtype_field < 0
+              ? std::string("fp32")
+              : allowed_text(r.dtypes) + " as " + desc.fields[size_t(r.dtype_field)].name) +
          (r.presence >= 0 ? " optional" : "") + (r.output ? " output" : "") +
          (r.strides == StrideRule::contiguous ? " contiguous" : " rows") +
          (r.form ? std::string(" form=") + r.form : std::string()) + "\n";

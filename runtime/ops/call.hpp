@@ -47,7 +47,7 @@ enum class FieldKind : uint8_t {
 struct FieldDesc {
   const char* name; // the problem field (make_problem's key)
   FieldKind kind;
-  int64_t fallback = -1;                // when nothing binds it; -1: must be bound
+  int64_t fallback = -1;                 // when nothing binds it; -1: must be bound
   std::vector<const char*> choices = {}; // kind choice: spelling of each value
   // kind size: the weight of |log2 ratio| of this field in the runtime's distance
   // between problems (nearest policy); fields a kernel is instantiated for weigh more.

@@ -11,7 +11,9 @@ namespace {
 
 using Dims = CausalConv1dShape;
 
-Dims dims(const Problem& p) { return CausalConv1dShape::of(p); }
+Dims dims(const Problem& p) {
+  return CausalConv1dShape::of(p);
+}
 
 struct Params {
   int threads, vec, items, cpb;
@@ -32,7 +34,8 @@ Params params(const Config& c) {
       p.cpb = int(parse_int(v, "cpb")), have[3] = true;
     } else if (k == "load") {
       if (v != "direct" && v != "smem") {
-        throw Error(ErrorKind::config, "causal_conv1d: load must be 'direct' or 'smem', not '" + v + "'");
+        throw Error(ErrorKind::config,
+                    "causal_conv1d: load must be 'direct' or 'smem', not '" + v + "'");
       }
       p.smem = v == "smem", have[4] = true;
     } else {
@@ -106,10 +109,14 @@ Problem CausalConv1dOp::make_problem(const Fields& shape) const {
   }
   Problem p;
   p.op = name();
-  p.fields = {{"B", std::to_string(B)},  {"C", std::to_string(C)},
-              {"L", std::to_string(L)},  {"W", std::to_string(W)},
-              {"x", to_string(x)},       {"w", to_string(w)},
-              {"bias", r.flag("bias", "1")}, {"silu", r.flag("silu", "1")},
+  p.fields = {{"B", std::to_string(B)},
+              {"C", std::to_string(C)},
+              {"L", std::to_string(L)},
+              {"W", std::to_string(W)},
+              {"x", to_string(x)},
+              {"w", to_string(w)},
+              {"bias", r.flag("bias", "1")},
+              {"silu", r.flag("silu", "1")},
               {"init_states", r.flag("init_states", "0")},
               {"final_states", r.flag("final_states", "0")},
               {"layout", layout}};
@@ -270,13 +277,31 @@ const ArgsDesc& CausalConv1dOp::args_desc() const {
        {"init_states", FieldKind::flag},
        {"final_states", FieldKind::flag}},
       {{"x", offsetof(A, x), {{B}, {C}, {L}}, x, k_any_float, -1, false, StrideRule::rows},
-       {"weight", offsetof(A, weight), {{C}, {W}}, w, k_any_float, -1, false,
+       {"weight",
+        offsetof(A, weight),
+        {{C}, {W}},
+        w,
+        k_any_float,
+        -1,
+        false,
         StrideRule::contiguous},
        {"bias", offsetof(A, bias), {{C}}, w, k_any_float, bias, false, StrideRule::contiguous},
-       {"initial_states", offsetof(A, initial_states), {{B}, {C}, {W, -1}}, x, k_any_float, init,
-        false, StrideRule::contiguous},
+       {"initial_states",
+        offsetof(A, initial_states),
+        {{B}, {C}, {W, -1}},
+        x,
+        k_any_float,
+        init,
+        false,
+        StrideRule::contiguous},
        {"out", offsetof(A, out), {{B}, {C}, {L}}, x, k_any_float, -1, true, StrideRule::rows},
-       {"final_states", offsetof(A, final_states), {{B}, {C}, {W, -1}}, x, k_any_float, fin, true,
+       {"final_states",
+        offsetof(A, final_states),
+        {{B}, {C}, {W, -1}},
+        x,
+        k_any_float,
+        fin,
+        true,
         StrideRule::contiguous}},
       {{"silu", offsetof(A, silu), ScalarKind::i32, silu}}};
   return desc;
@@ -310,8 +335,7 @@ CausalConv1dPlan CausalConv1dOp::conv_plan(const Config& config, const Problem& 
   return p;
 }
 
-std::unique_ptr<CallPlan> CausalConv1dOp::plan(const Config& config,
-                                               const Problem& problem) const {
+std::unique_ptr<CallPlan> CausalConv1dOp::plan(const Config& config, const Problem& problem) const {
   return std::make_unique<CausalConv1dPlan>(conv_plan(config, problem));
 }
 
@@ -366,9 +390,7 @@ void CausalConv1dOp::pack(const Config& config, const Problem& problem,
 
 std::string CausalConv1dOp::reference_kernel(const Problem& problem) const {
   Dims d = dims(problem);
-  auto suffix = [](DType t) {
-    return t == DType::f32 ? "f32" : t == DType::f16 ? "f16" : "bf16";
-  };
+  auto suffix = [](DType t) { return t == DType::f32 ? "f32" : t == DType::f16 ? "f16" : "bf16"; };
   return std::string("causal_conv1d_ref_") + suffix(d.x) + "_" + suffix(d.w);
 }
 
@@ -403,9 +425,12 @@ double CausalConv1dOp::tolerance(const Problem& problem) const {
   // One rounding of the output dominates: bf16 keeps 8 significant bits
   // (relative error up to 2^-9), fp16 11; fp32 outputs see only ex2.approx.
   switch (dims(problem).x) {
-  case DType::bf16: return 1e-2;
-  case DType::f16: return 2e-3;
-  case DType::f32: return 1e-5;
+  case DType::bf16:
+    return 1e-2;
+  case DType::f16:
+    return 2e-3;
+  case DType::f32:
+    return 1e-5;
   }
   return 0;
 }

@@ -86,7 +86,8 @@ std::vector<HeuristicPoint> parse_heuristics(const Op& op, const std::string& te
         if (!value.is_string()) {
           fail_at(source, value, std::string(key.str()) + " is a string \"k=v,...\"");
         }
-        Fields f = parse_fields(*value.value<std::string>(), p.origin + " " + std::string(key.str()));
+        Fields f =
+            parse_fields(*value.value<std::string>(), p.origin + " " + std::string(key.str()));
         if (key == "shape") {
           for (const auto& [name, v] : f) {
             bool known = false;
@@ -103,8 +104,8 @@ std::vector<HeuristicPoint> parse_heuristics(const Op& op, const std::string& te
           p.config = std::move(f);
         }
       } else {
-        fail_at(source, value, "unknown key '" + std::string(key.str()) +
-                                   "' (expected arch, shape, config)");
+        fail_at(source, value,
+                "unknown key '" + std::string(key.str()) + "' (expected arch, shape, config)");
       }
     }
     if (p.archs.empty() || p.shape.empty() || p.config.empty()) {
@@ -116,8 +117,7 @@ std::vector<HeuristicPoint> parse_heuristics(const Op& op, const std::string& te
   return points;
 }
 
-std::optional<std::pair<Config, std::string>> heuristic_config(const Op& op,
-                                                               const Problem& problem,
+std::optional<std::pair<Config, std::string>> heuristic_config(const Op& op, const Problem& problem,
                                                                const std::string& arch) {
   // Parsed once per op and process.
   static std::mutex mutex;
@@ -128,8 +128,8 @@ std::optional<std::pair<Config, std::string>> heuristic_config(const Op& op,
     auto it = cache.find(op.name());
     if (it == cache.end()) {
       const std::string& text = template_file(op.space_path());
-      it = cache.emplace(op.name(), parse_heuristics(op, text, op.space_path(), op_space(op)))
-               .first;
+      it =
+          cache.emplace(op.name(), parse_heuristics(op, text, op.space_path(), op_space(op))).first;
     }
     points = &it->second;
   }
@@ -165,8 +165,9 @@ std::optional<std::pair<Config, std::string>> heuristic_config(const Op& op,
       best_distance = d;
     }
     if (best) {
-      return std::make_pair(op.adapt(best->config, problem), (own_family ? arch : best->archs.front() + "->" + arch) +
-                                               " point " + format_fields(best->shape));
+      return std::make_pair(op.adapt(best->config, problem),
+                            (own_family ? arch : best->archs.front() + "->" + arch) + " point " +
+                                format_fields(best->shape));
     }
   }
   return std::nullopt;

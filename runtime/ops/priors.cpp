@@ -56,7 +56,8 @@ bool is_arch(const std::string& a) {
 // Reads one entry's conditions (`when` or `require`) against the space.
 class ConditionReader {
 public:
-  ConditionReader(const std::string& source, const Space& space) : m_source(source), m_space(space) {}
+  ConditionReader(const std::string& source, const Space& space)
+      : m_source(source), m_space(space) {}
 
   std::vector<PriorCondition> read(const toml::node& node, const std::string& key) const {
     const toml::table* table = node.as_table();
@@ -118,8 +119,8 @@ private:
         for (const auto& v : param->values) {
           if (!as_integer(v)) {
             fail_at(m_source, node,
-                    what + ": a range needs an integer parameter; params." + name + " lists '" +
-                        v + "'");
+                    what + ": a range needs an integer parameter; params." + name + " lists '" + v +
+                        "'");
           }
         }
       }
@@ -183,7 +184,8 @@ Prior read_prior(const toml::node& node, const std::string& source, const Space&
       auto add = [&](const toml::node& a) {
         auto s = a.as_string();
         if (!s || !is_arch(s->get())) {
-          fail_at(source, a, "[[prune]] arch: each target is a string like \"sm_90\" or \"sm_90a\"");
+          fail_at(source, a,
+                  "[[prune]] arch: each target is a string like \"sm_90\" or \"sm_90a\"");
         }
         prior.archs.push_back(s->get());
       };
@@ -211,8 +213,9 @@ Prior read_prior(const toml::node& node, const std::string& source, const Space&
     }
   }
   if (prior.archs.empty()) {
-    fail_at(source, node,
-            "[[prune]] needs arch = [\"sm_XY\", ...]: a prior holds for the GPUs it was measured on");
+    fail_at(
+        source, node,
+        "[[prune]] needs arch = [\"sm_XY\", ...]: a prior holds for the GPUs it was measured on");
   }
   if (prior.require.empty()) {
     fail_at(source, node, "[[prune]] needs a non-empty require = { name = value, ... }");

@@ -29,7 +29,9 @@ std::vector<const Op*> all_ops() {
 
 } // namespace
 
-void register_op(const Op* op) { registered().push_back(op); }
+void register_op(const Op* op) {
+  registered().push_back(op);
+}
 
 const Op& find_op(const std::string& name) {
   for (const Op* op : all_ops()) {
@@ -40,8 +42,8 @@ const Op& find_op(const std::string& name) {
   std::vector<std::string> planned = {};
   for (const auto& p : planned) {
     if (name == p) {
-      throw Error(ErrorKind::usage, "op '" + name + "' is not built yet (built: " +
-                                        join(op_names(), ", ") + ")");
+      throw Error(ErrorKind::usage,
+                  "op '" + name + "' is not built yet (built: " + join(op_names(), ", ") + ")");
     }
   }
   throw Error(ErrorKind::usage,
@@ -62,6 +64,8 @@ std::vector<std::string> base_compile_options() {
   return {"-std=c++17"};
 }
 
-std::string config_id(const Config& config) { return format_fields(config); }
+std::string config_id(const Config& config) {
+  return format_fields(config);
+}
 
 } // namespace autotune

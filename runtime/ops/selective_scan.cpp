@@ -37,11 +37,11 @@ enum class ScanForm { shfl = 0, smem = 1, state = 2 };
 
 struct Params {
   int threads, items, cpb, nsplit, vec, poly, minblocks;
-  int tsplit = 1;     // time slices per chunk (state form); optional, 1 when absent
-  int cpl = 1;        // channels per lane (state form); optional, 1 when absent
-  bool bc_pair = false; // 16-bit variable B/C staged as packed pairs (state form)
+  int tsplit = 1;             // time slices per chunk (state form); optional, 1 when absent
+  int cpl = 1;                // channels per lane (state form); optional, 1 when absent
+  bool bc_pair = false;       // 16-bit variable B/C staged as packed pairs (state form)
   bool ystore_during = false; // partial y stored per 4 steps during the scan (state form)
-  int yred = 0; // state form: shuffle levels summing the lanes' partial y (0..2)
+  int yred = 0;               // state form: shuffle levels summing the lanes' partial y (0..2)
   ScanForm form;
   bool smem_scan;
   bool state() const { return form == ScanForm::state; }
@@ -64,7 +64,8 @@ Params params(const Config& c) {
     }
     if (k == "bc") {
       if (v != "f32" && v != "pair") {
-        throw Error(ErrorKind::config, "selective_scan: bc must be 'f32' or 'pair', not '" + v + "'");
+        throw Error(ErrorKind::config,
+                    "selective_scan: bc must be 'f32' or 'pair', not '" + v + "'");
       }
       p.bc_pair = v == "pair";
       known = true;
@@ -160,8 +161,8 @@ long long partial_y_smem(const Params& p) {
 // that gives the lanes of one pass distinct banks stores them in one wavefront (CPB + 1
 // did not for nsplit 2 and 4: lanes (1, c) and (0, c + 1) collided).
 long long part_stride(const Params& p) {
-  const int words = 4 >> p.yred;     // stored per lane
-  const int pass = 8 << p.yred;      // lanes per wavefront
+  const int words = 4 >> p.yred; // stored per lane
+  const int pass = 8 << p.yred;  // lanes per wavefront
   const long long rows = p.nsplit >> p.yred;
   for (long long stride = p.cpb + 1; stride <= p.cpb + 8; ++stride) {
     bool used[32] = {};
@@ -399,8 +400,8 @@ Result<bool> SelectiveScanOp::worth_measuring(const Config& config, const Proble
     const long long slice = p.items / p.tsplit;
     const long long npl = d.N / p.nsplit;
     const long long correction = p.tsplit > 1 ? slice * npl + npl : 0; // C*P per step, P
-    const long long regs = std::min<long long>(
-        255, p.cpl * (2LL * slice + 4LL * npl) + correction + prefetch + 32);
+    const long long regs =
+        std::min<long long>(255, p.cpl * (2LL * slice + 4LL * npl) + correction + prefetch + 32);
     if (regs * p.threads * p.minblocks > 65536) {
       return fail("scan=state: about " + std::to_string(regs) +
                   " registers per thread do not fit minblocks blocks per SM");
@@ -644,18 +645,52 @@ const ArgsDesc& SelectiveScanOp::args_desc() const {
       {{"u", offsetof(A, u), {{B}, {D}, {L}}, dtype, k_any_float, -1, false, rows},
        {"delta", offsetof(A, delta), {{B}, {D}, {L}}, dtype, k_any_float, -1, false, rows},
        {"A", offsetof(A, A), {{D}, {N}}, -1, k_fp32, -1, false, dense},
-       {"B", offsetof(A, B), {{D}, {N}}, -1, k_fp32, -1, false, dense, 1, {{var_bc, 0}},
-        "fixed"},
-       {"B", offsetof(A, B), {{B}, {N}, {L}}, dtype, k_any_float, -1, false, rows, 1,
-        {{var_bc, 1}, {G, 1}}, "variable"},
-       {"B", offsetof(A, B), {{B}, {G}, {N}, {L}}, dtype, k_any_float, -1, false, rows, 1,
-        {{var_bc, 1}}, "variable, grouped"},
-       {"C", offsetof(A, C), {{D}, {N}}, -1, k_fp32, -1, false, dense, 1, {{var_bc, 0}},
-        "fixed"},
-       {"C", offsetof(A, C), {{B}, {N}, {L}}, dtype, k_any_float, -1, false, rows, 1,
-        {{var_bc, 1}, {G, 1}}, "variable"},
-       {"C", offsetof(A, C), {{B}, {G}, {N}, {L}}, dtype, k_any_float, -1, false, rows, 1,
-        {{var_bc, 1}}, "variable, grouped"},
+       {"B", offsetof(A, B), {{D}, {N}}, -1, k_fp32, -1, false, dense, 1, {{var_bc, 0}}, "fixed"},
+       {"B",
+        offsetof(A, B),
+        {{B}, {N}, {L}},
+        dtype,
+        k_any_float,
+        -1,
+        false,
+        rows,
+        1,
+        {{var_bc, 1}, {G, 1}},
+        "variable"},
+       {"B",
+        offsetof(A, B),
+        {{B}, {G}, {N}, {L}},
+        dtype,
+        k_any_float,
+        -1,
+        false,
+        rows,
+        1,
+        {{var_bc, 1}},
+        "variable, grouped"},
+       {"C", offsetof(A, C), {{D}, {N}}, -1, k_fp32, -1, false, dense, 1, {{var_bc, 0}}, "fixed"},
+       {"C",
+        offsetof(A, C),
+        {{B}, {N}, {L}},
+        dtype,
+        k_any_float,
+        -1,
+        false,
+        rows,
+        1,
+        {{var_bc, 1}, {G, 1}},
+        "variable"},
+       {"C",
+        offsetof(A, C),
+        {{B}, {G}, {N}, {L}},
+        dtype,
+        k_any_float,
+        -1,
+        false,
+        rows,
+        1,
+        {{var_bc, 1}},
+        "variable, grouped"},
        {"D", offsetof(A, D), {{D}}, -1, k_fp32, has_d, false, dense},
        {"z", offsetof(A, z), {{B}, {D}, {L}}, dtype, k_any_float, has_z, false, rows},
        {"delta_bias", offsetof(A, delta_bias), {{D}}, -1, k_fp32, bias, false, dense},

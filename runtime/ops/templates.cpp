@@ -52,8 +52,8 @@ std::string template_file(const std::string& path) {
       return k_embedded_templates[i].second;
     }
   }
-  throw Error(ErrorKind::config, "template file '" + path +
-                                     "' is neither embedded nor in $AUTOTUNE_TEMPLATE_DIR");
+  throw Error(ErrorKind::config,
+              "template file '" + path + "' is neither embedded nor in $AUTOTUNE_TEMPLATE_DIR");
 }
 
 namespace {
@@ -73,7 +73,8 @@ void expand(const std::string& path, std::set<std::string>& seen, std::string& o
     if (starts_with(t, "#include \"")) {
       auto end = t.find('"', 10);
       if (end == std::string::npos) {
-        throw Error(ErrorKind::config, path + ":" + std::to_string(number) + ": malformed #include");
+        throw Error(ErrorKind::config,
+                    path + ":" + std::to_string(number) + ": malformed #include");
       }
       expand(t.substr(10, end - 10), seen, out);
       out += "# " + std::to_string(number + 1) + " \"" + path + "\"\n";

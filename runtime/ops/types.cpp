@@ -9,9 +9,12 @@ namespace autotune {
 
 const char* to_string(DType t) {
   switch (t) {
-  case DType::f32: return "fp32";
-  case DType::f16: return "fp16";
-  case DType::bf16: return "bf16";
+  case DType::f32:
+    return "fp32";
+  case DType::f16:
+    return "fp16";
+  case DType::bf16:
+    return "bf16";
   }
   return "?";
 }
@@ -30,13 +33,18 @@ DType parse_dtype(const std::string& text, const std::string& what) {
               what + ": unknown dtype '" + text + "' (expected fp32, fp16 or bf16)");
 }
 
-size_t dtype_size(DType t) { return t == DType::f32 ? 4 : 2; }
+size_t dtype_size(DType t) {
+  return t == DType::f32 ? 4 : 2;
+}
 
 const char* template_type(DType t) {
   switch (t) {
-  case DType::f32: return "float";
-  case DType::f16: return "at_f16";
-  case DType::bf16: return "at_bf16";
+  case DType::f32:
+    return "float";
+  case DType::f16:
+    return "at_f16";
+  case DType::bf16:
+    return "at_bf16";
   }
   return "?";
 }
@@ -83,14 +91,12 @@ const std::string* find_field(const Fields& fields, const std::string& key) {
   return nullptr;
 }
 
-ShapeReader::ShapeReader(const Fields& shape, std::string op,
-                         const std::vector<std::string>& known,
+ShapeReader::ShapeReader(const Fields& shape, std::string op, const std::vector<std::string>& known,
                          const std::vector<std::string>& shown)
     : m_shape(shape), m_op(std::move(op)) {
   for (const auto& [k, v] : shape) {
     if (std::find(known.begin(), known.end(), k) == known.end()) {
-      fail("unknown field '" + k + "' (known: " + join(shown.empty() ? known : shown, ", ") +
-           ")");
+      fail("unknown field '" + k + "' (known: " + join(shown.empty() ? known : shown, ", ") + ")");
     }
   }
 }
@@ -108,8 +114,7 @@ std::string ShapeReader::get(const char* key, const char* fallback) const {
 long long ShapeReader::ranged(const char* key, const char* fallback, long long max) const {
   long long v = parse_int(get(key, fallback), m_op + " shape field " + key);
   if (v < 1 || v > max) {
-    fail(std::string(key) + "=" + std::to_string(v) + " is out of range 1.." +
-         std::to_string(max));
+    fail(std::string(key) + "=" + std::to_string(v) + " is out of range 1.." + std::to_string(max));
   }
   return v;
 }

@@ -39,8 +39,8 @@
 //                them to finish (a counter per query block, which it returns to
 //                zero) merges the splits into O and LSE.
 //   AT_HEAD_DIM  64, 128 or 256; AT_CAUSAL, AT_LSE: 0/1; AT_T: at_bf16 or at_f16.
-#include "common/numeric.cuh"
 #include "attention/mma.cuh"
+#include "common/numeric.cuh"
 
 #ifndef AT_BLOCK_M
 #error "AT_BLOCK_M must be defined"
@@ -197,14 +197,11 @@ __device__ __forceinline__ void store_rows_without_keys(const AttnArgs& args, in
 // A split with no key tile (more splits than the block has tiles), or none that a
 // row sees, stores that row's O_s = 0 and LSE_s = -inf: it weighs exactly 0. A row
 // that no split saw gets O = 0 and LSE = -inf, as without splits.
-__device__ __forceinline__ void store_split_and_merge(const AttnArgs& args,
-                                                   const float (&o)[k_m_tiles][k_d_tiles][4],
-                                                   const float (&row_max)[k_m_tiles][2],
-                                                   const float (&row_sum)[k_m_tiles][2],
-                                                   int batch, int head, int m_blocks,
-                                                   int m_block, int m0,
-                                                   int split, int warp_row0, int g, int t,
-                                                   unsigned* flag_smem) {
+__device__ __forceinline__ void
+store_split_and_merge(const AttnArgs& args, const float (&o)[k_m_tiles][k_d_tiles][4],
+                      const float (&row_max)[k_m_tiles][2], const float (&row_sum)[k_m_tiles][2],
+                      int batch, int head, int m_blocks, int m_block, int m0, int split,
+                      int warp_row0, int g, int t, unsigned* flag_smem) {
   const long long rows = static_cast<long long>(args.batch) * args.heads_q * args.seq_q;
   const long long bh_row = (static_cast<long long>(batch) * args.heads_q + head) * args.seq_q;
 #pragma unroll
@@ -222,8 +219,7 @@ __device__ __forceinline__ void store_split_and_merge(const AttnArgs& args,
               make_float2(o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv);
         }
         if (t == 0) {
-          args.ws_lse[split * rows + bh_row + row] =
-              row_lse(row_max[mt][h], sum, args.scale_log2);
+          args.ws_lse[split * rows + bh_row + row] = row_lse(row_max[mt][h], sum, args.scale_log2);
         }
       }
     }
@@ -336,8 +332,8 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
   const int n_first = min(n_total, split * per_split);
   const int n_blocks = min(n_total, n_first + per_split) - n_first;
 
-  const elem_t* q_g = args.q + batch * args.q_batch_stride + head * args.q_head_stride +
-                      m0 * args.q_seq_stride;
+  const elem_t* q_g =
+      args.q + batch * args.q_batch_stride + head * args.q_head_stride + m0 * args.q_seq_stride;
   const elem_t* k_g = args.k + batch * args.k_batch_stride + kv_head * args.k_head_stride;
   const elem_t* v_g = args.v + batch * args.v_batch_stride + kv_head * args.v_head_stride;
 

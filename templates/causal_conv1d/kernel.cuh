@@ -101,8 +101,7 @@ constexpr int k_pad = 16 / sizeof(x_t) >= k_halo ? 16 / sizeof(x_t) : k_halo;
 constexpr int k_row_slots = k_pad + k_tile;
 #endif
 
-extern "C" __global__ void __launch_bounds__(k_threads)
-    causal_conv1d_fwd(const ConvArgs args) {
+extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const ConvArgs args) {
   const int rows_per_batch = (args.channels + k_cpb - 1) / k_cpb;
   const int b = blockIdx.x / rows_per_batch;
   const int row_in_block = threadIdx.x / k_row_threads;

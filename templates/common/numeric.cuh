@@ -15,7 +15,9 @@ struct __align__(2) at_f16 {
   unsigned short bits;
 };
 
-__device__ __forceinline__ float at_to_float(float x) { return x; }
+__device__ __forceinline__ float at_to_float(float x) {
+  return x;
+}
 __device__ __forceinline__ float at_to_float(at_bf16 x) {
   return __uint_as_float(static_cast<unsigned>(x.bits) << 16);
 }
@@ -26,7 +28,9 @@ __device__ __forceinline__ float at_to_float(at_f16 x) {
 }
 
 template <typename T> __device__ __forceinline__ T at_from_float(float x);
-template <> __device__ __forceinline__ float at_from_float<float>(float x) { return x; }
+template <> __device__ __forceinline__ float at_from_float<float>(float x) {
+  return x;
+}
 template <> __device__ __forceinline__ at_bf16 at_from_float<at_bf16>(float x) {
   at_bf16 r;
   asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.bits) : "f"(x));
@@ -66,7 +70,9 @@ __device__ __forceinline__ void at_unpack2(unsigned w, float& lo, float& hi, at_
 }
 
 // -infinity (NVRTC has no INFINITY without the toolkit headers).
-__device__ __forceinline__ float at_neg_inf() { return __uint_as_float(0xff800000u); }
+__device__ __forceinline__ float at_neg_inf() {
+  return __uint_as_float(0xff800000u);
+}
 
 // Special-function-unit approximations: one MUFU instruction each, issued at an
 // eighth of the FMA rate on sm_80..sm_90 (16 per clock per SM). The .ftz forms
@@ -99,7 +105,9 @@ __device__ __forceinline__ float at_tanh_approx(float x) {
 }
 
 // e^x as 2^(x log2 e): one multiply and one ex2.approx.
-__device__ __forceinline__ float at_exp(float x) { return at_exp2_approx(x * 1.4426950408889634f); }
+__device__ __forceinline__ float at_exp(float x) {
+  return at_exp2_approx(x * 1.4426950408889634f);
+}
 
 // 2^x on the FMA pipes instead of the SFU (for kernels where the SFU is the floor):
 // Cody-Waite split x = k + f (|f| <= 1/2, k by the 1.5*2^23 rounding trick), a
@@ -128,7 +136,9 @@ __device__ __forceinline__ float at_exp2_poly(float x) {
 //   at_silu_tanh  h * (1 + tanh.approx(h)) with h = x/2 (sigmoid(x) = (1 + tanh(x/2))
 //                 / 2): one SFU instruction and one FMA, about 2^-11 relative error:
 //                 under half an ulp of a 16-bit result.
-__device__ __forceinline__ float at_silu(float x) { return x / (1.0f + at_exp(-x)); }
+__device__ __forceinline__ float at_silu(float x) {
+  return x / (1.0f + at_exp(-x));
+}
 __device__ __forceinline__ float at_silu_rcp(float x) {
   return x * at_rcp_approx(1.0f + at_exp(-x));
 }

@@ -69,8 +69,8 @@ static_assert(k_poly >= 0 && k_poly <= 8, "POLY counts states out of 8");
 struct ScanArgs {
   const x_t* u;
   const x_t* delta;
-  const float* A;          // [D, N]
-  const bc_t* B;           // variable: [B, G, N, L] strided; fixed: [D, N]
+  const float* A; // [D, N]
+  const bc_t* B;  // variable: [B, G, N, L] strided; fixed: [D, N]
   const bc_t* C;
   const float* D;          // [D] or null
   const x_t* z;            // or null
@@ -102,7 +102,8 @@ __device__ __forceinline__ float softplus(float x) {
 
 // COUNT floats from shared memory with the widest aligned reads (p 16-byte aligned
 // when COUNT % 4 == 0, which the row layout guarantees).
-template <int COUNT> __device__ __forceinline__ void load_shared(const float* p, float (&v)[COUNT]) {
+template <int COUNT>
+__device__ __forceinline__ void load_shared(const float* p, float (&v)[COUNT]) {
   if constexpr (COUNT % 4 == 0) {
 #pragma unroll
     for (int i = 0; i < COUNT; i += 4) {
@@ -181,10 +182,10 @@ __device__ __forceinline__ void store_steps(x_t* row, int t0, int length, bool v
 #else
 // ---- Time-parallel scan (AT_SCAN 0: warp shuffles, 1: shared memory) ----
 constexpr int k_tpc = k_threads / (k_cpb * k_nsplit); // time lanes per channel and state group
-constexpr int k_chunk = k_tpc * k_items;               // time steps per chunk
-constexpr int k_warps_pc = k_tpc / 32;                 // warps per (channel, state group)
-constexpr int k_groups = k_cpb * k_nsplit;             // scan groups per block
-constexpr int k_npg = k_n / k_nsplit;                  // states per group
+constexpr int k_chunk = k_tpc * k_items;              // time steps per chunk
+constexpr int k_warps_pc = k_tpc / 32;                // warps per (channel, state group)
+constexpr int k_groups = k_cpb * k_nsplit;            // scan groups per block
+constexpr int k_npg = k_n / k_nsplit;                 // states per group
 constexpr int k_slices = k_n / k_nslice;
 constexpr int k_spg = k_nslice / k_nsplit; // states per group per staged slice
 // Shared rows keep each thread's ITEMS values contiguous (vector reads); 4 words of
@@ -192,7 +193,6 @@ constexpr int k_spg = k_nslice / k_nsplit; // states per group per staged slice
 constexpr int k_pad = k_items >= 8 ? 4 : 0;
 constexpr int k_lane_stride = k_items + k_pad;
 constexpr int k_slots = k_tpc * k_lane_stride;
-
 
 static_assert(k_threads % (k_cpb * k_nsplit) == 0, "CPB * NSPLIT must divide the threads");
 static_assert(k_tpc % 32 == 0, "each (channel, state group) needs whole warps");
@@ -203,8 +203,9 @@ static_assert(k_n % k_nslice == 0 && k_nslice % k_nsplit == 0, "slices must spli
 // Stages NSLICE states x CHUNK steps of one variable B or C tensor as fp32 in the
 // thread-major row layout (each thread's ITEMS steps contiguous). Zero past L, so
 // padded steps contribute nothing.
-__device__ __forceinline__ void stage_bc(float (*dst)[k_slots], const x_t* src, long long state_stride,
-                                         int chunk_start, int length, bool vector_ok) {
+__device__ __forceinline__ void stage_bc(float (*dst)[k_slots], const x_t* src,
+                                         long long state_stride, int chunk_start, int length,
+                                         bool vector_ok) {
   constexpr int k_vecs_per_row = k_chunk / k_vec;
   for (int e = threadIdx.x; e < k_nslice * k_vecs_per_row; e += k_threads) {
     const int row = e / k_vecs_per_row;

@@ -36,10 +36,12 @@
       const double uu = at_to_float(u[row + t]);                                                   \
       double y = 0.0;                                                                              \
       for (int n = 0; n < dstate; ++n) {                                                           \
-        const double bn = b_var ? at_to_float(b_var[bc_row + n * static_cast<long long>(length) + t]) \
-                                : b_fixed[d * dstate + n];                                         \
-        const double cn = c_var ? at_to_float(c_var[bc_row + n * static_cast<long long>(length) + t]) \
-                                : c_fixed[d * dstate + n];                                         \
+        const double bn =                                                                          \
+            b_var ? at_to_float(b_var[bc_row + n * static_cast<long long>(length) + t])            \
+                  : b_fixed[d * dstate + n];                                                       \
+        const double cn =                                                                          \
+            c_var ? at_to_float(c_var[bc_row + n * static_cast<long long>(length) + t])            \
+                  : c_fixed[d * dstate + n];                                                       \
         h[n] = static_cast<double>(expf(x * A[d * dstate + n])) * h[n] + double(x) * bn * uu;      \
         y += cn * h[n];                                                                            \
       }                                                                                            \

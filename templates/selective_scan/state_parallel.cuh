@@ -61,11 +61,11 @@ constexpr int k_npl = k_n / k_nsplit;     // states per lane and channel
 constexpr int k_cpl = AT_CPL;             // channels per lane
 constexpr int k_cpw = 32 / k_lpc * k_cpl; // channels per warp
 constexpr int k_warps = k_threads / 32;
-constexpr int k_s = AT_TSPLIT;            // time slices of a chunk
-constexpr int k_warps_c = k_warps / k_s;  // warps per time slice (cover the block's channels)
-constexpr int k_t = k_items;              // steps per chunk
-constexpr int k_ts = k_t / k_s;           // steps per time slice
-constexpr int k_tv = k_t / k_vec;         // vectors per channel row per chunk
+constexpr int k_s = AT_TSPLIT;           // time slices of a chunk
+constexpr int k_warps_c = k_warps / k_s; // warps per time slice (cover the block's channels)
+constexpr int k_t = k_items;             // steps per chunk
+constexpr int k_ts = k_t / k_s;          // steps per time slice
+constexpr int k_tv = k_t / k_vec;        // vectors per channel row per chunk
 // Rows of T floats padded by 4 words: consecutive rows start 4 banks apart, so the
 // 16-byte reads of up to 8 distinct rows in one instruction hit distinct banks.
 constexpr int k_row = k_t + 4;
@@ -88,7 +88,9 @@ __device__ __forceinline__ constexpr int swz(int t) {
   return t ^ (((t >> 5) & 1) << 2);
 }
 
-__device__ __forceinline__ constexpr bool x_t_is_bf16() { return at_is_bf16<x_t>::value; }
+__device__ __forceinline__ constexpr bool x_t_is_bf16() {
+  return at_is_bf16<x_t>::value;
+}
 
 // The silu(z) gate: one tanh.approx (at_silu_tanh) for 16-bit outputs, whose half
 // ulp its error stays under; fp32 outputs keep the ex2 and reciprocal form.
@@ -113,8 +115,7 @@ static_assert(k_vec % 4 == 0 && k_t % k_vec == 0 && k_t % 8 == 0,
 __device__ __forceinline__ void store_row(float* row, int t, const float (&v)[k_vec]) {
 #pragma unroll
   for (int j = 0; j < k_vec; j += 4) {
-    *reinterpret_cast<float4*>(row + swz(t + j)) =
-        make_float4(v[j], v[j + 1], v[j + 2], v[j + 3]);
+    *reinterpret_cast<float4*>(row + swz(t + j)) = make_float4(v[j], v[j + 1], v[j + 2], v[j + 3]);
   }
 }
 __device__ __forceinline__ void load_row(const float* row, int t, float (&v)[k_vec]) {
@@ -169,8 +170,8 @@ constexpr int k_prows = k_lpc >> k_yred; // partial-y rows per channel
 // This lane's partial y of steps t..t+3 (t % 4 == 0) into its partial-y row (of the
 // row group l % k_prows), after YRED shuffle levels with the other lanes of its
 // channel. All 32 lanes of the warp must call it together.
-__device__ __forceinline__ void put_partials(float* row, int t, int l, float a0, float a1,
-                                             float a2, float a3) {
+__device__ __forceinline__ void put_partials(float* row, int t, int l, float a0, float a1, float a2,
+                                             float a3) {
   if constexpr (k_yred == 0) {
     *reinterpret_cast<float4*>(row + swz(t)) = make_float4(a0, a1, a2, a3);
   } else {
@@ -208,14 +209,16 @@ __device__ __forceinline__ unsigned pack_pair(at_bf16 b, at_bf16 c) {
 __device__ __forceinline__ unsigned pack_pair(at_f16 b, at_f16 c) {
   return b.bits | (unsigned(c.bits) << 16);
 }
-__device__ __forceinline__ unsigned pack_pair(float, float) { return 0u; }
+__device__ __forceinline__ unsigned pack_pair(float, float) {
+  return 0u;
+}
 
 typedef float (*row_ptr)[k_row];
 
 // One chunk's inputs in flight: this thread's share of the (channel, vector) items
 // of u, delta, z and of the (state, vector) items of B and C, as raw vectors.
 struct Prefetch {
-  static constexpr int k_items_x = k_cpb * k_tv;        // (channel, vector) items
+  static constexpr int k_items_x = k_cpb * k_tv; // (channel, vector) items
   static constexpr int k_iters_x = (k_items_x + k_threads - 1) / k_threads;
   // (B or C row, vector) items; packed: (state, vector) items carrying both
   static constexpr int k_items_bc = (k_pack_bc ? 1 : 2) * k_n * k_tv;
@@ -265,11 +268,11 @@ struct Prefetch {
   [[maybe_unused]] const x_t* row_z[k_iters_x];
   [[maybe_unused]] const x_t* row_bc[k_iters_bc];
   [[maybe_unused]] const x_t* row_c[k_pack_bc ? k_iters_bc : 1];
-  int off_x[k_iters_x];                  // the item's first step in a chunk
+  int off_x[k_iters_x]; // the item's first step in a chunk
   [[maybe_unused]] int off_bc[k_iters_bc];
 
-  __device__ __forceinline__ void init(const ScanArgs& args, int b, int d_first,
-                                       const x_t* b_base, const x_t* c_base) {
+  __device__ __forceinline__ void init(const ScanArgs& args, int b, int d_first, const x_t* b_base,
+                                       const x_t* c_base) {
 #pragma unroll
     for (int i = 0; i < k_iters_x; ++i) {
       const int e = threadIdx.x + i * k_threads;
@@ -422,14 +425,11 @@ struct Prefetch {
 // entering the slice in y. With STORE each 4 steps of acc go to part[k] as soon
 // as they are final (AT_YSTORE_DURING).
 template <bool CORRECT, bool STORE>
-__device__ __forceinline__ void scan_slice(float (*part)[k_row], const row_ptr s_dt,
-                                           const row_ptr s_du, const row_ptr s_b,
-                                           const row_ptr s_c, int c_scan, int l, int t0,
-                                           const float (&b_fixed)[k_cpl][k_npl],
-                                           const float (&c_fixed)[k_cpl][k_npl],
-                                           const float (&a2)[k_cpl][k_npl],
-                                           float (&h)[k_cpl][k_npl], float (&acc)[k_cpl][k_ts],
-                                           float* p, float (*qc)[k_npl]) {
+__device__ __forceinline__ void
+scan_slice(float (*part)[k_row], const row_ptr s_dt, const row_ptr s_du, const row_ptr s_b,
+           const row_ptr s_c, int c_scan, int l, int t0, const float (&b_fixed)[k_cpl][k_npl],
+           const float (&c_fixed)[k_cpl][k_npl], const float (&a2)[k_cpl][k_npl],
+           float (&h)[k_cpl][k_npl], float (&acc)[k_cpl][k_ts], float* p, float (*qc)[k_npl]) {
 #if AT_VAR_BC
   (void)b_fixed;
   (void)c_fixed;
@@ -505,9 +505,9 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
   extern __shared__ __align__(16) float s_dyn[];
   float(*s_dt)[k_row] = reinterpret_cast<float(*)[k_row]>(s_dyn);
   float(*s_du)[k_row] = s_dt + k_cpb;
-  float(*s_b)[k_row] = s_du + k_cpb;                        // or packed B/C pairs
+  float(*s_b)[k_row] = s_du + k_cpb;                              // or packed B/C pairs
   float(*s_c)[k_row] = s_b + (AT_VAR_BC && !k_pack_bc ? k_n : 0); // unused when packed
-  float(*s_part)[k_part_stride][k_row] = // [k_prows] blocks
+  float(*s_part)[k_part_stride][k_row] =                          // [k_prows] blocks
       reinterpret_cast<float(*)[k_part_stride][k_row]>(s_b + k_bc_rows);
   // Slice boundary exchange: end state and decay product per (slice, channel, state).
   float(*s_xh)[k_cpb][k_n] = reinterpret_cast<float(*)[k_cpb][k_n]>(s_part + k_prows);
@@ -581,14 +581,13 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
     // slice * TS + i.
     float acc[k_cpl][k_ts];
 #if AT_TSPLIT == 1
-    scan_slice<false, k_ystore_during>(s_part[l % k_prows] + c_scan, s_dt, s_du, s_b, s_c,
-                                       c_scan, l, 0, b_fixed, c_fixed, a2, h, acc, nullptr,
-                                       nullptr);
+    scan_slice<false, k_ystore_during>(s_part[l % k_prows] + c_scan, s_dt, s_du, s_b, s_c, c_scan,
+                                       l, 0, b_fixed, c_fixed, a2, h, acc, nullptr, nullptr);
 #else
     float p[k_npl], qc[k_ts][k_npl];
     if (slice == 0) {
-      scan_slice<false, false>(nullptr, s_dt, s_du, s_b, s_c, c_scan, l, 0, b_fixed, c_fixed, a2,
-                               h, acc, nullptr, nullptr);
+      scan_slice<false, false>(nullptr, s_dt, s_du, s_b, s_c, c_scan, l, 0, b_fixed, c_fixed, a2, h,
+                               acc, nullptr, nullptr);
     } else {
 #pragma unroll
       for (int j = 0; j < k_npl; ++j) {
