@@ -3,7 +3,8 @@
 # (NVRTC, headers) is expected at ${CUDA_HOME:-/usr/local/cuda}; everything else
 # comes from Debian's packages. Safe to run again: apt-get skips what is there.
 set -euo pipefail
-pkgs=(cmake ninja-build g++ pkg-config libsqlite3-dev doctest-dev libtomlplusplus-dev llvm-14-tools python3)
+pkgs=(cmake ninja-build g++ pkg-config libsqlite3-dev doctest-dev libtomlplusplus-dev llvm-14-tools python3
+  clang-format)
 # One test renders the HTML report in headless Chromium (tests/report/check_render.py).
 # Chromium is large, so it comes where every test must run: in CI (CI=true), or when
 # asked with AUTOTUNE_WITH_CHROMIUM=1. Elsewhere that test reports itself skipped; in CI
