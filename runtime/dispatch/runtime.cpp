@@ -4,6 +4,7 @@
 #include "runtime/base/error.hpp"
 #include "runtime/base/log.hpp"
 #include "runtime/cuda/device.hpp"
+#include "runtime/ops/distance.hpp"
 #include "runtime/ops/heuristic.hpp"
 #include "runtime/ops/space.hpp"
 #include "runtime/ops/templates.hpp"
@@ -164,14 +165,6 @@ std::optional<std::pair<Config, std::string>> Runtime::Impl::nearest(const Op& o
     return std::nullopt;
   }
   const ArgsDesc& desc = op.args_desc();
-  auto size_field = [&](const std::string& name) {
-    for (const FieldDesc& f : desc.fields) {
-      if (f.kind == FieldKind::size && name == f.name) {
-        return true;
-      }
-    }
-    return false; // not a size: must be equal
-  };
   const std::string device_key = device_record.key();
   const std::string& thash = template_hash(op.template_path());
   const std::string nvrtc = cuda::nvrtc_version();
@@ -189,20 +182,14 @@ std::optional<std::pair<Config, std::string>> Runtime::Impl::nearest(const Op& o
     } catch (const Error&) {
       continue;
     }
-    if (theirs.size() != problem.fields.size()) {
-      continue;
-    }
-    bool comparable = true;
-    for (size_t i = 0; i < theirs.size() && comparable; ++i) {
-      const auto& [name, value] = problem.fields[i];
-      comparable = theirs[i].first == name && (size_field(name) || theirs[i].second == value);
+    const std::optional<double> size = problem_distance(desc, problem, Problem{op.name(), theirs});
+    if (!size) {
+      continue; // another dtype, flag or layout
     }
     // Winners of this template first, at equal distance.
-    const double distance = comparable ? problem_distance(desc, problem.fields, theirs) +
-                                             (w.template_hash == thash ? 0.0 : 0.01)
-                                       : 0.0;
-    if (!comparable || (best && (distance > best_distance ||
-                                 (distance == best_distance && w.problem >= best->second)))) {
+    const double distance = *size + (w.template_hash == thash ? 0.0 : 0.01);
+    if (best &&
+        (distance > best_distance || (distance == best_distance && w.problem >= best->second))) {
       continue;
     }
     try {

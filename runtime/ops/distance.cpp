@@ -60,6 +60,32 @@ ProblemDistance compare_problems(const ArgsDesc& desc, const Problem& a, const P
   return d;
 }
 
+std::optional<double> point_distance(const ArgsDesc& desc, const Fields& point,
+                                     const Problem& problem) {
+  double size = 0;
+  for (const auto& [name, value] : point) {
+    const std::string* theirs = find_field(problem.fields, name);
+    if (!theirs) {
+      continue;
+    }
+    if (auto weight = size_weight(desc, name)) {
+      auto x = positive(value);
+      auto y = positive(*theirs);
+      if (!x || !y) {
+        return std::nullopt;
+      }
+      size += *weight * std::abs(std::log2(*x) - std::log2(*y));
+    } else if (value != *theirs) {
+      return std::nullopt;
+    }
+  }
+  return size;
+}
+
+bool is_size_field(const ArgsDesc& desc, const std::string& name) {
+  return size_weight(desc, name).has_value();
+}
+
 std::optional<double> problem_distance(const ArgsDesc& desc, const Problem& a, const Problem& b) {
   ProblemDistance d = compare_problems(desc, a, b);
   if (!d.comparable || d.differing != 0) {

@@ -33,4 +33,14 @@ ProblemDistance compare_problems(const ArgsDesc& desc, const Problem& a, const P
 // other fields are all equal, else nullopt.
 std::optional<double> problem_distance(const ArgsDesc& desc, const Problem& a, const Problem& b);
 
+// The distance from a partial description `point` (a heuristic point: some fields of
+// a problem) to `problem`: the size distance over the size fields `point` names,
+// nullopt when a field it names that is not a size differs from the problem's, or a
+// size is not a positive number. Fields the problem lacks are skipped.
+std::optional<double> point_distance(const ArgsDesc& desc, const Fields& point,
+                                     const Problem& problem);
+
+// Whether `name` is a size field of the op (FieldKind::size).
+bool is_size_field(const ArgsDesc& desc, const std::string& name);
+
 } // namespace autotune

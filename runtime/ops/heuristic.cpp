@@ -1,5 +1,7 @@
 #include "heuristic.hpp"
 
+#include "distance.hpp"
+
 #include "runtime/base/error.hpp"
 #include "templates.hpp"
 
@@ -22,32 +24,7 @@ namespace {
                                      std::to_string(r.begin.column) + ": " + message);
 }
 
-bool is_size_field(const ArgsDesc& desc, const std::string& name, double* weight = nullptr) {
-  for (const FieldDesc& f : desc.fields) {
-    if (f.kind == FieldKind::size && name == f.name) {
-      if (weight) {
-        *weight = f.distance;
-      }
-      return true;
-    }
-  }
-  return false;
-}
-
 } // namespace
-
-double problem_distance(const ArgsDesc& desc, const Fields& a, const Fields& b) {
-  double d = 0;
-  for (const auto& [name, value] : a) {
-    double weight = 1;
-    const std::string* other = find_field(b, name);
-    if (!other || !is_size_field(desc, name, &weight)) {
-      continue;
-    }
-    d += weight * std::abs(std::log2(std::stod(value)) - std::log2(std::stod(*other)));
-  }
-  return d;
-}
 
 std::vector<HeuristicPoint> parse_heuristics(const Op& op, const std::string& text,
                                              const std::string& source, const Space& space) {
@@ -142,15 +119,11 @@ std::optional<std::pair<Config, std::string>> heuristic_config(const Op& op, con
       if (mine != own_family) {
         continue;
       }
-      bool comparable = true;
-      for (const auto& [name, value] : p.shape) {
-        const std::string* theirs = find_field(problem.fields, name);
-        comparable = comparable && (is_size_field(desc, name) || !theirs || *theirs == value);
-      }
-      if (!comparable) {
+      const std::optional<double> distance = point_distance(desc, p.shape, problem);
+      if (!distance) {
         continue; // a flag the point names (attention's causal) differs
       }
-      const double d = problem_distance(desc, p.shape, problem.fields);
+      const double d = *distance;
       if (best && d >= best_distance) {
         continue;
       }

@@ -10,7 +10,7 @@
 //   config = "threads=128,vec=4,items=4,cpb=1,load=smem"
 //
 // For a problem, among the points whose other fields equal the problem's, the point
-// nearest to it (problem_distance over the size fields the point names) whose configuration is
+// nearest to it (point_distance, runtime/ops/distance.hpp) whose configuration is
 // within the op's limits and can run the problem on the GPU wins: first among the points of the
 // GPU's family; on a GPU with no points of its own, among all points, filtered by that GPU's limits
 // (Op::check: shared memory, registers, grid); with none left, the op's [default] configuration.
@@ -38,10 +38,6 @@ struct HeuristicPoint {
 // the space's limits.
 std::vector<HeuristicPoint> parse_heuristics(const Op& op, const std::string& text,
                                              const std::string& source, const Space& space);
-
-// The weighted distance between two problems of an op over the size fields `a`
-// names (FieldDesc::distance weights, |log2 ratio|); fields b lacks are skipped.
-double problem_distance(const ArgsDesc& desc, const Fields& a, const Fields& b);
 
 // The heuristic configuration for a problem on `arch`, with a description of where
 // it came from ("sm_90a point B=8,C=4096,..."), or nullopt when no point fits.
