@@ -42,6 +42,11 @@ TEST_CASE("bad attention shapes are rejected with the field named") {
                        Error);
   CHECK_THROWS_WITH_AS(problem("B=1,H=4,S=8,D=64,dtype=fp32"), doctest::Contains("fp32"), Error);
   CHECK_THROWS_WITH_AS(problem("B=1,H=4,S=8,D=64,layout=sbhd"), doctest::Contains("layout"), Error);
+  CHECK_THROWS_WITH_AS(problem("B=1,H=8,Hq=16,S=128,D=64"), doctest::Contains("Hq and H disagree"),
+                       Error);
+  CHECK_THROWS_WITH_AS(problem("B=1,H=8,S=128,Sq=64,D=64"), doctest::Contains("Sq and S disagree"),
+                       Error);
+  CHECK(problem("B=1,H=8,Hq=8,S=128,D=64").key().find("Hq=8,") != std::string::npos);
 }
 
 TEST_CASE("attention configuration constraints drop what cannot run") {

@@ -40,6 +40,9 @@ TEST_CASE("bad causal_conv1d shapes are rejected with the field named") {
   CHECK_THROWS_WITH_AS(problem("B=1,C=4,L=10,layout=blc"), doctest::Contains("not built yet"),
                        Error);
   CHECK_THROWS_WITH_AS(problem("B=1,C=4,L=10,silu=2"), doctest::Contains("must be 0 or 1"), Error);
+  // B*C*L overflows 64 bits: refused, not wrapped around below the limit
+  CHECK_THROWS_WITH_AS(problem("B=1048576,C=1048576,L=16777216"), doctest::Contains("too large"),
+                       Error);
 }
 
 TEST_CASE("configuration constraints drop what cannot run") {

@@ -2,14 +2,18 @@
 #include "runtime/base/hash.hpp"
 #include "runtime/cuda/nvrtc.hpp"
 #include "runtime/dispatch/variant.hpp"
+#include "tuner/report.hpp"
 #include "tuner/strategy.hpp"
 #include "tuner/tuner.hpp"
 
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -592,4 +596,31 @@ TEST_CASE("transfer seeds are the distinct winners of the nearest tuned problems
     CHECK(db.seeds(query, 4, other.key()).empty());
     CHECK(db.seeds(query, 4, "another-device") == std::vector<std::string>{"c6"});
   }
+}
+
+TEST_CASE("the --json report writes null, not nan, for numbers that are not finite") {
+  TuneReport report;
+  report.op = "causal_conv1d";
+  ProblemReport p;
+  p.problem = find_op("causal_conv1d").make_problem(parse_fields("B=1,C=8,L=16", "shape"));
+  p.winner_us = std::nan("");
+  VariantReport wrong;
+  wrong.config = "threads=128,vec=8,items=2,cpb=1,load=direct";
+  wrong.outcome = cache::Outcome::wrong;
+  wrong.rel_err = std::nan("");
+  wrong.timing.median_us = std::numeric_limits<double>::infinity();
+  p.variants.push_back(wrong);
+  report.problems.push_back(p);
+  char* text = nullptr;
+  size_t size = 0;
+  std::FILE* out = open_memstream(&text, &size);
+  print_json(report, out);
+  std::fclose(out);
+  const std::string json(text, size);
+  std::free(text);
+  CHECK(json.find("nan") == std::string::npos);
+  CHECK(json.find("inf") == std::string::npos);
+  CHECK(json.find("\"rel_err\":null") != std::string::npos);
+  CHECK(json.find("\"winner_us\":null") != std::string::npos);
+  CHECK(json.find("\"median_us\":null") != std::string::npos);
 }

@@ -2,6 +2,8 @@
 
 #include "runtime/base/strings.hpp"
 
+#include <cmath>
+
 #include <algorithm>
 
 namespace autotune {
@@ -140,6 +142,21 @@ void print_table(const TuneReport& report, std::FILE* out, size_t top) {
   }
 }
 
+namespace {
+
+// A JSON number, or null for NaN and infinities (a WRONG variant's error, a problem
+// without a winner): printf would write "nan", which no JSON parser reads.
+std::string json_number(double v, const char* format = "%.4f") {
+  if (!std::isfinite(v)) {
+    return "null";
+  }
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, format, v);
+  return buffer;
+}
+
+} // namespace
+
 void print_json(const TuneReport& report, std::FILE* out) {
   std::fprintf(
       out, "{\"op\":\"%s\",\"arch\":\"%s\",\"device\":\"%s\",\"database\":\"%s\",\"problems\":[",
@@ -158,19 +175,20 @@ void print_json(const TuneReport& report, std::FILE* out) {
                  p.compile_seconds, p.seconds, p.bytes, p.flops, p.device_bytes, p.sampled,
                  p.budget_exhausted ? "true" : "false", p.worker_restarts);
     if (p.copy) {
-      std::fprintf(out, "\"copy_us\":%.4f,", p.copy->median_us);
+      std::fprintf(out, "\"copy_us\":%s,", json_number(p.copy->median_us).c_str());
     }
-    std::fprintf(out, "\"winner\":\"%s\",\"winner_us\":%.4f,\"variants\":[",
-                 json_escape(p.winner_config).c_str(), p.winner_us);
+    std::fprintf(out, "\"winner\":\"%s\",\"winner_us\":%s,\"variants\":[",
+                 json_escape(p.winner_config).c_str(), json_number(p.winner_us).c_str());
     for (size_t i = 0; i < p.variants.size(); ++i) {
       const auto& v = p.variants[i];
       std::fprintf(out,
-                   "%s{\"variant\":\"%s\",\"outcome\":\"%s\",\"median_us\":%.4f,\"p10_us\":%.4f,"
-                   "\"p90_us\":%.4f,\"samples\":%d,\"sm_clock_mhz\":%d,\"rel_err\":%.4g,"
+                   "%s{\"variant\":\"%s\",\"outcome\":\"%s\",\"median_us\":%s,\"p10_us\":%s,"
+                   "\"p90_us\":%s,\"samples\":%d,\"sm_clock_mhz\":%d,\"rel_err\":%s,"
                    "\"resumed\":%s,\"eliminated_in_round\":%d,\"message\":\"%s\"}",
                    i ? "," : "", json_escape(v.config).c_str(), cache::to_string(v.outcome),
-                   v.timing.median_us, v.timing.p10_us, v.timing.p90_us, v.timing.samples,
-                   v.sm_clock_mhz, v.rel_err, v.reused_result ? "true" : "false",
+                   json_number(v.timing.median_us).c_str(), json_number(v.timing.p10_us).c_str(),
+                   json_number(v.timing.p90_us).c_str(), v.timing.samples, v.sm_clock_mhz,
+                   json_number(v.rel_err, "%.4g").c_str(), v.reused_result ? "true" : "false",
                    v.eliminated_in_round, json_escape(v.message).c_str());
     }
     std::fprintf(out, "]}");

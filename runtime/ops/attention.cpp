@@ -178,6 +178,11 @@ Problem AttentionOp::make_problem(const Fields& shape) const {
       {"B", "H", "Hq", "Hkv", "S", "Sq", "Sk", "D", "causal", "dtype", "lse", "layout"});
   // Hq and Sq/Sk may be given as H and S; a missing field is named by its own key.
   auto number = [&](const char* key, const char* alias, long long max) {
+    if (alias && r.has(key) && r.has(alias) &&
+        r.ranged(key, nullptr, max) != r.ranged(alias, nullptr, max)) {
+      r.fail(std::string(key) + " and " + alias + " disagree (" + r.get(key, nullptr) + " and " +
+             r.get(alias, nullptr) + "); give one");
+    }
     return r.ranged(!r.has(key) && alias && r.has(alias) ? alias : key, nullptr, max);
   };
   long long B = number("B", nullptr, k_max_grid_yz);
@@ -192,7 +197,7 @@ Problem AttentionOp::make_problem(const Fields& shape) const {
   if (Hq % Hkv != 0) {
     r.fail("Hq=" + std::to_string(Hq) + " is not a multiple of Hkv=" + std::to_string(Hkv));
   }
-  if (B * Hq * std::max(Sq, Sk) * D >= (1LL << 40)) {
+  if (ShapeReader::product_reaches({B, Hq, std::max(Sq, Sk), D}, 1LL << 40)) {
     r.fail("tensors are too large");
   }
   DType dtype = parse_dtype(r.get("dtype", "bf16"), "attention shape field dtype");

@@ -96,7 +96,7 @@ Problem CausalConv1dOp::make_problem(const Fields& shape) const {
   if (W < 2 || W > 4) {
     r.fail("width W=" + std::to_string(W) + " is not supported (W must be 2, 3 or 4)");
   }
-  if (B * C * L >= (1ll << 40)) {
+  if (ShapeReader::product_reaches({B, C, L}, 1ll << 40)) {
     r.fail("B*C*L is too large");
   }
   std::string xs = r.has("x") ? r.get("x", nullptr) : r.get("dtype", "bf16");

@@ -229,7 +229,8 @@ Problem SelectiveScanOp::make_problem(const Fields& shape) const {
   if (D % G != 0) {
     r.fail("G=" + std::to_string(G) + " must divide D=" + std::to_string(D));
   }
-  if (B * D * L >= (1ll << 40) || B * G * N * L >= (1ll << 40)) {
+  if (ShapeReader::product_reaches({B, D, L}, 1ll << 40) ||
+      ShapeReader::product_reaches({B, G, N, L}, 1ll << 40)) {
     r.fail("B*D*L is too large");
   }
   DType x = parse_dtype(r.get("dtype", "bf16"), "selective_scan shape field dtype");

@@ -160,4 +160,14 @@ void** ArgPack::pointers() {
   return m_pointers.data();
 }
 
+bool ShapeReader::product_reaches(std::initializer_list<long long> factors, long long limit) {
+  long long product = 1;
+  for (long long f : factors) {
+    if (__builtin_mul_overflow(product, f, &product) || product >= limit) {
+      return true;
+    }
+  }
+  return false;
+}
+
 } // namespace autotune

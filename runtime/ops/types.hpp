@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <utility>
@@ -45,6 +46,8 @@ public:
   std::string flag(const char* key, const char* fallback) const;
   // A usage error "OP shape: MESSAGE".
   [[noreturn]] void fail(const std::string& message) const;
+  // Whether the product of the factors (each >= 1) reaches `limit`, without overflow.
+  static bool product_reaches(std::initializer_list<long long> factors, long long limit);
 
 private:
   const Fields& m_shape;
