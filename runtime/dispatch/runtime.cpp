@@ -168,6 +168,7 @@ std::optional<std::pair<Config, std::string>> Runtime::Impl::nearest(const Op& o
   const std::string device_key = device_record.key();
   const std::string& thash = template_hash(op.template_path());
   const std::string nvrtc = cuda::nvrtc_version();
+  const Space space = op_space(op); // its limits, parsed once for every stored winner
   std::optional<std::pair<Config, std::string>> best;
   double best_distance = 0;
   for (const cache::WinnerRecord& w : db->winners()) {
@@ -193,7 +194,7 @@ std::optional<std::pair<Config, std::string>> Runtime::Impl::nearest(const Op& o
       continue;
     }
     try {
-      check_config(op_space(op), config, "stored configuration");
+      check_config(space, config, "stored configuration");
       if (!op.check(config, problem, device.arch())) {
         continue;
       }
