@@ -411,13 +411,12 @@ struct AttentionPlan final : CallPlan {
   size_t pack(const void* args, const BoundCall& call, void* out) const override {
     (void)call;
     const auto& a = *static_cast<const autotune_attention_args*>(args);
-    auto ptr = [](const TensorArg& t) { return reinterpret_cast<CUdeviceptr>(t.data); };
     AttentionCall c;
-    c.q = ptr(a.q);
-    c.k = ptr(a.k);
-    c.v = ptr(a.v);
-    c.o = ptr(a.o);
-    c.lse = ptr(a.lse);
+    c.q = device_ptr(a.q);
+    c.k = device_ptr(a.k);
+    c.v = device_ptr(a.v);
+    c.o = device_ptr(a.o);
+    c.lse = device_ptr(a.lse);
     c.q_batch_stride = a.q.strides[0];
     c.q_head_stride = a.q.strides[1];
     c.q_seq_stride = a.q.strides[2];

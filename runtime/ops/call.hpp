@@ -126,6 +126,11 @@ void bind_call(const ArgsDesc& desc, const void* args, BoundCall& out);
 // the stride rule), and that no output overlaps itself. Throws Error(usage).
 void check_layout(const ArgsDesc& desc, const BoundCall& call);
 
+// A tensor's address as the driver's device pointer (0 for an absent tensor).
+inline CUdeviceptr device_ptr(const TensorArg& t) {
+  return reinterpret_cast<CUdeviceptr>(t.data);
+}
+
 // Bytes from a tensor's address to one past its last element.
 size_t tensor_extent_bytes(const TensorArg& t);
 

@@ -310,14 +310,13 @@ const ArgsDesc& CausalConv1dOp::args_desc() const {
 size_t CausalConv1dPlan::pack(const void* args, const BoundCall& call, void* out) const {
   (void)call;
   const auto& a = *static_cast<const autotune_causal_conv1d_args*>(args);
-  auto ptr = [](const TensorArg& t) { return reinterpret_cast<CUdeviceptr>(t.data); };
   CausalConv1dCall c;
-  c.x = ptr(a.x);
-  c.weight = ptr(a.weight);
-  c.bias = ptr(a.bias);
-  c.out = ptr(a.out);
-  c.initial_states = ptr(a.initial_states);
-  c.final_states = ptr(a.final_states);
+  c.x = device_ptr(a.x);
+  c.weight = device_ptr(a.weight);
+  c.bias = device_ptr(a.bias);
+  c.out = device_ptr(a.out);
+  c.initial_states = device_ptr(a.initial_states);
+  c.final_states = device_ptr(a.final_states);
   c.x_batch_stride = a.x.strides[0];
   c.x_channel_stride = a.x.strides[1];
   c.out_batch_stride = a.out.strides[0];

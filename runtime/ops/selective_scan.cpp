@@ -583,18 +583,17 @@ struct ScanPlan final : CallPlan {
   size_t pack(const void* args, const BoundCall& call, void* out) const override {
     (void)call;
     const auto& a = *static_cast<const autotune_selective_scan_args*>(args);
-    auto ptr = [](const TensorArg& t) { return reinterpret_cast<CUdeviceptr>(t.data); };
     SelectiveScanCall c;
-    c.u = ptr(a.u);
-    c.delta = ptr(a.delta);
-    c.A = ptr(a.A);
-    c.B = ptr(a.B);
-    c.C = ptr(a.C);
-    c.D = ptr(a.D);
-    c.z = ptr(a.z);
-    c.delta_bias = ptr(a.delta_bias);
-    c.out = ptr(a.out);
-    c.last_state = ptr(a.last_state);
+    c.u = device_ptr(a.u);
+    c.delta = device_ptr(a.delta);
+    c.A = device_ptr(a.A);
+    c.B = device_ptr(a.B);
+    c.C = device_ptr(a.C);
+    c.D = device_ptr(a.D);
+    c.z = device_ptr(a.z);
+    c.delta_bias = device_ptr(a.delta_bias);
+    c.out = device_ptr(a.out);
+    c.last_state = device_ptr(a.last_state);
     c.u_batch_stride = a.u.strides[0];
     c.u_dim_stride = a.u.strides[1];
     c.delta_batch_stride = a.delta.strides[0];
