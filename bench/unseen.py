@@ -61,6 +61,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -367,6 +368,21 @@ def copy_db(src, dst):
             shutil.copyfile(src + suffix, dst + suffix)
 
 
+def run_group(cmd, timeout):
+    """(returncode or 'timeout', stderr) of cmd run in a session of its own, stdout
+    discarded; on timeout that session (the CLI and its measuring worker) is killed, by
+    its process group id."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=max(1.0, timeout))
+        return proc.returncode, err or ""
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return "timeout", ""
+
+
 class Deadline:
     def __init__(self, seconds):
         self.start = time.monotonic()
@@ -391,7 +407,11 @@ def make_grid(args, op, deadline, run):
     cmd = [args.cli, "--arch", "auto", "--op", op, "--db", path, "--quiet"] + GRID_ARGS.split()
     print("$ " + " ".join(cmd), flush=True)
     t0 = time.monotonic()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, timeout=max(1, deadline.left()))
+    rc, err = run_group(cmd, deadline.left())
+    if rc == "timeout":
+        raise subprocess.TimeoutExpired(cmd, deadline.seconds)
+    if rc != 0:
+        raise SystemExit(f"{' '.join(cmd)} exited with {rc}: {err[-2000:]}")
     run["grid_db"] = path
     run["grid_command"] = " ".join(cmd[:1] + ["--arch", "auto", "--op", op] + GRID_ARGS.split())
     run["grid_s"] = round(time.monotonic() - t0, 1)
@@ -413,14 +433,13 @@ def measure_shape(args, op, s, grid_db, runtimes, deadline):
            "--quiet"] + args.tune_args.split()
     t0 = time.monotonic()
     tune_s = None
-    try:
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                       timeout=max(1, deadline.left()), text=True)
+    rc, err = run_group(cmd, deadline.left())
+    if rc == 0:
         tune_s = time.monotonic() - t0
-    except subprocess.TimeoutExpired:
+    elif rc == "timeout":
         notes["tuned"] = f"tuning stopped by --max-seconds after {time.monotonic() - t0:.0f} s"
-    except subprocess.CalledProcessError as e:
-        notes["tuned"] = f"autotune exited with {e.returncode}: {(e.stderr or '').strip()[-300:]}"
+    else:
+        notes["tuned"] = f"autotune exited with {rc}: {err.strip()[-300:]}"
     case = CASES[op](s)
     tuned_us = tuned_variant = None
     if tune_s is not None:
@@ -501,7 +520,8 @@ def measure_shape(args, op, s, grid_db, runtimes, deadline):
 def summarize(op, rows):
     """Per policy: shapes measured, ratio_to_tuned >= 0.9, median and min; the op's floors."""
     out = {}
-    for policy in sorted({r["policy"] for r in rows if r["op"] == op}):
+    policies = {r["policy"] for r in rows if r["op"] == op}
+    for policy in sorted(policies, key=lambda p: (POLICIES + sorted(policies)).index(p)):
         rs = [r for r in rows if r["op"] == op and r["policy"] == policy]
         ratios = [r["ratio_to_tuned"] for r in rs if r.get("ratio_to_tuned") is not None]
         s = {"shapes": len(rs), "with_ratio": len(ratios),
