@@ -9,9 +9,12 @@ becomes
 
 Each makes the copies its peer makes for layouts the kernels do not read (a strided
 last dimension, channel-last conv input, ...), then calls the registered operator
-(torch.ops.autotune.*). Eagerly, on plain CUDA tensors, the operator's implementation is
-called directly, skipping the dispatcher's round trip; under torch.compile (and for
-tensor subclasses) the call goes through torch.ops, so the graph holds the operator.
+(torch.ops.autotune.*). Eagerly, on plain tensors, the operator's implementation is
+called directly, skipping the dispatcher's round trip: its per-signature plan makes a
+warm call read only its tensors' shapes, strides, dtypes and pointers, and the copies
+are looked for on a signature's first call only (a layout the library accepted needs
+none). Under torch.compile (and for tensor subclasses) the call goes through torch.ops,
+so the graph holds the operator.
 
 Forward only: when autograd would record the call (grad mode on and an input requiring
 grad), the result carries a node whose backward raises NotImplementedError. What the
@@ -76,26 +79,20 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None,
             "autotune.causal_conv1d_fn: seq_idx (packed sequences, as Mamba-2 uses) is not "
             "implemented; call it once per sequence, or use causal-conv1d for packed batches")
     silu = activation is not None
-    if x.stride(-1) != 1:
-        x = x.contiguous()
-    if not weight.is_contiguous():
-        weight = weight.contiguous()
-    if bias is not None and not bias.is_contiguous():
-        bias = bias.contiguous()
-    if initial_states is not None and not initial_states.is_contiguous():
-        initial_states = initial_states.contiguous()
-    eager = type(x) is _Tensor and not _is_compiling()
-    if return_final_states:
-        fn = _ops.causal_conv1d_with_states if eager else _CONV_STATES
+    with_final = True if return_final_states else False
+    if type(x) is _Tensor and not _is_compiling():
+        fn, args = _ops.conv, (x, weight, bias, initial_states, silu, with_final, _conv_copies)
     else:
-        fn = _ops.causal_conv1d if eager else _CONV
+        x, weight, bias, initial_states = _conv_copies(x, weight, bias, initial_states) or \
+            (x, weight, bias, initial_states)
+        fn = _CONV_STATES if with_final else _CONV
+        args = (x, weight, bias, initial_states, silu)
     if _grad_enabled() and (x.requires_grad or weight.requires_grad or
                             (bias is not None and bias.requires_grad) or
                             (initial_states is not None and initial_states.requires_grad)):
-        result = _ForwardOnly.apply("causal_conv1d_fn", fn, x, weight, bias, initial_states,
-                                    silu)
+        result = _ForwardOnly.apply("causal_conv1d_fn", fn, *args)
     else:
-        result = fn(x, weight, bias, initial_states, silu)
+        result = fn(*args)
     if not return_final_states:
         return result
     out, final = result
@@ -110,6 +107,22 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None,
         final_states_out.copy_(final)
         final = final_states_out
     return out, final
+
+
+def _conv_copies(x, weight, bias, initial_states):
+    """The contiguous copies causal-conv1d makes (x with a strided last dimension, such as
+    channel-last x; a non-contiguous weight, bias or initial_states), or None when none
+    is needed. Not tensors: None (the call then refuses them by name)."""
+    try:
+        if (x.stride(-1) == 1 and weight.is_contiguous() and
+                (bias is None or bias.is_contiguous()) and
+                (initial_states is None or initial_states.is_contiguous())):
+            return None
+        return (x if x.stride(-1) == 1 else x.contiguous(), weight.contiguous(),
+                None if bias is None else bias.contiguous(),
+                None if initial_states is None else initial_states.contiguous())
+    except AttributeError:
+        return None
 
 
 # ---- mamba-ssm ------------------------------------------------------------------------------
@@ -133,34 +146,44 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
         raise NotImplementedError(
             "autotune.selective_scan_fn: cu_seqlens (variable-length packed sequences) is not "
             "implemented")
-    if u.stride(-1) != 1:
-        u = u.contiguous()
-    if delta.stride(-1) != 1:
-        delta = delta.contiguous()
-    if not A.is_contiguous():
-        A = A.contiguous()
-    if B.stride(-1) != 1:
-        B = B.contiguous()
-    if C.stride(-1) != 1:
-        C = C.contiguous()
-    if D is not None and not D.is_contiguous():
-        D = D.contiguous()
-    if z is not None and z.stride(-1) != 1:
-        z = z.contiguous()
-    delta_softplus = bool(delta_softplus)
-    eager = type(u) is _Tensor and not _is_compiling()
-    if return_last_state:
-        fn = _ops.selective_scan_with_state if eager else _SCAN_STATE
+    delta_softplus = True if delta_softplus else False
+    with_state = True if return_last_state else False
+    if type(u) is _Tensor and not _is_compiling():
+        fn = _ops.scan
+        args = (u, delta, A, B, C, D, z, delta_bias, delta_softplus, with_state, _scan_copies)
     else:
-        fn = _ops.selective_scan if eager else _SCAN
+        u, delta, A, B, C, D, z, delta_bias = _scan_copies(u, delta, A, B, C, D, z,
+                                                           delta_bias) or \
+            (u, delta, A, B, C, D, z, delta_bias)
+        fn = _SCAN_STATE if with_state else _SCAN
+        args = (u, delta, A, B, C, D, z, delta_bias, delta_softplus)
     if _grad_enabled() and (u.requires_grad or delta.requires_grad or A.requires_grad or
                             B.requires_grad or C.requires_grad or
                             (D is not None and D.requires_grad) or
                             (z is not None and z.requires_grad) or
                             (delta_bias is not None and delta_bias.requires_grad)):
-        return _ForwardOnly.apply("selective_scan_fn", fn, u, delta, A, B, C, D, z, delta_bias,
-                                  delta_softplus)
-    return fn(u, delta, A, B, C, D, z, delta_bias, delta_softplus)
+        return _ForwardOnly.apply("selective_scan_fn", fn, *args)
+    return fn(*args)
+
+
+def _scan_copies(u, delta, A, B, C, D, z, delta_bias):
+    """The contiguous copies mamba-ssm makes (u, delta, B, C, z with a strided last
+    dimension; a non-contiguous A or D), or None when none is needed."""
+    try:
+        if (u.stride(-1) == 1 and delta.stride(-1) == 1 and A.is_contiguous() and
+                B.stride(-1) == 1 and C.stride(-1) == 1 and (D is None or D.is_contiguous())
+                and (z is None or z.stride(-1) == 1)):
+            return None
+        last = _last_contiguous
+        return (last(u), last(delta), A.contiguous(), last(B), last(C),
+                None if D is None else D.contiguous(), None if z is None else last(z),
+                delta_bias)
+    except AttributeError:
+        return None
+
+
+def _last_contiguous(t):
+    return t if t.stride(-1) == 1 else t.contiguous()
 
 
 # ---- flash-attn 2 ---------------------------------------------------------------------------
@@ -193,22 +216,17 @@ def _features(name, dropout_p, causal, window_size, softcap, alibi_slopes, keys)
 
 
 def _attend(name, q, k, v, softmax_scale, causal, return_attn_probs):
-    causal = bool(causal)
-    if q.stride(-1) != 1:
-        q = q.contiguous()
-    if k.stride(-1) != 1:
-        k = k.contiguous()
-    if v.stride(-1) != 1:
-        v = v.contiguous()
-    eager = type(q) is _Tensor and not _is_compiling()
-    if return_attn_probs:
-        fn = _ops.attention_with_lse if eager else _ATTN_LSE
+    causal = True if causal else False
+    with_lse = True if return_attn_probs else False
+    if type(q) is _Tensor and not _is_compiling():
+        fn, args = _ops.attend, (q, k, v, causal, softmax_scale, with_lse, _attn_copies)
     else:
-        fn = _ops.attention if eager else _ATTN
+        q, k, v = _attn_copies(q, k, v) or (q, k, v)
+        fn, args = (_ATTN_LSE if with_lse else _ATTN), (q, k, v, causal, softmax_scale)
     if _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        result = _ForwardOnly.apply(name, fn, q, k, v, causal, softmax_scale)
+        result = _ForwardOnly.apply(name, fn, *args)
     else:
-        result = fn(q, k, v, causal, softmax_scale)
+        result = fn(*args)
     if not return_attn_probs:
         return result
     out, lse = result
@@ -218,6 +236,17 @@ def _attend(name, q, k, v, softmax_scale, causal, return_attn_probs):
         lse = lse.masked_fill(lse == float("-inf"), float("inf"))
     # flash-attn returns S_dmask only with dropout; without it, an empty tensor.
     return out, lse, q.new_empty((0,))
+
+
+def _attn_copies(q, k, v):
+    """Contiguous copies of q, k, v whose last dimension is strided (flash-attn makes
+    them too), or None when none is needed."""
+    try:
+        if q.stride(-1) == 1 and k.stride(-1) == 1 and v.stride(-1) == 1:
+            return None
+        return _last_contiguous(q), _last_contiguous(k), _last_contiguous(v)
+    except AttributeError:
+        return None
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -237,8 +266,9 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     (batch, nheads, seqlen_q) fp32, S_dmask) where S_dmask is empty, as flash-attn returns
     it without dropout.
     """
-    causal = _features("flash_attn_func", dropout_p, causal, window_size, softcap,
-                       alibi_slopes, k)
+    if dropout_p or softcap or alibi_slopes is not None or window_size is not _NO_WINDOW:
+        causal = _features("flash_attn_func", dropout_p, causal, window_size, softcap,
+                           alibi_slopes, k)
     return _attend("flash_attn_func", q, k, v, softmax_scale, causal, return_attn_probs)
 
 

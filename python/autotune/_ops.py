@@ -20,64 +20,48 @@ Registration uses torch.library.Library define/impl rather than custom_op: a cal
 then crosses the dispatcher into Python once, not once per dispatch key. There is no
 autograd formula: the drop-ins raise on backward (see _dropin.py).
 
-Warm path of a call: one dict lookup for the device's runtime, the output allocations,
-the tensors' (pointer, dtype, shape, strides) packed into a reused per-thread buffer,
-one ctypes call on torch's current raw stream. A split-KV attention workspace is found
-by a dict lookup of the call's signature.
+Warm path of a call (_calls.py): the call's signature (device, each tensor's shape,
+strides and dtype, the flags) finds this thread's plan for it, which holds the packed
+args struct; the outputs are allocated, their and the inputs' data pointers written
+into the struct, and the library called on torch's current raw stream. The first call
+of a signature checks and packs every field and keeps the plan once the library
+accepted the call (a split-KV attention variant's workspace is part of it).
 """
-import ctypes
 import threading
 
 import torch
 
-from . import _config
-from ._runtime import Runtime, attention_fields, tensor_fields
+from . import _calls, _config
+from ._calls import last_state_shape as _last_state_shape
+from ._calls import lse_shape_of as _lse_shape
+from ._calls import states_shape as _states_shape
+from ._runtime import Runtime
 
-
-def _no_cuda(device):
-    raise RuntimeError("autotune: this torch is built without CUDA")
-
-
-# The raw CUstream of torch's current stream on a device (absent from CPU-only builds).
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or _no_cuda
 _contiguous = torch.contiguous_format
 _f32 = torch.float32
 
-
-class _Device:
-    """What a CUDA device's calls share: its runtime (the database and policy of the
-    time it was created), the ctypes entry points, and the attention workspaces."""
-
-    def __init__(self, index):
-        self.index = index
-        self.rt = Runtime(None, _config.database(), policy=_config.policy(), device=index)
-        lib = self.rt.lib
-        self.handle = self.rt.handle
-        self.conv = lib.autotune_causal_conv1d
-        self.attn = lib.autotune_attention
-        self.scan = lib.autotune_selective_scan
-        self.pack = self.rt._pack_call
-        self.check = self.rt.check
-        self.workspace = {}  # attention call signature -> (pointer, bytes) or (0, 0)
-        self.buffers = {}  # bytes -> the zero-filled uint8 tensor behind those pointers
-
-
-_devices = {}
+_devices = {}  # CUDA device index -> its Runtime
 _retired = []  # runtimes of an earlier database/policy: kept, their kernels stay loaded
 _lock = threading.Lock()
+# Per thread, signature -> call plan (_calls.py), for the operators and the drop-ins.
+_plans = _calls.Plans()
 
 
 def _device(index, t, what):
-    """The state of CUDA device `index` (t, named `what`, is the tensor on it; None when
-    the device was asked for by number), created on its first call."""
+    """The Runtime of CUDA device `index` (t, named `what`, is the tensor on it; None when
+    the device was asked for by number), created on its first call with the current
+    database and policy."""
     if index is None or index < 0:
         where = f"{what} is on {t.device}" if t is not None else f"device {index} was asked for"
         raise ValueError(f"autotune: {where}; autotune's kernels take CUDA tensors")
-    with _lock:
-        st = _devices.get(index)
-        if st is None:
-            st = _devices[index] = _Device(index)
-    return st
+    rt = _devices.get(index)
+    if rt is None:
+        with _lock:
+            rt = _devices.get(index)
+            if rt is None:
+                rt = _devices[index] = Runtime(None, _config.database(),
+                                               policy=_config.policy(), device=index)
+    return rt
 
 
 def get_runtime(device=0):
@@ -89,153 +73,61 @@ def get_runtime(device=0):
         if device.type != "cuda":
             raise ValueError(f"autotune: {device} is not a CUDA device")
         device = device.index if device.index is not None else torch.cuda.current_device()
-    st = _devices.get(device) or _device(device, None, "device")
-    return st.rt
+    return _device(device, None, "device")
 
 
 def _retire():
     with _lock:
         _retired.extend(_devices.values())
         _devices.clear()
+        _plans.clear()
 
 
 _config.on_change(_retire)
 
 
-# ---- launches: tensors straight to the C ABI -------------------------------------------
-def _conv_launch(x, weight, bias, initial_states, out, final_states, silu):
-    dev = x.get_device()
-    st = _devices.get(dev) or _device(dev, x, "x")
-    buf = st.pack("causal_conv1d", *tensor_fields(x, "x"), *tensor_fields(weight, "weight"),
-                  *tensor_fields(bias, "bias"), *tensor_fields(initial_states, "initial_states"),
-                  *tensor_fields(out, "out"), *tensor_fields(final_states, "final_states"),
-                  1 if silu else 0)
-    status = st.conv(st.handle, buf, _raw_stream(dev))
-    if status:
-        st.check(status)
+# ---- CUDA implementations: tensors straight to the C ABI ----------------------------------
+# The drop-ins call conv/scan/attention below directly when eager (copies: the peer's
+# copies, made on a first call only when the library would refuse the layout).
+def conv(x, weight, bias, initial_states, silu, with_final, copies=None):
+    return _calls.conv(_plans, _device, x, weight, bias, initial_states, silu, with_final,
+                       copies)
 
 
-def _scan_launch(u, delta, A, B, C, D, z, delta_bias, out, last_state, delta_softplus):
-    dev = u.get_device()
-    st = _devices.get(dev) or _device(dev, u, "u")
-    buf = st.pack("selective_scan", *tensor_fields(u, "u"), *tensor_fields(delta, "delta"),
-                  *tensor_fields(A, "A"), *tensor_fields(B, "B"), *tensor_fields(C, "C"),
-                  *tensor_fields(D, "D"), *tensor_fields(z, "z"),
-                  *tensor_fields(delta_bias, "delta_bias"), *tensor_fields(out, "out"),
-                  *tensor_fields(last_state, "last_state"), 1 if delta_softplus else 0)
-    status = st.scan(st.handle, buf, _raw_stream(dev))
-    if status:
-        st.check(status)
+def scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, with_state, copies=None):
+    return _calls.scan(_plans, _device, u, delta, A, B, C, D, z, delta_bias, delta_softplus,
+                       with_state, copies)
 
 
-def _attn_launch(q, k, v, o, lse, causal, scale):
-    dev = q.get_device()
-    st = _devices.get(dev) or _device(dev, q, "q")
-    if scale is not None and not scale > 0:
-        raise ValueError(f"autotune: softmax_scale must be positive or None (1/sqrt(headdim)), "
-                         f"not {scale}")
-    fields = (*attention_fields(q, "q"), *attention_fields(k, "k"), *attention_fields(v, "v"),
-              *attention_fields(o, "o"), *tensor_fields(lse, "lse"), 1 if causal else 0,
-              scale or 0.0)
-    # What the library's call signature holds (sizes, dtype, causal, lse, q's layout),
-    # as far as it decides the variant and so the workspace.
-    key = (q.shape, k.shape, q.stride(), q.dtype, bool(causal), lse is None)
-    ws = st.workspace.get(key)
-    if ws is None:
-        ws = _attention_workspace(st, key, fields, q)
-    buf = st.pack("attention", *fields, *ws)
-    status = st.attn(st.handle, buf, _raw_stream(dev))
-    if status:
-        st.check(status)
+def attend(q, k, v, causal, softmax_scale, with_lse, copies=None):
+    return _calls.attention(_plans, _device, q, k, v, causal, softmax_scale, with_lse, copies)
 
 
-def _attention_workspace(st, key, fields, q):
-    """First call of a signature: the variant's workspace (0 bytes unless it splits the
-    keys), zero-filled once and shared by later calls of any signature needing as many
-    bytes (each call leaves it zeroed for the next)."""
-    if torch.cuda.is_current_stream_capturing():
-        raise RuntimeError(
-            "autotune: the first attention call of this signature (shapes, q's layout, dtype, "
-            "causal, lse) is inside CUDA graph capture; run it once eagerly before capturing "
-            "(torch.cuda.graphs' warm-up): the first call resolves the variant, may compile it, "
-            "and allocates a split-KV variant's workspace, none of which may happen in a graph")
-    args = st.rt.pack("attention", *fields, 0, 0)
-    n = ctypes.c_uint64()
-    st.check(st.rt.lib.autotune_attention_workspace_size(st.handle, args, ctypes.byref(n)))
-    need = n.value
-    ws = (0, 0)
-    if need:
-        buf = st.buffers.get(need)
-        if buf is None:
-            buf = st.buffers[need] = torch.zeros(need, dtype=torch.uint8, device=q.device)
-        ws = (buf.data_ptr(), need)
-    st.workspace[key] = ws
-    return ws
-
-
-# ---- output shapes (shared by the real and the fake implementations) ----------------------
-def _states_shape(x, weight):
-    if x.dim() != 3 or weight.dim() != 2:
-        raise ValueError(f"autotune: x must be [batch, channels, length] and weight [channels, "
-                         f"width], not {list(x.shape)} and {list(weight.shape)}")
-    if not 2 <= weight.shape[1] <= 4:
-        raise ValueError(f"autotune: weight has width {weight.shape[1]}; expected 2, 3 or 4")
-    return (x.shape[0], x.shape[1], weight.shape[1] - 1)
-
-
-def _last_state_shape(u, A):
-    if u.dim() != 3 or A.dim() != 2:
-        raise ValueError(f"autotune: u must be [batch, dim, length] and A [dim, dstate], not "
-                         f"{list(u.shape)} and {list(A.shape)}")
-    return (u.shape[0], u.shape[1], A.shape[1])
-
-
-def _lse_shape(q):
-    if q.dim() != 4:
-        raise ValueError(f"autotune: q must be [batch, seqlen, heads, headdim], not "
-                         f"{list(q.shape)}")
-    return (q.shape[0], q.shape[2], q.shape[1])
-
-
-# ---- CUDA implementations -----------------------------------------------------------------
 def causal_conv1d(x, weight, bias=None, initial_states=None, silu=False):
-    out = torch.empty_like(x, memory_format=_contiguous)
-    _conv_launch(x, weight, bias, initial_states, out, None, silu)
-    return out
+    return _calls.conv(_plans, _device, x, weight, bias, initial_states, silu, False)
 
 
 def causal_conv1d_with_states(x, weight, bias=None, initial_states=None, silu=False):
-    out = torch.empty_like(x, memory_format=_contiguous)
-    final = x.new_empty(_states_shape(x, weight))
-    _conv_launch(x, weight, bias, initial_states, out, final, silu)
-    return out, final
+    return _calls.conv(_plans, _device, x, weight, bias, initial_states, silu, True)
 
 
 def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False):
-    out = torch.empty_like(u, memory_format=_contiguous)
-    _scan_launch(u, delta, A, B, C, D, z, delta_bias, out, None, delta_softplus)
-    return out
+    return _calls.scan(_plans, _device, u, delta, A, B, C, D, z, delta_bias, delta_softplus,
+                       False)
 
 
 def selective_scan_with_state(u, delta, A, B, C, D=None, z=None, delta_bias=None,
                               delta_softplus=False):
-    out = torch.empty_like(u, memory_format=_contiguous)
-    last = u.new_empty(_last_state_shape(u, A), dtype=_f32)
-    _scan_launch(u, delta, A, B, C, D, z, delta_bias, out, last, delta_softplus)
-    return out, last
+    return _calls.scan(_plans, _device, u, delta, A, B, C, D, z, delta_bias, delta_softplus,
+                       True)
 
 
 def attention(q, k, v, causal=False, softmax_scale=None):
-    out = torch.empty_like(q, memory_format=_contiguous)
-    _attn_launch(q, k, v, out, None, causal, softmax_scale)
-    return out
+    return _calls.attention(_plans, _device, q, k, v, causal, softmax_scale, False)
 
 
 def attention_with_lse(q, k, v, causal=False, softmax_scale=None):
-    out = torch.empty_like(q, memory_format=_contiguous)
-    lse = q.new_empty(_lse_shape(q), dtype=_f32)
-    _attn_launch(q, k, v, out, lse, causal, softmax_scale)
-    return out, lse
+    return _calls.attention(_plans, _device, q, k, v, causal, softmax_scale, True)
 
 
 # ---- fake implementations: outputs of the right shape, dtype, device and strides ----------

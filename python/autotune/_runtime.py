@@ -67,6 +67,15 @@ class ArgsLayout:
             raise RuntimeError("autotune: the described fields overrun the struct")
         self.struct = struct.Struct(fmt)
         self.offsets = {name: offset for name, _, offset in self.fields}
+        # The data pointers alone, at their offsets (a warm call rewrites only these).
+        fmt, at = "=", 0
+        for name, kind, offset in self.fields:
+            if kind == "tensor":
+                fmt += (f"{offset - at}x" if offset > at else "") + "Q"
+                at = offset + 8
+        if ctypes.sizeof(ctypes.c_void_p) != 8:
+            raise RuntimeError("autotune: a 64-bit process is needed")
+        self.pointers = struct.Struct(fmt)
 
 
 _CODES = {}
@@ -186,6 +195,10 @@ class Library:
             getattr(lib, f"autotune_{op}").argtypes = [vp, vp, vp]
             getattr(lib, f"autotune_{op}_variant").argtypes = [vp, vp, ctypes.c_char_p, u64]
         lib.autotune_attention_workspace_size.argtypes = [vp, vp, ctypes.POINTER(u64)]
+        # The call functions once more, without argtypes, for the plans' warm path
+        # (_calls.py): its arguments are ctypes objects already, so ctypes converts
+        # nothing (a plain int would be passed as a C int: never pass one).
+        self.calls = {op: lib._FuncPtr((f"autotune_{op}", lib)) for op in OPS}
 
     def check(self, status):
         if status != 0:
@@ -215,6 +228,9 @@ class Runtime:
         self.check(lib.autotune_runtime_create_on_device(
             database.encode() if database else None, policy.encode(), int(device),
             ctypes.byref(self.handle)))
+        from . import _calls
+        self._calls = _calls
+        self.plans = _calls.Plans()  # this runtime's per-signature call plans
 
     def check(self, status):
         if status != 0:
@@ -246,6 +262,46 @@ class Runtime:
 
     stream = staticmethod(_current_stream)
 
+    def _runtime_for(self, index, t, what):
+        """The runtime of the plans' first calls: this one (the library checks that every
+        pointer is memory of this runtime's GPU)."""
+        if index is None or index < 0:
+            raise ValueError(f"autotune: {what} is on {t.device}; autotune's kernels take "
+                             "CUDA tensors")
+        return self
+
+    def attention_workspace(self, key, fields, q):
+        """(pointer, bytes) of the workspace an attention call needs ((0, 0) unless its
+        variant splits the keys), asked once per call signature (key; None: not kept).
+        The buffer is zero-filled once and shared by the calls of every signature that
+        needs as many bytes: each call leaves it zeroed for the next."""
+        ws = self._workspace_need.get(key) if key is not None else None
+        if ws is not None:
+            return ws
+        import torch
+        if q.is_cuda and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(
+                "autotune: the first attention call of this signature (shapes, q's layout, "
+                "dtype, causal, lse) is inside CUDA graph capture; run it once eagerly before "
+                "capturing (torch.cuda.graphs' warm-up): the first call resolves the variant, "
+                "may compile it, and allocates a split-KV variant's workspace, none of which "
+                "may happen in a graph")
+        n = ctypes.c_uint64()
+        self.check(self.lib.autotune_attention_workspace_size(
+            self.handle, self.pack("attention", *fields, 0, 0), ctypes.byref(n)))
+        need = n.value
+        ws = (0, 0)
+        if need:
+            wkey = (q.get_device(), need)
+            buf = self.workspaces.get(wkey)
+            if buf is None:
+                buf = self.workspaces[wkey] = torch.zeros(need, device=q.device,
+                                                          dtype=torch.uint8)
+            ws = (buf.data_ptr(), need)
+        if key is not None:
+            self._workspace_need[key] = ws
+        return ws
+
     def variant(self, op, args):
         """'SOURCE VARIANT' of what a call of op with args runs (SOURCE: tuned,
         nearest PROBLEM, default, pinned)."""
@@ -265,6 +321,9 @@ class Runtime:
 
     def causal_conv1d(self, x, weight, bias=None, silu=True, initial_states=None,
                       final_states=None, out=None):
+        if out is None and final_states is None:
+            return self._calls.conv(self.plans, self._runtime_for, x, weight, bias,
+                                    initial_states, silu, False)
         import torch
         if out is None:
             out = torch.empty_like(x, memory_format=torch.contiguous_format)
@@ -296,6 +355,11 @@ class Runtime:
         """softmax(scale Q K^T + mask) V (scale None: 1/sqrt(D)); with return_lse, also the
         fp32 log-sum-exp [B, Hq, Sq]. A split-KV variant's workspace is allocated,
         zero-filled and kept by this object."""
+        if layout not in ("bshd", "bhsd"):
+            raise ValueError(f"autotune: layout must be 'bshd' or 'bhsd', not {layout!r}")
+        if out is None and layout == "bshd":
+            return self._calls.attention(self.plans, self._runtime_for, q, k, v, causal, scale,
+                                         return_lse)
         import torch
         if out is None:
             out = torch.empty_like(q, memory_format=torch.contiguous_format)
@@ -304,21 +368,16 @@ class Runtime:
             B, Hq, Sq = (q.shape[0], q.shape[1], q.shape[2]) if layout == "bhsd" else \
                 (q.shape[0], q.shape[2], q.shape[1])
             lse = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
-        args = self.attention_args(q, k, v, out, lse, causal, scale, layout, _pack=self._pack_call)
+        bhsd = layout == "bhsd"
+        fields = (*attention_fields(q, "q", bhsd), *attention_fields(k, "k", bhsd),
+                  *attention_fields(v, "v", bhsd), *attention_fields(out, "o", bhsd),
+                  *tensor_fields(lse, "lse"), int(causal), float(scale or 0.0))
         # The workspace a split-KV variant needs, asked once per signature.
-        key = (q.shape, k.shape, q.stride(), q.dtype, q.device, bool(causal), return_lse, layout)
-        need = self._workspace_need.get(key)
-        if need is None:
-            n = ctypes.c_uint64()
-            self.check(self.lib.autotune_attention_workspace_size(self.handle, args,
-                                                                  ctypes.byref(n)))
-            need = self._workspace_need[key] = n.value
-        if need:
-            wkey = (q.device, need)
-            if wkey not in self.workspaces:
-                self.workspaces[wkey] = torch.zeros(need, device=q.device, dtype=torch.uint8)
-            args = self.attention_args(q, k, v, out, lse, causal, scale, layout,
-                                       self.workspaces[wkey].data_ptr(), need, self._pack_call)
+        key = ("runtime", layout, q.get_device(), q.shape, q.stride(), q.dtype, k.shape,
+               k.stride(), k.dtype, v.shape, v.stride(), v.dtype, out.shape, out.stride(),
+               out.dtype, bool(causal), scale, return_lse)
+        ws = self.attention_workspace(key, fields, q)
+        args = self.attention_args(q, k, v, out, lse, causal, scale, layout, *ws, self._pack_call)
         self.check(self.lib.autotune_attention(self.handle, args, self.stream(q)))
         return (out, lse) if return_lse else out
 
@@ -338,9 +397,10 @@ class Runtime:
     def selective_scan(self, u, delta, A, B, C, D=None, z=None, delta_bias=None,
                        delta_softplus=True, return_last_state=False, out=None):
         """Mamba-1 selective scan forward; with return_last_state also h_L fp32 [B, D, N]."""
-        import torch
         if out is None:
-            out = torch.empty_like(u, memory_format=torch.contiguous_format)
+            return self._calls.scan(self.plans, self._runtime_for, u, delta, A, B, C, D, z,
+                                    delta_bias, delta_softplus, return_last_state)
+        import torch
         last = None
         if return_last_state:
             last = torch.empty((u.shape[0], u.shape[1], A.shape[1]), device=u.device,

@@ -1,0 +1,332 @@
+"""The call path shared by the registered operators (_ops.py), the drop-ins (_dropin.py)
+and Runtime's methods: a per-signature plan, so that a warm call does little more than
+read its tensors' pointers.
+
+A call's signature is everything in the op's args struct except the data pointers: the
+device, each tensor's shape, strides and dtype (or its absence), the flags and scalars,
+and which outputs the call allocates. The first call of a signature in a thread checks
+and packs every field as before (tensor_fields: type, rank, dtype, null data) and calls
+the library, which validates everything; only when the library accepted the call is its
+plan kept: the packed args struct (a ctypes buffer owned by the plan, with the
+workspace of a split-KV attention variant filled in), the struct that writes the data
+pointers at their offsets, the outputs' allocation, and the library's entry point.
+A warm call reads shape, strides and dtype of each tensor for the key, allocates its
+outputs, writes the pointers into the plan's buffer and calls the library; it creates
+nothing the cyclic garbage collector must later visit except the key, the outputs and
+the tuple it returns.
+
+Plans are per thread (threading.local: two threads never write one buffer) and per
+owner (a Runtime, or the package's device table, which drops them all when the database
+or policy changes). The library still checks every call's pointers (device memory of
+the runtime's GPU, inside an allocation), so a plan never lets a CPU tensor through.
+
+The library's three call functions are called through function pointers without
+argtypes: every argument is already a ctypes object (the handle, the args buffer, the
+stream as c_void_p or None), which skips ctypes' per-argument conversion.
+"""
+import ctypes
+import threading
+import weakref
+
+from ._runtime import attention_fields, tensor_fields
+
+# A thread's plans stop growing here (shapes that change every call, such as a serving
+# loop's sequence lengths, would otherwise keep one plan per length forever): the cache
+# is emptied and refills with the signatures still in use.
+MAX_PLANS = 2048
+
+_torch = None
+_empty_like = _empty = _contiguous = _f32 = _raw_stream = None
+
+
+def _load_torch():
+    """torch's functions the warm path calls, bound once (the package imports without
+    torch; a plan exists only after a first call, which runs this)."""
+    global _torch, _empty_like, _empty, _contiguous, _f32, _raw_stream
+    if _torch is None:
+        import torch
+        _empty_like, _empty = torch.empty_like, torch.empty
+        _contiguous, _f32 = torch.contiguous_format, torch.float32
+        _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or _no_cuda
+        _torch = torch
+    return _torch
+
+
+def _no_cuda(device):
+    raise RuntimeError("autotune: this torch is built without CUDA")
+
+
+class _StreamArgs(dict):
+    """Raw CUstream -> the ctypes argument that passes it (None for the default stream),
+    made once per stream."""
+
+    def __missing__(self, raw):
+        arg = self[raw] = ctypes.c_void_p(raw)
+        return arg
+
+
+STREAMS = _StreamArgs({0: None})
+
+
+class _Caches:
+    __slots__ = ("conv", "scan", "attn", "__weakref__")
+
+    def __init__(self):
+        self.conv, self.scan, self.attn = {}, {}, {}
+
+
+class Plans(threading.local):
+    """One owner's plans: per thread, a dict per op (conv, scan, attn) from signature to
+    plan. clear() empties every thread's dicts (the owner's runtime changed)."""
+
+    def __init__(self):
+        # threading.local runs this once in each thread that uses the object.
+        caches = _Caches()
+        self.conv, self.scan, self.attn = caches.conv, caches.scan, caches.attn
+        self._caches = caches  # the thread's reference; the registry only holds weak ones
+        with _REGISTRY_LOCK:
+            threads = _THREADS.get(self)
+            if threads is None:
+                threads = _THREADS[self] = weakref.WeakSet()
+            threads.add(caches)
+
+    def clear(self):
+        with _REGISTRY_LOCK:
+            caches = list(_THREADS.get(self, ()))
+        for c in caches:
+            c.conv.clear()
+            c.scan.clear()
+            c.attn.clear()
+
+
+_REGISTRY_LOCK = threading.Lock()
+_THREADS = weakref.WeakKeyDictionary()  # Plans -> the live threads' caches of it
+
+
+def _remember(cache, key, plan):
+    if key is not None:
+        if len(cache) >= MAX_PLANS:
+            cache.clear()
+        cache[key] = plan
+
+
+def _new_args(rt, op, values):
+    layout = rt.layouts[op]
+    buf = ctypes.create_string_buffer(layout.size)
+    layout.struct.pack_into(buf, 0, *values)
+    return buf, layout.pointers.pack_into
+
+
+def _fail(rt, status):
+    rt.check(status)
+
+
+# ---- causal_conv1d ------------------------------------------------------------------------
+def conv(plans, runtime_for, x, weight, bias, initial_states, silu, with_final, copies=None):
+    """out (and final states [B, C, W-1] in x's dtype when with_final) of a conv call.
+    runtime_for(device_index, tensor, name): the Runtime serving that device. copies:
+    the drop-in's function making the copies its peer makes (called on a first call
+    only; a signature the library accepted needs none)."""
+    try:
+        key = (x.get_device(), x.shape, x.stride(), x.dtype, weight.shape, weight.stride(),
+               weight.dtype, bias is not None and (bias.shape, bias.stride(), bias.dtype),
+               initial_states is not None and (initial_states.shape, initial_states.stride(),
+                                               initial_states.dtype), silu, with_final)
+        plan = plans.conv.get(key)
+    except (AttributeError, TypeError):  # not tensors: the first-call path says which
+        key = plan = None
+    if plan is None:
+        return _conv_first(plans, runtime_for, key, x, weight, bias, initial_states, silu,
+                           with_final, copies)
+    buf, pack, fn, handle, rt, dev, contiguous, final_shape, dtype, device = plan
+    out = _empty_like(x) if contiguous else _empty_like(x, memory_format=_contiguous)
+    if final_shape is None:
+        pack(buf, 0, x.data_ptr(), weight.data_ptr(), bias.data_ptr() if bias is not None else 0,
+             initial_states.data_ptr() if initial_states is not None else 0, out.data_ptr(), 0)
+        status = fn(handle, buf, STREAMS[_raw_stream(dev)])
+        if status:
+            _fail(rt, status)
+        return out
+    final = _empty(final_shape, dtype=dtype, device=device)
+    pack(buf, 0, x.data_ptr(), weight.data_ptr(), bias.data_ptr() if bias is not None else 0,
+         initial_states.data_ptr() if initial_states is not None else 0, out.data_ptr(),
+         final.data_ptr())
+    status = fn(handle, buf, STREAMS[_raw_stream(dev)])
+    if status:
+        _fail(rt, status)
+    return out, final
+
+
+def _conv_first(plans, runtime_for, key, x, weight, bias, init, silu, with_final, copies):
+    torch = _load_torch()
+    if copies is not None:
+        copied = copies(x, weight, bias, init)
+        if copied is not None:
+            return conv(plans, runtime_for, *copied, silu, with_final)
+    fields_x = tensor_fields(x, "x")
+    dev = x.get_device()
+    rt = runtime_for(dev, x, "x")
+    contiguous = x.is_contiguous()
+    out = torch.empty_like(x, memory_format=_contiguous)
+    final = final_shape = None
+    if with_final:
+        final_shape = states_shape(x, weight)
+        final = torch.empty(final_shape, dtype=x.dtype, device=x.device)
+    buf, pack = _new_args(rt, "causal_conv1d", (
+        *fields_x, *tensor_fields(weight, "weight"), *tensor_fields(bias, "bias"),
+        *tensor_fields(init, "initial_states"), *tensor_fields(out, "out"),
+        *tensor_fields(final, "final_states"), 1 if silu else 0))
+    fn, handle = rt.library.calls["causal_conv1d"], rt.handle
+    status = fn(handle, buf, STREAMS[_raw_stream(dev)])
+    if status:
+        _fail(rt, status)
+    _remember(plans.conv, key, (buf, pack, fn, handle, rt, dev, contiguous, final_shape,
+                                x.dtype, x.device))
+    return (out, final) if with_final else out
+
+
+# ---- selective_scan -----------------------------------------------------------------------
+def scan(plans, runtime_for, u, delta, A, B, C, D, z, delta_bias, delta_softplus, with_state,
+         copies=None):
+    """out (and the last state fp32 [B, D, N] when with_state) of a selective scan call;
+    runtime_for and copies as for conv."""
+    try:
+        key = (u.get_device(), u.shape, u.stride(), u.dtype, delta.shape, delta.stride(),
+               delta.dtype, A.shape, A.stride(), A.dtype, B.shape, B.stride(), B.dtype,
+               C.shape, C.stride(), C.dtype, D is not None and (D.shape, D.stride(), D.dtype),
+               z is not None and (z.shape, z.stride(), z.dtype),
+               delta_bias is not None and (delta_bias.shape, delta_bias.stride(),
+                                           delta_bias.dtype), delta_softplus, with_state)
+        plan = plans.scan.get(key)
+    except (AttributeError, TypeError):
+        key = plan = None
+    if plan is None:
+        return _scan_first(plans, runtime_for, key, u, delta, A, B, C, D, z, delta_bias,
+                           delta_softplus, with_state, copies)
+    buf, pack, fn, handle, rt, dev, contiguous, state_shape, device = plan
+    out = _empty_like(u) if contiguous else _empty_like(u, memory_format=_contiguous)
+    last = _empty(state_shape, dtype=_f32, device=device) if state_shape is not None else None
+    pack(buf, 0, u.data_ptr(), delta.data_ptr(), A.data_ptr(), B.data_ptr(), C.data_ptr(),
+         D.data_ptr() if D is not None else 0, z.data_ptr() if z is not None else 0,
+         delta_bias.data_ptr() if delta_bias is not None else 0, out.data_ptr(),
+         last.data_ptr() if last is not None else 0)
+    status = fn(handle, buf, STREAMS[_raw_stream(dev)])
+    if status:
+        _fail(rt, status)
+    return out if last is None else (out, last)
+
+
+def _scan_first(plans, runtime_for, key, u, delta, A, B, C, D, z, delta_bias, delta_softplus,
+                with_state, copies):
+    torch = _load_torch()
+    if copies is not None:
+        copied = copies(u, delta, A, B, C, D, z, delta_bias)
+        if copied is not None:
+            return scan(plans, runtime_for, *copied, delta_softplus, with_state)
+    fields_u = tensor_fields(u, "u")
+    dev = u.get_device()
+    rt = runtime_for(dev, u, "u")
+    contiguous = u.is_contiguous()
+    out = torch.empty_like(u, memory_format=_contiguous)
+    last = state_shape = None
+    if with_state:
+        state_shape = last_state_shape(u, A)
+        last = torch.empty(state_shape, dtype=_f32, device=u.device)
+    buf, pack = _new_args(rt, "selective_scan", (
+        *fields_u, *tensor_fields(delta, "delta"), *tensor_fields(A, "A"),
+        *tensor_fields(B, "B"), *tensor_fields(C, "C"), *tensor_fields(D, "D"),
+        *tensor_fields(z, "z"), *tensor_fields(delta_bias, "delta_bias"),
+        *tensor_fields(out, "out"), *tensor_fields(last, "last_state"),
+        1 if delta_softplus else 0))
+    fn, handle = rt.library.calls["selective_scan"], rt.handle
+    status = fn(handle, buf, STREAMS[_raw_stream(dev)])
+    if status:
+        _fail(rt, status)
+    _remember(plans.scan, key, (buf, pack, fn, handle, rt, dev, contiguous, state_shape,
+                                u.device))
+    return (out, last) if with_state else out
+
+
+# ---- attention ----------------------------------------------------------------------------
+def attention(plans, runtime_for, q, k, v, causal, scale, with_lse, copies=None):
+    """out [B, Sq, Hq, D] (and the fp32 log-sum-exp [B, Hq, Sq] when with_lse) of an
+    attention call on [B, S, H, D] tensors; runtime_for and copies as for conv."""
+    try:
+        key = (q.get_device(), q.shape, q.stride(), q.dtype, k.shape, k.stride(), k.dtype,
+               v.shape, v.stride(), v.dtype, causal, scale, with_lse)
+        plan = plans.attn.get(key)
+    except (AttributeError, TypeError):
+        key = plan = None
+    if plan is None:
+        return _attention_first(plans, runtime_for, key, q, k, v, causal, scale, with_lse,
+                                copies)
+    buf, pack, fn, handle, rt, dev, contiguous, lse_shape, device = plan
+    out = _empty_like(q) if contiguous else _empty_like(q, memory_format=_contiguous)
+    if lse_shape is None:
+        pack(buf, 0, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), 0)
+        status = fn(handle, buf, STREAMS[_raw_stream(dev)])
+        if status:
+            _fail(rt, status)
+        return out
+    lse = _empty(lse_shape, dtype=_f32, device=device)
+    pack(buf, 0, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr())
+    status = fn(handle, buf, STREAMS[_raw_stream(dev)])
+    if status:
+        _fail(rt, status)
+    return out, lse
+
+
+def _attention_first(plans, runtime_for, key, q, k, v, causal, scale, with_lse, copies):
+    torch = _load_torch()
+    if copies is not None:
+        copied = copies(q, k, v)
+        if copied is not None:
+            return attention(plans, runtime_for, *copied, causal, scale, with_lse)
+    fields_q = attention_fields(q, "q")
+    dev = q.get_device()
+    rt = runtime_for(dev, q, "q")
+    if scale is not None and not scale > 0:
+        raise ValueError(f"autotune: softmax_scale must be positive or None (1/sqrt(headdim)), "
+                         f"not {scale}")
+    contiguous = q.is_contiguous()
+    out = torch.empty_like(q, memory_format=_contiguous)
+    lse = lse_shape = None
+    if with_lse:
+        lse_shape = lse_shape_of(q)
+        lse = torch.empty(lse_shape, dtype=_f32, device=q.device)
+    fields = (*fields_q, *attention_fields(k, "k"), *attention_fields(v, "v"),
+              *attention_fields(out, "o"), *tensor_fields(lse, "lse"), 1 if causal else 0,
+              float(scale or 0.0))
+    workspace = rt.attention_workspace(key, fields, q)
+    buf, pack = _new_args(rt, "attention", fields + workspace)
+    fn, handle = rt.library.calls["attention"], rt.handle
+    status = fn(handle, buf, STREAMS[_raw_stream(dev)])
+    if status:
+        _fail(rt, status)
+    _remember(plans.attn, key, (buf, pack, fn, handle, rt, dev, contiguous, lse_shape,
+                                q.device))
+    return (out, lse) if with_lse else out
+
+
+# ---- output shapes (shared with the fake implementations) ----------------------------------
+def states_shape(x, weight):
+    if x.dim() != 3 or weight.dim() != 2:
+        raise ValueError(f"autotune: x must be [batch, channels, length] and weight [channels, "
+                         f"width], not {list(x.shape)} and {list(weight.shape)}")
+    if not 2 <= weight.shape[1] <= 4:
+        raise ValueError(f"autotune: weight has width {weight.shape[1]}; expected 2, 3 or 4")
+    return (x.shape[0], x.shape[1], weight.shape[1] - 1)
+
+
+def last_state_shape(u, A):
+    if u.dim() != 3 or A.dim() != 2:
+        raise ValueError(f"autotune: u must be [batch, dim, length] and A [dim, dstate], not "
+                         f"{list(u.shape)} and {list(A.shape)}")
+    return (u.shape[0], u.shape[1], A.shape[1])
+
+
+def lse_shape_of(q):
+    if q.dim() != 4:
+        raise ValueError(f"autotune: q must be [batch, seqlen, heads, headdim], not "
+                         f"{list(q.shape)}")
+    return (q.shape[0], q.shape[2], q.shape[1])
