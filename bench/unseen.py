@@ -211,6 +211,11 @@ class Case:
     of the output the last call wrote, peers the peers' calls; nbytes / flops for the metric."""
     nbytes = None
     flops = None
+    out = None
+
+    def poison(self):
+        """NaN in the output, so that a call that writes nothing fails its check."""
+        self.out.fill_(float("nan"))
 
     def check(self):
         return None
@@ -228,6 +233,7 @@ def conv_case(s):
     c.nbytes = 2 * (2 * B * C * L + C * W + C)
     c.run = lambda rt: (lambda: rt.causal_conv1d(x, w, b, silu=True, out=out))
     c.args = lambda rt: rt.causal_conv1d_args(x, w, b, out, True)
+    c.out = out
     ref = []
 
     def check():
@@ -261,6 +267,7 @@ def scan_case(s):
     c.run = lambda rt: (lambda: rt.selective_scan(u, delta, A, Bm, Cm, D=Dv, z=z,
                                                   delta_bias=bias, delta_softplus=True, out=out))
     c.args = lambda rt: rt.selective_scan_args(u, delta, A, Bm, Cm, out, Dv, z, bias, True)
+    c.out = out
     ref = []
     channels = min(D, 16)
 
@@ -291,6 +298,7 @@ def attention_case(s):
     c.nbytes = 2 * (q.numel() + k.numel() + v.numel() + o.numel())
     c.run = lambda rt: (lambda: rt.attention(q, k, v, causal=causal, out=o))
     c.args = lambda rt: rt.attention_args(q, k, v, o, None, causal, None, layout="bshd")
+    c.out = o
     qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     gqa = Hq != Hkv
     mask = None
@@ -446,6 +454,7 @@ def measure_shape(args, op, s, grid_db, runtimes, deadline):
         try:
             rt = autotune_runtime.Runtime(args.lib, own, policy="error")
             fn = case.run(rt)
+            case.poison()
             fn()
             torch.cuda.synchronize()
             tuned_variant = rt.variant(op, case.args(rt))
@@ -477,11 +486,12 @@ def measure_shape(args, op, s, grid_db, runtimes, deadline):
         row_notes = dict(notes)
         try:
             fn = case.run(rt)
+            case.poison()
             fn()  # compiles (nearest, heuristic) what it runs, outside the timing
             torch.cuda.synchronize()
             row["variant"] = rt.variant(op, case.args(rt))
             err = case.check()
-            row["rel_err"] = None if err is None else float(f"{err:.3g}")
+            row["rel_err"] = None if err is None or err != err else float(f"{err:.3g}")
             if err is not None and not err < args.max_rel_err:
                 row_notes["ours"] = f"rel_err {err:.3g} over {args.max_rel_err}"
             us = bench_us(fn)
