@@ -3,11 +3,13 @@ checks it in CI): running a mirrored peer grid within a time budget and counting
 cases, judging a bad-input case, and writing the results files in the format of
 shared/bench/RESULTS.md (<gpu>-conformance.json, <gpu>-bad-input.json).
 """
+import concurrent.futures
 import datetime
 import json
 import os
 import random
 import subprocess
+import threading
 import time
 import traceback
 
@@ -19,14 +21,24 @@ class ContextLost(Exception):
 
 
 def run_grid(op, grid, cases, unsupported, group_key, run_case, budget_s, seed=0,
-             health=None, notes="", max_failures=20):
+             health=None, notes="", max_failures=20, threads=1):
     """Run one mirrored grid. cases: the peer's parameter combinations (dicts), after the
     peer's own skips. unsupported(case): a feature name when the case needs something
     autotune does not do (counted, not run), else None. Supported cases are grouped by
     group_key (cases of one group share a compiled problem) and the groups run in a
-    seeded random order until budget_s is spent; run_case(case) returns (ok, detail) or
-    raises (an error). health(): raises ContextLost when the GPU context is gone; it is
-    asked after every error. Returns the conformance row."""
+    seeded random order until budget_s is spent (None: all); run_case(case) returns
+    (ok, detail) or raises (an error). health(): raises ContextLost when the GPU context
+    is gone; it is asked after every error.
+
+    threads > 1: the groups run in a pool of that many threads (the library compiles
+    different problems concurrently, and ctypes releases the GIL while it does); each
+    group runs whole in one thread, its cases in order, with tensors of its own. What
+    each case gave is collected per group and counted in the groups' seeded order, so
+    the row and its failures list do not depend on which thread finished first. A
+    group that starts after the budget is spent does not run (not_run). An exception
+    anywhere in a group's thread is that case's error, never lost; ContextLost stops
+    the groups not yet started and is raised once the running ones are done.
+    Returns the conformance row."""
     row = {"op": op, "grid": grid, "cases": len(cases), "pass": 0, "wrong": 0, "error": 0,
            "unsupported": {}, "not_run": 0, "failures": []}
     groups = {}
@@ -39,32 +51,77 @@ def run_grid(op, grid, cases, unsupported, group_key, run_case, budget_s, seed=0
     keys = sorted(groups, key=repr)
     random.Random(seed).shuffle(keys)
     start = time.monotonic()
-    for i, key in enumerate(keys):
-        if budget_s is not None and time.monotonic() - start > budget_s:
-            row["not_run"] = sum(len(groups[k]) for k in keys[i:])
-            break
+    stop = threading.Event()  # set when the context is lost
+
+    def run_group(key):
+        """[(case, kind, detail)] of one group, or None when it did not start."""
+        if stop.is_set() or (budget_s is not None and time.monotonic() - start > budget_s):
+            return None
+        results = []
         for case in groups[key]:
             try:
                 ok, detail = run_case(case)
             except ContextLost:
+                stop.set()
                 raise
             except Exception as e:  # noqa: BLE001 - every failure is counted, none stops the grid
-                row["error"] += 1
-                _note_failure(row, case, "error", f"{type(e).__name__}: {e}", max_failures)
+                results.append((case, "error", f"{type(e).__name__}: {e}"))
                 if health is not None:
-                    health()
+                    try:
+                        health()
+                    except ContextLost:
+                        stop.set()
+                        raise
                 continue
-            if ok:
-                row["pass"] += 1
-            else:
-                row["wrong"] += 1
-                _note_failure(row, case, "wrong", detail, max_failures)
+            results.append((case, "pass" if ok else "wrong", detail))
+        return results
+
+    outcomes = {}
+    lost = None
+    if threads <= 1:
+        for key in keys:
+            outcomes[key] = run_group(key)
+            if outcomes[key] is None:
+                break
+    else:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=threads) as pool:
+            futures = {key: pool.submit(run_group, key) for key in keys}
+            for key in keys:
+                try:
+                    outcomes[key] = futures[key].result()
+                except ContextLost as e:
+                    lost = lost or e
+                    stop.set()
+                    outcomes[key] = None
+                except BaseException as e:  # noqa: BLE001 - a harness fault in that group
+                    outcomes[key] = [(groups[key][0], "error",
+                                      f"{type(e).__name__}: {e} (in the group's thread)")]
+    if lost is not None:
+        raise lost
+    ran_groups = 0
+    for key in keys:
+        results = outcomes.get(key)
+        if results is None:
+            row["not_run"] += len(groups[key])
+            continue
+        ran_groups += 1
+        done = {id(case) for case, _, _ in results}
+        for case, kind, detail in results:
+            row[kind] += 1
+            if kind != "pass":
+                _note_failure(row, case, kind, detail, max_failures)
+        # A group cut short by a harness fault: its remaining cases count as not run.
+        row["not_run"] += sum(1 for case in groups[key] if id(case) not in done)
     row["seconds"] = round(time.monotonic() - start, 1)
     run = row["pass"] + row["wrong"] + row["error"]
     supported = sum(len(g) for g in groups.values())
     sampled = f"{run} of the {supported} supported cases ran" + (
         f" ({len(keys)} compiled problems, groups in a seeded random order until the "
-        f"{budget_s:.0f} s budget was spent; not_run counts the rest)" if row["not_run"] else "")
+        f"{budget_s:.0f} s budget was spent; not_run counts the rest)"
+        if row["not_run"] and budget_s is not None else
+        " (not_run: cases whose group did not finish)" if row["not_run"] else "")
+    if threads > 1:
+        sampled += f"; {threads} threads"
     row["notes"] = (notes + " " if notes else "") + sampled
     return row
 

@@ -11,8 +11,13 @@ and <gpu>-bad-input.json (format: shared/bench/RESULTS.md) into --out.
 The grids are large (flash-attn's test_flash_attn_output alone has 31680 cases) and
 every new problem shape compiles its kernel on first use, so they are sampled: the
 supported cases are grouped by compiled problem and the groups run in a seeded random
-order until the grid's share of --budget-s is spent (--full runs everything). Each JSON
-row says how many cases ran and how many did not. Exit status 1 when a check failed.
+order until the grid's share of --budget-s is spent (--full runs everything). The
+groups of a grid run in --threads threads (default min(14, cores)): the library
+compiles different problems at once. Each JSON row says how many cases ran and how
+many did not. Exit status 1 when a check failed.
+
+    python3 tests/python/run_gpu.py --lib .device/libautotune.so --out $OUT --full \
+        --threads 14
 """
 import argparse
 import os
@@ -37,9 +42,17 @@ def main():
     ap.add_argument("--budget-s", type=float, default=130.0,
                     help="seconds for all conformance grids together (default 130)")
     ap.add_argument("--full", action="store_true", help="run every supported grid case")
+    ap.add_argument("--threads", type=int, default=min(14, os.cpu_count() or 1),
+                    help="threads running a grid's groups (compiled problems) at once "
+                    "(default min(14, cores)); the bad-input suite and the other checks "
+                    "always run in one thread")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", default="", help="run only checks whose name contains this")
     args = ap.parse_args()
+    if args.threads < 1:
+        ap.error(f"--threads must be at least 1, not {args.threads}")
+    if args.budget_s <= 0:
+        ap.error(f"--budget-s must be positive, not {args.budget_s}")
     command = "python3 tests/python/" + " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:])
     start = time.monotonic()
 
@@ -72,7 +85,7 @@ def main():
             budget = None if args.full else args.budget_s * spec[6]
 
             def grid(name=name, budget=budget):
-                row = g.conformance(name, budget, seed=args.seed)
+                row = g.conformance(name, budget, seed=args.seed, threads=args.threads)
                 rows.append(row)
                 summary = (f"{row['pass']} pass, {row['wrong']} wrong, {row['error']} error, "
                            f"{sum(row['unsupported'].values())} unsupported "
