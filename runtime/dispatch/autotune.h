@@ -24,7 +24,8 @@ enum autotune_status {
   AUTOTUNE_ERROR_NO_DEVICE = 2,        /* no driver or no GPU */
   AUTOTUNE_ERROR_CUDA = 3,             /* a driver call or a launch failed */
   AUTOTUNE_ERROR_DATABASE = 4,         /* the tuning database cannot be used */
-  AUTOTUNE_ERROR_NOT_TUNED = 5,        /* require_tuned was set and nothing is stored */
+  AUTOTUNE_ERROR_NOT_TUNED = 5,        /* nothing is stored and the policy is error, or
+                                          policy tune failed (the message says how) */
   AUTOTUNE_ERROR_INTERNAL = 6
 };
 
@@ -52,7 +53,9 @@ int autotune_runtime_create(const char* database, int require_tuned, autotune_ru
 /* policy, for shapes with no tuned winner: "nearest" (the configuration of the
  * nearest tuned problem of the same op, dtypes and flags; else "heuristic"),
  * "heuristic" (the nearest of the tuning points built into the op for this GPU
- * family), "default" (the op's default variant), "error", or "pin:CONFIG" (e.g.
+ * family), "default" (the op's default variant), "error", "tune" (tune the shape
+ * now with the autotune CLI, store the winner in the database and run it; see
+ * autotune_runtime_create_tuning), or "pin:CONFIG" (e.g.
  * "pin:threads=128,vec=8,items=2,cpb=1,load=direct"). What a call runs, and which
  * policy chose it, is what the *_variant functions report. */
 int autotune_runtime_create_with_policy(const char* database, const char* policy,
@@ -61,6 +64,18 @@ int autotune_runtime_create_with_policy(const char* database, const char* policy
  * above). Every tensor of a call must live on that GPU. */
 int autotune_runtime_create_on_device(const char* database, const char* policy, int device,
                                       autotune_runtime** out);
+/* The same with the options of policy "tune": tune_budget_s, the seconds of
+ * compiling and measuring per problem (the CLI's --budget-s; 0: 2 s), and
+ * tuner_path, the autotune executable (NULL: $AUTOTUNE_CLI, else `autotune` beside
+ * libautotune.so or in its ../bin). A tune runs `autotune --arch auto --op OP --shape
+ * PROBLEM --db DATABASE --budget-s S --quiet` as a child process; when it fails (no
+ * CLI, a non-zero exit, no winner stored) the call returns AUTOTUNE_ERROR_NOT_TUNED
+ * saying what happened: it never falls back to another policy. Creating fails with
+ * AUTOTUNE_ERROR_INVALID_ARGUMENT for a bad budget or no database path, and with
+ * AUTOTUNE_ERROR_NOT_TUNED when no CLI is found. */
+int autotune_runtime_create_tuning(const char* database, const char* policy, int device,
+                                   double tune_budget_s, const char* tuner_path,
+                                   autotune_runtime** out);
 void autotune_runtime_destroy(autotune_runtime* rt);
 const char* autotune_last_error(void);
 

@@ -15,6 +15,7 @@
 #include "autotune.h"
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -76,7 +77,27 @@ enum class Policy {
   default_variant, // the op's [default] configuration (templates/<op>/space.toml)
   error,           // Error(not_tuned) naming the command that tunes the shape
   pin,             // RuntimeOptions::pinned, for every problem without a winner
+  // Tune the problem now (RuntimeOptions::tuner, by default the `autotune` CLI in a
+  // child process, within tune_budget_s), store the winner in the runtime's database
+  // and run it. A tune that fails (no CLI, a non-zero exit, no winner stored) is an
+  // Error(not_tuned) saying what happened: never a silent fallback.
+  tune,
 };
+
+// What Policy::tune asks of the tuner: tune one problem on the runtime's GPU and
+// store its winner in `database`.
+struct TuneRequest {
+  std::string op;       // "causal_conv1d", "attention", "selective_scan"
+  std::string problem;  // canonical problem key, e.g. "B=2,C=256,L=1000,W=4,x=bf16,..."
+  std::string database; // the runtime's database path
+  double budget_s = 0;  // seconds of compiling and measuring (the CLI's --budget-s)
+  int device = 0;       // the runtime's GPU ordinal, as this process counts them
+};
+
+// The hook of Policy::tune. Returns when the tuner has finished; throws Error saying
+// why when it failed. The runtime then reads the winner from the database itself.
+// Called by one thread at a time per runtime, with no lock of the runtime held.
+using Tuner = std::function<void(const TuneRequest&)>;
 
 struct RuntimeOptions {
   // Tuning database; empty means the default path ($AUTOTUNE_DB, then
@@ -92,13 +113,23 @@ struct RuntimeOptions {
   // default that is a warning; true (or AUTOTUNE_INSECURE_DB=refuse) makes it an
   // Error(database) instead.
   bool refuse_insecure_database = false;
+  // Policy::tune: the budget per problem, passed as --budget-s (the CLI's default: 2 s
+  // with tuned neighbours in the database; the CLI allows 10x that with none).
+  double tune_budget_s = 2.0;
+  // Policy::tune with the default tuner: the `autotune` executable; empty: $AUTOTUNE_CLI,
+  // then `autotune` beside the library (or executable) holding this runtime, in
+  // ../bin or ../../bin from it (see find_tuner_cli).
+  std::string tuner_path;
+  // Policy::tune: the hook that tunes; empty: run_tuner_cli(request, tuner_path).
+  Tuner tuner;
 };
 
 // Where a problem's variant came from.
 struct Selection {
   std::string variant; // configuration id, e.g. "threads=128,vec=8,items=2,cpb=1,load=direct"
-  // "tuned"; "nearest PROBLEM" (the tuned problem whose winner runs); "heuristic
-  // ARCH point FIELDS"; "default"; "pinned"
+  // "tuned"; "tuned (policy tune)" (tuned by this runtime on a miss); "nearest
+  // PROBLEM" (the tuned problem whose winner runs); "heuristic ARCH point FIELDS";
+  // "default"; "pinned"
   std::string source;
   std::string problem; // canonical problem key
 };
@@ -131,5 +162,19 @@ private:
 
 // The layout and rules of an op's args struct as text (autotune_describe_args).
 std::string describe_args(const std::string& op);
+
+// The `autotune` CLI the default tuner runs: `tuner_path` when given, else
+// $AUTOTUNE_CLI, else the first executable `autotune` in the directory of the library
+// (or executable) holding this code, its ../bin or its ../../bin. Throws
+// Error(not_tuned) naming every place it looked when there is none.
+std::string find_tuner_cli(const std::string& tuner_path = "");
+
+// The default Tuner: runs `CLI --arch auto --op OP --shape PROBLEM --db DATABASE
+// --budget-s S --quiet` (CLI from find_tuner_cli(tuner_path)) as a child process,
+// without a shell, on the request's GPU (CUDA_VISIBLE_DEVICES narrowed to it when it
+// is not device 0), and waits for it. Its output is kept out of the caller's stdout
+// and stderr. Throws Error(not_tuned) with the command, its exit status and what it
+// printed last when it does not exit with 0.
+void run_tuner_cli(const TuneRequest& request, const std::string& tuner_path = "");
 
 } // namespace autotune

@@ -74,10 +74,16 @@ int autotune_runtime_create_with_policy(const char* database, const char* policy
 
 int autotune_runtime_create_on_device(const char* database, const char* policy, int device,
                                       autotune_runtime** out) {
+  return autotune_runtime_create_tuning(database, policy, device, 0, nullptr, out);
+}
+
+int autotune_runtime_create_tuning(const char* database, const char* policy, int device,
+                                   double tune_budget_s, const char* tuner_path,
+                                   autotune_runtime** out) {
   return guarded([&] {
     if (!out || !policy) {
       throw autotune::Error(autotune::ErrorKind::usage,
-                            "autotune_runtime_create_on_device: out or policy is NULL");
+                            "autotune_runtime_create: out or policy is NULL");
     }
     *out = nullptr; // stays NULL when creating fails
     autotune::RuntimeOptions o;
@@ -101,14 +107,17 @@ int autotune_runtime_create_on_device(const char* database, const char* policy, 
     } else if (p == "heuristic") {
       o.policy = autotune::Policy::heuristic;
     } else if (p == "tune") {
-      throw autotune::Error(autotune::ErrorKind::usage,
-                            "policy 'tune' is not built yet (nearest, heuristic, default, error, "
-                            "pin:CONFIG are)");
+      o.policy = autotune::Policy::tune;
     } else {
       throw autotune::Error(autotune::ErrorKind::usage,
                             "unknown policy '" + p +
-                                "' (expected nearest, heuristic, default, error or pin:CONFIG)");
+                                "' (expected nearest, heuristic, default, error, tune or "
+                                "pin:CONFIG)");
     }
+    if (tune_budget_s != 0) { // 0: the default; anything else is checked by the runtime
+      o.tune_budget_s = tune_budget_s;
+    }
+    o.tuner_path = tuner_path ? tuner_path : "";
     *out = new autotune_runtime(o);
   });
 }

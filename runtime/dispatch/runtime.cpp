@@ -8,6 +8,7 @@
 #include "runtime/ops/heuristic.hpp"
 #include "runtime/ops/space.hpp"
 #include "runtime/ops/templates.hpp"
+#include "tune.hpp"
 #include "variant.hpp"
 
 #include <array>
@@ -22,6 +23,18 @@
 namespace autotune {
 
 Runtime::Impl::Impl(const RuntimeOptions& o) : options(o) {
+  // Option checks first, so that a mistake is named before the GPU is touched.
+  if (o.policy == Policy::tune && !o.require_tuned) {
+    check_tune_options(o, database_path);
+    if (o.tuner) {
+      tuner = o.tuner;
+    } else {
+      std::string cli = find_tuner_cli(o.tuner_path); // a missing CLI fails here, not later
+      tuner = [cli](const TuneRequest& request) { run_tuner_cli(request, cli); };
+    }
+  } else {
+    database_path = o.database.empty() ? cache::default_database_path() : o.database;
+  }
   context.emplace(o.device);
   device = cuda::query_device(o.device);
   device_record.name = device.name;
@@ -29,65 +42,145 @@ Runtime::Impl::Impl(const RuntimeOptions& o) : options(o) {
   device_record.cc = device.cc_major * 10 + device.cc_minor;
   device_record.sm_count = device.sm_count;
   device_record.driver_version = device.driver_version;
-  std::string path = o.database.empty() ? cache::default_database_path() : o.database;
-  if (std::filesystem::exists(path)) {
-    // The file holds code this process will run: someone else able to write it
-    // could make us launch their kernel.
-    if (std::string why = cache::insecure_permissions(path); !why.empty()) {
-      const char* env = std::getenv("AUTOTUNE_INSECURE_DB");
-      bool refuse = o.refuse_insecure_database || (env && std::string(env) == "refuse");
-      std::string message = "tuning database " + path + " holds executable code, but " + why;
-      if (refuse) {
-        throw Error(ErrorKind::database,
-                    message + "; refusing to use it (make it writable by its owner only)");
-      }
-      log(LogLevel::warn, message + "; another user could make this process run their "
-                                    "kernels (set AUTOTUNE_INSECURE_DB=refuse to refuse such "
-                                    "files)");
-    }
-    db.emplace(path, cache::Database::Mode::read_only);
+  device_key = device_record.key();
+  if (std::filesystem::exists(database_path)) {
+    open_database();
+  } else if (o.policy == Policy::tune) {
+    log(LogLevel::info, "no tuning database at " + database_path +
+                            " yet: policy tune creates it with the first winner");
   } else {
-    log(LogLevel::info, "no tuning database at " + path + ": default variants only");
+    log(LogLevel::info, "no tuning database at " + database_path + ": default variants only");
   }
 }
 
-// Resolves and loads the variant for a problem (slow path, under the write lock).
-std::unique_ptr<LoadedVariant> Runtime::Impl::resolve(const Op& op, const Problem& problem) {
+void Runtime::Impl::open_database() {
+  const std::string& path = database_path;
+  // The file holds code this process will run: someone else able to write it
+  // could make us launch their kernel.
+  if (std::string why = cache::insecure_permissions(path); !why.empty()) {
+    const char* env = std::getenv("AUTOTUNE_INSECURE_DB");
+    bool refuse = options.refuse_insecure_database || (env && std::string(env) == "refuse");
+    std::string message = "tuning database " + path + " holds executable code, but " + why;
+    if (refuse) {
+      throw Error(ErrorKind::database,
+                  message + "; refusing to use it (make it writable by its owner only)");
+    }
+    log(LogLevel::warn, message + "; another user could make this process run their "
+                                  "kernels (set AUTOTUNE_INSECURE_DB=refuse to refuse such "
+                                  "files)");
+  }
+  db.emplace(path, cache::Database::Mode::read_only);
+}
+
+std::unique_ptr<LoadedVariant> Runtime::Impl::load_winner(const Op& op, const Problem& problem,
+                                                          const cache::WinnerRecord& winner,
+                                                          const std::string& source) {
   auto out = std::make_unique<LoadedVariant>();
   out->selection.problem = problem.key();
-  const std::string& thash = template_hash(op.template_path());
-  std::string nvrtc = cuda::nvrtc_version();
-  if (db) {
-    std::string hashed;
-    auto winner = db->find_winner(device_record.key(), op.name(), problem.key(), thash, nvrtc,
-                                  log_enabled(LogLevel::debug) ? &hashed : nullptr);
-    if (winner) {
-      auto variant = db->find_variant(winner->variant_key);
-      if (!variant) {
-        throw Error(ErrorKind::database, db->path() + ": winner for " + op.name() + " " +
-                                             problem.key() + " names variant " +
-                                             winner->variant_key + ", which is not stored");
-      }
-      std::string cubin = db->load_cubin(variant->cubin_sha256);
-      out->module = cuda::load_module(cubin);
-      out->function = cuda::get_function(out->module, variant->kernel.c_str());
-      out->config = parse_fields(winner->config, "stored configuration");
-      check_config(op_space(op), out->config, db->path() + ": the winner of " + problem.key());
-      out->selection.variant = winner->config;
-      out->selection.source = "tuned";
-      return out;
+  std::string cubin, kernel;
+  {
+    std::lock_guard lock(db_mutex);
+    auto variant = db->find_variant(winner.variant_key);
+    if (!variant) {
+      throw Error(ErrorKind::database, db->path() + ": winner for " + op.name() + " " +
+                                           problem.key() + " names variant " + winner.variant_key +
+                                           ", which is not stored");
     }
-    if (log_enabled(LogLevel::debug)) {
-      // What was hashed, so a miss can be compared field by field with
-      // `autotune cache show KEY` of the entry that was expected to hit.
-      std::string device_fields;
-      device_record.key(&device_fields);
-      log(LogLevel::debug, std::string("no tuned winner for ") + op.name() + " " + problem.key() +
-                               " in " + db->path() + "; winner key hashed:\n" + hashed +
-                               "device key hashed:\n" + device_fields);
+    cubin = db->load_cubin(variant->cubin_sha256);
+    kernel = variant->kernel;
+  }
+  out->config = parse_fields(winner.config, "stored configuration");
+  check_config(op_space(op), out->config, database_path + ": the winner of " + problem.key());
+  out->module = cuda::load_module(cubin);
+  out->function = cuda::get_function(out->module, kernel.c_str());
+  out->selection.variant = winner.config;
+  out->selection.source = source;
+  return out;
+}
+
+std::unique_ptr<LoadedVariant> Runtime::Impl::tune(const Op& op, const Problem& problem) {
+  TuneRequest request;
+  request.op = op.name();
+  request.problem = problem.key();
+  request.database = database_path;
+  request.budget_s = options.tune_budget_s;
+  request.device = options.device;
+  cache::WinnerRecord winner;
+  {
+    std::lock_guard tuning(tune_mutex);
+    log(LogLevel::info, std::string("no tuned winner for ") + op.name() + " " + problem.key() +
+                            ": tuning it now into " + database_path + " (policy tune)");
+    winner = tune_problem(tuner, request, device_key, template_hash(op.template_path()),
+                          cuda::nvrtc_version());
+  }
+  {
+    std::lock_guard lock(db_mutex);
+    if (!db) {
+      open_database(); // the first tune created the file
     }
   }
+  return load_winner(op, problem, winner, "tuned (policy tune)");
+}
+
+std::shared_ptr<const std::string> Runtime::Impl::cubin_for(const VariantSource& source) {
+  return compiling.run(source.key, [&] {
+    {
+      std::lock_guard lock(cubin_mutex);
+      if (auto it = cubins.find(source.key); it != cubins.end()) {
+        return it->second;
+      }
+    }
+    std::shared_ptr<const std::string> cubin;
+    {
+      std::lock_guard lock(db_mutex);
+      if (db) {
+        if (auto stored = db->find_variant(source.key)) {
+          cubin = std::make_shared<const std::string>(db->load_cubin(stored->cubin_sha256));
+        }
+      }
+    }
+    if (!cubin) {
+      auto compiled = compile_variant(source); // no lock held: other variants compile too
+      if (!compiled) {
+        throw Error(ErrorKind::compile,
+                    compiled.failure().message + "\n" + compiled.failure().detail);
+      }
+      cubin = std::make_shared<const std::string>(std::move(compiled->binary));
+    }
+    std::lock_guard lock(cubin_mutex);
+    return cubins.emplace(source.key, std::move(cubin)).first->second;
+  });
+}
+
+// Resolves and loads the variant for a problem (slow path, no lock of the warm path
+// held).
+std::unique_ptr<LoadedVariant> Runtime::Impl::resolve(const Op& op, const Problem& problem) {
+  const std::string& thash = template_hash(op.template_path());
+  std::string nvrtc = cuda::nvrtc_version();
+  std::optional<cache::WinnerRecord> winner;
+  std::string hashed;
+  {
+    std::lock_guard lock(db_mutex);
+    if (db) {
+      winner = db->find_winner(device_key, op.name(), problem.key(), thash, nvrtc,
+                               log_enabled(LogLevel::debug) ? &hashed : nullptr);
+    }
+  }
+  if (winner) {
+    return load_winner(op, problem, *winner, "tuned");
+  }
+  if (!hashed.empty()) {
+    // What was hashed, so a miss can be compared field by field with
+    // `autotune cache show KEY` of the entry that was expected to hit.
+    std::string device_fields;
+    device_record.key(&device_fields);
+    log(LogLevel::debug, std::string("no tuned winner for ") + op.name() + " " + problem.key() +
+                             " in " + database_path + "; winner key hashed:\n" + hashed +
+                             "device key hashed:\n" + device_fields);
+  }
   const Policy policy = options.require_tuned ? Policy::error : options.policy;
+  auto out = std::make_unique<LoadedVariant>();
+  out->selection.problem = problem.key();
   std::string source_name;
   switch (policy) {
   case Policy::error:
@@ -96,6 +189,8 @@ std::unique_ptr<LoadedVariant> Runtime::Impl::resolve(const Op& op, const Proble
                                           " (the policy is error); run: autotune --arch auto "
                                           "--op " +
                                           op.name() + " --shape \"" + problem.key() + "\"");
+  case Policy::tune:
+    return tune(op, problem);
   case Policy::pin:
     out->config = parse_fields(options.pinned, "pinned configuration");
     source_name = "pinned";
@@ -137,22 +232,8 @@ std::unique_ptr<LoadedVariant> Runtime::Impl::resolve(const Op& op, const Proble
   VariantSource source = describe_variant(op, out->config, problem, device.arch());
   // Problems of other sizes often instantiate the same variant (the same NVRTC
   // options): compiled once per process, or found in the database.
-  std::string& cubin = cubins[source.key];
-  if (cubin.empty() && db) {
-    if (auto stored = db->find_variant(source.key)) {
-      cubin = db->load_cubin(stored->cubin_sha256);
-    }
-  }
-  if (cubin.empty()) {
-    auto compiled = compile_variant(source);
-    if (!compiled) {
-      cubins.erase(source.key);
-      throw Error(ErrorKind::compile,
-                  compiled.failure().message + "\n" + compiled.failure().detail);
-    }
-    cubin = compiled->binary;
-  }
-  out->module = cuda::load_module(cubin);
+  std::shared_ptr<const std::string> cubin = cubin_for(source);
+  out->module = cuda::load_module(*cubin);
   out->function = cuda::get_function(out->module, op.kernel_name());
   out->selection.variant = config_id(out->config);
   out->selection.source = source_name;
@@ -161,17 +242,21 @@ std::unique_ptr<LoadedVariant> Runtime::Impl::resolve(const Op& op, const Proble
 
 std::optional<std::pair<Config, std::string>> Runtime::Impl::nearest(const Op& op,
                                                                      const Problem& problem) {
-  if (!db) {
-    return std::nullopt;
+  std::vector<cache::WinnerRecord> winners;
+  {
+    std::lock_guard lock(db_mutex);
+    if (!db) {
+      return std::nullopt;
+    }
+    winners = db->winners();
   }
   const ArgsDesc& desc = op.args_desc();
-  const std::string device_key = device_record.key();
   const std::string& thash = template_hash(op.template_path());
   const std::string nvrtc = cuda::nvrtc_version();
   const Space space = op_space(op); // its limits, parsed once for every stored winner
   std::optional<std::pair<Config, std::string>> best;
   double best_distance = 0;
-  for (const cache::WinnerRecord& w : db->winners()) {
+  for (const cache::WinnerRecord& w : winners) {
     if (w.device_key != device_key || w.op != op.name() || w.nvrtc_version != nvrtc) {
       continue;
     }
@@ -220,20 +305,24 @@ const LoadedVariant& Runtime::Impl::get(const Op& op, const Problem& problem) {
       return *it->second;
     }
   }
-  std::lock_guard resolving(resolve_mutex);
-  {
-    std::shared_lock lock(mutex); // another thread may have resolved it meanwhile
-    auto it = loaded.find(key);
-    if (it != loaded.end()) {
-      return *it->second;
+  // One thread resolves each key; others wanting it wait for that result, and
+  // threads with other keys resolve theirs meanwhile.
+  return *resolving.run(key, [&]() -> const LoadedVariant* {
+    {
+      std::shared_lock lock(mutex); // resolved by a round that ended meanwhile
+      auto it = loaded.find(key);
+      if (it != loaded.end()) {
+        return it->second.get();
+      }
     }
-  }
-  context->make_current();
-  auto resolved = resolve(op, problem);
-  // Above 48 KiB of dynamic shared memory the driver needs an opt-in per function.
-  cuda::allow_dynamic_smem(resolved->function, op.geometry(resolved->config, problem).dynamic_smem);
-  std::unique_lock lock(mutex);
-  return *loaded.emplace(key, std::move(resolved)).first->second;
+    context->make_current(); // this thread's: load_module needs it
+    auto resolved = resolve(op, problem);
+    // Above 48 KiB of dynamic shared memory the driver needs an opt-in per function.
+    cuda::allow_dynamic_smem(resolved->function,
+                             op.geometry(resolved->config, problem).dynamic_smem);
+    std::unique_lock lock(mutex);
+    return loaded.emplace(key, std::move(resolved)).first->second.get();
+  });
 }
 
 size_t SignatureHash::operator()(const SignatureKey& k) const noexcept {

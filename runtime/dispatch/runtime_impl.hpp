@@ -3,6 +3,7 @@
 #pragma once
 
 #include "autotune.hpp"
+#include "inflight.hpp"
 
 #include "cache/database.hpp"
 #include "runtime/cuda/device.hpp"
@@ -17,6 +18,8 @@
 #include <unordered_map>
 
 namespace autotune {
+
+struct VariantSource;
 
 // A variant resolved for one (op, problem): loaded once, then reused by every call.
 struct LoadedVariant {
@@ -44,19 +47,37 @@ struct SignatureHash {
 
 struct Runtime::Impl {
   RuntimeOptions options;
+  std::string database_path; // options.database or the default path
   std::optional<cuda::PrimaryContext> context;
   cuda::DeviceInfo device;
   cache::DeviceRecord device_record;
+  std::string device_key; // device_record.key()
+
+  // Locks, each held briefly and never across an NVRTC compile or a tune:
+  // - `mutex`: warm calls take it shared for one lookup of `plans` (or `loaded`); it
+  //   is held exclusively only to insert a finished entry, so a warm call never
+  //   waits on a resolve.
+  // - `db_mutex`: the SQLite connection, for one query at a time.
+  // - `cubin_mutex`: the per-process cubin map.
+  // Resolves of different problems run in parallel; `resolving` lets one thread
+  // resolve each problem key while others wanting it wait for its result (or error),
+  // and `compiling` compiles each variant key once however many problems need it.
+  // `tune_mutex` runs one Policy::tune at a time, so tunes do not time their
+  // variants against each other on the GPU.
+  mutable std::shared_mutex mutex;
+  std::map<std::string, std::unique_ptr<LoadedVariant>> loaded; // op + '|' + problem key
+  std::unordered_map<SignatureKey, SignaturePlan, SignatureHash> plans;
+  InFlight<std::string, const LoadedVariant*> resolving;
+
+  std::mutex db_mutex;
   std::optional<cache::Database> db;
 
-  // Warm calls take `mutex` shared for one lookup; it is held exclusively only to
-  // insert a finished entry. Resolving (database, NVRTC, module load) runs under
-  // `resolve_mutex` alone, so a compile never blocks the warm calls of other threads.
-  mutable std::shared_mutex mutex;
-  std::mutex resolve_mutex;
-  std::map<std::string, std::unique_ptr<LoadedVariant>> loaded; // op + '|' + problem key
-  std::map<std::string, std::string> cubins; // variant key -> cubin (under resolve_mutex)
-  std::unordered_map<SignatureKey, SignaturePlan, SignatureHash> plans;
+  std::mutex cubin_mutex;
+  std::map<std::string, std::shared_ptr<const std::string>> cubins; // variant key -> cubin
+  InFlight<std::string, std::shared_ptr<const std::string>> compiling;
+
+  std::mutex tune_mutex;
+  Tuner tuner; // Policy::tune: options.tuner, or run_tuner_cli with the CLI found
 
   explicit Impl(const RuntimeOptions& o);
 
@@ -72,6 +93,17 @@ private:
   // The variant for a problem: the stored winner, else the op's default variant.
   const LoadedVariant& get(const Op& op, const Problem& problem);
   std::unique_ptr<LoadedVariant> resolve(const Op& op, const Problem& problem);
+  // Loads a stored winner's cubin (from the database) and checks its configuration.
+  std::unique_ptr<LoadedVariant> load_winner(const Op& op, const Problem& problem,
+                                             const cache::WinnerRecord& winner,
+                                             const std::string& source);
+  // Policy::tune: tunes the problem through `tuner`, then loads the winner it stored.
+  std::unique_ptr<LoadedVariant> tune(const Op& op, const Problem& problem);
+  // The cubin of a variant: compiled once per process, or found in the database.
+  std::shared_ptr<const std::string> cubin_for(const VariantSource& source);
+  // Opens the database at database_path read-only, after checking who may write it
+  // (under db_mutex).
+  void open_database();
   // The configuration of the stored winner nearest to `problem` that can run it, and
   // that winner's problem key: same device, op, NVRTC and non-size fields (dtypes,
   // flags, layout); distance = sum over size fields of weight * |log2 ratio|.
