@@ -256,15 +256,55 @@ TEST_CASE("selective_scan: B and C as mamba-ssm passes them") {
     a.C = make(0x50000, AUTOTUNE_FP32, {8, 4});
     CHECK(problem_of("selective_scan", &a).find("var_bc=0") != std::string::npos);
   }
+  SUBCASE("fixed B with variable C, and the reverse (mamba-ssm's is_variable_B/C)") {
+    SUBCASE("fixed B, [B, N, L] C") {
+      a.B = make(0x40000, AUTOTUNE_FP32, {8, 4});
+      CHECK(problem_of("selective_scan", &a) ==
+            "B=2,D=8,L=32,N=4,G=1,dtype=bf16,var_bc=C,delta_bias=0,softplus=1,has_d=1,has_z=0,"
+            "last_state=0");
+    }
+    SUBCASE("[B, N, L] B, fixed C") {
+      a.C = make(0x50000, AUTOTUNE_FP32, {8, 4});
+      CHECK(problem_of("selective_scan", &a).find(",G=1,dtype=bf16,var_bc=B,") !=
+            std::string::npos);
+    }
+    SUBCASE("fixed B, grouped C: G from C") {
+      a.B = make(0x40000, AUTOTUNE_FP32, {8, 4});
+      a.C = make(0x50000, AUTOTUNE_BF16, {2, 2, 4, 32});
+      CHECK(problem_of("selective_scan", &a).find(",G=2,dtype=bf16,var_bc=C,") !=
+            std::string::npos);
+    }
+    SUBCASE("grouped B, fixed C: G from B") {
+      a.B = make(0x40000, AUTOTUNE_BF16, {2, 4, 4, 32});
+      a.C = make(0x50000, AUTOTUNE_FP32, {8, 4});
+      CHECK(problem_of("selective_scan", &a).find(",G=4,dtype=bf16,var_bc=B,") !=
+            std::string::npos);
+    }
+    SUBCASE("a mix is another problem than both variable: its own signature") {
+      BoundCall both, mixed;
+      bind_call(desc_of("selective_scan"), &a, both);
+      a.C = make(0x50000, AUTOTUNE_FP32, {8, 4});
+      bind_call(desc_of("selective_scan"), &a, mixed);
+      CHECK(both.values != mixed.values);
+    }
+  }
   SUBCASE("u, delta and z as views with a batch stride below the channel stride") {
     a.u = make(0x10000, AUTOTUNE_BF16, {2, 8, 32}, {32, 64, 1});
     a.z = make(0x90000, AUTOTUNE_BF16, {2, 8, 32}, {32, 64, 1});
     CHECK(problem_of("selective_scan", &a).find("has_z=1") != std::string::npos);
   }
   SUBCASE("mistakes") {
-    SUBCASE("one fixed and one variable") {
-      a.C = make(0x50000, AUTOTUNE_FP32, {8, 4});
-      refused("selective_scan", &a, "C implies var_bc=0, but B gives var_bc=1");
+    SUBCASE("a fixed C that is not fp32") {
+      a.C = make(0x50000, AUTOTUNE_BF16, {8, 4});
+      refused("selective_scan", &a, "C is bf16; it must be fp32");
+    }
+    SUBCASE("a fixed B of another state size than A") {
+      a.B = make(0x40000, AUTOTUNE_FP32, {8, 5});
+      refused("selective_scan", &a, "B has shape [8, 5]");
+    }
+    SUBCASE("grouped B and ungrouped C that disagree on G") {
+      a.B = make(0x40000, AUTOTUNE_BF16, {2, 2, 4, 32});
+      refused("selective_scan", &a, "C implies G=1, but B gives G=2");
     }
     SUBCASE("fp32 variable B with bf16 u") {
       a.B.dtype = AUTOTUNE_FP32;

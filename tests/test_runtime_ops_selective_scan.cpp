@@ -6,6 +6,8 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 using namespace autotune;
 
 namespace {
@@ -33,13 +35,96 @@ TEST_CASE("selective_scan problems are canonical, with the Mamba-1 defaults") {
   }
 }
 
+TEST_CASE("selective_scan takes B and C fixed or variable independently, as mamba-ssm does") {
+  // var_bc: 0 both fixed, 1 both variable (the spellings stored before the mixes),
+  // B or C: only that one variable.
+  CHECK(problem("B=2,D=8,L=32,N=4,var_bc=B").key() ==
+        "B=2,D=8,L=32,N=4,G=1,dtype=bf16,var_bc=B,delta_bias=1,softplus=1,has_d=1,has_z=1,"
+        "last_state=0");
+  CHECK(problem("B=2,D=8,L=32,N=4,G=2,var_bc=c").get("var_bc") == "C");
+  CHECK(problem("B=2,D=8,L=32,N=4,var_bc=true").get("var_bc") == "1");
+  CHECK(problem("B=2,D=8,L=32,N=4,var_bc=false").get("var_bc") == "0");
+  CHECK_THROWS_WITH_AS(problem("B=2,D=8,L=32,N=4,var_bc=2"),
+                       doctest::Contains("var_bc=2 must be 0 (B and C fixed), 1 (both variable), "
+                                         "B or C (only that one variable)"),
+                       Error);
+
+  const Problem only_b = problem("B=3,D=10,L=1000,N=16,var_bc=B,last_state=1");
+  const Problem only_c = problem("B=3,D=10,L=1000,N=16,G=2,var_bc=C,dtype=fp32");
+  SUBCASE("the variable one is [B, G, N, L] of u's type, the fixed one [D, N] fp32") {
+    auto t = scan().tensors(only_b);
+    CHECK(t[3].name == "B");
+    CHECK(t[3].dtype == DType::bf16);
+    CHECK(t[3].elements == 3 * 16 * 1000);
+    CHECK(t[4].name == "C");
+    CHECK(t[4].dtype == DType::f32);
+    CHECK(t[4].elements == 10 * 16);
+    auto u = scan().tensors(only_c);
+    CHECK(u[3].dtype == DType::f32);
+    CHECK(u[3].elements == 10 * 16);
+    CHECK(u[4].dtype == DType::f32); // fp32 u: variable C is fp32 too
+    CHECK(u[4].elements == 3 * 2 * 16 * 1000);
+  }
+  SUBCASE("bytes count one variable and one fixed tensor") {
+    const double row = 3.0 * 10 * 1000 * 2;
+    CHECK(scan().bytes(only_b) == doctest::Approx(4 * row + 3.0 * 16 * 1000 * 2 + 10 * 16 * 4 +
+                                                  10 * 16 * 4 + 2 * 10 * 4 + 3 * 10 * 16 * 4));
+  }
+  SUBCASE("the kernel is told which one varies") {
+    auto has = [](const std::vector<std::string>& d, const std::string& flag) {
+      return std::find(d.begin(), d.end(), flag) != d.end();
+    };
+    auto db = scan().defines(config(k_default), only_b);
+    CHECK(has(db, "-DAT_VAR_B=1"));
+    CHECK(has(db, "-DAT_VAR_C=0"));
+    auto dc = scan().defines(config(k_default), only_c);
+    CHECK(has(dc, "-DAT_VAR_B=0"));
+    CHECK(has(dc, "-DAT_VAR_C=1"));
+    auto both = scan().defines(config(k_default), problem("B=3,D=10,L=1000,N=16"));
+    CHECK(has(both, "-DAT_VAR_B=1"));
+    CHECK(has(both, "-DAT_VAR_C=1"));
+  }
+  SUBCASE("only the variable one is staged in shared memory") {
+    const Problem both = problem("B=3,D=10,L=1000,N=16");
+    // time-parallel default: NSLICE rows per variable tensor of 32 lanes x (16 + 4) words
+    CHECK(scan().geometry(config(k_default), both).dynamic_smem == 2 * 16 * 32 * 20 * 4);
+    CHECK(scan().geometry(config(k_default), only_b).dynamic_smem == 16 * 32 * 20 * 4);
+    // state form: one N-row block of 32 + 4 words fewer than with both variable
+    Config st = config("threads=128,items=32,cpb=16,nsplit=8,scan=state,vec=8,poly=0,minblocks=1");
+    CHECK(scan().geometry(st, only_b).dynamic_smem ==
+          scan().geometry(st, both).dynamic_smem - 16 * 36 * 4);
+    CHECK(scan().geometry(st, only_c).dynamic_smem == scan().geometry(st, only_b).dynamic_smem);
+  }
+  SUBCASE("packed (B, C) pairs need both variable; groups need the block in one group") {
+    Config pair = config("threads=128,items=32,cpb=16,nsplit=8,scan=state,vec=8,poly=0,"
+                         "minblocks=1,bc=pair");
+    CHECK(scan().check(pair, problem("B=3,D=64,L=1000,N=16"), "sm_90a"));
+    auto r = scan().check(pair, problem("B=3,D=64,L=1000,N=16,var_bc=C"), "sm_90a");
+    REQUIRE_FALSE(r);
+    CHECK(r.failure().message.find("bc=pair packs 16-bit variable B and C (both variable)") !=
+          std::string::npos);
+    auto g =
+        scan().check(config("threads=64,items=8,cpb=2,nsplit=1,scan=shfl,vec=8,poly=0,minblocks=1"),
+                     problem("B=1,D=12,L=64,N=16,G=4,var_bc=B"), "sm_90a");
+    REQUIRE_FALSE(g);
+    CHECK(g.failure().message.find("cpb must divide D/G") != std::string::npos);
+  }
+  SUBCASE("the default variant runs the mixes") {
+    for (const char* s : {"B=1,D=1,L=1,N=1,var_bc=B", "B=3,D=7,L=5,N=64,G=7,var_bc=C,dtype=fp32",
+                          "B=1,D=5,L=9,N=33,var_bc=C"}) {
+      CAPTURE(s);
+      CHECK(scan().check(config(k_default), problem(s), "sm_80"));
+    }
+  }
+}
+
 TEST_CASE("bad selective_scan shapes are rejected with the field named") {
   CHECK_THROWS_WITH_AS(problem("B=8,D=64,L=10"), doctest::Contains("missing field 'N'"), Error);
   CHECK_THROWS_WITH_AS(problem("B=8,D=64,L=10,N=128"), doctest::Contains("out of range"), Error);
   CHECK_THROWS_WITH_AS(problem("B=8,D=64,L=10,N=16,G=3"), doctest::Contains("must divide D"),
                        Error);
   CHECK_THROWS_WITH_AS(problem("B=8,D=64,L=10,N=16,G=2,var_bc=0"),
-                       doctest::Contains("needs variable B/C"), Error);
+                       doctest::Contains("needs a variable B or C"), Error);
   CHECK_THROWS_WITH_AS(problem("B=8,D=64,L=10,N=16,W=4"), doctest::Contains("unknown field 'W'"),
                        Error);
   CHECK_THROWS_WITH_AS(problem("B=8,D=64,L=10,N=16,has_z=2"), doctest::Contains("must be 0 or 1"),
@@ -302,4 +387,16 @@ TEST_CASE("NVRTC compiles selective_scan for sm_80, sm_89, sm_90a and sm_120 wit
       "sm_90a");
   auto out = compile_variant(v);
   REQUIRE_MESSAGE(out.ok(), (out.ok() ? "" : out.failure().message + out.failure().detail));
+  // One fixed and one variable B/C: the state form and a time-parallel one with groups.
+  for (const auto& [shape, c] :
+       {std::pair{"B=2,D=64,L=100,N=16,var_bc=B,dtype=bf16",
+                  "threads=128,items=32,cpb=16,nsplit=8,scan=state,vec=8,poly=0,minblocks=1"},
+        std::pair{"B=2,D=64,L=100,N=16,G=2,var_bc=C,dtype=fp16,last_state=1",
+                  "threads=128,items=8,cpb=2,nsplit=2,scan=smem,vec=8,poly=3,minblocks=1"}}) {
+    CAPTURE(shape);
+    VariantSource m = describe_variant(op, config(c), problem(shape), "sm_90a");
+    auto mixed = compile_variant(m);
+    REQUIRE_MESSAGE(mixed.ok(),
+                    (mixed.ok() ? "" : mixed.failure().message + mixed.failure().detail));
+  }
 }

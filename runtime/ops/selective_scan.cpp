@@ -9,20 +9,39 @@
 namespace autotune {
 namespace {
 
+// The problem field var_bc: which of B and C vary with (batch, time). mamba-ssm takes
+// is_variable_B and is_variable_C independently; "0" and "1" (both fixed, both
+// variable) keep the spelling of the stored problems from before the mixes.
+constexpr const char* k_var_bc_names[] = {"0", "1", "B", "C"};
+enum class VarBC { none = 0, both = 1, b_only = 2, c_only = 3 };
+
 struct Dims {
   long long B, D, L, N, G;
   DType x;
-  bool var_bc, bias, softplus, has_d, has_z, last_state;
+  bool var_b, var_c, bias, softplus, has_d, has_z, last_state;
+  bool any_var() const { return var_b || var_c; }
+  int var_rows() const { return (var_b ? 1 : 0) + (var_c ? 1 : 0); } // variable tensors
 };
 
+VarBC parse_var_bc(const std::string& v) {
+  for (int i = 0; i < 4; ++i) {
+    if (v == k_var_bc_names[i]) {
+      return VarBC(i);
+    }
+  }
+  throw Error(ErrorKind::usage, "selective_scan: var_bc=" + v + " must be 0, 1, B or C");
+}
+
 Dims dims(const Problem& p) {
+  const VarBC v = parse_var_bc(p.get("var_bc"));
   return Dims{p.get_int("B"),
               p.get_int("D"),
               p.get_int("L"),
               p.get_int("N"),
               p.get_int("G"),
               parse_dtype(p.get("dtype"), "dtype"),
-              p.get_int("var_bc") != 0,
+              v == VarBC::both || v == VarBC::b_only,
+              v == VarBC::both || v == VarBC::c_only,
               p.get_int("delta_bias") != 0,
               p.get_int("softplus") != 0,
               p.get_int("has_d") != 0,
@@ -192,12 +211,13 @@ long long part_stride(const Params& p) {
 
 // Dynamic shared memory of the state-parallel form, as laid out in
 // templates/selective_scan/state_parallel.cuh: rows of ITEMS + 4 words (dt and dt*u
-// per channel, B and C per state with variable B/C -- one row of packed pairs when
-// they are 16-bit --, (NSPLIT >> YRED) x PART_STRIDE rows of partial y), then the time
-// slices' exchange. u and z stay in registers.
-long long state_form_smem(const Params& p, long long n, bool var_bc) {
+// per channel, per state a row of B if variable and one of C if variable -- one row
+// of packed pairs when both are variable and 16-bit --, (NSPLIT >> YRED) x
+// PART_STRIDE rows of partial y), then the time slices' exchange. u and z stay in
+// registers.
+long long state_form_smem(const Params& p, long long n, const Dims& d) {
   // bc=pair stages 16-bit variable B/C as packed (B, C) pairs: one row per state.
-  const long long bc_rows = var_bc ? (p.bc_pair ? n : 2 * n) : 0;
+  const long long bc_rows = p.bc_pair && d.var_b && d.var_c ? n : d.var_rows() * n;
   const long long part_rows = (long long)(p.nsplit >> p.yred) * part_stride(p);
   const long long rows = 2LL * p.cpb + bc_rows + part_rows;
   const long long exchange = 2LL * p.tsplit * p.cpb * n * 4; // slice end states and decays
@@ -234,9 +254,20 @@ Problem SelectiveScanOp::make_problem(const Fields& shape) const {
     r.fail("B*D*L is too large");
   }
   DType x = parse_dtype(r.get("dtype", "bf16"), "selective_scan shape field dtype");
-  std::string var_bc = r.flag("var_bc", "1");
+  // var_bc: 0 both fixed, 1 both variable, B or C only that one variable.
+  std::string var_bc = r.get("var_bc", "1");
+  if (var_bc == "true" || var_bc == "false") {
+    var_bc = var_bc == "true" ? "1" : "0";
+  } else if (var_bc == "b" || var_bc == "c") {
+    var_bc = var_bc == "b" ? "B" : "C";
+  }
+  if (var_bc != "0" && var_bc != "1" && var_bc != "B" && var_bc != "C") {
+    r.fail("var_bc=" + var_bc +
+           " must be 0 (B and C fixed), 1 (both variable), B or C (only that one variable)");
+  }
   if (var_bc == "0" && G != 1) {
-    r.fail("G=" + std::to_string(G) + " needs variable B/C (var_bc=1); fixed B/C are [D, N]");
+    r.fail("G=" + std::to_string(G) +
+           " needs a variable B or C (var_bc=1, B or C); fixed B/C are [D, N]");
   }
   Problem p;
   p.op = name();
@@ -261,12 +292,12 @@ int SelectiveScanOp::state_slice(const Config& config, const Problem& problem) c
   if (d.N % p.nsplit != 0) {
     return 0;
   }
-  if (!d.var_bc || p.state()) {
+  if (!d.any_var() || p.state()) {
     return int(d.N); // nothing is staged
   }
   long long budget = k_staging_budget - partial_y_smem(p);
   for (long long s = d.N; s >= p.nsplit; --s) {
-    if (d.N % s == 0 && s % p.nsplit == 0 && 2 * s * row_slots(p) * 4 <= budget) {
+    if (d.N % s == 0 && s % p.nsplit == 0 && d.var_rows() * s * row_slots(p) * 4 <= budget) {
       return int(s);
     }
   }
@@ -308,8 +339,8 @@ Result<bool> check_state_form(const Params& p, const Dims& d, const std::string&
     return fail("scan=state: yred (shuffle levels over the partial y) must be 0..2 with "
                 "2^yred <= nsplit");
   }
-  if (p.bc_pair && (!d.var_bc || dtype_size(d.x) != 2)) {
-    return fail("scan=state: bc=pair packs 16-bit variable B/C only");
+  if (p.bc_pair && (!d.var_b || !d.var_c || dtype_size(d.x) != 2)) {
+    return fail("scan=state: bc=pair packs 16-bit variable B and C (both variable) only");
   }
   if (p.tsplit < 1 || (p.threads / 32) % p.tsplit != 0) {
     return fail("scan=state: tsplit must divide the warps");
@@ -327,13 +358,13 @@ Result<bool> check_state_form(const Params& p, const Dims& d, const std::string&
   if (p.poly < 0 || p.poly > 8) {
     return fail("poly counts steps out of 8 (0..8)");
   }
-  if (d.var_bc && d.G > 1 && (d.D / d.G) % p.cpb != 0) {
+  if (d.any_var() && d.G > 1 && (d.D / d.G) % p.cpb != 0) {
     return fail("the channels of a block must share one B/C group: cpb must divide D/G");
   }
   if (p.minblocks < 1 || p.minblocks > 8 || p.threads * p.minblocks > 2048) {
     return fail("minblocks must be 1..8 with threads * minblocks <= 2048");
   }
-  return fits_block(p, d, state_form_smem(p, d.N, d.var_bc), arch);
+  return fits_block(p, d, state_form_smem(p, d.N, d), arch);
 }
 } // namespace
 
@@ -364,7 +395,7 @@ Result<bool> SelectiveScanOp::check(const Config& config, const Problem& problem
   if (d.N % p.nsplit != 0) {
     return fail("nsplit must divide N");
   }
-  if (d.var_bc && d.G > 1 && (d.D / d.G) % p.cpb != 0) {
+  if (d.any_var() && d.G > 1 && (d.D / d.G) % p.cpb != 0) {
     return fail("the channels of a block must share one B/C group: cpb must divide D/G");
   }
   if (p.minblocks < 1 || p.minblocks > 8) {
@@ -394,7 +425,8 @@ Result<bool> SelectiveScanOp::worth_measuring(const Config& config, const Proble
     const long long vec_regs = std::max<long long>(1, p.vec * (long long)dtype_size(d.x) / 4);
     const long long tv = p.items / p.vec;
     const long long iters_x = (p.cpb * tv + p.threads - 1) / p.threads;
-    const long long iters_bc = d.var_bc ? (2 * d.N * tv + p.threads - 1) / p.threads : 0;
+    const long long bc_rows = p.bc_pair && d.var_b && d.var_c ? d.N : d.var_rows() * d.N;
+    const long long iters_bc = bc_rows > 0 ? (bc_rows * tv + p.threads - 1) / p.threads : 0;
     // u, delta, z in flight, and the staged chunk's u and z kept for the finish
     const long long kept = (d.has_d ? 1 : 0) + (d.has_z ? 1 : 0);
     const long long prefetch = vec_regs * (iters_x * ((d.has_z ? 3 : 2) + kept) + iters_bc);
@@ -444,7 +476,8 @@ std::vector<std::string> SelectiveScanOp::defines(const Config& config,
           "-DAT_YRED=" + std::to_string(p.yred),
           "-DAT_N=" + std::to_string(d.N),
           "-DAT_NSLICE=" + std::to_string(state_slice(config, problem)),
-          "-DAT_VAR_BC=" + flag_of(d.var_bc),
+          "-DAT_VAR_B=" + flag_of(d.var_b),
+          "-DAT_VAR_C=" + flag_of(d.var_c),
           "-DAT_HAS_BIAS=" + flag_of(d.bias),
           "-DAT_SOFTPLUS=" + flag_of(d.softplus),
           "-DAT_HAS_D=" + flag_of(d.has_d),
@@ -460,8 +493,8 @@ LaunchGeometry SelectiveScanOp::geometry(const Config& config, const Problem& pr
   g.block[0] = unsigned(p.threads);
   g.grid[0] = unsigned(d.B * ((d.D + p.cpb - 1) / p.cpb));
   long long slice = state_slice(config, problem);
-  long long dyn = p.state() ? state_form_smem(p, d.N, d.var_bc)
-                            : (d.var_bc ? 2 * slice * row_slots(p) * 4 : 0) + partial_y_smem(p);
+  long long dyn = p.state() ? state_form_smem(p, d.N, d)
+                            : d.var_rows() * slice * row_slots(p) * 4 + partial_y_smem(p);
   // The launchers opt in only when the dynamic part alone exceeds 48 KiB; a block
   // whose static + dynamic total exceeds it asks for just over 48 KiB instead.
   if (dyn <= k_default_smem_limit && dyn + static_smem(p) > k_default_smem_limit) {
@@ -486,10 +519,10 @@ std::vector<TensorSpec> SelectiveScanOp::tensors(const Problem& problem) const {
     t.push_back({"delta", d.x, row, false, 0.0f, 0.5f});
   }
   t.push_back({"A", DType::f32, dn, false, -2.0f, -0.01f});
-  size_t bc = d.var_bc ? size_t(d.B * d.G * d.N * d.L) : dn;
-  DType bct = d.var_bc ? d.x : DType::f32;
-  t.push_back({"B", bct, bc, false, -1.0f, 1.0f});
-  t.push_back({"C", bct, bc, false, -1.0f, 1.0f});
+  // Variable: [B, G, N, L] of u's type; fixed: [D, N] fp32.
+  const size_t var_elems = size_t(d.B * d.G * d.N * d.L);
+  t.push_back({"B", d.var_b ? d.x : DType::f32, d.var_b ? var_elems : dn, false, -1.0f, 1.0f});
+  t.push_back({"C", d.var_c ? d.x : DType::f32, d.var_c ? var_elems : dn, false, -1.0f, 1.0f});
   if (d.has_d) {
     t.push_back({"D", DType::f32, size_t(d.D), false, -1.0f, 1.0f});
   }
@@ -569,9 +602,11 @@ ScanArgs scan_kernel_args(const Params& p, const Dims& d, const SelectiveScanCal
   if (d.has_z) {
     vector_ok = vector_ok && ok(call.z, {a.z_bs, a.z_ds});
   }
-  if (d.var_bc) {
-    vector_ok =
-        vector_ok && ok(call.B, {a.b_bs, a.b_gs, a.b_ns}) && ok(call.C, {a.c_bs, a.c_gs, a.c_ns});
+  if (d.var_b) {
+    vector_ok = vector_ok && ok(call.B, {a.b_bs, a.b_gs, a.b_ns});
+  }
+  if (d.var_c) {
+    vector_ok = vector_ok && ok(call.C, {a.c_bs, a.c_gs, a.c_ns});
   }
   a.vector_ok = vector_ok ? 1 : 0;
   return a;
@@ -636,7 +671,8 @@ const ArgsDesc& SelectiveScanOp::args_desc() const {
        {"N", FieldKind::size, -1, {}, 4.0},
        {"G", FieldKind::size, 1},
        {"dtype", FieldKind::dtype},
-       {"var_bc", FieldKind::flag},
+       // Set by derive from the forms of B and C (k_var_bc_names).
+       {"var_bc", FieldKind::choice, -1, {"0", "1", "B", "C"}},
        {"delta_bias", FieldKind::flag},
        {"softplus", FieldKind::flag},
        {"has_d", FieldKind::flag},
@@ -645,7 +681,7 @@ const ArgsDesc& SelectiveScanOp::args_desc() const {
       {{"u", offsetof(A, u), {{B}, {D}, {L}}, dtype, k_any_float, -1, false, rows},
        {"delta", offsetof(A, delta), {{B}, {D}, {L}}, dtype, k_any_float, -1, false, rows},
        {"A", offsetof(A, A), {{D}, {N}}, -1, k_fp32, -1, false, dense},
-       {"B", offsetof(A, B), {{D}, {N}}, -1, k_fp32, -1, false, dense, 1, {{var_bc, 0}}, "fixed"},
+       {"B", offsetof(A, B), {{D}, {N}}, -1, k_fp32, -1, false, dense, 1, {}, "fixed"},
        {"B",
         offsetof(A, B),
         {{B}, {N}, {L}},
@@ -655,7 +691,7 @@ const ArgsDesc& SelectiveScanOp::args_desc() const {
         false,
         rows,
         1,
-        {{var_bc, 1}, {G, 1}},
+        {{G, 1}},
         "variable"},
        {"B",
         offsetof(A, B),
@@ -666,9 +702,9 @@ const ArgsDesc& SelectiveScanOp::args_desc() const {
         false,
         rows,
         1,
-        {{var_bc, 1}},
+        {},
         "variable, grouped"},
-       {"C", offsetof(A, C), {{D}, {N}}, -1, k_fp32, -1, false, dense, 1, {{var_bc, 0}}, "fixed"},
+       {"C", offsetof(A, C), {{D}, {N}}, -1, k_fp32, -1, false, dense, 1, {}, "fixed"},
        {"C",
         offsetof(A, C),
         {{B}, {N}, {L}},
@@ -678,7 +714,7 @@ const ArgsDesc& SelectiveScanOp::args_desc() const {
         false,
         rows,
         1,
-        {{var_bc, 1}, {G, 1}},
+        {{G, 1}},
         "variable"},
        {"C",
         offsetof(A, C),
@@ -689,14 +725,25 @@ const ArgsDesc& SelectiveScanOp::args_desc() const {
         false,
         rows,
         1,
-        {{var_bc, 1}},
+        {},
         "variable, grouped"},
        {"D", offsetof(A, D), {{D}}, -1, k_fp32, has_d, false, dense},
        {"z", offsetof(A, z), {{B}, {D}, {L}}, dtype, k_any_float, has_z, false, rows},
        {"delta_bias", offsetof(A, delta_bias), {{D}}, -1, k_fp32, bias, false, dense},
        {"out", offsetof(A, out), {{B}, {D}, {L}}, dtype, k_any_float, -1, true, rows},
        {"last_state", offsetof(A, last_state), {{B}, {D}, {N}}, -1, k_fp32, last, true, dense}},
-      {{"delta_softplus", offsetof(A, delta_softplus), ScalarKind::i32, softplus}}};
+      {{"delta_softplus", offsetof(A, delta_softplus), ScalarKind::i32, softplus}},
+      // var_bc from the forms that bound B and C ([D, N] fixed, 3 or 4 dimensions
+      // variable): the two are independent, as in mamba-ssm.
+      [](const void* args, CallValues& values) {
+        const auto& a = *static_cast<const A*>(args);
+        const bool vb = a.B.ndim != 2, vc = a.C.ndim != 2;
+        const VarBC v = vb && vc ? VarBC::both
+                        : vb     ? VarBC::b_only
+                        : vc     ? VarBC::c_only
+                                 : VarBC::none;
+        values[size_t(var_bc)] = int64_t(v);
+      }};
   return desc;
 }
 
@@ -768,10 +815,10 @@ void SelectiveScanOp::pack_reference(const Problem& problem, const std::vector<C
   args.add(u);
   args.add(delta);
   args.add(A);
-  args.add(d.var_bc ? B : CUdeviceptr(0));
-  args.add(d.var_bc ? C : CUdeviceptr(0));
-  args.add(d.var_bc ? CUdeviceptr(0) : B);
-  args.add(d.var_bc ? CUdeviceptr(0) : C);
+  args.add(d.var_b ? B : CUdeviceptr(0));
+  args.add(d.var_c ? C : CUdeviceptr(0));
+  args.add(d.var_b ? CUdeviceptr(0) : B);
+  args.add(d.var_c ? CUdeviceptr(0) : C);
   args.add(D);
   args.add(z);
   args.add(bias);
@@ -804,11 +851,9 @@ double SelectiveScanOp::bytes(const Problem& problem) const {
   Dims d = dims(problem);
   const double row = double(d.B * d.D * d.L) * double(dtype_size(d.x));
   double total = row * (3.0 + (d.has_z ? 1.0 : 0.0)); // u, delta, out (+ z)
-  if (d.var_bc) {
-    total += 2.0 * double(d.B * d.G * d.N * d.L) * double(dtype_size(d.x));
-  } else {
-    total += 2.0 * double(d.D * d.N) * 4.0;
-  }
+  const double var_bytes = double(d.B * d.G * d.N * d.L) * double(dtype_size(d.x));
+  const double fixed_bytes = double(d.D * d.N) * 4.0;
+  total += (d.var_b ? var_bytes : fixed_bytes) + (d.var_c ? var_bytes : fixed_bytes);
   total += double(d.D * d.N) * 4.0;                                            // A
   total += double(d.D) * 4.0 * ((d.has_d ? 1.0 : 0.0) + (d.bias ? 1.0 : 0.0)); // D, bias
   if (d.last_state) {

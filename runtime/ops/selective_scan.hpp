@@ -1,6 +1,8 @@
 // selective_scan: the Mamba-1 selective scan forward (see templates/selective_scan/kernel.cuh
 // for the recurrence). Problem fields: B, D, L, N, G, dtype (u/delta/z/out and
-// variable B/C), var_bc, delta_bias, softplus, has_d, has_z, last_state.
+// variable B/C), var_bc (0: B and C fixed, 1: both variable, B or C: only that one
+// variable, as mamba-ssm's independent is_variable_B / is_variable_C), delta_bias,
+// softplus, has_d, has_z, last_state.
 #pragma once
 
 #include "op.hpp"
@@ -8,9 +10,9 @@
 namespace autotune {
 
 // Device pointers and strides of one call (elements, not bytes). u, delta, z, out
-// are [B, D, L] with a contiguous last dimension; variable B and C are [B, G, N, L]
-// with a contiguous last dimension; A [D, N], fixed B/C [D, N], D and delta_bias
-// [D] and last_state [B, D, N] are contiguous fp32.
+// are [B, D, L] with a contiguous last dimension; a variable B or C is [B, G, N, L]
+// with a contiguous last dimension; A [D, N], a fixed B or C [D, N], D and
+// delta_bias [D] and last_state [B, D, N] are contiguous fp32.
 struct SelectiveScanCall {
   CUdeviceptr u = 0, delta = 0, A = 0, B = 0, C = 0;
   CUdeviceptr D = 0;          // 0 unless has_d

@@ -3,8 +3,9 @@
 //   h_t   = exp(dt_t * A[d,n]) * h_{t-1} + dt_t * B_t[n] * u_t          (h_{-1} = 0)
 //   y_t   = sum_n C_t[n] * h_t[n] + D[d] * u_t
 //   out_t = y_t * silu(z_t) if HAS_Z;   last_state[b,d,n] = h_{L-1}[n] if LAST_STATE.
-// B and C are either fixed per channel ([D, N] fp32) or variable ([B, G, N, L], the
-// element type of u; channel d reads group d / (D / G)).
+// B and C are each, independently (as mamba-ssm's is_variable_B / is_variable_C),
+// fixed per channel ([D, N] fp32) or variable ([B, G, N, L], the element type of u;
+// channel d reads group d / (D / G)).
 //
 // One block owns (batch b, AT_CPB channels) and walks L in chunks. Inside a chunk
 // each thread owns AT_ITEMS consecutive time steps; the state h[n] a chunk starts
@@ -35,9 +36,11 @@
 //               more resident warps hide the staging barriers and load latency,
 //               at the price of registers (and spills when too few remain).
 //   AT_N, AT_NSLICE  state size and the states staged in shared memory at once
-//               (dynamic shared memory: NSLICE rows of B, NSLICE of C, then the
-//               partial y of state groups 1..NSPLIT-1).
-//   AT_VAR_BC, AT_HAS_BIAS, AT_SOFTPLUS, AT_HAS_D, AT_HAS_Z, AT_LAST_STATE: 0/1.
+//               (dynamic shared memory: NSLICE rows of B if variable, NSLICE of C
+//               if variable, then the partial y of state groups 1..NSPLIT-1).
+//   AT_VAR_B, AT_VAR_C  0/1: B, C variable (staged per chunk) or fixed (read once
+//               per state from [D, N]).
+//   AT_HAS_BIAS, AT_SOFTPLUS, AT_HAS_D, AT_HAS_Z, AT_LAST_STATE: 0/1.
 //   AT_X_T      element type of u, delta, z, out (and variable B/C).
 #include "common/numeric.cuh"
 
@@ -45,11 +48,22 @@
 #error "AT_THREADS must be defined"
 #endif
 
+#if !defined(AT_VAR_B) || !defined(AT_VAR_C)
+#error "AT_VAR_B and AT_VAR_C must be defined"
+#endif
+// Whether any of B and C is variable (a group index and staging are needed).
+#define AT_VAR_ANY (AT_VAR_B || AT_VAR_C)
+
 typedef AT_X_T x_t;
-#if AT_VAR_BC
-typedef x_t bc_t;
+#if AT_VAR_B
+typedef x_t b_t;
 #else
-typedef float bc_t;
+typedef float b_t;
+#endif
+#if AT_VAR_C
+typedef x_t c_t;
+#else
+typedef float c_t;
 #endif
 
 constexpr int k_threads = AT_THREADS;
@@ -70,8 +84,8 @@ struct ScanArgs {
   const x_t* u;
   const x_t* delta;
   const float* A; // [D, N]
-  const bc_t* B;  // variable: [B, G, N, L] strided; fixed: [D, N]
-  const bc_t* C;
+  const b_t* B;   // variable: [B, G, N, L] strided; fixed: [D, N]
+  const c_t* C;
   const float* D;          // [D] or null
   const x_t* z;            // or null
   const float* delta_bias; // [D] or null
@@ -199,7 +213,7 @@ static_assert(k_tpc % 32 == 0, "each (channel, state group) needs whole warps");
 static_assert(k_items % k_vec == 0, "a thread's steps must be whole vectors");
 static_assert(k_n % k_nslice == 0 && k_nslice % k_nsplit == 0, "slices must split N evenly");
 
-#if AT_VAR_BC
+#if AT_VAR_ANY
 // Stages NSLICE states x CHUNK steps of one variable B or C tensor as fp32 in the
 // thread-major row layout (each thread's ITEMS steps contiguous). Zero past L, so
 // padded steps contribute nothing.
@@ -256,17 +270,19 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
   const x_t* delta_row = args.delta + b * args.delta_bs + d * args.delta_ds;
   x_t* out_row = args.out + b * args.out_bs + d * args.out_ds;
   const float* a_row = args.A + static_cast<long long>(d) * k_n;
-#if AT_VAR_BC
+#if AT_VAR_ANY
   // Every channel of the block is in one group (the op checks (D/G) % CPB == 0).
   const int bc_group = d_first / (args.dim / args.groups);
-  const x_t* b_base = args.B + b * args.b_bs + bc_group * args.b_gs;
-  const x_t* c_base = args.C + b * args.c_bs + bc_group * args.c_gs;
-  float(*s_b)[k_slots] = reinterpret_cast<float(*)[k_slots]>(s_dyn);
-  float(*s_c)[k_slots] = s_b + k_nslice;
-  constexpr int k_bc_words = 2 * k_nslice * k_slots;
-#else
-  constexpr int k_bc_words = 0;
 #endif
+#if AT_VAR_B
+  const x_t* b_base = args.B + b * args.b_bs + bc_group * args.b_gs;
+  float(*s_b)[k_slots] = reinterpret_cast<float(*)[k_slots]>(s_dyn);
+#endif
+#if AT_VAR_C
+  const x_t* c_base = args.C + b * args.c_bs + bc_group * args.c_gs;
+  float(*s_c)[k_slots] = reinterpret_cast<float(*)[k_slots]>(s_dyn) + (AT_VAR_B ? k_nslice : 0);
+#endif
+  constexpr int k_bc_words = (AT_VAR_B + AT_VAR_C) * k_nslice * k_slots;
 #if AT_SCAN
   __shared__ float2 s_scan[2][k_groups][k_tpc];
 #else
@@ -309,12 +325,16 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
 
 #pragma unroll
     for (int s = 0; s < k_slices; ++s) {
-#if AT_VAR_BC
+#if AT_VAR_ANY
       __syncthreads(); // the previous slice's readers are done
+#if AT_VAR_B
       stage_bc(s_b, b_base + static_cast<long long>(s) * k_nslice * args.b_ns, args.b_ns,
                chunk_start, length, vector_ok);
+#endif
+#if AT_VAR_C
       stage_bc(s_c, c_base + static_cast<long long>(s) * k_nslice * args.c_ns, args.c_ns,
                chunk_start, length, vector_ok);
+#endif
       __syncthreads();
 #endif
 #pragma unroll
@@ -326,7 +346,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
 
         // Compose the thread's steps: h -> at * h + hb.
         float bv[k_items];
-#if AT_VAR_BC
+#if AT_VAR_B
         load_shared(&s_b[n_local][lane_t * k_lane_stride], bv);
 #else
         const float b_fixed = args.B[static_cast<long long>(d) * k_n + n];
@@ -408,7 +428,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
 
         // Replay the steps from h_in and accumulate y.
         float cv[k_items];
-#if AT_VAR_BC
+#if AT_VAR_C
         load_shared(&s_c[n_local][lane_t * k_lane_stride], cv);
 #else
         const float c_fixed = args.C[static_cast<long long>(d) * k_n + n];

@@ -1,7 +1,9 @@
 // Reference selective scan: one thread per (batch, channel) walks the sequence in
 // order, exactly as the recurrence is written. Exponentials, softplus and SiLU use
 // the accurate fp32 library functions (expf, log1pf); the state and y accumulate in
-// float64. Contiguous tensors only (the tuner's layout); outputs are fp32.
+// float64. Contiguous tensors only (the tuner's layout); outputs are fp32. B and C
+// are each, independently, variable (b_var / c_var, [B, G, N, L]) or fixed (b_fixed
+// / c_fixed, [D, N]): of each pair exactly one is non-null.
 // Deliberately simple and sharing no code with kernel.cuh, so a bug there cannot
 // hide in both. The GPU tests check it against a float64 CPU reference.
 #include "common/numeric.cuh"

@@ -12,8 +12,8 @@
 // chunks of T = ITEMS steps. Per chunk:
 //   1. stage: all threads load u, delta (and z) of the block's channels with vector
 //      loads, compute dt = softplus(delta + bias) and dt*u once per (channel, step),
-//      and stage them -- with the chunk's B and C, shared by every channel -- as
-//      fp32 in shared memory;
+//      and stage them -- with the chunk's variable B and/or C, shared by every
+//      channel -- as fp32 in shared memory (a fixed B or C stays in registers);
 //   2. scan: each lane runs its states through the T steps (broadcast 16-byte
 //      reads: the lanes of a channel read the same dt, the channels of a warp the
 //      same B/C rows) and stores its partial y;
@@ -148,8 +148,10 @@ constexpr bool k_pack_bc = AT_BC_PAIR != 0;
 #endif
 constexpr bool k_ystore_during = AT_YSTORE_DURING != 0;
 static_assert(!k_ystore_during || k_s == 1, "partials stored during the scan: one time slice");
-static_assert(!k_pack_bc || (AT_VAR_BC && sizeof(x_t) == 2), "BC_PAIR packs 16-bit variable B/C");
-constexpr int k_bc_rows = AT_VAR_BC ? (k_pack_bc ? k_n : 2 * k_n) : 0;
+static_assert(!k_pack_bc || (AT_VAR_B && AT_VAR_C && sizeof(x_t) == 2),
+              "BC_PAIR packs 16-bit variable B and C (both variable)");
+// Staged rows per state: B if variable, C if variable, or one row of packed pairs.
+constexpr int k_bc_rows = k_pack_bc ? k_n : (AT_VAR_B + AT_VAR_C) * k_n;
 
 // AT_YRED: shuffle levels that sum the lanes' partial y before they go to shared
 // memory. Level 1 adds lane l and lane l ^ NSPLIT/2 (the same channel): of each 4
@@ -220,8 +222,9 @@ typedef float (*row_ptr)[k_row];
 struct Prefetch {
   static constexpr int k_items_x = k_cpb * k_tv; // (channel, vector) items
   static constexpr int k_iters_x = (k_items_x + k_threads - 1) / k_threads;
-  // (B or C row, vector) items; packed: (state, vector) items carrying both
-  static constexpr int k_items_bc = (k_pack_bc ? 1 : 2) * k_n * k_tv;
+  // (B or C row, vector) items of the variable ones; packed: (state, vector) items
+  // carrying both (kept at 2 rows per state when neither is variable: unused then)
+  static constexpr int k_items_bc = (k_pack_bc || AT_VAR_B != AT_VAR_C ? 1 : 2) * k_n * k_tv;
   static constexpr int k_iters_bc = (k_items_bc + k_threads - 1) / k_threads;
   at_vec<x_t, k_vec> u[k_iters_x], delta[k_iters_x];
   [[maybe_unused]] at_vec<x_t, k_vec> u_cur[k_iters_x], z_cur[k_iters_x]; // the chunk staged
@@ -230,7 +233,7 @@ struct Prefetch {
 #if AT_HAS_Z
   at_vec<x_t, k_vec> z[k_iters_x];
 #endif
-#if AT_VAR_BC
+#if AT_VAR_ANY
   at_vec<x_t, k_vec> bc[k_iters_bc];
   at_vec<x_t, k_vec> bc_c[k_pack_bc ? k_iters_bc : 1]; // C when packed
 #endif
@@ -284,7 +287,7 @@ struct Prefetch {
       row_delta[i] = args.delta + b * args.delta_bs + d * args.delta_ds;
       row_z[i] = AT_HAS_Z ? args.z + b * args.z_bs + d * args.z_ds : nullptr;
     }
-#if AT_VAR_BC
+#if AT_VAR_ANY
 #pragma unroll
     for (int i = 0; i < k_iters_bc; ++i) {
       const int e = threadIdx.x + i * k_threads;
@@ -294,8 +297,9 @@ struct Prefetch {
         row_bc[i] = b_base + n * args.b_ns;
         row_c[i] = c_base + n * args.c_ns;
       } else {
-        const bool is_c = e >= k_n * k_tv;
-        const int r = is_c ? e - k_n * k_tv : e;
+        // The B rows (if variable) come first, then the C rows (if variable).
+        const bool is_c = AT_VAR_B ? AT_VAR_C && e >= k_n * k_tv : true;
+        const int r = AT_VAR_B && is_c ? e - k_n * k_tv : e;
         const int n = min(r / k_tv, k_n - 1);
         off_bc[i] = (r % k_tv) * k_vec;
         row_bc[i] = is_c ? c_base + n * args.c_ns : b_base + n * args.b_ns;
@@ -321,7 +325,7 @@ struct Prefetch {
 #endif
       }
     }
-#if AT_VAR_BC
+#if AT_VAR_ANY
 #pragma unroll
     for (int i = 0; i < k_iters_bc; ++i) {
       const int e = threadIdx.x + i * k_threads;
@@ -382,7 +386,7 @@ struct Prefetch {
 #endif
       }
     }
-#if AT_VAR_BC
+#if AT_VAR_ANY
 #pragma unroll
     for (int i = 0; i < k_iters_bc; ++i) {
       const int e = threadIdx.x + i * k_threads;
@@ -402,8 +406,8 @@ struct Prefetch {
           }
         }
       } else if (k_items_bc % k_threads == 0 || e < k_items_bc) {
-        const bool is_c = e >= k_n * k_tv;
-        const int r = is_c ? e - k_n * k_tv : e;
+        const bool is_c = AT_VAR_B ? AT_VAR_C && e >= k_n * k_tv : true;
+        const int r = AT_VAR_B && is_c ? e - k_n * k_tv : e;
         const int n = r / k_tv;
         const int tt = (r % k_tv) * k_vec;
         float v[k_vec];
@@ -430,12 +434,17 @@ scan_slice(float (*part)[k_row], const row_ptr s_dt, const row_ptr s_du, const r
            const row_ptr s_c, int c_scan, int l, int t0, const float (&b_fixed)[k_cpl][k_npl],
            const float (&c_fixed)[k_cpl][k_npl], const float (&a2)[k_cpl][k_npl],
            float (&h)[k_cpl][k_npl], float (&acc)[k_cpl][k_ts], float* p, float (*qc)[k_npl]) {
-#if AT_VAR_BC
+#if AT_VAR_B
   (void)b_fixed;
-  (void)c_fixed;
 #else
   (void)s_b;
+#endif
+#if AT_VAR_C
+  (void)c_fixed;
+#else
   (void)s_c;
+#endif
+#if !AT_VAR_ANY
   (void)l;
 #endif
 #pragma unroll
@@ -450,7 +459,7 @@ scan_slice(float (*part)[k_row], const row_ptr s_dt, const row_ptr s_du, const r
     }
 #pragma unroll
     for (int j = 0; j < k_npl; ++j) {
-#if AT_VAR_BC
+#if AT_VAR_B && AT_VAR_C
       const int n = j * k_lpc + l;
       float bv[4], cv[4];
       if constexpr (k_pack_bc) {
@@ -465,13 +474,22 @@ scan_slice(float (*part)[k_row], const row_ptr s_dt, const row_ptr s_du, const r
         bv[0] = b4.x, bv[1] = b4.y, bv[2] = b4.z, bv[3] = b4.w;
         cv[0] = c4.x, cv[1] = c4.y, cv[2] = c4.z, cv[3] = c4.w;
       }
+#elif AT_VAR_B
+      const float4 b4 = load4(s_b[j * k_lpc + l], t0 + q);
+      const float bv[4] = {b4.x, b4.y, b4.z, b4.w};
+#elif AT_VAR_C
+      const float4 c4 = load4(s_c[j * k_lpc + l], t0 + q);
+      const float cv[4] = {c4.x, c4.y, c4.z, c4.w};
 #endif
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
 #pragma unroll
         for (int k = 0; k < k_cpl; ++k) {
-#if !AT_VAR_BC
+          // A fixed B or C: the lane's channel's value at every step.
+#if !AT_VAR_B
           const float bv[4] = {b_fixed[k][j], b_fixed[k][j], b_fixed[k][j], b_fixed[k][j]};
+#endif
+#if !AT_VAR_C
           const float cv[4] = {c_fixed[k][j], c_fixed[k][j], c_fixed[k][j], c_fixed[k][j]};
 #endif
           const float a = exp2_sel((q + i) % 8 < k_poly, dt[k][i] * a2[k][j]);
@@ -499,15 +517,15 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
     selective_scan_fwd(const ScanArgs args) {
   // Dynamic shared memory (runtime/ops/selective_scan.cpp sizes it):
   //   dt, dt*u      fp32 [CPB][row] each
-  //   B, C          fp32 [N][row] each, variable B/C only; 16-bit B/C: one [N][row]
-  //                 of packed (B, C) pairs
+  //   B, C          fp32 [N][row] each if variable; 16-bit variable B and C with
+  //                 BC_PAIR: one [N][row] of packed (B, C) pairs
   //   partial y     fp32 [NSPLIT >> YRED][PART_STRIDE][row] (the extra rows stagger banks)
   extern __shared__ __align__(16) float s_dyn[];
   float(*s_dt)[k_row] = reinterpret_cast<float(*)[k_row]>(s_dyn);
   float(*s_du)[k_row] = s_dt + k_cpb;
-  float(*s_b)[k_row] = s_du + k_cpb;                              // or packed B/C pairs
-  float(*s_c)[k_row] = s_b + (AT_VAR_BC && !k_pack_bc ? k_n : 0); // unused when packed
-  float(*s_part)[k_part_stride][k_row] =                          // [k_prows] blocks
+  float(*s_b)[k_row] = s_du + k_cpb;                             // or packed B/C pairs
+  float(*s_c)[k_row] = s_b + (AT_VAR_B && !k_pack_bc ? k_n : 0); // unused when packed
+  float(*s_part)[k_part_stride][k_row] =                         // [k_prows] blocks
       reinterpret_cast<float(*)[k_part_stride][k_row]>(s_b + k_bc_rows);
   // Slice boundary exchange: end state and decay product per (slice, channel, state).
   float(*s_xh)[k_cpb][k_n] = reinterpret_cast<float(*)[k_cpb][k_n]>(s_part + k_prows);
@@ -537,30 +555,38 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
       const int n = j * k_lpc + l; // states n % NSPLIT == l, as in the time-parallel form
       a2[k][j] = args.A[d_scan * k_n + n] * k_log2e;
       h[k][j] = 0.0f;
-#if AT_VAR_BC
-      b_fixed[k][j] = c_fixed[k][j] = 0.0f;
+#if AT_VAR_B
+      b_fixed[k][j] = 0.0f;
 #else
       b_fixed[k][j] = args.B[d_scan * k_n + n];
+#endif
+#if AT_VAR_C
+      c_fixed[k][j] = 0.0f;
+#else
       c_fixed[k][j] = args.C[d_scan * k_n + n];
 #endif
     }
   }
-#if AT_VAR_BC
+#if AT_VAR_ANY
   // Every channel of the block is in one group (the op checks (D/G) % CPB == 0).
   const int bc_group = d_first / (args.dim / args.groups);
+#endif
+#if AT_VAR_B
   const x_t* b_base = args.B + b * args.b_bs + bc_group * args.b_gs;
+#else
+  const x_t* b_base = nullptr;
+#endif
+#if AT_VAR_C
   const x_t* c_base = args.C + b * args.c_bs + bc_group * args.c_gs;
+#else
+  const x_t* c_base = nullptr;
 #endif
 
   // Chunk k+1's global loads are issued before chunk k's recurrence and land while
   // it runs; they are converted and staged after it (the loads' latency would
   // otherwise stall every warp of the block at the staging barrier).
   Prefetch pf;
-#if AT_VAR_BC
   pf.init(args, b, d_first, b_base, c_base);
-#else
-  pf.init(args, b, d_first, nullptr, nullptr);
-#endif
   if (vector_ok && k_t <= length) {
     pf.load<true>(0, length, vector_ok);
   } else {
