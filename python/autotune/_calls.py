@@ -8,10 +8,11 @@ and which outputs the call allocates. The first call of a signature in a thread 
 and packs every field as before (tensor_fields: type, rank, dtype, null data) and calls
 the library, which validates everything; only when the library accepted the call is its
 plan kept: the packed args struct (a ctypes buffer owned by the plan, with the
-workspace of a split-KV attention variant filled in), the struct that writes the data
-pointers at their offsets, the outputs' allocation, and the library's entry point.
-A warm call reads shape, strides and dtype of each tensor for the key, allocates its
-outputs, writes the pointers into the plan's buffer and calls the library; it creates
+workspace of a split-KV attention variant filled in), a view of it as 64-bit words
+with the words of the data pointers, the outputs' allocation, and the library's entry
+point. A warm call reads shape, strides and dtype of each tensor for the key, allocates
+its outputs, writes each data pointer into its word of the plan's buffer (the other
+bytes stay as the first call packed them) and calls the library; it creates
 nothing the cyclic garbage collector must later visit except the key, the outputs and
 the tuple it returns.
 
@@ -111,10 +112,12 @@ def _remember(cache, key, plan):
 
 
 def _new_args(rt, op, values):
+    """The plan's args struct packed with values, a view of it as 64-bit words and the
+    words of the op's tensor pointers (in field order)."""
     layout = rt.layouts[op]
     buf = ctypes.create_string_buffer(layout.size)
     layout.struct.pack_into(buf, 0, *values)
-    return buf, layout.pointers.pack_into
+    return buf, memoryview(buf).cast("B").cast("Q"), layout.pointer_slots
 
 
 def _fail(rt, status):
@@ -138,19 +141,23 @@ def conv(plans, runtime_for, x, weight, bias, initial_states, silu, with_final, 
     if plan is None:
         return _conv_first(plans, runtime_for, key, x, weight, bias, initial_states, silu,
                            with_final, copies)
-    buf, pack, fn, handle, rt, dev, contiguous, final_shape, dtype, device = plan
+    buf, words, fn, handle, rt, dev, contiguous, final_shape, dtype, device, slots = plan
+    i_x, i_w, i_b, i_s, i_o, i_f = slots
     out = _empty_like(x) if contiguous else _empty_like(x, memory_format=_contiguous)
+    words[i_x] = x.data_ptr()
+    words[i_w] = weight.data_ptr()
+    if bias is not None:
+        words[i_b] = bias.data_ptr()
+    if initial_states is not None:
+        words[i_s] = initial_states.data_ptr()
+    words[i_o] = out.data_ptr()
     if final_shape is None:
-        pack(buf, 0, x.data_ptr(), weight.data_ptr(), bias.data_ptr() if bias is not None else 0,
-             initial_states.data_ptr() if initial_states is not None else 0, out.data_ptr(), 0)
         status = fn(handle, buf, STREAMS[_raw_stream(dev)])
         if status:
             _fail(rt, status)
         return out
     final = _empty(final_shape, dtype=dtype, device=device)
-    pack(buf, 0, x.data_ptr(), weight.data_ptr(), bias.data_ptr() if bias is not None else 0,
-         initial_states.data_ptr() if initial_states is not None else 0, out.data_ptr(),
-         final.data_ptr())
+    words[i_f] = final.data_ptr()
     status = fn(handle, buf, STREAMS[_raw_stream(dev)])
     if status:
         _fail(rt, status)
@@ -172,7 +179,7 @@ def _conv_first(plans, runtime_for, key, x, weight, bias, init, silu, with_final
     if with_final:
         final_shape = states_shape(x, weight)
         final = torch.empty(final_shape, dtype=x.dtype, device=x.device)
-    buf, pack = _new_args(rt, "causal_conv1d", (
+    buf, words, slots = _new_args(rt, "causal_conv1d", (
         *fields_x, *tensor_fields(weight, "weight"), *tensor_fields(bias, "bias"),
         *tensor_fields(init, "initial_states"), *tensor_fields(out, "out"),
         *tensor_fields(final, "final_states"), 1 if silu else 0))
@@ -180,8 +187,8 @@ def _conv_first(plans, runtime_for, key, x, weight, bias, init, silu, with_final
     status = fn(handle, buf, STREAMS[_raw_stream(dev)])
     if status:
         _fail(rt, status)
-    _remember(plans.conv, key, (buf, pack, fn, handle, rt, dev, contiguous, final_shape,
-                                x.dtype, x.device))
+    _remember(plans.conv, key, (buf, words, fn, handle, rt, dev, contiguous, final_shape,
+                                x.dtype, x.device, slots))
     return (out, final) if with_final else out
 
 
@@ -203,17 +210,32 @@ def scan(plans, runtime_for, u, delta, A, B, C, D, z, delta_bias, delta_softplus
     if plan is None:
         return _scan_first(plans, runtime_for, key, u, delta, A, B, C, D, z, delta_bias,
                            delta_softplus, with_state, copies)
-    buf, pack, fn, handle, rt, dev, contiguous, state_shape, device = plan
+    buf, words, fn, handle, rt, dev, contiguous, state_shape, device, slots = plan
+    i_u, i_dt, i_a, i_b, i_c, i_d, i_z, i_db, i_o, i_s = slots
     out = _empty_like(u) if contiguous else _empty_like(u, memory_format=_contiguous)
-    last = _empty(state_shape, dtype=_f32, device=device) if state_shape is not None else None
-    pack(buf, 0, u.data_ptr(), delta.data_ptr(), A.data_ptr(), B.data_ptr(), C.data_ptr(),
-         D.data_ptr() if D is not None else 0, z.data_ptr() if z is not None else 0,
-         delta_bias.data_ptr() if delta_bias is not None else 0, out.data_ptr(),
-         last.data_ptr() if last is not None else 0)
+    words[i_u] = u.data_ptr()
+    words[i_dt] = delta.data_ptr()
+    words[i_a] = A.data_ptr()
+    words[i_b] = B.data_ptr()
+    words[i_c] = C.data_ptr()
+    if D is not None:
+        words[i_d] = D.data_ptr()
+    if z is not None:
+        words[i_z] = z.data_ptr()
+    if delta_bias is not None:
+        words[i_db] = delta_bias.data_ptr()
+    words[i_o] = out.data_ptr()
+    if state_shape is None:
+        status = fn(handle, buf, STREAMS[_raw_stream(dev)])
+        if status:
+            _fail(rt, status)
+        return out
+    last = _empty(state_shape, dtype=_f32, device=device)
+    words[i_s] = last.data_ptr()
     status = fn(handle, buf, STREAMS[_raw_stream(dev)])
     if status:
         _fail(rt, status)
-    return out if last is None else (out, last)
+    return out, last
 
 
 def _scan_first(plans, runtime_for, key, u, delta, A, B, C, D, z, delta_bias, delta_softplus,
@@ -232,7 +254,7 @@ def _scan_first(plans, runtime_for, key, u, delta, A, B, C, D, z, delta_bias, de
     if with_state:
         state_shape = last_state_shape(u, A)
         last = torch.empty(state_shape, dtype=_f32, device=u.device)
-    buf, pack = _new_args(rt, "selective_scan", (
+    buf, words, slots = _new_args(rt, "selective_scan", (
         *fields_u, *tensor_fields(delta, "delta"), *tensor_fields(A, "A"),
         *tensor_fields(B, "B"), *tensor_fields(C, "C"), *tensor_fields(D, "D"),
         *tensor_fields(z, "z"), *tensor_fields(delta_bias, "delta_bias"),
@@ -242,8 +264,8 @@ def _scan_first(plans, runtime_for, key, u, delta, A, B, C, D, z, delta_bias, de
     status = fn(handle, buf, STREAMS[_raw_stream(dev)])
     if status:
         _fail(rt, status)
-    _remember(plans.scan, key, (buf, pack, fn, handle, rt, dev, contiguous, state_shape,
-                                u.device))
+    _remember(plans.scan, key, (buf, words, fn, handle, rt, dev, contiguous, state_shape,
+                                u.device, slots))
     return (out, last) if with_state else out
 
 
@@ -260,16 +282,20 @@ def attention(plans, runtime_for, q, k, v, causal, scale, with_lse, copies=None)
     if plan is None:
         return _attention_first(plans, runtime_for, key, q, k, v, causal, scale, with_lse,
                                 copies)
-    buf, pack, fn, handle, rt, dev, contiguous, lse_shape, device = plan
+    buf, words, fn, handle, rt, dev, contiguous, lse_shape, device, slots = plan
+    i_q, i_k, i_v, i_o, i_l = slots
     out = _empty_like(q) if contiguous else _empty_like(q, memory_format=_contiguous)
+    words[i_q] = q.data_ptr()
+    words[i_k] = k.data_ptr()
+    words[i_v] = v.data_ptr()
+    words[i_o] = out.data_ptr()
     if lse_shape is None:
-        pack(buf, 0, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), 0)
         status = fn(handle, buf, STREAMS[_raw_stream(dev)])
         if status:
             _fail(rt, status)
         return out
     lse = _empty(lse_shape, dtype=_f32, device=device)
-    pack(buf, 0, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr())
+    words[i_l] = lse.data_ptr()
     status = fn(handle, buf, STREAMS[_raw_stream(dev)])
     if status:
         _fail(rt, status)
@@ -298,13 +324,13 @@ def _attention_first(plans, runtime_for, key, q, k, v, causal, scale, with_lse, 
               *attention_fields(out, "o"), *tensor_fields(lse, "lse"), 1 if causal else 0,
               float(scale or 0.0))
     workspace = rt.attention_workspace(key, fields, q)
-    buf, pack = _new_args(rt, "attention", fields + workspace)
+    buf, words, slots = _new_args(rt, "attention", fields + workspace)
     fn, handle = rt.library.calls["attention"], rt.handle
     status = fn(handle, buf, STREAMS[_raw_stream(dev)])
     if status:
         _fail(rt, status)
-    _remember(plans.attn, key, (buf, pack, fn, handle, rt, dev, contiguous, lse_shape,
-                                q.device))
+    _remember(plans.attn, key, (buf, words, fn, handle, rt, dev, contiguous, lse_shape,
+                                q.device, slots))
     return (out, lse) if with_lse else out
 
 

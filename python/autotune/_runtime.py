@@ -67,15 +67,14 @@ class ArgsLayout:
             raise RuntimeError("autotune: the described fields overrun the struct")
         self.struct = struct.Struct(fmt)
         self.offsets = {name: offset for name, _, offset in self.fields}
-        # The data pointers alone, at their offsets (a warm call rewrites only these).
-        fmt, at = "=", 0
-        for name, kind, offset in self.fields:
-            if kind == "tensor":
-                fmt += (f"{offset - at}x" if offset > at else "") + "Q"
-                at = offset + 8
+        # Where the data pointers are, in 8-byte words (a warm call rewrites only these,
+        # through a memoryview of the struct as 64-bit words).
         if ctypes.sizeof(ctypes.c_void_p) != 8:
             raise RuntimeError("autotune: a 64-bit process is needed")
-        self.pointers = struct.Struct(fmt)
+        self.pointer_slots = tuple(offset // 8 for name, kind, offset in self.fields
+                                   if kind == "tensor")
+        if any(offset % 8 for name, kind, offset in self.fields if kind == "tensor"):
+            raise RuntimeError("autotune: a tensor field is not 8-byte aligned")
 
 
 _CODES = {}

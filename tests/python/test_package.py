@@ -9,11 +9,14 @@ GPU lives in test_gpu.py / run_gpu.py.
 """
 import ast
 import contextlib
+import ctypes
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import types
 import unittest
 import zipfile
 
@@ -390,6 +393,67 @@ class TestHarness(unittest.TestCase):
             harness.run_grid("op", "g", [{"a": 1}], lambda c: None, lambda c: 1,
                              lambda c: 1 / 0, None, health=health)
 
+    def test_a_grid_in_threads_counts_as_in_one_thread_in_the_seeded_group_order(self):
+        cases = [{"a": a, "b": b} for a in range(12) for b in range(3)]
+        seen = set()
+
+        def run(c):
+            seen.add(threading.get_ident())
+            time.sleep(0.002 * ((c["a"] * 7) % 5))  # groups finish out of order
+            if c["a"] == 1 and c["b"] == 0:
+                raise RuntimeError("boom")
+            return (c["b"] != 2, f"off {c['a']}")
+
+        args = ("op", "grid", cases, lambda c: "feat" if c["a"] == 3 else None,
+                lambda c: c["a"], run)
+        one = harness.run_grid(*args, budget_s=None, seed=5)
+        seen.clear()
+        many = harness.run_grid(*args, budget_s=None, seed=5, threads=4)
+        self.assertGreater(len(seen), 1)
+        for field in ("cases", "pass", "wrong", "error", "unsupported", "not_run", "failures"):
+            self.assertEqual(one[field], many[field], field)
+        self.assertEqual((many["pass"], many["wrong"], many["error"]), (21, 11, 1))
+        self.assertIn("4 threads", many["notes"])
+
+    def test_a_threads_lost_context_is_raised_and_stops_the_groups_not_started(self):
+        started = []
+
+        def run(c):
+            started.append(c["a"])
+            if c["a"] == 0:
+                raise harness.ContextLost("gone")
+            time.sleep(0.01)
+            return True, ""
+
+        cases = [{"a": a} for a in range(40)]
+        with self.assertRaises(harness.ContextLost):
+            harness.run_grid("op", "g", cases, lambda c: None, lambda c: c["a"], run, None,
+                             seed=1, threads=2)
+        self.assertLess(len(started), 40)
+
+    def test_an_exception_outside_run_case_in_a_thread_is_that_groups_error(self):
+        def health():
+            raise ValueError("health check broke")
+
+        cases = [{"a": a} for a in range(4)]
+        row = harness.run_grid("op", "g", cases, lambda c: None, lambda c: c["a"],
+                               lambda c: 1 / 0 if c["a"] == 2 else (True, ""), None,
+                               health=health, threads=3)
+        self.assertEqual((row["pass"], row["error"], row["not_run"]), (3, 1, 0))
+        self.assertIn("health check broke", row["failures"][0]["detail"])
+
+    def test_a_threaded_grid_stops_starting_groups_when_the_budget_is_spent(self):
+        def slow(c):
+            time.sleep(0.05)
+            return True, ""
+
+        cases = [{"a": a} for a in range(20)]
+        row = harness.run_grid("op", "g", cases, lambda c: None, lambda c: c["a"], slow,
+                               budget_s=0.01, threads=2)
+        self.assertEqual(row["pass"] + row["not_run"], 20)
+        self.assertLessEqual(row["pass"], 4)
+        self.assertGreaterEqual(row["pass"], 2)
+
     def test_bad_input_verdicts(self):
         ok = lambda: None  # noqa: E731
 
@@ -473,6 +537,196 @@ class TestTorchRegistration(unittest.TestCase):
             autotune.causal_conv1d_fn(x, torch.zeros(8, 4), activation="gelu")
         with self.assertRaisesRegex(NotImplementedError, "cu_seqlens"):
             autotune.selective_scan_fn(x, x, x, x, x, cu_seqlens=torch.zeros(2))
+
+
+@unittest.skipIf(torch is None, NO_TORCH)
+class TestCallPlans(unittest.TestCase):
+    """The per-signature plans of the warm call path (python/autotune/_calls.py) on CPU
+    tensors, the library's call functions replaced by one that records the args struct
+    it is given: a warm call must pass exactly the bytes a full pack of the same call
+    gives."""
+
+    def setUp(self):
+        path = library_path()
+        if not path:
+            self.skipTest("no built libautotune.so (set AUTOTUNE_LIBRARY)")
+        from autotune import _calls
+        self.calls_mod = _calls
+        self.library = _runtime.Library.load(path)
+        self.seen = []
+        self.status = 0
+
+        def record(handle, args, stream):
+            op = self.op
+            self.seen.append(ctypes_string_at(args, self.library.layouts[op].size))
+            return self.status
+
+        proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                 ctypes.c_void_p)
+        self.callback = proto(record)
+        fn = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.cast(self.callback, ctypes.c_void_p).value)
+        fn.argtypes = None
+        test = self
+
+        class FakeRuntime:
+            library = types.SimpleNamespace(calls={op: fn for op in _runtime.OPS})
+            layouts = self.library.layouts
+            handle = ctypes.c_void_p(0x1234)
+
+            def check(self, status):
+                raise _runtime.AutotuneError(status, "refused by the fake library")
+
+            def attention_workspace(self, key, fields, q):
+                test.workspace_asked += 1
+                return (0xABC000, 4096)
+
+        self.rt = FakeRuntime()
+        self.workspace_asked = 0
+        self.plans = _calls.Plans()
+        _calls._load_torch()
+        self.saved_stream = _calls._raw_stream
+        _calls._raw_stream = lambda device: 0
+        self.runtime_for = lambda index, t, what: self.rt
+
+    def tearDown(self):
+        self.calls_mod._raw_stream = self.saved_stream
+
+    def full_pack(self, op, values):
+        layout = self.library.layouts[op]
+        buf = bytearray(layout.size)
+        layout.struct.pack_into(buf, 0, *values)
+        return bytes(buf)
+
+    def test_a_warm_conv_call_passes_the_bytes_of_a_full_pack(self):
+        self.op = "causal_conv1d"
+        f = _runtime.tensor_fields
+        conv = self.calls_mod.conv
+        x = torch.randn(2, 64, 40, dtype=torch.bfloat16)[:, :32]
+        w, b = torch.randn(32, 4, dtype=torch.bfloat16), torch.randn(32, dtype=torch.bfloat16)
+        out1, final1 = conv(self.plans, self.runtime_for, x, w, b, None, True, True)
+        self.assertEqual(len(self.plans.conv), 1)
+        x2 = torch.randn(2, 64, 40, dtype=torch.bfloat16)[:, 32:]  # same signature
+        out2, final2 = conv(self.plans, self.runtime_for, x2, w.clone(), b.clone(), None, True,
+                            True)
+        self.assertEqual(len(self.plans.conv), 1)
+        self.assertEqual((out2.shape, out2.is_contiguous(), final2.shape, final2.dtype),
+                         ((2, 32, 40), True, (2, 32, 3), torch.bfloat16))
+        for got, (xx, out, final) in zip(self.seen, ((x, out1, final1), (x2, out2, final2))):
+            ww, bb = (w, b) if xx is x else (None, None)
+            self.assertEqual(len(got), self.library.layouts["causal_conv1d"].size)
+        # The second call's struct is the full pack of the second call's tensors.
+        self.seen.clear()
+        w2, b2 = w.clone(), b.clone()
+        out3, final3 = conv(self.plans, self.runtime_for, x2, w2, b2, None, True, True)
+        expected = self.full_pack("causal_conv1d", (
+            *f(x2, "x"), *f(w2, "weight"), *f(b2, "bias"), *_runtime._ABSENT, *f(out3, "out"),
+            *f(final3, "final_states"), 1))
+        self.assertEqual(self.seen[0], expected)
+
+    def test_a_new_stride_dtype_or_flag_is_a_new_plan(self):
+        self.op = "causal_conv1d"
+        conv = self.calls_mod.conv
+        x = torch.randn(2, 32, 40)
+        w = torch.randn(32, 4)
+        conv(self.plans, self.runtime_for, x, w, None, None, False, False)
+        conv(self.plans, self.runtime_for, x, w, None, None, True, False)
+        conv(self.plans, self.runtime_for, x.half(), w, None, None, True, False)
+        conv(self.plans, self.runtime_for, torch.randn(2, 64, 40)[:, ::2], w, None, None, True,
+             False)
+        conv(self.plans, self.runtime_for, x, w, None, None, True, False)
+        self.assertEqual(len(self.plans.conv), 4)
+
+    def test_a_refused_first_call_keeps_no_plan_and_raises_every_time(self):
+        self.op = "causal_conv1d"
+        self.status = 1
+        x, w = torch.randn(2, 32, 40), torch.randn(32, 4)
+        for _ in range(2):
+            with self.assertRaisesRegex(_runtime.AutotuneError, "refused"):
+                self.calls_mod.conv(self.plans, self.runtime_for, x, w, None, None, True,
+                                    False)
+        self.assertEqual(len(self.plans.conv), 0)
+        self.assertEqual(len(self.seen), 2)
+
+    def test_not_a_tensor_is_refused_by_name_on_the_first_call_path(self):
+        self.op = "selective_scan"
+        u = torch.randn(2, 8, 16)
+        with self.assertRaisesRegex(TypeError, "B must be a torch.Tensor"):
+            self.calls_mod.scan(self.plans, self.runtime_for, u, u, torch.randn(8, 4), [1],
+                                torch.randn(8, 4), None, None, None, True, False)
+
+    def test_a_warm_attention_and_scan_call_pass_the_bytes_of_a_full_pack(self):
+        f, a = _runtime.tensor_fields, _runtime.attention_fields
+        self.op = "attention"
+        q = torch.randn(2, 8, 4, 64, dtype=torch.float16).transpose(1, 2)  # [B, S, H, D] view
+        k = torch.randn(2, 5, 2, 64, dtype=torch.float16)
+        for _ in range(2):
+            self.seen.clear()
+            out, lse = self.calls_mod.attention(self.plans, self.runtime_for, q, k, k.clone(),
+                                                True, 0.5, True)
+        self.assertEqual(self.workspace_asked, 1)
+        self.assertEqual((out.shape, out.is_contiguous(), lse.shape, lse.dtype),
+                         (q.shape, True, (2, 8, 4), torch.float32))
+        v = None
+        expected_prefix = (*a(q, "q"), *a(k, "k"))
+        got = self.seen[0]
+        layout = self.library.layouts["attention"]
+        values = layout.struct.unpack_from(got)
+        self.assertEqual(values[:len(expected_prefix)], expected_prefix)
+        self.assertEqual(values[-4:], (1, 0.5, 0xABC000, 4096))
+        self.assertEqual(values[33], out.data_ptr())
+        self.assertEqual(values[44], lse.data_ptr())
+        del v
+        self.op = "selective_scan"
+        u = torch.randn(2, 8, 16, dtype=torch.bfloat16)
+        A, Bm = torch.randn(8, 4), torch.randn(2, 4, 16, dtype=torch.bfloat16)
+        D = torch.randn(8)
+        for _ in range(2):
+            self.seen.clear()
+            out = self.calls_mod.scan(self.plans, self.runtime_for, u, u, A, Bm, Bm, D, None,
+                                      None, True, False)
+        expected = self.full_pack("selective_scan", (
+            *f(u, "u"), *f(u, "delta"), *f(A, "A"), *f(Bm, "B"), *f(Bm, "C"), *f(D, "D"),
+            *_runtime._ABSENT, *_runtime._ABSENT, *f(out, "out"), *_runtime._ABSENT, 1))
+        self.assertEqual(self.seen[0], expected)
+
+    def test_plans_are_per_thread_and_clear_empties_every_threads(self):
+        self.op = "causal_conv1d"
+        x, w = torch.randn(2, 32, 40), torch.randn(32, 4)
+        conv = self.calls_mod.conv
+        conv(self.plans, self.runtime_for, x, w, None, None, True, False)
+        sizes = []
+        release = threading.Event()
+
+        def other():
+            conv(self.plans, self.runtime_for, x, w, None, None, True, False)
+            sizes.append(len(self.plans.conv))
+            release.wait(10)
+            sizes.append(len(self.plans.conv))
+
+        t = threading.Thread(target=other)
+        t.start()
+        while not sizes:
+            time.sleep(0.01)
+        self.plans.clear()
+        release.set()
+        t.join()
+        self.assertEqual(sizes, [1, 0])
+        self.assertEqual(len(self.plans.conv), 0)
+
+    def test_the_drop_in_copies_on_a_first_call_only_what_the_peer_copies(self):
+        self.op = "causal_conv1d"
+        from autotune import _dropin
+        x_cl = torch.randn(2, 40, 32).transpose(1, 2)  # channel-last: stride(-1) != 1
+        w = torch.randn(4, 32).t()  # not contiguous
+        self.calls_mod.conv(self.plans, self.runtime_for, x_cl, w, None, None, True, False,
+                            _dropin._conv_copies)
+        (key,) = self.plans.conv
+        self.assertEqual((key[2], key[5]), ((1280, 40, 1), (4, 1)))  # the copies' strides
+
+
+def ctypes_string_at(address, size):
+    import ctypes
+    return ctypes.string_at(address, size)
 
 
 if __name__ == "__main__":
