@@ -59,6 +59,12 @@ long long tile_length(const Params& p) {
 constexpr long long k_static_smem_limit = 48 * 1024;
 constexpr long long k_max_grid_y = 65535;
 
+// Whether L leaves a partial vector at the end of each row: the kernel is then
+// built with AT_RAGGED (its "Ragged rows"), aligned shapes without it.
+bool ragged(const Dims& d, long long vec) {
+  return d.L % vec != 0;
+}
+
 } // namespace
 
 CausalConv1dShape CausalConv1dShape::of(const Problem& p) {
@@ -177,54 +183,91 @@ Result<bool> CausalConv1dOp::worth_measuring(const Config& config, const Problem
 }
 
 Config CausalConv1dOp::adapt(const Config& config, const Problem& problem) const {
-  // A tile (threads / cpb x vec x items positions of a channel) more than twice the
-  // sequence leaves most lanes idle: halve the items per thread, then give each block
-  // more channels (shorter rows per channel, the same block size), while the result
-  // stays valid on the problem.
+  // A short sequence (a whole row inside one tile of threads / cpb x vec x items
+  // positions) leaves the lanes past L idle, and the op is bandwidth-bound: what a
+  // block is worth is the bytes it keeps in flight for the row. The rule keeps the
+  // block size, vector width and load path (what the tuning chose) and picks the
+  // channels per block (cpb) and vectors per thread (items) that maximise
+  //
+  //   useful(c) = L / (tiles(c) * tile(c)) * min(vec * items * esize, source's),
+  //
+  // the fraction of lanes with positions of the row times the bytes each thread
+  // loads at once, capped at what the tuned configuration loads (more was not
+  // measured to help). Packing rows (cpb up) shortens the tile without shrinking
+  // the bytes per thread, e.g. B=64,L=333 from threads=128,vec=4,items=4,cpb=1
+  // (tile 2048, 16% of the lanes busy) to cpb=16 (8 threads a row, tile 128, 3
+  // tiles: 87% busy, 32 bytes per thread). A row keeps at least 64 contiguous
+  // bytes per access (two sectors), the direct path whole warps per row; the
+  // source stays unless another choice is worth 10% more. Ties go to fewer
+  // channels per block (longer rows per warp), then to more items.
   Dims d = dims(problem);
-  Config c = config;
-  auto set = [](Config& cfg, const char* name, int value) {
-    for (auto& [k, v] : cfg) {
-      if (k == name) {
-        v = std::to_string(value);
+  const Params src = params(config);
+  if (tile_length(src) <= d.L) {
+    return config;
+  }
+  const long long esize = (long long)dtype_size(d.x);
+  const long long cap = src.vec * src.items * esize;
+  auto useful = [&](const Params& p) {
+    const long long tile = tile_length(p);
+    const long long tiles = (d.L + tile - 1) / tile;
+    return double(d.L) / double(tiles * tile) *
+           double(std::min<long long>(p.vec * p.items * esize, cap));
+  };
+  auto with = [&](const Params& p) {
+    Config c = config;
+    for (auto& [k, v] : c) {
+      if (k == "items") {
+        v = std::to_string(p.items);
+      } else if (k == "cpb") {
+        v = std::to_string(p.cpb);
       }
     }
+    return c;
   };
-  for (int step = 0; step < 8; ++step) {
-    Params p = params(c);
-    if (tile_length(p) / 2 < d.L) {
+  constexpr long long k_min_row_bytes = 64;
+  Params best = src;
+  double best_useful = 0;
+  for (int cpb = 1; cpb <= src.threads; cpb *= 2) {
+    const int row_threads = src.threads / cpb;
+    if (src.threads % cpb != 0 || (!src.smem && row_threads % 32 != 0) ||
+        row_threads * src.vec * esize < k_min_row_bytes) {
       break;
     }
-    Config next = c;
-    if (p.items > 1) {
-      set(next, "items", p.items / 2);
-    } else if (p.threads / (p.cpb * 2) >= 32) {
-      set(next, "cpb", p.cpb * 2);
-    } else {
-      break;
+    for (int items = src.items; items >= 1; --items) {
+      Params p = src;
+      p.cpb = cpb;
+      p.items = items;
+      const double u = useful(p);
+      if (u > best_useful * (1 + 1e-9) && check(with(p), problem, "sm_80")) {
+        best = p;
+        best_useful = u;
+      }
     }
-    if (!check(next, problem, "sm_80")) {
-      break;
-    }
-    c = std::move(next);
   }
-  return c;
+  if (best_useful <= 1.1 * useful(src) && check(config, problem, "sm_80")) {
+    return config;
+  }
+  return with(best);
 }
 
 std::vector<std::string> CausalConv1dOp::defines(const Config& config,
                                                  const Problem& problem) const {
   Params p = params(config);
   Dims d = dims(problem);
-  return {"-DAT_THREADS=" + std::to_string(p.threads),
-          "-DAT_VEC=" + std::to_string(p.vec),
-          "-DAT_ITEMS=" + std::to_string(p.items),
-          "-DAT_CPB=" + std::to_string(p.cpb),
-          std::string("-DAT_SMEM=") + (p.smem ? "1" : "0"),
-          "-DAT_WIDTH=" + std::to_string(d.W),
-          std::string("-DAT_HAS_BIAS=") + (d.bias ? "1" : "0"),
-          std::string("-DAT_SILU=") + (d.silu ? "1" : "0"),
-          std::string("-DAT_X_T=") + template_type(d.x),
-          std::string("-DAT_W_T=") + template_type(d.w)};
+  std::vector<std::string> out = {"-DAT_THREADS=" + std::to_string(p.threads),
+                                  "-DAT_VEC=" + std::to_string(p.vec),
+                                  "-DAT_ITEMS=" + std::to_string(p.items),
+                                  "-DAT_CPB=" + std::to_string(p.cpb),
+                                  std::string("-DAT_SMEM=") + (p.smem ? "1" : "0"),
+                                  "-DAT_WIDTH=" + std::to_string(d.W),
+                                  std::string("-DAT_HAS_BIAS=") + (d.bias ? "1" : "0"),
+                                  std::string("-DAT_SILU=") + (d.silu ? "1" : "0"),
+                                  std::string("-DAT_X_T=") + template_type(d.x),
+                                  std::string("-DAT_W_T=") + template_type(d.w)};
+  if (ragged(d, p.vec)) {
+    out.push_back("-DAT_RAGGED=1");
+  }
+  return out;
 }
 
 LaunchGeometry CausalConv1dOp::geometry(const Config& config, const Problem& problem) const {
@@ -362,12 +405,22 @@ CausalConv1dKernelArgs conv_kernel_args(const CausalConv1dPlan& plan,
   a.out_channel_stride = call.out_channel_stride;
   const long long esize = (long long)dtype_size(d.x);
   const long long vbytes = std::min<long long>(16, plan.vec * esize);
+  if (ragged(d, plan.vec)) {
+    // Every row is read from its first aligned address (the kernel's "Ragged rows"),
+    // so loads are always vectors; stores are where out's row b, c is as far from
+    // an aligned address as x's, for every b and c.
+    const bool same_shift =
+        call.x % vbytes == call.out % vbytes &&
+        (d.B == 1 || ((call.x_batch_stride - call.out_batch_stride) * esize) % vbytes == 0) &&
+        (d.C == 1 || ((call.x_channel_stride - call.out_channel_stride) * esize) % vbytes == 0);
+    a.vector_mode = same_shift ? 1 : 2;
+    return a;
+  }
   auto rows_aligned = [&](CUdeviceptr base, long long bs, long long cs) {
     return base % vbytes == 0 && (bs * esize) % vbytes == 0 && (cs * esize) % vbytes == 0;
   };
-  a.vector_ok = d.L % plan.vec == 0 &&
-                rows_aligned(call.x, call.x_batch_stride, call.x_channel_stride) &&
-                rows_aligned(call.out, call.out_batch_stride, call.out_channel_stride);
+  a.vector_mode = rows_aligned(call.x, call.x_batch_stride, call.x_channel_stride) &&
+                  rows_aligned(call.out, call.out_batch_stride, call.out_channel_stride);
   return a;
 }
 

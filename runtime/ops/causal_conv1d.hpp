@@ -34,7 +34,7 @@ struct CausalConv1dKernelArgs {
   CUdeviceptr x, weight, bias, out, initial_states, final_states;
   int batch, channels, length;
   long long x_batch_stride, x_channel_stride, out_batch_stride, out_channel_stride;
-  int vector_ok;
+  int vector_mode; // 0 scalar, 1 vector loads and stores, 2 vector loads only
 };
 
 // Everything a launch of one variant on one problem needs besides the call's

@@ -18,8 +18,27 @@
 //   AT_SMEM      0: direct vector loads, halo from the neighbouring lane by warp
 //                shuffle; 1: the tile is staged through shared memory, which
 //                keeps accesses coalesced when rows are not vector-aligned.
+//   AT_RAGGED    0: L is a multiple of AT_VEC (every vector lies wholly inside or
+//                wholly past a row). 1: it is not; each row is then read in aligned
+//                vectors from its first aligned address, whatever L and the strides
+//                (see "Ragged rows" below). Aligned shapes compile without it.
 //   AT_WIDTH     filter width W (2..4); AT_HAS_BIAS, AT_SILU: 0/1.
 //   AT_X_T, AT_W_T  element types of x/out and of weight/bias.
+//
+// Ragged rows (AT_RAGGED=1). With an odd L the rows of a contiguous [B, C, L]
+// tensor start at every possible offset from a 16-byte boundary, so no fixed split
+// of a row into vectors is aligned for every row. Each row instead computes its
+// shift, the number of elements between the aligned address at or before its start
+// and the start, and its tiles cover positions [y * tile - shift, (y + 1) * tile -
+// shift): every vector of a tile begins at an aligned address. Vectors wholly inside
+// the row are single wide accesses; the (at most two) vectors that straddle the
+// row's ends read and write their in-row elements one at a time and never touch the
+// neighbouring rows (which may belong to no tensor at all). Positions before 0 in
+// the first vector take the initial state (or zero), as the halo does. The last
+// shift positions of a row may lie past the last tile; the last block of the row
+// computes those few outputs with scalar accesses. out is written with the same
+// vectors when its rows have x's shift (vector_mode 1), else one element at a time
+// (vector_mode 2). bench/notes/causal_conv1d-unaligned.md weighs the alternatives.
 #include "common/numeric.cuh"
 
 #ifndef AT_THREADS
@@ -43,6 +62,14 @@ static_assert(k_width >= 2 && k_width <= 4, "width must be 2..4");
 static_assert(k_vec >= k_halo, "a vector must cover the halo");
 static_assert(AT_SMEM || k_row_threads % 32 == 0, "the shuffle path needs whole warps per row");
 
+#ifndef AT_RAGGED
+#define AT_RAGGED 0
+#endif
+constexpr bool k_ragged = AT_RAGGED != 0;
+// Alignment (in elements) a vector access needs: its size, up to one 16-byte word.
+constexpr int k_align =
+    (k_vec * int(sizeof(x_t)) >= 16 ? 16 : k_vec * int(sizeof(x_t))) / int(sizeof(x_t));
+
 struct ConvArgs {
   const x_t* x;
   const w_t* weight; // [C, W], contiguous
@@ -57,7 +84,10 @@ struct ConvArgs {
   long long x_channel_stride;
   long long out_batch_stride;
   long long out_channel_stride;
-  int vector_ok; // rows start 16-byte aligned and L % VEC == 0: vector accesses allowed
+  // Without AT_RAGGED: 1 when every row of x and out starts aligned (vector loads
+  // and stores), else 0 (one element per access). With it (loads are always
+  // vectors): 1 when out's rows have x's shift (vector stores), else 2 (scalar).
+  int vector_mode;
 };
 
 __device__ __forceinline__ float conv_point(const float* win, const float (&w)[k_width], float b) {
@@ -73,6 +103,7 @@ __device__ __forceinline__ float conv_point(const float* win, const float (&w)[k
 }
 
 // Writes k_vec outputs at position p of one row from a window of k_halo + k_vec inputs.
+// vector_ok: the store may be one vector where all k_vec positions lie in the row.
 __device__ __forceinline__ void emit(x_t* out_row, int p, int length, bool vector_ok,
                                      const float* win, const float (&w)[k_width], float b) {
   at_vec<x_t, k_vec> o;
@@ -80,7 +111,18 @@ __device__ __forceinline__ void emit(x_t* out_row, int p, int length, bool vecto
   for (int j = 0; j < k_vec; ++j) {
     o.elem[j] = at_from_float<x_t>(conv_point(win + j, w, b));
   }
-  if (vector_ok) {
+  if constexpr (k_ragged) {
+    if (vector_ok && p >= 0 && p + k_vec <= length) {
+      o.store(out_row + p);
+    } else {
+#pragma unroll
+      for (int j = 0; j < k_vec; ++j) {
+        if (p + j >= 0 && p + j < length) {
+          out_row[p + j] = o.elem[j];
+        }
+      }
+    }
+  } else if (vector_ok) {
     if (p < length) {
       o.store(out_row + p);
     }
@@ -109,7 +151,9 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
   const int c = (blockIdx.x % rows_per_batch) * k_cpb + row_in_block;
   const bool active = c < args.channels;
   const int tile_start = blockIdx.y * k_tile;
-  const bool vector_ok = args.vector_ok != 0;
+  // Vector loads (and, without AT_RAGGED, stores); ragged rows always load vectors.
+  const bool vector_ok = k_ragged || args.vector_mode != 0;
+  const bool vector_store = k_ragged ? args.vector_mode == 1 : vector_ok;
 
   float w[k_width];
   float bias = 0.0f;
@@ -126,15 +170,61 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
   const long long state_row = (static_cast<long long>(b) * args.channels + cc) * k_halo;
   const x_t* init_row = args.initial_states ? args.initial_states + state_row : nullptr;
   // Input at any position q < length: x, or the initial state (or zero) before 0.
+  // Ragged tiles also ask for positions before -k_halo, which no output reads.
   auto input_at = [&](int q) -> x_t {
     if (q >= 0) {
       return x_row[q];
+    }
+    if constexpr (k_ragged) {
+      if (q < -k_halo) {
+        return at_from_float<x_t>(0.0f);
+      }
     }
     return init_row ? init_row[k_halo + q] : at_from_float<x_t>(0.0f);
   };
   if (args.final_states && active && blockIdx.y == gridDim.y - 1 && t < k_halo) {
     args.final_states[state_row + t] = input_at(args.length - k_halo + t);
   }
+  // The row's shift (see "Ragged rows"): this tile covers [base, base + k_tile).
+  int shift = 0;
+  if constexpr (k_ragged) {
+    if (vector_ok) {
+      shift = int((reinterpret_cast<unsigned long long>(x_row) / sizeof(x_t)) % k_align);
+    }
+  }
+  const int base = tile_start - shift;
+  // The inputs at positions p .. p + k_vec - 1 (p < length, p aligned): one vector
+  // access, or element by element where the vector straddles an end of the row.
+  auto load_vector = [&](at_vec<x_t, k_vec>& v, int p) {
+    if constexpr (k_ragged) {
+      if (p >= 0 && p + k_vec <= args.length) {
+        v.load(x_row + p);
+      } else {
+#pragma unroll
+        for (int j = 0; j < k_vec; ++j) {
+          v.elem[j] = p + j < args.length ? input_at(p + j) : at_from_float<x_t>(0.0f);
+        }
+      }
+    } else {
+      v.load(x_row + p);
+    }
+  };
+  // Ragged rows: the last shift positions of the row can lie past the last tile;
+  // the row's last block computes them from scalar reads (cache hits).
+  auto ragged_tail = [&]() {
+    if constexpr (k_ragged) {
+      if (blockIdx.y == gridDim.y - 1) {
+        for (int q = int(gridDim.y) * k_tile - shift + t; q < args.length; q += k_row_threads) {
+          float win[k_width];
+#pragma unroll
+          for (int k = 0; k < k_width; ++k) {
+            win[k] = at_to_float(input_at(q - k_halo + k));
+          }
+          out_row[q] = at_from_float<x_t>(conv_point(win, w, bias));
+        }
+      }
+    }
+  };
 
 #if AT_SMEM
   __shared__ __align__(16) x_t tile[k_cpb][k_row_slots];
@@ -142,17 +232,17 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
   if (active) {
     // Halo: the k_halo inputs in front of the tile (zeros before t = 0).
     if (t < k_halo) {
-      const int p = tile_start - k_halo + t;
+      const int p = base - k_halo + t;
       srow[k_pad - k_halo + t] = input_at(p);
     }
 #pragma unroll
     for (int i = 0; i < k_items; ++i) {
       const int off = (i * k_row_threads + t) * k_vec;
-      const int p = tile_start + off;
+      const int p = base + off;
       if (vector_ok) {
         at_vec<x_t, k_vec> v;
         if (p < args.length) {
-          v.load(x_row + p);
+          load_vector(v, p);
           v.store(srow + k_pad + off);
         }
       } else {
@@ -174,7 +264,7 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
 #pragma unroll
   for (int i = 0; i < k_items; ++i) {
     const int off = (i * k_row_threads + t) * k_vec;
-    const int p = tile_start + off;
+    const int p = base + off;
     if (p >= args.length) {
       break;
     }
@@ -183,8 +273,9 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
     for (int j = 0; j < k_halo + k_vec; ++j) {
       win[j] = at_to_float(srow[k_pad - k_halo + off + j]);
     }
-    emit(out_row, p, args.length, vector_ok, win, w, bias);
+    emit(out_row, p, args.length, vector_store, win, w, bias);
   }
+  ragged_tail();
 #else
   if (!active) {
     return; // whole warps: k_row_threads is a multiple of 32
@@ -194,10 +285,10 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
   at_vec<x_t, k_vec> v[k_items];
 #pragma unroll
   for (int i = 0; i < k_items; ++i) {
-    const int p = tile_start + (i * k_row_threads + t) * k_vec;
+    const int p = base + (i * k_row_threads + t) * k_vec;
     if (vector_ok) {
       if (p < args.length) {
-        v[i].load(x_row + p);
+        load_vector(v[i], p);
       }
     } else {
 #pragma unroll
@@ -208,7 +299,7 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
   }
 #pragma unroll
   for (int i = 0; i < k_items; ++i) {
-    const int p = tile_start + (i * k_row_threads + t) * k_vec;
+    const int p = base + (i * k_row_threads + t) * k_vec;
     float win[k_halo + k_vec];
 #pragma unroll
     for (int j = 0; j < k_vec; ++j) {
@@ -226,8 +317,9 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
       win[h] = from_left;
     }
     if (p < args.length) {
-      emit(out_row, p, args.length, vector_ok, win, w, bias);
+      emit(out_row, p, args.length, vector_store, win, w, bias);
     }
   }
+  ragged_tail();
 #endif
 }
