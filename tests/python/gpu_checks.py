@@ -146,7 +146,7 @@ def scan_ref(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=
         delta = delta + delta_bias[..., None].float()
     if delta_softplus:
         delta = F.softplus(delta)
-    batch, dim, dstate = u.shape[0], A.shape[0], A.shape[1]
+    dim = A.shape[0]
     is_variable_B = B.dim() >= 3
     is_variable_C = C.dim() >= 3
     B = B.float()

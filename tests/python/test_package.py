@@ -611,9 +611,6 @@ class TestCallPlans(unittest.TestCase):
         self.assertEqual(len(self.plans.conv), 1)
         self.assertEqual((out2.shape, out2.is_contiguous(), final2.shape, final2.dtype),
                          ((2, 32, 40), True, (2, 32, 3), torch.bfloat16))
-        for got, (xx, out, final) in zip(self.seen, ((x, out1, final1), (x2, out2, final2))):
-            ww, bb = (w, b) if xx is x else (None, None)
-            self.assertEqual(len(got), self.library.layouts["causal_conv1d"].size)
         # The second call's struct is the full pack of the second call's tensors.
         self.seen.clear()
         w2, b2 = w.clone(), b.clone()
@@ -666,7 +663,6 @@ class TestCallPlans(unittest.TestCase):
         self.assertEqual(self.workspace_asked, 1)
         self.assertEqual((out.shape, out.is_contiguous(), lse.shape, lse.dtype),
                          (q.shape, True, (2, 8, 4), torch.float32))
-        v = None
         expected_prefix = (*a(q, "q"), *a(k, "k"))
         got = self.seen[0]
         layout = self.library.layouts["attention"]
@@ -675,7 +671,6 @@ class TestCallPlans(unittest.TestCase):
         self.assertEqual(values[-4:], (1, 0.5, 0xABC000, 4096))
         self.assertEqual(values[33], out.data_ptr())
         self.assertEqual(values[44], lse.data_ptr())
-        del v
         self.op = "selective_scan"
         u = torch.randn(2, 8, 16, dtype=torch.bfloat16)
         A, Bm = torch.randn(8, 4), torch.randn(2, 4, 16, dtype=torch.bfloat16)
