@@ -47,6 +47,8 @@ Loaded load() {
     elapsed = sym("cuEventElapsedTime");
   }
   out.api.cuEventElapsedTime = reinterpret_cast<decltype(out.api.cuEventElapsedTime)>(elapsed);
+  out.api.cuTensorMapEncodeTiled = reinterpret_cast<decltype(out.api.cuTensorMapEncodeTiled)>(
+      dlsym(lib, "cuTensorMapEncodeTiled"));
   if (!out.error.empty()) {
     return out;
   }
@@ -132,6 +134,23 @@ bool CudaError::sticky() const {
 bool CudaError::resource() const {
   return m_result == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES || m_result == CUDA_ERROR_INVALID_VALUE ||
          m_result == CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
+}
+
+void encode_tensor_map_tiled(CUtensorMap* map, CUtensorMapDataType type, cuuint32_t rank,
+                             void* address, const cuuint64_t* dims, const cuuint64_t* strides,
+                             const cuuint32_t* box, const cuuint32_t* element_strides,
+                             CUtensorMapSwizzle swizzle, const char* what) {
+  const DriverApi& api = driver();
+  if (!api.cuTensorMapEncodeTiled) {
+    throw Error(ErrorKind::no_device, std::string(what) +
+                                          ": the CUDA driver lacks cuTensorMapEncodeTiled "
+                                          "(tensor maps need a CUDA 12.0 or newer driver)");
+  }
+  check(api.cuTensorMapEncodeTiled(map, type, rank, address, dims, strides, box, element_strides,
+                                   CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                                   CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+        what);
 }
 
 } // namespace autotune::cuda

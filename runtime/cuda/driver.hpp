@@ -60,6 +60,9 @@ struct DriverApi {
 #undef AUTOTUNE_DECLARE_MEMBER
   // cuEventElapsedTime is versioned: _v2 since CUDA 12.8, the plain symbol before.
   CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent) = nullptr;
+  // Tensor maps for the tensor-memory accelerator (CUDA 12.0+ drivers); null on older
+  // drivers, where encode_tensor_map() refuses with the reason (nothing else needs it).
+  decltype(&::cuTensorMapEncodeTiled) cuTensorMapEncodeTiled = nullptr;
   int version = 0; // cuDriverGetVersion, e.g. 13000
 };
 
@@ -90,6 +93,14 @@ private:
 void check(CUresult result, const char* what);
 
 std::string error_string(CUresult result);
+
+// cuTensorMapEncodeTiled through the loaded driver. Throws CudaError (with the
+// driver's reason and `what`) when it refuses, Error(no_device) when the driver lacks
+// the entry point.
+void encode_tensor_map_tiled(CUtensorMap* map, CUtensorMapDataType type, cuuint32_t rank,
+                             void* address, const cuuint64_t* dims, const cuuint64_t* strides,
+                             const cuuint32_t* box, const cuuint32_t* element_strides,
+                             CUtensorMapSwizzle swizzle, const char* what);
 
 } // namespace autotune::cuda
 

@@ -1,12 +1,14 @@
 #include "attention.hpp"
 
 #include "runtime/base/strings.hpp"
+#include "runtime/cuda/driver.hpp"
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <mutex>
 
 namespace autotune {
 namespace {
@@ -34,6 +36,9 @@ struct Params {
   int block_m = 0, block_n = 0, warps = 0, stages = 0;
   bool swizzle = true, q_regs = false;
   int splits = 1; // key splits (flash-decoding); optional, 1 when absent
+  // family=wgmma: templates/attention/hopper.cuh (sm_90a); optional, mma (the
+  // portable kernel) when absent, so configurations stored before it existed stay valid.
+  bool wgmma = false;
 };
 
 // Split-KV variants are for problems with few query blocks (decoding, small
@@ -95,6 +100,8 @@ Params params(const Config& c) {
       p.q_regs = pick(k, v, "regs", "smem"), have[5] = true;
     } else if (k == "splits") {
       p.splits = int(parse_int(v, "splits"));
+    } else if (k == "family") {
+      p.wgmma = !pick(k, v, "mma", "wgmma");
     } else {
       throw Error(ErrorKind::config, "attention: unknown parameter '" + k + "'");
     }
@@ -109,7 +116,17 @@ Params params(const Config& c) {
   return p;
 }
 
+// family=wgmma (templates/attention/hopper.cuh): what its tiles and barriers take,
+// plus 1 KiB to align the 128-byte-swizzled tiles to 1024 bytes.
+long long wgmma_smem_bytes(const Params& p, const Dims& d) {
+  long long tiles = (p.block_m + 2LL * p.stages * p.block_n) * d.D * 2;
+  return tiles + 8 * (1 + 3LL * p.stages) + 1024;
+}
+
 long long smem_bytes(const Params& p, const Dims& d) {
+  if (p.wgmma) {
+    return wgmma_smem_bytes(p, d);
+  }
   long long row = p.swizzle ? d.D : d.D + 8;
   return (p.block_m + 2LL * p.stages * p.block_n) * row * (long long)dtype_size(d.dtype);
 }
@@ -147,6 +164,63 @@ long long register_estimate(const Params& p, const Dims& d) {
 }
 
 constexpr long long k_max_grid_yz = 65535;
+
+// The Hopper family's consumer warpgroups and their registers after setmaxnreg (the
+// values hopper.cuh uses).
+int wgmma_consumers(const Params& p) {
+  return p.block_m / 64;
+}
+int wgmma_consumer_regs(const Params& p) {
+  return wgmma_consumers(p) == 3 ? 160 : 240;
+}
+
+// What a consumer thread keeps live: O (D/2 floats), S (block_n/2), P as 16-bit pairs
+// (block_n/4), plus softmax state and addressing.
+long long wgmma_register_estimate(const Params& p, const Dims& d) {
+  return d.D / 2 + p.block_n / 2 + p.block_n / 4 + 32;
+}
+
+Result<bool> check_wgmma(const Params& p, const Dims& d, const std::string& arch) {
+  if (arch != "sm_90a") {
+    return fail("family=wgmma needs sm_90a (wgmma, setmaxnreg), not " + arch);
+  }
+  if (p.warps != 4 || !p.swizzle || p.q_regs) {
+    return fail("family=wgmma takes warps=4, swizzle=xor, q=smem (its layout is fixed; other "
+                "values would repeat the same kernel)");
+  }
+  if (p.splits != 1) {
+    return fail("family=wgmma does not split the keys (splits=1)");
+  }
+  if (d.D != 64 && d.D != 128) {
+    return fail("family=wgmma handles head dims 64 and 128, not " + std::to_string(d.D));
+  }
+  if (p.block_m != 64 && p.block_m != 128 && p.block_m != 192) {
+    return fail("family=wgmma: block_m is 64 per consumer warpgroup (64, 128 or 192)");
+  }
+  if (p.block_n != 64 && p.block_n != 96 && p.block_n != 128 && p.block_n != 176 &&
+      p.block_n != 192) {
+    return fail("family=wgmma: block_n must be 64, 96, 128, 176 or 192");
+  }
+  if (p.stages < 1 || p.stages > 3) {
+    return fail("stages must be 1, 2 or 3");
+  }
+  long long regs = wgmma_register_estimate(p, d);
+  if (regs > wgmma_consumer_regs(p)) {
+    return fail("needs about " + std::to_string(regs) +
+                " registers per consumer thread (O, S and P tiles): over the " +
+                std::to_string(wgmma_consumer_regs(p)) + " that " +
+                std::to_string(wgmma_consumers(p)) + " consumer warpgroups get");
+  }
+  long long smem = wgmma_smem_bytes(p, d);
+  if (smem > smem_limit(arch)) {
+    return fail(std::to_string(smem) + " bytes of shared memory exceed the " + arch +
+                " per-block limit of " + std::to_string(smem_limit(arch)));
+  }
+  if ((d.Sq + p.block_m - 1) / p.block_m > 0x7fffffffLL) {
+    return fail("grid too large");
+  }
+  return true;
+}
 
 } // namespace
 
@@ -222,6 +296,9 @@ Result<bool> AttentionOp::check(const Config& config, const Problem& problem,
                                 const std::string& arch) const {
   Params p = params(config);
   Dims d = dims(problem);
+  if (p.wgmma) {
+    return check_wgmma(p, d, arch);
+  }
   if (p.warps != 4 && p.warps != 8) {
     return fail("warps must be 4 or 8");
   }
@@ -282,6 +359,17 @@ Result<bool> AttentionOp::worth_measuring(const Config& config, const Problem& p
 std::vector<std::string> AttentionOp::defines(const Config& config, const Problem& problem) const {
   Params p = params(config);
   Dims d = dims(problem);
+  if (p.wgmma) {
+    return {"-DAT_WGMMA=1",
+            "-DAT_BLOCK_M=" + std::to_string(p.block_m),
+            "-DAT_BLOCK_N=" + std::to_string(p.block_n),
+            "-DAT_STAGES=" + std::to_string(p.stages),
+            "-DAT_HEAD_DIM=" + std::to_string(d.D),
+            std::string("-DAT_CAUSAL=") + (d.causal ? "1" : "0"),
+            std::string("-DAT_LSE=") + (d.lse ? "1" : "0"),
+            std::string("-DAT_BF16=") + (d.dtype == DType::bf16 ? "1" : "0"),
+            std::string("-DAT_T=") + template_type(d.dtype)};
+  }
   return {"-DAT_BLOCK_M=" + std::to_string(p.block_m),
           "-DAT_BLOCK_N=" + std::to_string(p.block_n),
           "-DAT_WARPS=" + std::to_string(p.warps),
@@ -299,7 +387,7 @@ LaunchGeometry AttentionOp::geometry(const Config& config, const Problem& proble
   Params p = params(config);
   Dims d = dims(problem);
   LaunchGeometry g;
-  g.block[0] = unsigned(32 * p.warps);
+  g.block[0] = p.wgmma ? unsigned(128 * (wgmma_consumers(p) + 1)) : unsigned(32 * p.warps);
   g.grid[0] = unsigned((d.Sq + p.block_m - 1) / p.block_m * p.splits);
   g.grid[1] = unsigned(d.Hq);
   g.grid[2] = unsigned(d.B);
@@ -404,10 +492,133 @@ AttnArgs attention_kernel_args(const Params& p, const Dims& d, const Config& con
   return a;
 }
 
+// Must match struct AttnArgs in templates/attention/hopper.cuh (family=wgmma).
+struct HopperArgs {
+  CUtensorMap q_map, k_map, v_map;
+  CUdeviceptr o, lse;
+  long long o_batch_stride, o_head_stride, o_seq_stride;
+  int heads_q, heads_kv, seq_q, seq_k;
+  float scale_log2;
+  int batch;
+  int q_seq_inner, k_seq_inner, v_seq_inner;
+};
+static_assert(sizeof(HopperArgs) <= k_kernel_args_capacity, "HopperArgs fits CallPlan::pack");
+
+// A tensor's tensor map: what it was built from, and the map.
+struct TensorMap {
+  CUdeviceptr ptr = 0;
+  long long batch = 0, head = 0, seq = 0;
+  CUtensorMap map{};
+  int seq_inner = 1;
+};
+
+// The 4-d tensor map of a [B, H, S, D] tensor (strides in elements, D contiguous) for
+// boxes of `rows` rows and 64 columns, 128-byte swizzled (hopper.cuh's AttnArgs says
+// how the dimensions are ordered).
+TensorMap encode_map(const char* name, CUdeviceptr ptr, const Dims& d, long long heads,
+                     long long seq_len, long long batch_stride, long long head_stride,
+                     long long seq_stride, int rows) {
+  TensorMap t;
+  t.ptr = ptr;
+  t.batch = batch_stride;
+  t.head = head_stride;
+  t.seq = seq_stride;
+  const long long e = dtype_size(d.dtype);
+  // An extent-1 dimension's stride is never stepped: any valid value will do.
+  const long long span = (heads * seq_len * d.D * e + 15) / 16 * 16;
+  auto bytes = [&](long long stride, long long extent) { return extent == 1 ? span : stride * e; };
+  const long long sb = bytes(batch_stride, d.B);
+  const long long sh = bytes(head_stride, heads);
+  const long long ss = bytes(seq_stride, seq_len);
+  for (long long v : {sb, sh, ss}) {
+    if (v <= 0 || v % 16 != 0 || v >= (1LL << 40)) {
+      throw Error(ErrorKind::usage,
+                  std::string("attention: family=wgmma loads ") + name +
+                      " with tensor maps, which need its batch, head and sequence strides to be "
+                      "positive multiples of 16 bytes (8 elements); got " +
+                      std::to_string(batch_stride) + ", " + std::to_string(head_stride) + ", " +
+                      std::to_string(seq_stride) + " elements");
+    }
+  }
+  if (ptr % 16 != 0) {
+    throw Error(ErrorKind::usage,
+                std::string("attention: family=wgmma needs ") + name + " 16-byte aligned");
+  }
+  t.seq_inner = ss <= sh ? 1 : 0;
+  const cuuint64_t dims4[4] = {cuuint64_t(d.D), cuuint64_t(t.seq_inner ? seq_len : heads),
+                               cuuint64_t(t.seq_inner ? heads : seq_len), cuuint64_t(d.B)};
+  const cuuint64_t strides[3] = {cuuint64_t(t.seq_inner ? ss : sh),
+                                 cuuint64_t(t.seq_inner ? sh : ss), cuuint64_t(sb)};
+  const cuuint32_t box[4] = {64, cuuint32_t(t.seq_inner ? rows : 1),
+                             cuuint32_t(t.seq_inner ? 1 : rows), 1};
+  const cuuint32_t unit[4] = {1, 1, 1, 1};
+  const std::string what = std::string("attention: cuTensorMapEncodeTiled of ") + name;
+  cuda::encode_tensor_map_tiled(&t.map,
+                                d.dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                       : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                                4, reinterpret_cast<void*>(ptr), dims4, strides, box, unit,
+                                CU_TENSOR_MAP_SWIZZLE_128B, what.c_str());
+  return t;
+}
+
+// The last tensor maps a plan built, per tensor: a warm call with the same pointer
+// and strides reuses them (encoding costs about a microsecond of host time).
+class MapCache {
+public:
+  const TensorMap& get(int slot, const char* name, CUdeviceptr ptr, const Dims& d, long long heads,
+                       long long seq_len, long long sb, long long sh, long long ss, int rows) {
+    TensorMap& t = m_maps[slot];
+    if (!m_valid[slot] || t.ptr != ptr || t.batch != sb || t.head != sh || t.seq != ss) {
+      t = encode_map(name, ptr, d, heads, seq_len, sb, sh, ss, rows);
+      m_valid[slot] = true;
+    }
+    return t;
+  }
+
+private:
+  TensorMap m_maps[3];
+  bool m_valid[3] = {false, false, false};
+};
+
+HopperArgs hopper_kernel_args(const Params& p, const Dims& d, const AttentionCall& call,
+                              MapCache& maps) {
+  if (!(call.scale >= 0) || !std::isfinite(call.scale)) {
+    throw Error(ErrorKind::usage, "attention: scale must be positive and finite (0: 1/sqrt(D))");
+  }
+  HopperArgs a{};
+  const TensorMap& q = maps.get(0, "q", call.q, d, d.Hq, d.Sq, call.q_batch_stride,
+                                call.q_head_stride, call.q_seq_stride, p.block_m);
+  a.q_map = q.map;
+  a.q_seq_inner = q.seq_inner;
+  const TensorMap& k = maps.get(1, "k", call.k, d, d.Hkv, d.Sk, call.k_batch_stride,
+                                call.k_head_stride, call.k_seq_stride, p.block_n);
+  a.k_map = k.map;
+  a.k_seq_inner = k.seq_inner;
+  const TensorMap& v = maps.get(2, "v", call.v, d, d.Hkv, d.Sk, call.v_batch_stride,
+                                call.v_head_stride, call.v_seq_stride, p.block_n);
+  a.v_map = v.map;
+  a.v_seq_inner = v.seq_inner;
+  a.o = call.o;
+  a.lse = call.lse;
+  a.o_batch_stride = call.o_batch_stride;
+  a.o_head_stride = call.o_head_stride;
+  a.o_seq_stride = call.o_seq_stride;
+  a.heads_q = int(d.Hq);
+  a.heads_kv = int(d.Hkv);
+  a.seq_q = int(d.Sq);
+  a.seq_k = int(d.Sk);
+  double scale = call.scale > 0 ? call.scale : 1.0 / std::sqrt(double(d.D));
+  a.scale_log2 = float(scale * 1.4426950408889634);
+  a.batch = int(d.B);
+  return a;
+}
+
 struct AttentionPlan final : CallPlan {
   Params params;
   Dims dims;
   Config config;
+  mutable std::mutex maps_mutex; // plans are shared between calling threads
+  mutable MapCache maps;
   size_t pack(const void* args, const BoundCall& call, void* out) const override {
     (void)call;
     const auto& a = *static_cast<const autotune_attention_args*>(args);
@@ -432,6 +643,12 @@ struct AttentionPlan final : CallPlan {
     c.scale = a.scale <= 0 ? 0.0 : a.scale; // NaN stays NaN and is refused
     c.workspace = reinterpret_cast<CUdeviceptr>(a.workspace);
     c.workspace_bytes = size_t(a.workspace_bytes);
+    if (params.wgmma) {
+      std::lock_guard<std::mutex> lock(maps_mutex);
+      HopperArgs k = hopper_kernel_args(params, dims, c, maps);
+      std::memcpy(out, &k, sizeof k);
+      return sizeof k;
+    }
     AttnArgs k = attention_kernel_args(params, dims, config, c);
     std::memcpy(out, &k, sizeof k);
     return sizeof k;
@@ -525,7 +742,13 @@ std::unique_ptr<CallPlan> AttentionOp::plan(const Config& config, const Problem&
 
 void AttentionOp::pack_call(const Config& config, const Problem& problem, const AttentionCall& call,
                             ArgPack& args) const {
-  args.add(attention_kernel_args(params(config), dims(problem), config, call));
+  const Params p = params(config);
+  if (p.wgmma) {
+    MapCache maps;
+    args.add(hopper_kernel_args(p, dims(problem), call, maps));
+    return;
+  }
+  args.add(attention_kernel_args(p, dims(problem), config, call));
 }
 
 void AttentionOp::pack(const Config& config, const Problem& problem,

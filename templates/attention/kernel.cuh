@@ -42,6 +42,15 @@
 #include "attention/mma.cuh"
 #include "common/numeric.cuh"
 
+// AT_WGMMA=1 (family=wgmma, sm_90a only): the Hopper kernel of attention/hopper.cuh
+// instead of this one (same entry point and semantics).
+#ifndef AT_WGMMA
+#define AT_WGMMA 0
+#endif
+#if AT_WGMMA
+#include "attention/hopper.cuh"
+#else
+
 #ifndef AT_BLOCK_M
 #error "AT_BLOCK_M must be defined"
 #endif
@@ -629,3 +638,5 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
     }
   }
 }
+
+#endif // AT_WGMMA

@@ -1,0 +1,352 @@
+// Attention forward for Hopper (sm_90a; FlashAttention-3 structure), the `family=wgmma`
+// variants of templates/attention/kernel.cuh. Same semantics as the portable kernel:
+//   O = softmax(scale * Q K^T + mask) V,  LSE = log sum_j exp(scale * q.k_j)  (optional)
+// causal masks bottom-right aligned (query i sees keys j <= i + Sk - Sq); a row that
+// sees no key gets O = 0 and LSE = -inf; GQA/MQA (query head h reads kv head
+// h / (Hq / Hkv)); any strides the tensor maps accept (16-byte multiples).
+//
+// One block owns k_block_m = 64 x k_consumers query rows of one (batch, head) and is
+// warp-specialised:
+//   - warpgroup 0, the producer, gives most of its registers away (setmaxnreg) and
+//     one of its threads issues tensor-memory-accelerator copies
+//     (cp.async.bulk.tensor) of the Q tile once and of K and V tiles of k_block_n keys
+//     into a ring of k_stages buffers, each completing on its own mbarrier ("full");
+//     it refills a stage when every consumer thread has arrived on its "empty"
+//     barrier. Copies past the tensor's rows read zeros.
+//   - warpgroups 1..k_consumers, the consumers, take those registers and own 64
+//     query rows each: S = Q K^T with wgmma.mma_async (Q and K from shared memory,
+//     128-byte swizzled as TMA writes them), the online softmax in fp32 with exp2
+//     (scale folded with log2 e), P rounded to 16 bits in registers as the A operand
+//     of O += P V (wgmma with V read transposed from shared memory), O normalised
+//     once at the end and stored from registers.
+// Causal blocks above the diagonal are never loaded; only tiles that cross the
+// diagonal or the end of the keys are masked. Key tiles are visited first to last.
+//
+// Compile-time parameters (NVRTC -D, set by runtime/ops/attention.cpp):
+//   AT_BLOCK_M   query rows per block, 64 per consumer warpgroup (64, 128, 192): more
+//                consumers reuse each K/V tile for more rows and hide each other's
+//                softmax, at fewer registers each (240 with 1-2, 160 with 3).
+//   AT_BLOCK_N   keys per tile (the N of S = Q K^T: 64..192): larger tiles amortise
+//                barriers and softmax bookkeeping, but the S tile lives in registers.
+//   AT_STAGES    K/V buffers in the ring (1-3): deeper rings hide load latency at the
+//                cost of shared memory.
+//   AT_HEAD_DIM  64 or 128; AT_CAUSAL, AT_LSE: 0/1; AT_T: at_bf16 or at_f16 (AT_BF16
+//                says which to the wgmma instruction).
+#pragma once
+
+#include "common/hopper.cuh"
+#include "common/numeric.cuh"
+
+#if AT_BF16
+#define AT_WGMMA_AB ".bf16.bf16"
+#else
+#define AT_WGMMA_AB ".f16.f16"
+#endif
+#include "common/wgmma.cuh"
+
+typedef AT_T elem_t;
+
+constexpr int k_head_dim = AT_HEAD_DIM;
+constexpr int k_block_m = AT_BLOCK_M;
+constexpr int k_block_n = AT_BLOCK_N;
+constexpr int k_stages = AT_STAGES;
+constexpr bool k_causal = AT_CAUSAL != 0;
+constexpr bool k_lse = AT_LSE != 0;
+
+constexpr int k_consumers = k_block_m / 64;
+constexpr int k_threads = 128 * (k_consumers + 1);
+// Registers per thread after reallocation: the producer keeps what issuing copies
+// needs; consumers split the rest (kernel cap x threads = 64K at 2 and 3 consumers).
+constexpr int k_producer_regs = k_consumers == 3 ? 32 : 24;
+constexpr int k_consumer_regs = k_consumers == 3 ? 160 : 240;
+
+// Shared memory: tiles as 64-column slabs (128 bytes per row, the TMA 128-byte swizzle
+// span), each slab 1024-byte aligned: Q [d_slabs][block_m][64], then per stage K and V
+// [d_slabs][block_n][64]; then the barriers.
+constexpr int k_slabs = k_head_dim / 64;
+constexpr int k_q_slab_bytes = k_block_m * 128;
+constexpr int k_kv_slab_bytes = k_block_n * 128;
+constexpr int k_q_bytes = k_slabs * k_q_slab_bytes;
+constexpr int k_kv_bytes = k_slabs * k_kv_slab_bytes;
+constexpr int k_k_offset = k_q_bytes;
+constexpr int k_v_offset = k_k_offset + k_stages * k_kv_bytes;
+constexpr int k_bar_offset = k_v_offset + k_stages * k_kv_bytes;
+constexpr int k_s_regs = k_block_n / 2; // S accumulator floats per thread
+constexpr int k_o_regs = k_head_dim / 2;
+
+static_assert(k_block_m % 64 == 0 && k_consumers >= 1 && k_consumers <= 3, "1-3 consumers");
+static_assert(k_block_n % 16 == 0 && k_block_n <= 256, "key tile");
+static_assert(k_head_dim == 64 || k_head_dim == 128, "head dim 64 or 128");
+static_assert(k_stages >= 1 && k_stages <= 4, "stages");
+static_assert(k_kv_slab_bytes % 1024 == 0, "slabs keep 1024-byte alignment");
+
+// Must match struct HopperArgs in runtime/ops/attention.cpp.
+// Each map is 4-d with D innermost and B outermost; the sequence and head dimensions
+// come in the order of their strides (a map's strides must grow), which *_seq_inner
+// says: 1: {D, S, H, B} with box {64, rows, 1, 1}; 0: {D, H, S, B}, box {64, 1, rows, 1}.
+struct AttnArgs {
+  at_tensor_map q_map; // Q, rows of k_block_m
+  at_tensor_map k_map; // K, rows of k_block_n
+  at_tensor_map v_map; // V, rows of k_block_n
+  elem_t* o;
+  float* lse; // [B, Hq, Sq] contiguous, or null when AT_LSE is 0
+  long long o_batch_stride, o_head_stride, o_seq_stride;
+  int heads_q;
+  int heads_kv;
+  int seq_q;
+  int seq_k;
+  float scale_log2; // softmax scale * log2(e)
+  int batch;
+  int q_seq_inner, k_seq_inner, v_seq_inner;
+};
+
+// One box of `rows` rows from sequence position `seq` of (head, batch), all 64-column
+// slabs of the head dim, completing on `bar`.
+__device__ __forceinline__ void load_rows(unsigned dst, unsigned slab_bytes,
+                                          const at_tensor_map* map, int seq_inner, unsigned bar,
+                                          int seq, int head, int batch) {
+#pragma unroll
+  for (int d = 0; d < k_slabs; ++d) {
+    if (seq_inner) {
+      tma_load_4d(dst + d * slab_bytes, map, bar, d * 64, seq, head, batch);
+    } else {
+      tma_load_4d(dst + d * slab_bytes, map, bar, d * 64, head, seq, batch);
+    }
+  }
+}
+
+// S = Q K^T for one consumer's 64 rows and one key tile.
+__device__ __forceinline__ void qk_product(float (&s)[k_s_regs], unsigned q_tile, unsigned k_tile) {
+#pragma unroll
+  for (int ks = 0; ks < k_head_dim / 16; ++ks) {
+    const unsigned slab = static_cast<unsigned>(ks / 4);
+    const unsigned col = static_cast<unsigned>(ks % 4) * 32;
+    const unsigned long long a = wgmma_desc(q_tile + slab * k_q_slab_bytes + col, 16, 1024);
+    const unsigned long long b = wgmma_desc(k_tile + slab * k_kv_slab_bytes + col, 16, 1024);
+#if AT_BLOCK_N == 64
+    wgmma_ss_n64(s, a, b, ks > 0);
+#elif AT_BLOCK_N == 96
+    wgmma_ss_n96(s, a, b, ks > 0);
+#elif AT_BLOCK_N == 128
+    wgmma_ss_n128(s, a, b, ks > 0);
+#elif AT_BLOCK_N == 176
+    wgmma_ss_n176(s, a, b, ks > 0);
+#elif AT_BLOCK_N == 192
+    wgmma_ss_n192(s, a, b, ks > 0);
+#else
+#error "AT_BLOCK_N must be 64, 96, 128, 176 or 192 for family=wgmma"
+#endif
+  }
+}
+
+// O += P V: k=16 steps down the key tile; V is read MN-major (keys are its rows).
+__device__ __forceinline__ void
+pv_product(float (&o)[k_o_regs], const unsigned (&p)[k_block_n / 16][4], unsigned v_tile) {
+#pragma unroll
+  for (int kk = 0; kk < k_block_n / 16; ++kk) {
+    const unsigned long long b =
+        wgmma_desc(v_tile + static_cast<unsigned>(kk) * 16 * 128, k_kv_slab_bytes, 1024);
+#if AT_HEAD_DIM == 64
+    wgmma_rs_n64(o, p[kk], b, 1);
+#else
+    wgmma_rs_n128(o, p[kk], b, 1);
+#endif
+  }
+}
+
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+extern "C" __global__ void __launch_bounds__(k_threads, 1)
+    attention_fwd(const __grid_constant__ AttnArgs args) {
+  extern __shared__ unsigned char smem_raw[];
+  // 128-byte swizzle atoms must start 1024-byte aligned (the op asks for 1 KiB more).
+  const unsigned base = (at_smem_addr(smem_raw) + 1023u) & ~1023u;
+  const unsigned q_tile = base;
+  const unsigned q_full = base + k_bar_offset;
+  const unsigned k_full = q_full + 8;              // [k_stages]
+  const unsigned v_full = k_full + 8 * k_stages;   // [k_stages]
+  const unsigned kv_empty = v_full + 8 * k_stages; // [k_stages]
+
+  const int m_block = static_cast<int>(blockIdx.x);
+  const int head = static_cast<int>(blockIdx.y);
+  const int batch = static_cast<int>(blockIdx.z);
+  const int kv_head = head / (args.heads_q / args.heads_kv);
+  const int m0 = m_block * k_block_m;
+  const int n_tiles = (args.seq_k + k_block_n - 1) / k_block_n;
+  // Causal: the last key any row of this block sees is (m0 + block_m - 1) + Sk - Sq.
+  int n_end = n_tiles;
+  if (k_causal) {
+    const long long last = static_cast<long long>(m0) + k_block_m - 1 + args.seq_k - args.seq_q;
+    n_end =
+        last < 0 ? 0 : static_cast<int>(min(static_cast<long long>(n_tiles), last / k_block_n + 1));
+  }
+
+  const int warpgroup = static_cast<int>(threadIdx.x) / 128;
+  if (threadIdx.x == 0) {
+    mbar_init(q_full, 1);
+#pragma unroll
+    for (int s = 0; s < k_stages; ++s) {
+      mbar_init(k_full + 8 * s, 1);
+      mbar_init(v_full + 8 * s, 1);
+      mbar_init(kv_empty + 8 * s, 128 * k_consumers);
+    }
+    mbar_fence_init();
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    // Producer.
+    setmaxnreg_dec<k_producer_regs>();
+    if (threadIdx.x == 0 && n_end > 0) {
+      mbar_arrive_expect_tx(q_full, k_q_bytes);
+      load_rows(q_tile, k_q_slab_bytes, &args.q_map, args.q_seq_inner, q_full, m0, head, batch);
+      for (int n = 0; n < n_end; ++n) {
+        const int s = n % k_stages;
+        const unsigned parity = static_cast<unsigned>(n / k_stages) & 1u;
+        mbar_wait(kv_empty + 8 * s, parity ^ 1u);
+        const unsigned k_tile = base + k_k_offset + s * k_kv_bytes;
+        const unsigned v_tile = base + k_v_offset + s * k_kv_bytes;
+        mbar_arrive_expect_tx(k_full + 8 * s, k_kv_bytes);
+        load_rows(k_tile, k_kv_slab_bytes, &args.k_map, args.k_seq_inner, k_full + 8 * s,
+                  n * k_block_n, kv_head, batch);
+        mbar_arrive_expect_tx(v_full + 8 * s, k_kv_bytes);
+        load_rows(v_tile, k_kv_slab_bytes, &args.v_map, args.v_seq_inner, v_full + 8 * s,
+                  n * k_block_n, kv_head, batch);
+      }
+    }
+  } else {
+    // Consumers.
+    setmaxnreg_inc<k_consumer_regs>();
+    const int consumer = warpgroup - 1;
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    const int warp = (static_cast<int>(threadIdx.x) / 32) % 4;
+    const int g = lane / 4;
+    const int t = lane % 4;
+    const int row0 = m0 + consumer * 64 + warp * 16 + g; // rows row0 and row0 + 8
+    const unsigned my_q = q_tile + static_cast<unsigned>(consumer) * 64 * 128;
+    const int diag = args.seq_k - args.seq_q; // query i sees keys j <= i + diag
+
+    float o[k_o_regs];
+#pragma unroll
+    for (int i = 0; i < k_o_regs; ++i) {
+      o[i] = 0.0f;
+    }
+    float row_max[2] = {at_neg_inf(), at_neg_inf()};
+    float row_sum[2] = {0.0f, 0.0f}; // this thread's share; the quad's sum at the end
+
+    if (n_end > 0) {
+      mbar_wait(q_full, 0);
+    }
+    for (int n = 0; n < n_end; ++n) {
+      const int s = n % k_stages;
+      const unsigned parity = static_cast<unsigned>(n / k_stages) & 1u;
+      const unsigned k_tile = base + k_k_offset + s * k_kv_bytes;
+      const unsigned v_tile = base + k_v_offset + s * k_kv_bytes;
+      const int n0 = n * k_block_n;
+
+      float sc[k_s_regs];
+      mbar_wait(k_full + 8 * s, parity);
+      wgmma_fence();
+      qk_product(sc, my_q, k_tile);
+      wgmma_commit();
+      wgmma_wait<0>();
+
+      // Mask the tile that crosses the end of the keys and, causal, the diagonal.
+      const bool past_end = n0 + k_block_n > args.seq_k;
+      const bool crosses = k_causal && n0 + k_block_n - 1 > m0 + diag;
+      if (past_end || crosses) {
+#pragma unroll
+        for (int i = 0; i < k_s_regs; ++i) {
+          const int col = n0 + (i / 4) * 8 + 2 * t + (i % 2);
+          const int row = row0 + ((i / 2) % 2) * 8;
+          if (col >= args.seq_k || (k_causal && col > row + diag)) {
+            sc[i] = at_neg_inf();
+          }
+        }
+      }
+
+      // Online softmax, rows h = 0 (row0) and 1 (row0 + 8).
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = row_max[h];
+#pragma unroll
+        for (int i = 0; i < k_s_regs / 4; ++i) {
+          mx = fmaxf(mx, fmaxf(sc[4 * i + 2 * h], sc[4 * i + 2 * h + 1]));
+        }
+        mx = quad_max(mx);
+        // A row that has seen no key yet keeps max -inf: subtract 0 so that every
+        // exponent stays -inf (giving 0) instead of -inf - -inf = NaN.
+        const float max_scaled = mx == at_neg_inf() ? 0.0f : mx * args.scale_log2;
+        const float alpha = row_max[h] == at_neg_inf()
+                                ? 0.0f
+                                : at_exp2_approx(row_max[h] * args.scale_log2 - max_scaled);
+        row_max[h] = mx;
+        float sum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < k_s_regs / 4; ++i) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float p =
+                at_exp2_approx(fmaf(sc[4 * i + 2 * h + e], args.scale_log2, -max_scaled));
+            sc[4 * i + 2 * h + e] = p;
+            sum += p;
+          }
+        }
+        row_sum[h] = row_sum[h] * alpha + sum;
+#pragma unroll
+        for (int i = 0; i < k_o_regs / 4; ++i) {
+          o[4 * i + 2 * h] *= alpha;
+          o[4 * i + 2 * h + 1] *= alpha;
+        }
+      }
+
+      // P as wgmma A fragments: k=16 step kk holds the S accumulators of key columns
+      // 16 kk .. 16 kk + 15 (n8 tiles 2 kk and 2 kk + 1).
+      unsigned p[k_block_n / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < k_block_n / 16; ++kk) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          p[kk][r] = at_pack2(sc[8 * kk + 2 * r], sc[8 * kk + 2 * r + 1], elem_t{});
+        }
+      }
+
+      mbar_wait(v_full + 8 * s, parity);
+      wgmma_fence();
+      pv_product(o, p, v_tile);
+      wgmma_commit();
+      wgmma_wait<0>();
+      mbar_arrive(kv_empty + 8 * s);
+    }
+
+    // Epilogue: O / sum straight from the accumulators (rows past Sq are not stored).
+    elem_t* o_g = args.o + batch * args.o_batch_stride + head * args.o_head_stride;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float sum = quad_sum(row_sum[h]);
+      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      const int row = row0 + 8 * h;
+      if (row < args.seq_q) {
+        elem_t* dst = o_g + row * args.o_seq_stride + 2 * t;
+#pragma unroll
+        for (int i = 0; i < k_o_regs / 4; ++i) {
+          *reinterpret_cast<unsigned*>(dst + 8 * i) =
+              at_pack2(o[4 * i + 2 * h] * inv, o[4 * i + 2 * h + 1] * inv, elem_t{});
+        }
+        if (k_lse && t == 0) {
+          args.lse[(static_cast<long long>(batch) * args.heads_q + head) * args.seq_q + row] =
+              sum > 0.0f
+                  ? (row_max[h] * args.scale_log2 + at_log2_approx(sum)) * 0.6931471805599453f
+                  : at_neg_inf();
+        }
+      }
+    }
+  }
+}

@@ -1,0 +1,113 @@
+// Hopper (sm_90a) building blocks: mbarriers, tensor-memory-accelerator loads, wgmma
+// synchronisation and descriptors, register reallocation. Each inline PTX instruction
+// is behind one named function here, as in common/numeric.cuh; nothing is included
+// from the toolkit.
+#pragma once
+
+// The driver's CUtensorMap (cuda.h): 128 opaque bytes, 64-byte aligned, built on the
+// host by cuTensorMapEncodeTiled and passed as (part of) a __grid_constant__
+// parameter, so TMA instructions may take its address in parameter space.
+struct __align__(64) at_tensor_map {
+  unsigned long long opaque[16];
+};
+
+__device__ __forceinline__ unsigned at_smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// ---- mbarrier -------------------------------------------------------------------
+
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+
+// Makes barrier initialisation visible to the async proxy (TMA completes on them).
+__device__ __forceinline__ void mbar_fence_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// Arrives once and adds `bytes` to the transaction count the phase waits for.
+__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+// Waits until the phase of parity `parity` has completed. A fresh barrier is in phase
+// 0, and waiting on parity 1 returns at once (the phase before it counts as done):
+// producers wait on their "empty" barriers with the flipped parity.
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+  asm volatile("{\n"
+               ".reg .pred done;\n"
+               "WAIT_%=:\n"
+               "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+               "@!done bra WAIT_%=;\n"
+               "}\n" ::"r"(bar),
+               "r"(parity)
+               : "memory");
+}
+
+// ---- TMA ------------------------------------------------------------------------
+
+// A 4-d box of `map` at coordinates (c0 innermost .. c3) into shared memory at `dst`,
+// completing on `bar` (which must expect the box's bytes). Coordinates past the
+// tensor's extent read zeros.
+__device__ __forceinline__ void tma_load_4d(unsigned dst, const at_tensor_map* map, unsigned bar,
+                                            int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%3, %4, %5, %6}], [%2];" ::"r"(dst),
+               "l"(reinterpret_cast<unsigned long long>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2),
+               "r"(c3)
+               : "memory");
+}
+
+// ---- wgmma ----------------------------------------------------------------------
+
+// Orders this warpgroup's register writes (accumulators, A fragments) before the
+// wgmma instructions that follow.
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+// Waits until at most N committed groups of this warpgroup are still running.
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+// A shared-memory matrix descriptor for a 128-byte-swizzled tile whose 1024-byte
+// swizzle atoms (8 rows of 128 bytes) start at 1024-byte aligned addresses.
+//   K-major (rows of the M/N dimension, 64 K elements per 128-byte row): lbo unused,
+//     sbo = 1024 (the next 8 rows); a k=16 step is +32 bytes inside the atom.
+//   MN-major (rows of the K dimension, 64 M/N elements per 128-byte row): lbo = the
+//     distance to the next 64 M/N columns, sbo = 1024 (the next 8 K rows).
+__device__ __forceinline__ unsigned long long wgmma_desc(unsigned addr, unsigned lbo,
+                                                         unsigned sbo) {
+  unsigned long long d = 0;
+  d |= static_cast<unsigned long long>((addr & 0x3ffff) >> 4);
+  d |= static_cast<unsigned long long>((lbo & 0x3ffff) >> 4) << 16;
+  d |= static_cast<unsigned long long>((sbo & 0x3ffff) >> 4) << 32;
+  d |= 1ull << 62; // 128-byte swizzle
+  return d;
+}
+
+// ---- registers ------------------------------------------------------------------
+
+// Register reallocation between warpgroups: takes effect only with a register cap at
+// entry (__launch_bounds__(threads, 1)) and the roles in one if/else.
+template <int N> __device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
+}
+template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
+}
+
+// Named barrier over `threads` threads (a multiple of 32), ids 1..15 (0 is
+// __syncthreads).
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
