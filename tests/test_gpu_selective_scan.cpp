@@ -1,8 +1,9 @@
 // GPU tests for selective_scan: a spread of variants against a float64 CPU
 // reference over dtypes, N in {4..64}, groups, lengths that are no multiple of any
-// chunk and the optional parts on and off; the GPU reference kernel against the
-// same CPU reference; the tune -> store -> dispatch round trip; strided calls
-// through the runtime's default variant.
+// chunk, B and C each fixed or variable and the optional parts on and off; the GPU
+// reference kernel against the same CPU reference; the tune -> store -> dispatch
+// round trip; strided calls through the runtime's default variant; one fixed and
+// one variable B/C through the runtime as mamba-ssm passes them.
 #include "gpu_support.hpp"
 
 #include "runtime/dispatch/autotune.hpp"
@@ -46,7 +47,9 @@ struct ScanReference {
 ScanReference scan_reference(const Problem& p, const std::map<std::string, const HostTensor*>& t) {
   const long long B = p.get_int("B"), D = p.get_int("D"), L = p.get_int("L"), N = p.get_int("N"),
                   G = p.get_int("G");
-  const bool var_bc = p.get_int("var_bc") != 0, softplus = p.get_int("softplus") != 0;
+  const std::string& var_bc = p.get("var_bc"); // 0, 1, B or C (only that one variable)
+  const bool var_b = var_bc == "1" || var_bc == "B", var_c = var_bc == "1" || var_bc == "C";
+  const bool softplus = p.get_int("softplus") != 0;
   auto opt = [&](const char* name) -> const HostTensor* {
     auto it = t.find(name);
     return it == t.end() ? nullptr : it->second;
@@ -73,10 +76,10 @@ ScanReference scan_reference(const Problem& p, const std::map<std::string, const
         const double uu = u.get(row);
         double y = 0;
         for (long long n = 0; n < N; ++n) {
-          const size_t bc = var_bc ? size_t(((b * G + g) * N + n) * L + t0) : size_t(d * N + n);
+          const size_t var = size_t(((b * G + g) * N + n) * L + t0), fixed = size_t(d * N + n);
           h[size_t(n)] = std::exp(x * double(A.get(size_t(d * N + n)))) * h[size_t(n)] +
-                         x * double(Bt.get(bc)) * uu;
-          y += double(Ct.get(bc)) * h[size_t(n)];
+                         x * double(Bt.get(var_b ? var : fixed)) * uu;
+          y += double(Ct.get(var_c ? var : fixed)) * h[size_t(n)];
         }
         if (Dt) {
           y += double(Dt->get(size_t(d))) * uu;
@@ -262,6 +265,15 @@ TEST_CASE("selective_scan variants match a float64 reference across dtypes, N, G
       "B=2,D=4,L=37,N=16,var_bc=0,dtype=bf16,softplus=0", // shorter than one chunk
       "B=1,D=2,L=4096,N=16,dtype=fp32,last_state=1",      // many chunks: the carry in fp32
       "B=1,D=4,L=512,N=64,G=2,dtype=fp16,last_state=1",
+      // One fixed and one variable B/C (mamba-ssm's is_variable_B != is_variable_C):
+      // with z, D, delta_bias and softplus (the defaults), groups, L no multiple of a
+      // chunk, without the optional parts.
+      "B=2,D=8,L=1000,N=16,var_bc=B,dtype=bf16,last_state=1",
+      "B=2,D=8,L=1000,N=16,var_bc=C,dtype=bf16",
+      "B=2,D=8,L=777,N=16,G=2,var_bc=C,dtype=fp16,last_state=1",
+      "B=1,D=8,L=1536,N=8,G=2,var_bc=B,dtype=fp32,last_state=1",
+      "B=2,D=4,L=300,N=32,var_bc=B,dtype=fp32,delta_bias=0,softplus=0,has_d=0,has_z=0",
+      "B=1,D=4,L=2100,N=64,G=2,var_bc=C,dtype=bf16,softplus=0,last_state=1",
   };
   for (const char* shape : shapes) {
     ScanCase k(shape, rng);
@@ -313,7 +325,9 @@ TEST_CASE("the selective_scan GPU reference kernel agrees with the float64 CPU r
   std::mt19937_64 rng(std::random_device{}());
   for (const char* shape : {"B=2,D=8,L=1000,N=16,dtype=bf16,last_state=1",
                             "B=1,D=4,L=600,N=64,G=2,dtype=fp32,softplus=0,has_z=0,last_state=1",
-                            "B=2,D=3,L=100,N=4,var_bc=0,dtype=fp16,has_d=0,last_state=1"}) {
+                            "B=2,D=3,L=100,N=4,var_bc=0,dtype=fp16,has_d=0,last_state=1",
+                            "B=2,D=4,L=300,N=16,G=2,var_bc=B,dtype=bf16,last_state=1",
+                            "B=1,D=6,L=200,N=8,var_bc=C,dtype=fp32,softplus=0,last_state=1"}) {
     CAPTURE(shape);
     ScanCase k(shape, rng);
     std::vector<cuda::DeviceBuffer> refs;
@@ -473,9 +487,11 @@ TEST_CASE("the runtime's default selective_scan variant handles strided tensors"
       CHECK_THROWS_WITH_AS(rt.selective_scan(bad), doctest::Contains("must have the dtype of u"),
                            Error);
     }
-    SUBCASE("one fixed and one variable B/C") {
-      bad.C = a.A; // fp32 [D, N]: the fixed form
-      CHECK_THROWS_WITH_AS(rt.selective_scan(bad), doctest::Contains("var_bc"), Error);
+    SUBCASE("a fixed C that is not fp32") {
+      bad.C = a.A; // [D, N]: the fixed form
+      bad.C.dtype = AUTOTUNE_FP16;
+      CHECK_THROWS_WITH_AS(rt.selective_scan(bad), doctest::Contains("C is fp16; it must be fp32"),
+                           Error);
     }
     SUBCASE("a last state of the wrong shape") {
       bad.last_state.shape[2] = N + 1;
@@ -490,4 +506,96 @@ TEST_CASE("the runtime's default selective_scan variant handles strided tensors"
     rt.selective_scan(a); // the context is healthy
     AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
   }
+}
+
+// One fixed and one variable B/C through the C ABI, in the shapes mamba-ssm passes
+// ([D, N] fp32 with [B, N, L] or [B, G, N, L]), with padded rows, under the default
+// variant and the heuristic policy (whose packed-pair points need both variable).
+TEST_CASE("the runtime takes one fixed and one variable B/C, as mamba-ssm does") {
+  context();
+  std::mt19937_64 rng(std::random_device{}());
+  const long long B = 2, D = 8, L = 1000, N = 16, pad = 24;
+  for (const char* mix : {"B", "C"}) {
+    for (long long G : {1, 2}) {
+      for (Policy policy : {Policy::default_variant, Policy::heuristic}) {
+        const std::string shape = "B=2,D=8,L=1000,N=16,G=" + std::to_string(G) + ",var_bc=" + mix +
+                                  ",dtype=bf16,last_state=1";
+        CAPTURE(shape);
+        CAPTURE(int(policy));
+        ScanCase k(shape, rng);
+        const bool var_b = std::string(mix) == "B";
+        const HostTensor& var_host = k.host[k.index(var_b ? "B" : "C")];
+        HostTensor padded(DType::bf16, size_t(B * G * N * (L + pad)));
+        padded.poison();
+        for (long long r = 0; r < B * G * N; ++r) {
+          for (long long t = 0; t < L; ++t) {
+            padded.set(size_t(r * (L + pad) + t), var_host.get(size_t(r * L + t)));
+          }
+        }
+        DeviceTensor dvar(padded);
+        HostTensor out(DType::bf16, size_t(B * D * L)), last(DType::f32, size_t(B * D * N));
+        out.poison();
+        last.poison();
+        DeviceTensor dout(out), dlast(last);
+        RuntimeOptions ro;
+        ro.database = (fs::temp_directory_path() / "autotune-does-not-exist.db").string();
+        ro.policy = policy;
+        Runtime rt(ro);
+        auto vp = [&](const char* name) {
+          return reinterpret_cast<void*>(k.device[k.index(name)]->get());
+        };
+        const long long row = L + pad;
+        Tensor variable = G == 1 ? tensor(reinterpret_cast<void*>(dvar.get()), ElementType::bf16,
+                                          {B, N, L}, {N * row, row, 1})
+                                 : tensor(reinterpret_cast<void*>(dvar.get()), ElementType::bf16,
+                                          {B, G, N, L}, {G * N * row, N * row, row, 1});
+        Tensor fixed = tensor(vp(var_b ? "C" : "B"), ElementType::fp32, {D, N});
+        SelectiveScanArgs a{};
+        a.u = tensor(vp("u"), ElementType::bf16, {B, D, L});
+        a.delta = tensor(vp("delta"), ElementType::bf16, {B, D, L});
+        a.A = tensor(vp("A"), ElementType::fp32, {D, N});
+        a.B = var_b ? variable : fixed;
+        a.C = var_b ? fixed : variable;
+        a.D = tensor(vp("D"), ElementType::fp32, {D});
+        a.z = tensor(vp("z"), ElementType::bf16, {B, D, L});
+        a.delta_bias = tensor(vp("delta_bias"), ElementType::fp32, {D});
+        a.out = tensor(reinterpret_cast<void*>(dout.get()), ElementType::bf16, {B, D, L});
+        a.last_state = tensor(reinterpret_cast<void*>(dlast.get()), ElementType::fp32, {B, D, N});
+        a.delta_softplus = 1;
+        Selection s = rt.select_selective_scan(a);
+        MESSAGE(shape << ": " << s.source << " " << s.variant);
+        rt.selective_scan(a);
+        AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+        dout.download(out);
+        dlast.download(last);
+        CHECK(relative_error(out, k.ref.out) <= 1e-2);
+        CHECK(relative_error(last, k.ref.last) <= 1e-4);
+      }
+    }
+  }
+}
+
+TEST_CASE("tuning a selective_scan with fixed B and variable C verifies and stores a winner") {
+  context();
+  fs::path db = temp_db();
+  TuneOptions o;
+  o.op = "selective_scan";
+  o.shapes = {"B=2,D=64,L=1000,N=16,G=2,var_bc=C,dtype=bf16,last_state=1"};
+  o.db_path = db.string();
+  // Both families, a few variants each: the tuner checks each against the reference.
+  o.param_overrides = {{"threads", "32|128"}, {"items", "16|32"},  {"scan", "shfl|state"},
+                       {"minblocks", "1"},    {"tsplit", "1"},     {"bc", "f32"},
+                       {"cpl", "1"},          {"ystore", "after"}, {"yred", "0|1"}};
+  Progress quiet(false);
+  TuneReport r = tune(o, quiet);
+  REQUIRE(r.problems.size() == 1);
+  const ProblemReport& p = r.problems[0];
+  REQUIRE(p.winner.has_value());
+  CHECK(p.variants.size() >= 2);
+  for (const auto& v : p.variants) {
+    CHECK_MESSAGE(v.outcome == cache::Outcome::ok, v.config << ": " << v.message);
+  }
+  fs::remove(db);
+  fs::remove(db.string() + "-wal");
+  fs::remove(db.string() + "-shm");
 }

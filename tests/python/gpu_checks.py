@@ -206,10 +206,9 @@ def scan_cases(grid):
 
 
 def scan_unsupported(c):
+    # One fixed and one variable B/C runs (the problem field var_bc=B or C).
     if c["wtype"] == torch.complex64:
         return "complex A"
-    if c["is_variable_B"] != c["is_variable_C"]:
-        return "one fixed and one variable B/C"
     return None
 
 
@@ -914,8 +913,9 @@ def bad_input_cases():
         scan_in, scan_good)
     add(scan_op, "complex A", lambda: OPS.selective_scan(
         u, delta, A.to(torch.complex64), Bm, Cm), scan_in, scan_good)
-    add(scan_op, "one fixed and one variable B/C",
-        lambda: OPS.selective_scan(u, delta, A, fixed, Cm), scan_in + [fixed], scan_good)
+    add(scan_op, "a bf16 fixed B (fixed B/C are fp32)",
+        lambda: OPS.selective_scan(u, delta, A, fixed.bfloat16(), Cm), scan_in + [fixed],
+        scan_good)
     add(scan_op, "delta of another dtype", lambda: OPS.selective_scan(u, delta.half(), A, Bm, Cm),
         scan_in, scan_good)
     add(scan_op, "z shorter than u",
