@@ -120,8 +120,8 @@ def _new_args(rt, op, values):
     return buf, memoryview(buf).cast("B").cast("Q"), layout.pointer_slots
 
 
-def _fail(rt, status):
-    rt.check(status)
+def _fail(library, status):
+    library.check(status)
 
 
 # ---- causal_conv1d ------------------------------------------------------------------------
@@ -141,7 +141,7 @@ def conv(plans, runtime_for, x, weight, bias, initial_states, silu, with_final, 
     if plan is None:
         return _conv_first(plans, runtime_for, key, x, weight, bias, initial_states, silu,
                            with_final, copies)
-    buf, words, fn, handle, rt, dev, contiguous, final_shape, dtype, device, slots = plan
+    buf, words, fn, handle, lib, dev, contiguous, final_shape, dtype, device, slots = plan
     i_x, i_w, i_b, i_s, i_o, i_f = slots
     out = _empty_like(x) if contiguous else _empty_like(x, memory_format=_contiguous)
     words[i_x] = x.data_ptr()
@@ -154,13 +154,13 @@ def conv(plans, runtime_for, x, weight, bias, initial_states, silu, with_final, 
     if final_shape is None:
         status = fn(handle, buf, STREAMS[_raw_stream(dev)])
         if status:
-            _fail(rt, status)
+            _fail(lib, status)
         return out
     final = _empty(final_shape, dtype=dtype, device=device)
     words[i_f] = final.data_ptr()
     status = fn(handle, buf, STREAMS[_raw_stream(dev)])
     if status:
-        _fail(rt, status)
+        _fail(lib, status)
     return out, final
 
 
@@ -183,11 +183,12 @@ def _conv_first(plans, runtime_for, key, x, weight, bias, init, silu, with_final
         *fields_x, *tensor_fields(weight, "weight"), *tensor_fields(bias, "bias"),
         *tensor_fields(init, "initial_states"), *tensor_fields(out, "out"),
         *tensor_fields(final, "final_states"), 1 if silu else 0))
-    fn, handle = rt.library.calls["causal_conv1d"], rt.handle
+    lib = rt.library  # plans hold the library, never the runtime: no cycle through them
+    fn, handle = lib.calls["causal_conv1d"], rt.handle
     status = fn(handle, buf, STREAMS[_raw_stream(dev)])
     if status:
-        _fail(rt, status)
-    _remember(plans.conv, key, (buf, words, fn, handle, rt, dev, contiguous, final_shape,
+        _fail(lib, status)
+    _remember(plans.conv, key, (buf, words, fn, handle, lib, dev, contiguous, final_shape,
                                 x.dtype, x.device, slots))
     return (out, final) if with_final else out
 
@@ -210,7 +211,7 @@ def scan(plans, runtime_for, u, delta, A, B, C, D, z, delta_bias, delta_softplus
     if plan is None:
         return _scan_first(plans, runtime_for, key, u, delta, A, B, C, D, z, delta_bias,
                            delta_softplus, with_state, copies)
-    buf, words, fn, handle, rt, dev, contiguous, state_shape, device, slots = plan
+    buf, words, fn, handle, lib, dev, contiguous, state_shape, device, slots = plan
     i_u, i_dt, i_a, i_b, i_c, i_d, i_z, i_db, i_o, i_s = slots
     out = _empty_like(u) if contiguous else _empty_like(u, memory_format=_contiguous)
     words[i_u] = u.data_ptr()
@@ -228,13 +229,13 @@ def scan(plans, runtime_for, u, delta, A, B, C, D, z, delta_bias, delta_softplus
     if state_shape is None:
         status = fn(handle, buf, STREAMS[_raw_stream(dev)])
         if status:
-            _fail(rt, status)
+            _fail(lib, status)
         return out
     last = _empty(state_shape, dtype=_f32, device=device)
     words[i_s] = last.data_ptr()
     status = fn(handle, buf, STREAMS[_raw_stream(dev)])
     if status:
-        _fail(rt, status)
+        _fail(lib, status)
     return out, last
 
 
@@ -260,11 +261,12 @@ def _scan_first(plans, runtime_for, key, u, delta, A, B, C, D, z, delta_bias, de
         *tensor_fields(z, "z"), *tensor_fields(delta_bias, "delta_bias"),
         *tensor_fields(out, "out"), *tensor_fields(last, "last_state"),
         1 if delta_softplus else 0))
-    fn, handle = rt.library.calls["selective_scan"], rt.handle
+    lib = rt.library
+    fn, handle = lib.calls["selective_scan"], rt.handle
     status = fn(handle, buf, STREAMS[_raw_stream(dev)])
     if status:
-        _fail(rt, status)
-    _remember(plans.scan, key, (buf, words, fn, handle, rt, dev, contiguous, state_shape,
+        _fail(lib, status)
+    _remember(plans.scan, key, (buf, words, fn, handle, lib, dev, contiguous, state_shape,
                                 u.device, slots))
     return (out, last) if with_state else out
 
@@ -282,7 +284,7 @@ def attention(plans, runtime_for, q, k, v, causal, scale, with_lse, copies=None)
     if plan is None:
         return _attention_first(plans, runtime_for, key, q, k, v, causal, scale, with_lse,
                                 copies)
-    buf, words, fn, handle, rt, dev, contiguous, lse_shape, device, slots = plan
+    buf, words, fn, handle, lib, dev, contiguous, lse_shape, device, slots = plan
     i_q, i_k, i_v, i_o, i_l = slots
     out = _empty_like(q) if contiguous else _empty_like(q, memory_format=_contiguous)
     words[i_q] = q.data_ptr()
@@ -292,13 +294,13 @@ def attention(plans, runtime_for, q, k, v, causal, scale, with_lse, copies=None)
     if lse_shape is None:
         status = fn(handle, buf, STREAMS[_raw_stream(dev)])
         if status:
-            _fail(rt, status)
+            _fail(lib, status)
         return out
     lse = _empty(lse_shape, dtype=_f32, device=device)
     words[i_l] = lse.data_ptr()
     status = fn(handle, buf, STREAMS[_raw_stream(dev)])
     if status:
-        _fail(rt, status)
+        _fail(lib, status)
     return out, lse
 
 
@@ -325,11 +327,12 @@ def _attention_first(plans, runtime_for, key, q, k, v, causal, scale, with_lse, 
               float(scale or 0.0))
     workspace = rt.attention_workspace(key, fields, q)
     buf, words, slots = _new_args(rt, "attention", fields + workspace)
-    fn, handle = rt.library.calls["attention"], rt.handle
+    lib = rt.library
+    fn, handle = lib.calls["attention"], rt.handle
     status = fn(handle, buf, STREAMS[_raw_stream(dev)])
     if status:
-        _fail(rt, status)
-    _remember(plans.attn, key, (buf, words, fn, handle, rt, dev, contiguous, lse_shape,
+        _fail(lib, status)
+    _remember(plans.attn, key, (buf, words, fn, handle, lib, dev, contiguous, lse_shape,
                                 q.device, slots))
     return (out, lse) if with_lse else out
 

@@ -568,13 +568,13 @@ class TestCallPlans(unittest.TestCase):
         fn.argtypes = None
         test = self
 
+        def refuse(status):
+            raise _runtime.AutotuneError(status, "refused by the fake library")
+
         class FakeRuntime:
-            library = types.SimpleNamespace(calls={op: fn for op in _runtime.OPS})
+            library = types.SimpleNamespace(calls={op: fn for op in _runtime.OPS}, check=refuse)
             layouts = self.library.layouts
             handle = ctypes.c_void_p(0x1234)
-
-            def check(self, status):
-                raise _runtime.AutotuneError(status, "refused by the fake library")
 
             def attention_workspace(self, key, fields, q):
                 test.workspace_asked += 1
