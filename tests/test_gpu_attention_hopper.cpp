@@ -1,0 +1,373 @@
+// GPU tests of attention's Hopper family (family=wgmma, templates/attention/hopper.cuh):
+// every valid wgmma variant of the space (plus the tiles the space leaves out, 176
+// and 192 keys) against a float64 CPU reference over both dtypes, D 64 and 128,
+// causal and not, Sq != Sk both ways (rows that see no key: O exactly 0, LSE -inf),
+// GQA/MQA, both layouts, LSE, and sizes that are no multiple of any tile; then the
+// runtime with a pinned wgmma variant on strided views (a packed QKV tensor), launched
+// twice through the same plan (its cached tensor maps) and once more with new
+// pointers. On GPUs that are not sm_90a the family is invalid and the tests say so.
+#include "gpu_support.hpp"
+
+#include "runtime/dispatch/autotune.hpp"
+#include "runtime/dispatch/variant.hpp"
+#include "runtime/ops/attention.hpp"
+#include "runtime/ops/space.hpp"
+#include "runtime/ops/templates.hpp"
+#include "tuner/compile.hpp"
+
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <limits>
+
+using namespace autotune;
+using namespace autotune::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+cuda::PrimaryContext& hopper_context() {
+  static cuda::PrimaryContext ctx(0);
+  ctx.make_current();
+  return ctx;
+}
+
+const AttentionOp& hopper_attn() {
+  return static_cast<const AttentionOp&>(find_op("attention"));
+}
+
+struct Strides3 {
+  long long batch, head, seq;
+};
+
+// O [B, Hq, Sq, D] and LSE [B, Hq, Sq] in float64; causal bottom-right aligned (query
+// i sees keys j <= i + Sk - Sq), a row without keys has O = 0 and LSE = -inf.
+void reference(const HostTensor& q, const HostTensor& k, const HostTensor& v, Strides3 qs,
+               Strides3 ks, Strides3 vs, int B, int Hq, int Hkv, int Sq, int Sk, int D, bool causal,
+               double scale, std::vector<double>& o, std::vector<double>& lse) {
+  o.assign(size_t(B) * Hq * Sq * D, 0.0);
+  lse.assign(size_t(B) * Hq * Sq, -std::numeric_limits<double>::infinity());
+  std::vector<double> s(size_t(Sk) + 1);
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < Hq; ++h) {
+      const int hk = h / (Hq / Hkv);
+      for (int i = 0; i < Sq; ++i) {
+        const int last = causal ? std::min(Sk - 1, i + Sk - Sq) : Sk - 1;
+        if (last < 0) {
+          continue;
+        }
+        double mx = -1e300;
+        for (int j = 0; j <= last; ++j) {
+          double dot = 0;
+          for (int d = 0; d < D; ++d) {
+            dot += double(q.get(size_t(b * qs.batch + h * qs.head + i * qs.seq + d))) *
+                   double(k.get(size_t(b * ks.batch + hk * ks.head + j * ks.seq + d)));
+          }
+          s[size_t(j)] = dot * scale;
+          mx = std::max(mx, s[size_t(j)]);
+        }
+        double sum = 0;
+        for (int j = 0; j <= last; ++j) {
+          s[size_t(j)] = std::exp(s[size_t(j)] - mx);
+          sum += s[size_t(j)];
+        }
+        double* out = &o[((size_t(b) * Hq + h) * Sq + i) * D];
+        for (int j = 0; j <= last; ++j) {
+          const double p = s[size_t(j)] / sum;
+          for (int d = 0; d < D; ++d) {
+            out[d] += p * double(v.get(size_t(b * vs.batch + hk * vs.head + j * vs.seq + d)));
+          }
+        }
+        lse[(size_t(b) * Hq + h) * Sq + i] = mx + std::log(sum);
+      }
+    }
+  }
+}
+
+// Relative L2 error; infinities must match exactly, NaN fails.
+double relative_error(const std::vector<double>& got, const std::vector<double>& ref) {
+  double d2 = 0, r2 = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (std::isinf(ref[i]) || std::isinf(got[i])) {
+      if (got[i] != ref[i]) {
+        return INFINITY;
+      }
+      continue;
+    }
+    if (!std::isfinite(got[i])) {
+      return INFINITY;
+    }
+    d2 += (got[i] - ref[i]) * (got[i] - ref[i]);
+    r2 += ref[i] * ref[i];
+  }
+  return std::sqrt(d2 / (r2 > 0 ? r2 : 1));
+}
+
+bool on_hopper(const cuda::DeviceInfo& dev) {
+  if (dev.arch() != "sm_90a") {
+    MESSAGE("family=wgmma needs sm_90a; this GPU is " << dev.arch() << ": nothing to run");
+    return false;
+  }
+  return true;
+}
+
+Config with(Config c, const std::string& key, const std::string& value) {
+  for (auto& [k, v] : c) {
+    if (k == key) {
+      v = value;
+    }
+  }
+  return c;
+}
+
+} // namespace
+
+TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference over every "
+          "feature") {
+  hopper_context();
+  cuda::DeviceInfo dev = cuda::query_device(0);
+  if (!on_hopper(dev)) {
+    return;
+  }
+  Space space = parse_space(template_file(hopper_attn().space_path()), hopper_attn().space_path());
+  std::vector<Config> wgmma;
+  for (const Config& c : space.enumerate()) {
+    const std::string* f = find_field(c, "family");
+    if (f && *f == "wgmma") {
+      wgmma.push_back(c);
+    }
+  }
+  REQUIRE(!wgmma.empty());
+  // Tiles the space does not list but check() accepts (FlashAttention-3's 176 and 192).
+  const Config base = wgmma.front();
+  for (const char* bn : {"176", "192"}) {
+    for (const char* bm : {"64", "128"}) {
+      wgmma.push_back(with(with(with(base, "block_n", bn), "block_m", bm), "stages", "2"));
+    }
+  }
+  std::mt19937_64 rng(std::random_device{}());
+  // share: every share-th valid variant (rotating with the shape) runs on the shape.
+  struct Shape {
+    const char* text;
+    int share;
+  };
+  const Shape shapes[] = {
+      {"B=2,H=3,S=200,D=64,dtype=bf16", 1},                                     // tails
+      {"B=1,H=2,S=333,D=128,causal=1,dtype=fp16,lse=1", 1},                     // causal
+      {"B=2,Hq=4,Hkv=2,Sq=77,Sk=301,D=128,causal=1,dtype=bf16,layout=bhsd", 2}, // GQA, Sq < Sk
+      {"B=1,Hq=4,Hkv=1,Sq=300,Sk=90,D=64,causal=1,dtype=fp16,lse=1", 2},        // MQA, Sq > Sk
+      {"B=1,Hq=2,Hkv=2,Sq=129,Sk=513,D=64,dtype=fp16,layout=bhsd,lse=1", 2},    // not causal
+      {"B=2,Hq=4,Hkv=2,Sq=300,Sk=100,D=128,causal=1,dtype=bf16,lse=1,layout=bhsd", 2},
+      {"B=1,Hq=3,Hkv=1,Sq=1000,Sk=1,D=64,causal=1,dtype=fp16,lse=1", 3}, // one key
+      {"B=2,H=2,Sq=200,Sk=199,D=64,causal=1,dtype=bf16,lse=1", 2},       // row 0 sees none
+      {"B=1,H=2,S=700,D=128,dtype=fp16,lse=1", 2},                       // many key tiles
+      {"B=3,Hq=6,Hkv=3,Sq=1,Sk=1000,D=128,dtype=bf16", 3},               // decoding
+  };
+  size_t shape_index = 0;
+  for (const Shape& sh : shapes) {
+    CAPTURE(sh.text);
+    const Problem problem = hopper_attn().make_problem(parse_fields(sh.text, "shape"));
+    const int B = int(problem.get_int("B")), Hq = int(problem.get_int("Hq")),
+              Hkv = int(problem.get_int("Hkv")), Sq = int(problem.get_int("Sq")),
+              Sk = int(problem.get_int("Sk")), D = int(problem.get_int("D"));
+    const bool causal = problem.get_int("causal") != 0, has_lse = problem.get_int("lse") != 0;
+    const DType dtype = parse_dtype(problem.get("dtype"), "dtype");
+    AttentionOp::Strides qs = AttentionOp::contiguous_strides(problem, Hq, Sq);
+    AttentionOp::Strides ks = AttentionOp::contiguous_strides(problem, Hkv, Sk);
+    const Strides3 q3{qs.batch, qs.head, qs.seq}, k3{ks.batch, ks.head, ks.seq};
+    HostTensor q(dtype, size_t(B) * Hq * Sq * D), k(dtype, size_t(B) * Hkv * Sk * D),
+        v(dtype, size_t(B) * Hkv * Sk * D);
+    q.randomize(rng, -2, 2);
+    k.randomize(rng, -1, 1);
+    v.randomize(rng, -1, 1);
+    std::vector<double> ref_o, ref_lse;
+    reference(q, k, v, q3, k3, k3, B, Hq, Hkv, Sq, Sk, D, causal, 1.0 / std::sqrt(double(D)), ref_o,
+              ref_lse);
+
+    std::vector<Config> configs;
+    std::vector<VariantSource> sources;
+    size_t candidate = 0;
+    for (const Config& c : wgmma) {
+      if (!hopper_attn().check(c, problem, dev.arch())) {
+        continue;
+      }
+      if (candidate++ % size_t(sh.share) != shape_index % size_t(sh.share)) {
+        continue;
+      }
+      configs.push_back(c);
+      sources.push_back(describe_variant(hopper_attn(), c, problem, dev.arch()));
+    }
+    ++shape_index;
+    REQUIRE(!configs.empty());
+    std::vector<CompileJob> jobs;
+    for (const auto& s : sources) {
+      jobs.push_back({&s});
+    }
+    compile_all(jobs, default_jobs(), [](CompileJob&, size_t) {});
+    DeviceTensor qd(q), kd(k), vd(v);
+    HostTensor out(dtype, q.n), lse(DType::f32, size_t(B) * Hq * Sq);
+    std::vector<TensorSpec> specs = hopper_attn().tensors(problem);
+    HostTensor ws_host(DType::f32, specs.back().name == "workspace" ? specs.back().elements : 1);
+    DeviceTensor ws(ws_host);
+    double worst = 0;
+    for (size_t i = 0; i < configs.size(); ++i) {
+      CAPTURE(sources[i].config_id);
+      REQUIRE_MESSAGE(jobs[i].output.ok(),
+                      (jobs[i].output.ok() ? "" : jobs[i].output.failure().detail));
+      cuda::Module m = cuda::load_module(jobs[i].output->binary);
+      CUfunction f = cuda::get_function(m, hopper_attn().kernel_name());
+      // Twice per variant, outputs poisoned each time: nothing carries over between
+      // launches (barrier phases, stages).
+      for (int launch = 0; launch < 2; ++launch) {
+        out.poison();
+        lse.poison();
+        DeviceTensor o(out), l(lse);
+        std::vector<CUdeviceptr> ptrs = {qd.get(), kd.get(), vd.get(), o.get()};
+        if (has_lse) {
+          ptrs.push_back(l.get());
+        }
+        if (specs.back().name == "workspace") {
+          ptrs.push_back(ws.get());
+        }
+        ArgPack args;
+        hopper_attn().pack(configs[i], problem, ptrs, args);
+        const LaunchGeometry g = hopper_attn().geometry(configs[i], problem);
+        cuda::allow_dynamic_smem(f, g.dynamic_smem);
+        AUTOTUNE_CU(cuda::driver().cuLaunchKernel(f, g.grid[0], g.grid[1], g.grid[2], g.block[0],
+                                                  g.block[1], g.block[2], g.dynamic_smem, nullptr,
+                                                  args.pointers(), nullptr));
+        AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+        o.download(out);
+        std::vector<double> got(out.n);
+        for (int b = 0; b < B; ++b) {
+          for (int h = 0; h < Hq; ++h) {
+            for (int r = 0; r < Sq; ++r) {
+              for (int d = 0; d < D; ++d) {
+                got[((size_t(b) * Hq + h) * Sq + r) * D + d] =
+                    out.get(size_t(b * qs.batch + h * qs.head + r * qs.seq + d));
+              }
+            }
+          }
+        }
+        const double err = relative_error(got, ref_o);
+        CHECK(err <= hopper_attn().tolerance(problem));
+        worst = std::max(worst, err);
+        // Rows that see no key: O exactly 0.
+        size_t nonzero = 0;
+        const int empty_rows = causal ? std::max(0, Sq - Sk) : 0;
+        for (int b = 0; b < B; ++b) {
+          for (int h = 0; h < Hq; ++h) {
+            for (int r = 0; r < empty_rows; ++r) {
+              for (int d = 0; d < D; ++d) {
+                nonzero += got[((size_t(b) * Hq + h) * Sq + r) * D + d] != 0.0;
+              }
+            }
+          }
+        }
+        CHECK(nonzero == 0);
+        if (has_lse) {
+          l.download(lse);
+          std::vector<double> got_lse(lse.n);
+          for (size_t j = 0; j < lse.n; ++j) {
+            got_lse[j] = lse.get(j);
+          }
+          CHECK(relative_error(got_lse, ref_lse) <= 1e-4);
+        }
+      }
+    }
+    MESSAGE(sh.text << ": " << configs.size() << " wgmma variants checked, worst rel err "
+                    << worst);
+  }
+}
+
+TEST_CASE("the runtime runs a pinned Hopper attention variant on strided views, reusing and "
+          "renewing its tensor maps") {
+  hopper_context();
+  cuda::DeviceInfo dev = cuda::query_device(0);
+  if (!on_hopper(dev)) {
+    return;
+  }
+  std::mt19937_64 rng(std::random_device{}());
+  // Q, K, V interleaved in one packed [B, S, 3, H, D] tensor; O contiguous [B, H, S, D].
+  const int B = 2, H = 4, S = 150, D = 128;
+  HostTensor qkv(DType::bf16, size_t(B) * S * 3 * H * D);
+  qkv.randomize(rng, -1.5, 1.5);
+  const Strides3 l{(long long)S * 3 * H * D, D, 3LL * H * D};
+  HostTensor qh(DType::bf16, size_t(B) * H * S * D), kh(qh), vh(qh);
+  for (int b = 0; b < B; ++b) {
+    for (int s = 0; s < S; ++s) {
+      for (int h = 0; h < H; ++h) {
+        for (int d = 0; d < D; ++d) {
+          const size_t src = size_t(b * l.batch + s * l.seq + h * D + d);
+          const size_t dst = ((size_t(b) * H + h) * S + s) * D + d;
+          qh.set(dst, qkv.get(src));
+          kh.set(dst, qkv.get(src + size_t(H) * D));
+          vh.set(dst, qkv.get(src + 2 * size_t(H) * D));
+        }
+      }
+    }
+  }
+  const Strides3 c{(long long)H * S * D, (long long)S * D, D};
+  std::vector<double> ref_o, ref_lse;
+  reference(qh, kh, vh, c, c, c, B, H, H, S, S, D, true, 0.1, ref_o, ref_lse);
+
+  RuntimeOptions ro;
+  ro.database = (fs::temp_directory_path() / "autotune-does-not-exist.db").string();
+  ro.policy = Policy::pin;
+  ro.pinned = "block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma";
+  Runtime rt(ro);
+  DeviceTensor packed(qkv), packed2(qkv);
+  HostTensor out(DType::bf16, size_t(B) * H * S * D), lse(DType::f32, size_t(B) * H * S);
+  DeviceTensor o(out), ld(lse);
+  auto run = [&](CUdeviceptr base) {
+    out.poison();
+    lse.poison();
+    o.buffer.upload(out.bytes.data(), out.bytes.size());
+    ld.buffer.upload(lse.bytes.data(), lse.bytes.size());
+    auto view = [&](CUdeviceptr p) {
+      return tensor(reinterpret_cast<const void*>(p), ElementType::bf16, {B, H, S, D},
+                    {l.batch, l.head, l.seq, 1});
+    };
+    AttentionArgs a{};
+    a.q = view(base);
+    a.k = view(base + size_t(H) * D * 2);
+    a.v = view(base + 2 * size_t(H) * D * 2);
+    a.o = tensor(reinterpret_cast<const void*>(o.get()), ElementType::bf16, {B, H, S, D});
+    a.lse = tensor(reinterpret_cast<const void*>(ld.get()), ElementType::fp32, {B, H, S});
+    a.causal = 1;
+    a.scale = 0.1;
+    CHECK(rt.select_attention(a).source == "pinned");
+    rt.attention(a);
+    AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+    o.download(out);
+    ld.download(lse);
+    std::vector<double> got(out.n), got_lse(lse.n);
+    for (size_t i = 0; i < out.n; ++i) {
+      got[i] = out.get(i);
+    }
+    for (size_t i = 0; i < lse.n; ++i) {
+      got_lse[i] = lse.get(i);
+    }
+    CHECK(relative_error(got, ref_o) <= 1e-2);
+    CHECK(relative_error(got_lse, ref_lse) <= 1e-4);
+  };
+  run(packed.get());
+  run(packed.get());  // the plan's cached maps
+  run(packed2.get()); // new pointers: new maps
+
+  SUBCASE("strides that are no multiple of 16 bytes are refused by name") {
+    // K's sequence stride of 3*H*D + 4 elements (8 bytes off) cannot be a tensor map.
+    const size_t row = 3 * size_t(H) * D + 4;
+    HostTensor odd(DType::bf16, size_t(B) * S * row);
+    DeviceTensor oddd(odd);
+    AttentionArgs a{};
+    a.q = tensor(reinterpret_cast<const void*>(packed.get()), ElementType::bf16, {B, H, S, D},
+                 {l.batch, l.head, l.seq, 1});
+    a.k = tensor(reinterpret_cast<const void*>(oddd.get()), ElementType::bf16, {B, H, S, D},
+                 {(long long)(S * row), D, (long long)row, 1});
+    a.v = a.k;
+    a.o = tensor(reinterpret_cast<const void*>(o.get()), ElementType::bf16, {B, H, S, D});
+    a.causal = 1;
+    CHECK_THROWS_WITH_AS(rt.attention(a), doctest::Contains("k"), Error);
+  }
+}
