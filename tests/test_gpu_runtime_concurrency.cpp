@@ -35,8 +35,9 @@ cuda::PrimaryContext& context() {
 }
 
 ElementType element_type(DType t) {
-  return t == DType::f32 ? ElementType::fp32 : t == DType::f16 ? ElementType::fp16
-                                                               : ElementType::bf16;
+  return t == DType::f32   ? ElementType::fp32
+         : t == DType::f16 ? ElementType::fp16
+                           : ElementType::bf16;
 }
 
 // One causal_conv1d problem with its host inputs and float64 reference.
@@ -59,8 +60,7 @@ struct Conv {
     x.randomize(rng, -1, 1);
     w.randomize(rng, -0.5, 0.5);
     b.randomize(rng, -0.5, 0.5);
-    ref = causal_conv1d_reference(x, w, bias ? &b : nullptr, B, C, L, W, silu, (long long)C * L,
-                                  L);
+    ref = causal_conv1d_reference(x, w, bias ? &b : nullptr, B, C, L, W, silu, (long long)C * L, L);
   }
 
   // Runs it through `rt` on this thread and returns the relative error against the
@@ -92,8 +92,8 @@ struct Conv {
 };
 
 fs::path temp_path(const std::string& what) {
-  return fs::temp_directory_path() / ("autotune-gpu-" + what + "-" + std::to_string(::getpid()) +
-                                      "-" + std::to_string(rand()));
+  return fs::temp_directory_path() /
+         ("autotune-gpu-" + what + "-" + std::to_string(::getpid()) + "-" + std::to_string(rand()));
 }
 
 void remove_db(const fs::path& db) {
@@ -234,8 +234,7 @@ TEST_CASE("a failed tune is an error for every thread that wanted the shape, and
     ro.tuner_path = cli.string();
     Runtime rt(ro);
     CHECK_THROWS_WITH_AS(conv.run(rt), doctest::Contains("exited with status 1"), Error);
-    CHECK_THROWS_WITH_AS(conv.run(rt), doctest::Contains("error: nothing passed the check"),
-                         Error);
+    CHECK_THROWS_WITH_AS(conv.run(rt), doctest::Contains("error: nothing passed the check"), Error);
     CHECK(rt.loaded_variants() == 0);
   }
   SUBCASE("four threads at once: one tune, its error for all; the next call tunes again") {

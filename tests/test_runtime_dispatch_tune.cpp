@@ -169,20 +169,21 @@ TEST_CASE("a tuner CLI that fails makes the tune fail with its command, status a
   }
   SUBCASE("killed by a signal") {
     const std::string cli = dir.script("autotune", "kill -9 $$");
-    CHECK_THROWS_WITH_AS(run_tuner_cli(r, cli), doctest::Contains("was killed by signal 9"),
-                         Error);
+    CHECK_THROWS_WITH_AS(run_tuner_cli(r, cli), doctest::Contains("was killed by signal 9"), Error);
   }
   SUBCASE("a path that is not executable") {
     const fs::path plain = dir.path / "plain";
     std::ofstream(plain) << "not a program\n";
-    CHECK_THROWS_WITH_AS(run_tuner_cli(r, plain.string()),
-                         doctest::Contains(("tuner_path " + plain.string() + " is not an executable").c_str()),
-                         Error);
+    CHECK_THROWS_WITH_AS(
+        run_tuner_cli(r, plain.string()),
+        doctest::Contains(("tuner_path " + plain.string() + " is not an executable").c_str()),
+        Error);
   }
   SUBCASE("AUTOTUNE_CLI naming nothing") {
     const std::string missing = (dir.path / "missing").string();
     ScopedEnv env("AUTOTUNE_CLI", missing.c_str());
-    CHECK_THROWS_WITH_AS(find_tuner_cli(), doctest::Contains(("AUTOTUNE_CLI=" + missing).c_str()), Error);
+    CHECK_THROWS_WITH_AS(find_tuner_cli(), doctest::Contains(("AUTOTUNE_CLI=" + missing).c_str()),
+                         Error);
   }
   SUBCASE("no CLI anywhere: the error names where it looked") {
     ScopedEnv env("AUTOTUNE_CLI", nullptr);
@@ -261,7 +262,8 @@ TEST_CASE("policy tune's options are refused before the GPU is touched") {
   SUBCASE("no CLI for the default tuner") {
     o.tuner = nullptr;
     o.tuner_path = (dir.path / "no-such-autotune").string();
-    CHECK_THROWS_WITH_AS(Runtime{o}, doctest::Contains(("tuner_path " + o.tuner_path).c_str()), Error);
+    CHECK_THROWS_WITH_AS(Runtime{o}, doctest::Contains(("tuner_path " + o.tuner_path).c_str()),
+                         Error);
   }
   SUBCASE("good options pass, and the database path is made absolute") {
     o.database = "relative.db";

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -130,7 +131,9 @@ std::string find_tuner_cli(const std::string& tuner_path) {
       if (is_executable_file(candidate)) {
         return candidate.string();
       }
-      looked.push_back(candidate.string());
+      if (std::find(looked.begin(), looked.end(), candidate.string()) == looked.end()) {
+        looked.push_back(candidate.string());
+      }
     }
   }
   throw Error(ErrorKind::not_tuned,
@@ -143,9 +146,17 @@ std::string find_tuner_cli(const std::string& tuner_path) {
 
 void run_tuner_cli(const TuneRequest& request, const std::string& tuner_path) {
   const std::string cli = find_tuner_cli(tuner_path);
-  std::vector<std::string> args = {cli,          "--arch",       "auto",          "--op",
-                                   request.op,   "--shape",      request.problem, "--db",
-                                   request.database, "--budget-s", format_seconds(request.budget_s),
+  std::vector<std::string> args = {cli,
+                                   "--arch",
+                                   "auto",
+                                   "--op",
+                                   request.op,
+                                   "--shape",
+                                   request.problem,
+                                   "--db",
+                                   request.database,
+                                   "--budget-s",
+                                   format_seconds(request.budget_s),
                                    "--quiet"};
   std::string command;
   for (const std::string& a : args) {
@@ -215,10 +226,9 @@ void run_tuner_cli(const TuneRequest& request, const std::string& tuner_path) {
     return;
   }
   std::string output = read_tail(out_fd);
-  throw Error(ErrorKind::not_tuned,
-              "policy tune: " + command + " " + describe_status(status) +
-                  (output.empty() ? std::string(", printing nothing")
-                                  : ";\nits output ends with:\n" + output));
+  throw Error(ErrorKind::not_tuned, "policy tune: " + command + " " + describe_status(status) +
+                                        (output.empty() ? std::string(", printing nothing")
+                                                        : ";\nits output ends with:\n" + output));
 }
 
 void check_tune_options(const RuntimeOptions& options, std::string& database_path) {
