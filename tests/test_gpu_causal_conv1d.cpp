@@ -15,7 +15,9 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <filesystem>
+#include <utility>
 
 using namespace autotune;
 using namespace autotune::test;
@@ -78,6 +80,16 @@ TEST_CASE("every valid causal_conv1d variant matches a float64 reference") {
       "B=2,C=24,L=2048,W=4,dtype=bf16,init_states=1,final_states=1", // a decoder's carry
       "B=1,C=8,L=2,W=4,dtype=fp32,init_states=1,final_states=1",     // L shorter than the state
       "B=2,C=16,L=333,W=3,dtype=fp16,init_states=0,final_states=1",
+      // Every length that leaves a partial vector (AT_RAGGED): 1, 2, 3 = W-1, odd,
+      // primes, short rows with many channels; rows start at every shift.
+      "B=3,C=20,L=1,W=4,dtype=bf16,bias=1,silu=1",
+      "B=2,C=12,L=3,W=4,dtype=bf16,init_states=1,final_states=1",
+      "B=2,C=10,L=2,W=3,dtype=fp16,wdtype=fp32,init_states=1,final_states=1",
+      "B=2,C=6,L=13,W=4,dtype=fp16,init_states=1,final_states=1",
+      "B=3,C=17,L=4095,W=3,dtype=bf16,bias=1,silu=1",
+      "B=5,C=7,L=997,W=4,dtype=fp32,wdtype=fp32,init_states=1,final_states=1",
+      "B=4,C=9,L=8191,W=2,dtype=bf16,bias=0,silu=0",
+      "B=64,C=24,L=333,W=2,dtype=bf16,bias=1,silu=1",
   };
   for (const char* shape : shapes) {
     ConvCase k(shape, rng);
@@ -328,4 +340,98 @@ TEST_CASE("causal_conv1d reads x as mamba-ssm's mixer passes it: a view of the i
   AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
   o.download(out);
   CHECK(relative_error(out, ref) <= 1e-2);
+}
+
+TEST_CASE("ragged rows at every offset and stride read and write only their own elements") {
+  // x is a view at an element offset with padded channels (each row at another
+  // shift from a 16-byte boundary); out is contiguous at its own offset, so
+  // vector_mode is 1 where both offsets agree and 2 where they do not (and 0 for an
+  // aligned length whose rows are not aligned). The elements of out's allocation
+  // outside the view must stay poisoned.
+  context();
+  const auto& op = static_cast<const CausalConv1dOp&>(find_op("causal_conv1d"));
+  cuda::DeviceInfo dev = cuda::query_device(0);
+  std::mt19937_64 rng(std::random_device{}());
+  const char* configs[] = {
+      "threads=128,vec=8,items=2,cpb=1,load=direct", "threads=64,vec=4,items=4,cpb=2,load=direct",
+      "threads=64,vec=16,items=2,cpb=1,load=direct", "threads=128,vec=8,items=1,cpb=4,load=smem",
+      "threads=128,vec=4,items=4,cpb=16,load=smem",  "threads=512,vec=8,items=4,cpb=1,load=smem",
+  };
+  for (int L : {1, 3, 5, 8, 333, 1000, 4095}) {
+    const int B = 2, C = 5, W = 4;
+    const std::string shape =
+        "B=2,C=5,L=" + std::to_string(L) + ",W=4,dtype=bf16,init_states=1,final_states=1";
+    Problem problem = op.make_problem(parse_fields(shape, "shape"));
+    for (const char* text : configs) {
+      Config config = parse_fields(text, "config");
+      if (!op.check(config, problem, dev.arch())) {
+        continue;
+      }
+      VariantSource source = describe_variant(op, config, problem, dev.arch());
+      auto binary = compile_variant(source);
+      REQUIRE_MESSAGE(binary.ok(), (binary.ok() ? "" : binary.failure().detail));
+      cuda::Module m = cuda::load_module(binary->binary);
+      CUfunction f = cuda::get_function(m, op.kernel_name());
+      for (int pad : {0, 3}) {
+        for (auto [x_off, out_off] : {std::pair{0, 0}, {1, 1}, {1, 0}, {3, 6}, {7, 7}}) {
+          CAPTURE(shape);
+          CAPTURE(text);
+          CAPTURE(pad);
+          CAPTURE(x_off);
+          CAPTURE(out_off);
+          const long long S = L + pad;
+          HostTensor xs(DType::bf16, size_t(x_off) + size_t(B) * C * S);
+          xs.randomize(rng, -1, 1);
+          HostTensor xv(DType::bf16, size_t(B) * C * S); // the view, for the reference
+          for (size_t i = 0; i < xv.n; ++i) {
+            xv.set(i, xs.get(size_t(x_off) + i));
+          }
+          HostTensor w(DType::bf16, size_t(C) * W), bias(DType::bf16, size_t(C));
+          HostTensor init(DType::bf16, size_t(B) * C * (W - 1));
+          w.randomize(rng, -0.5, 0.5);
+          bias.randomize(rng, -0.5, 0.5);
+          init.randomize(rng, -1, 1);
+          std::vector<double> ref_final;
+          auto ref =
+              causal_conv1d_reference(xv, w, &bias, B, C, L, W, true, C * S, S, &init, &ref_final);
+          HostTensor outs(DType::bf16, size_t(out_off) + size_t(B) * C * L + 8);
+          outs.poison();
+          HostTensor fin(DType::bf16, init.n);
+          fin.poison();
+          DeviceTensor xd(xs), wd(w), bd(bias), id(init), od(outs), fd(fin);
+          CausalConv1dCall call;
+          call.x = xd.get() + CUdeviceptr(x_off) * 2;
+          call.weight = wd.get();
+          call.bias = bd.get();
+          call.initial_states = id.get();
+          call.out = od.get() + CUdeviceptr(out_off) * 2;
+          call.final_states = fd.get();
+          call.x_batch_stride = C * S;
+          call.x_channel_stride = S;
+          call.out_batch_stride = (long long)C * L;
+          call.out_channel_stride = L;
+          ArgPack args;
+          args.add(op.kernel_args(op.conv_plan(config, problem), call));
+          LaunchGeometry g = op.geometry(config, problem);
+          AUTOTUNE_CU(cuda::driver().cuLaunchKernel(f, g.grid[0], g.grid[1], g.grid[2], g.block[0],
+                                                    g.block[1], g.block[2], g.dynamic_smem, nullptr,
+                                                    args.pointers(), nullptr));
+          AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+          od.download(outs);
+          HostTensor out(DType::bf16, size_t(B) * C * L);
+          for (size_t i = 0; i < out.n; ++i) {
+            out.set(i, outs.get(size_t(out_off) + i));
+          }
+          CHECK(relative_error(out, ref) <= op.tolerance(problem));
+          for (size_t i = 0; i < outs.n; ++i) {
+            if (i < size_t(out_off) || i >= size_t(out_off) + out.n) {
+              CHECK_MESSAGE(std::isnan(outs.get(i)), "out element " << i << " written");
+            }
+          }
+          fd.download(fin);
+          CHECK(relative_error(fin, ref_final) == 0.0);
+        }
+      }
+    }
+  }
 }

@@ -5,6 +5,8 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 using namespace autotune;
 
 namespace {
@@ -78,6 +80,48 @@ TEST_CASE("launch geometry covers every channel and position") {
   CHECK(g.block[0] == 128);
   CHECK(g.grid[0] == 3 * 3); // ceil(10 / 4) channel groups per batch
   CHECK(g.grid[1] == 2);     // tile = 32 threads * 8 * 2 = 512 positions
+}
+
+TEST_CASE("a length that is not a multiple of the vector builds the ragged-row kernel") {
+  const auto& op = static_cast<const CausalConv1dOp&>(conv());
+  Config c = config("threads=128,vec=8,items=2,cpb=1,load=direct");
+  auto has_ragged = [](const std::vector<std::string>& defines) {
+    return std::find(defines.begin(), defines.end(), "-DAT_RAGGED=1") != defines.end();
+  };
+  CHECK_FALSE(has_ragged(op.defines(c, problem("B=2,C=64,L=4096,W=4"))));
+  CHECK(has_ragged(op.defines(c, problem("B=2,C=64,L=4095,W=4"))));
+  CHECK(has_ragged(op.defines(c, problem("B=2,C=64,L=3,W=4"))));
+  // vec=4 divides 1000, vec=8 does not
+  CHECK_FALSE(has_ragged(op.defines(config("threads=128,vec=4,items=2,cpb=1,load=smem"),
+                                    problem("B=2,C=64,L=1004,W=4"))));
+
+  SUBCASE("vector accesses: rows aligned, or (ragged) loads always and stores where out has x's "
+          "shift") {
+    auto mode = [&](const char* shape, CUdeviceptr x, CUdeviceptr out, long long xbs, long long xcs,
+                    long long obs, long long ocs) {
+      Problem p = problem(shape);
+      CausalConv1dPlan plan = op.conv_plan(c, p);
+      CausalConv1dCall call;
+      call.x = x;
+      call.out = out;
+      call.x_batch_stride = xbs;
+      call.x_channel_stride = xcs;
+      call.out_batch_stride = obs;
+      call.out_channel_stride = ocs;
+      return op.kernel_args(plan, call).vector_mode;
+    };
+    const CUdeviceptr a = 1 << 20, b = 1 << 24;
+    // aligned shapes: vectors only where every row starts on a 16-byte boundary
+    CHECK(mode("B=2,C=64,L=4096,W=4", a, b, 64 * 4096, 4096, 64 * 4096, 4096) == 1);
+    CHECK(mode("B=2,C=64,L=4096,W=4", a + 2, b, 64 * 4096, 4096, 64 * 4096, 4096) == 0);
+    CHECK(mode("B=2,C=64,L=4096,W=4", a, b, 64 * 4100, 4100, 64 * 4096, 4096) == 0);
+    // ragged: contiguous x and out share every row's shift
+    CHECK(mode("B=2,C=64,L=4095,W=4", a, b, 64 * 4095, 4095, 64 * 4095, 4095) == 1);
+    CHECK(mode("B=2,C=64,L=4095,W=4", a + 6, b + 6, 64 * 4095, 4095, 64 * 4095, 4095) == 1);
+    // mamba's view of x (batch stride L, channel stride B*L) against a contiguous out
+    CHECK(mode("B=2,C=64,L=4095,W=4", a, b, 4095, 2 * 4095, 64 * 4095, 4095) == 2);
+    CHECK(mode("B=2,C=64,L=4095,W=4", a + 2, b, 64 * 4095, 4095, 64 * 4095, 4095) == 2);
+  }
 }
 
 TEST_CASE("tensors and effective bytes follow the problem") {

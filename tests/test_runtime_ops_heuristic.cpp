@@ -1,7 +1,8 @@
 // The heuristic policy's built-in tuning points (runtime/ops/heuristic.hpp): every
 // op's [[heuristic]] entries parse and lie within its limits, the nearest point of
 // the GPU's family wins, flags a point names must match, and a GPU with no points of
-// its own takes the nearest point its limits allow.
+// its own takes the nearest point its limits allow, sized to the GPU's SM count when
+// that is known.
 #include "runtime/ops/heuristic.hpp"
 #include "runtime/ops/templates.hpp"
 
@@ -13,6 +14,19 @@ namespace {
 
 Problem problem(const char* op, const char* shape) {
   return find_op(op).make_problem(parse_fields(shape, "shape"));
+}
+
+// A GPU as query_device reports it: 64K registers and 228 KiB of shared memory per
+// SM (sm_80 .. sm_120 class).
+cuda::DeviceInfo gpu(int cc_major, int cc_minor, int sm_count) {
+  cuda::DeviceInfo d;
+  d.cc_major = cc_major;
+  d.cc_minor = cc_minor;
+  d.sm_count = sm_count;
+  d.regs_per_sm = 65536;
+  d.smem_per_sm = 228 * 1024;
+  d.smem_per_block_optin = 227 * 1024;
+  return d;
 }
 
 } // namespace
@@ -83,11 +97,20 @@ TEST_CASE("a bad heuristic entry names its file and line") {
 TEST_CASE("a configuration from another problem is adapted where its tile would idle") {
   const Op& conv = find_op("causal_conv1d");
   Config tuned = parse_fields("threads=128,vec=4,items=4,cpb=1,load=smem", "config");
-  SUBCASE("a short sequence: fewer items per thread, then more channels per block") {
+  SUBCASE("a short sequence: rows packed into the block, bytes per thread kept") {
+    // 8 threads a row, tile 128: 3 tiles cover 333 (87% of the lanes busy), each
+    // thread still loads 4 vectors of 8 bytes.
     CHECK(format_fields(conv.adapt(tuned, problem("causal_conv1d", "B=64,C=1536,L=333,W=2"))) ==
-          "threads=128,vec=4,items=1,cpb=1,load=smem");
+          "threads=128,vec=4,items=4,cpb=16,load=smem");
     CHECK(format_fields(conv.adapt(tuned, problem("causal_conv1d", "B=64,C=1536,L=100,W=4"))) ==
-          "threads=128,vec=4,items=1,cpb=4,load=smem");
+          "threads=128,vec=4,items=4,cpb=16,load=smem");
+    // The direct path keeps whole warps per row: 4 rows of 32 threads, tile 512.
+    Config direct = parse_fields("threads=128,vec=8,items=2,cpb=1,load=direct", "config");
+    CHECK(format_fields(conv.adapt(direct, problem("causal_conv1d", "B=64,C=1536,L=333,W=2"))) ==
+          "threads=128,vec=8,items=2,cpb=4,load=direct");
+  }
+  SUBCASE("a row that nearly fills its tile keeps the configuration") {
+    CHECK(conv.adapt(tuned, problem("causal_conv1d", "B=4,C=5120,L=2000,W=4")) == tuned);
   }
   SUBCASE("a long sequence keeps the configuration") {
     CHECK(conv.adapt(tuned, problem("causal_conv1d", "B=2,C=4096,L=4095,W=3")) == tuned);
@@ -96,5 +119,69 @@ TEST_CASE("a configuration from another problem is adapted where its tile would 
     auto c = heuristic_config(conv, problem("causal_conv1d", "B=64,C=3072,L=333,W=2"), "sm_90a");
     REQUIRE(c);
     CHECK(conv.worth_measuring(c->first, problem("causal_conv1d", "B=64,C=3072,L=333,W=2")));
+  }
+}
+
+TEST_CASE("a GPU with no points of its own gets the transferred configuration sized to its SMs") {
+  const Op& conv = find_op("causal_conv1d");
+  const Problem p = problem("causal_conv1d", "B=2,C=2048,L=2048,W=4");
+  SUBCASE("the grid's waves count blocks an SM holds at once") {
+    LaunchGeometry g;
+    g.grid[0] = 4096;
+    g.block[0] = 128;
+    CHECK(heuristic_waves(g, gpu(12, 0, 20)) == doctest::Approx(4096.0 / (20 * 16)));
+    g.block[0] = 32; // 64 blocks of 32 threads fit, but an SM holds 32 blocks at most
+    CHECK(heuristic_waves(g, gpu(12, 0, 20)) == doctest::Approx(4096.0 / (20 * 32)));
+    g.block[0] = 128;
+    g.dynamic_smem = 100 * 1024; // shared memory holds 2 of them
+    CHECK(heuristic_waves(g, gpu(12, 0, 20)) == doctest::Approx(4096.0 / (20 * 2)));
+  }
+  SUBCASE("a small GPU fills its waves with the point's configuration") {
+    auto c = heuristic_config(conv, p, gpu(12, 0, 20));
+    REQUIRE(c);
+    CHECK(format_fields(c->first) == "threads=128,vec=4,items=4,cpb=1,load=smem");
+    CHECK(c->second == "sm_90->sm_120 point B=8,C=4096,L=2048,W=4; 13 waves of 20 SMs");
+  }
+  SUBCASE("a large GPU splits the rows into shorter chunks until two waves") {
+    // 4096 blocks of 128 threads on 200 SMs of 16 blocks each: 1.3 waves; items=2
+    // doubles the blocks (vec=4 is already the narrower vector).
+    auto c = heuristic_config(conv, p, gpu(12, 0, 200));
+    REQUIRE(c);
+    CHECK(format_fields(c->first) == "threads=128,vec=4,items=2,cpb=1,load=smem");
+    CHECK(c->second == "sm_90->sm_120 point B=8,C=4096,L=2048,W=4; 2.6 waves of 200 SMs with "
+                       "items=2");
+    CHECK(conv.check(c->first, p, "sm_120"));
+  }
+  SUBCASE("a GPU with points of its own keeps its point, whatever its SM count") {
+    auto own = heuristic_config(conv, p, gpu(9, 0, 200));
+    auto by_arch = heuristic_config(conv, p, "sm_90a");
+    REQUIRE(own);
+    REQUIRE(by_arch);
+    CHECK(*own == *by_arch);
+  }
+  SUBCASE("an unknown SM count is the arch-only lookup") {
+    auto c = heuristic_config(conv, p, gpu(12, 0, 0));
+    REQUIRE(c);
+    CHECK(*c == *heuristic_config(conv, p, "sm_120"));
+  }
+  SUBCASE("every op's choice runs on the GPU") {
+    struct Case {
+      const char* op;
+      const char* shape;
+    };
+    for (Case k : {Case{"attention", "B=1,H=8,S=1024,D=128,causal=1"},
+                   Case{"selective_scan", "B=1,D=1024,L=1024,N=16"},
+                   Case{"causal_conv1d", "B=1,C=256,L=1000,W=3"}}) {
+      CAPTURE(k.op);
+      const Op& op = find_op(k.op);
+      Problem q = problem(k.op, k.shape);
+      for (int sms : {8, 80, 400}) {
+        CAPTURE(sms);
+        auto c = heuristic_config(op, q, gpu(8, 6, sms));
+        REQUIRE(c);
+        CHECK(op.check(c->first, q, "sm_86"));
+        CHECK(c->second.find(" SMs") != std::string::npos);
+      }
+    }
   }
 }

@@ -183,11 +183,12 @@ Result<bool> CausalConv1dOp::worth_measuring(const Config& config, const Problem
 }
 
 Config CausalConv1dOp::adapt(const Config& config, const Problem& problem) const {
-  // A short sequence (a whole row inside one tile of threads / cpb x vec x items
-  // positions) leaves the lanes past L idle, and the op is bandwidth-bound: what a
-  // block is worth is the bytes it keeps in flight for the row. The rule keeps the
-  // block size, vector width and load path (what the tuning chose) and picks the
-  // channels per block (cpb) and vectors per thread (items) that maximise
+  // A short sequence (a row filling at most half of one tile of threads / cpb x
+  // vec x items positions, the tiles worth_measuring() rejects) leaves the lanes
+  // past L idle, and the op is bandwidth-bound: what a block is worth is the bytes
+  // it keeps in flight for the row. The rule keeps the block size, vector width
+  // and load path (what the tuning chose) and picks the channels per block (cpb)
+  // and vectors per thread (items) that maximise
   //
   //   useful(c) = L / (tiles(c) * tile(c)) * min(vec * items * esize, source's),
   //
@@ -202,7 +203,9 @@ Config CausalConv1dOp::adapt(const Config& config, const Problem& problem) const
   // channels per block (longer rows per warp), then to more items.
   Dims d = dims(problem);
   const Params src = params(config);
-  if (tile_length(src) <= d.L) {
+  if (tile_length(src) < 2 * d.L) {
+    // Longer rows keep their winner: at L=3000 a tile of 2048 (27% of the lanes
+    // idle) ran as fast as the shape's own (bench/results/h100-unseen.md).
     return config;
   }
   const long long esize = (long long)dtype_size(d.x);

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <mutex>
 
@@ -94,8 +95,24 @@ std::vector<HeuristicPoint> parse_heuristics(const Op& op, const std::string& te
   return points;
 }
 
-std::optional<std::pair<Config, std::string>> heuristic_config(const Op& op, const Problem& problem,
-                                                               const std::string& arch) {
+double heuristic_waves(const LaunchGeometry& g, const cuda::DeviceInfo& device) {
+  constexpr long long k_max_blocks_per_sm = 32; // sm_80 .. sm_120
+  const long long threads = std::max<long long>(1, (long long)g.block[0] * g.block[1] * g.block[2]);
+  const long long blocks = (long long)g.grid[0] * g.grid[1] * g.grid[2];
+  const long long slots =
+      device.regs_per_sm > 0 ? device.regs_per_sm / k_heuristic_regs_per_thread : 2048;
+  long long resident = std::min(k_max_blocks_per_sm, std::max<long long>(1, slots / threads));
+  if (g.dynamic_smem > 0 && device.smem_per_sm > 0) {
+    resident = std::min(resident, std::max<long long>(1, device.smem_per_sm / g.dynamic_smem));
+  }
+  return double(blocks) / double(std::max(1, device.sm_count) * resident);
+}
+
+namespace {
+
+// The point lookup of heuristic.hpp; `own` says whether the point is of arch's family.
+std::optional<std::pair<Config, std::string>> heuristic_lookup(const Op& op, const Problem& problem,
+                                                               const std::string& arch, bool* own) {
   // Parsed once per op and process.
   static std::mutex mutex;
   static std::map<std::string, std::vector<HeuristicPoint>> cache;
@@ -112,6 +129,7 @@ std::optional<std::pair<Config, std::string>> heuristic_config(const Op& op, con
   }
   const ArgsDesc& desc = op.args_desc();
   for (bool own_family : {true, false}) {
+    *own = own_family;
     const HeuristicPoint* best = nullptr;
     double best_distance = 0;
     for (const HeuristicPoint& p : *points) {
@@ -144,6 +162,110 @@ std::optional<std::pair<Config, std::string>> heuristic_config(const Op& op, con
     }
   }
   return std::nullopt;
+}
+
+// Whether `config` can run `problem` on `device`: the op's check for its arch, and a
+// dynamic shared-memory request the GPU grants.
+bool runs_on(const Op& op, const Config& config, const Problem& problem,
+             const cuda::DeviceInfo& device) {
+  try {
+    if (!op.check(config, problem, device.arch())) {
+      return false;
+    }
+    const LaunchGeometry g = op.geometry(config, problem);
+    return device.smem_per_block_optin <= 0 ||
+           g.dynamic_smem <= unsigned(device.smem_per_block_optin);
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// The wave-filling rule of heuristic.hpp: moves one parameter at a time until the
+// grid fills k_heuristic_min_waves waves of `device`, or no move adds blocks.
+// Returns the configuration and the moves made ("items=2,vec=4"; empty for none).
+std::pair<Config, std::string> fill_waves(const Op& op, const Problem& problem, Config config,
+                                          const cuda::DeviceInfo& device, double* waves_out) {
+  const Space& space = op_space(op);
+  auto blocks = [](const LaunchGeometry& g) {
+    return (long long)g.grid[0] * g.grid[1] * g.grid[2];
+  };
+  LaunchGeometry geometry = op.geometry(config, problem);
+  double waves = heuristic_waves(geometry, device);
+  std::string moves;
+  constexpr int k_max_moves = 8; // a bound on the search, not a goal: moves stop at the target
+  for (int step = 0; step < k_max_moves && waves < k_heuristic_min_waves; ++step) {
+    std::optional<Config> best;
+    double best_waves = waves;
+    std::string best_move;
+    const long long current_blocks = blocks(geometry);
+    for (auto param = space.params.rbegin(); param != space.params.rend(); ++param) {
+      for (const std::string& value : param->values) {
+        Config next = config;
+        bool changed = false;
+        for (auto& [k, v] : next) {
+          if (k == param->name && v != value) {
+            v = value;
+            changed = true;
+          }
+        }
+        if (!changed || !runs_on(op, next, problem, device)) {
+          continue;
+        }
+        const LaunchGeometry g = op.geometry(next, problem);
+        const double w = heuristic_waves(g, device);
+        if (blocks(g) <= current_blocks || w <= waves) {
+          continue; // no more blocks, or fewer per SM only because each holds fewer
+        }
+        const bool reaches = w >= k_heuristic_min_waves;
+        const bool best_reaches = best && best_waves >= k_heuristic_min_waves;
+        const bool better = !best || (reaches ? (!best_reaches || w < best_waves)
+                                              : (!best_reaches && w > best_waves));
+        if (better) {
+          best = std::move(next);
+          best_waves = w;
+          best_move = param->name + "=" + value;
+        }
+      }
+    }
+    if (!best) {
+      break;
+    }
+    config = std::move(*best);
+    geometry = op.geometry(config, problem);
+    waves = best_waves;
+    moves += (moves.empty() ? "" : ",") + best_move;
+  }
+  *waves_out = waves;
+  return {std::move(config), moves};
+}
+
+std::string format_waves(double waves) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2g", waves);
+  return text;
+}
+
+} // namespace
+
+std::optional<std::pair<Config, std::string>> heuristic_config(const Op& op, const Problem& problem,
+                                                               const std::string& arch) {
+  bool own = false;
+  return heuristic_lookup(op, problem, arch, &own);
+}
+
+std::optional<std::pair<Config, std::string>> heuristic_config(const Op& op, const Problem& problem,
+                                                               const cuda::DeviceInfo& device) {
+  bool own = false;
+  auto chosen = heuristic_lookup(op, problem, device.arch(), &own);
+  if (!chosen || own || device.sm_count <= 0) {
+    return chosen;
+  }
+  double waves = 0;
+  auto [config, moves] = fill_waves(op, problem, chosen->first, device, &waves);
+  chosen->first = std::move(config);
+  chosen->second += "; " + format_waves(waves) + " waves of " + std::to_string(device.sm_count) +
+                    " SMs" + (moves.empty() ? "" : " with " + moves);
+  return chosen;
 }
 
 } // namespace autotune

@@ -14,10 +14,25 @@
 // within the op's limits and can run the problem on the GPU wins: first among the points of the
 // GPU's family; on a GPU with no points of its own, among all points, filtered by that GPU's limits
 // (Op::check: shared memory, registers, grid); with none left, the op's [default] configuration.
+//
+// A GPU with no points of its own, when its SM count is known (the DeviceInfo
+// overload), gets the transferred configuration sized for it: tuned on a GPU with
+// other SM counts, the point's grid may leave most of this one idle. While the grid
+// fills fewer than k_heuristic_min_waves waves of this GPU (blocks / (SMs x blocks
+// an SM holds at once, from its thread slots, registers and shared memory)), one
+// parameter moves to another value of the op's [params] list: the move that reaches
+// the target with the fewest blocks, else the one with the most; ties go to the
+// parameter listed last (spaces list the block shape first and the per-thread work
+// and splits after it: causal_conv1d's items before its vec, attention's splits
+// before its block_m). Parameters that other parameters constrain (selective_scan's
+// cpb follows threads, nsplit, tsplit and cpl) rarely move alone: such ops keep the
+// transferred configuration.
 #pragma once
 
 #include "op.hpp"
 #include "space.hpp"
+
+#include "runtime/cuda/device.hpp"
 
 #include <optional>
 #include <string>
@@ -43,5 +58,27 @@ std::vector<HeuristicPoint> parse_heuristics(const Op& op, const std::string& te
 // it came from ("sm_90a point B=8,C=4096,..."), or nullopt when no point fits.
 std::optional<std::pair<Config, std::string>> heuristic_config(const Op& op, const Problem& problem,
                                                                const std::string& arch);
+
+// The same on a known GPU (device.arch() names it): on a GPU with no points of its
+// own the transferred configuration is also sized to the GPU's SM count, thread
+// slots and shared memory (above); the description then says so ("sm_90->sm_120
+// point ...; 2.0 waves of 20 SMs with items=2"). A device with sm_count 0 is the
+// arch-only lookup.
+std::optional<std::pair<Config, std::string>> heuristic_config(const Op& op, const Problem& problem,
+                                                               const cuda::DeviceInfo& device);
+
+// The waves the grid of `config` fills on `device`: blocks / (SMs x resident blocks
+// per SM), resident blocks estimated from the block's threads against the SM's
+// thread slots at k_heuristic_regs_per_thread registers each, its dynamic shared
+// memory against the SM's, and at most 32. Exposed for tests.
+double heuristic_waves(const LaunchGeometry& geometry, const cuda::DeviceInfo& device);
+
+// Below this many waves a transferred configuration is split further: one wave
+// leaves the last blocks' SMs idle while the others finish (the tail), two halve it.
+constexpr double k_heuristic_min_waves = 2.0;
+// Registers per thread assumed where the kernel is not compiled yet: 32 lets an SM
+// with 64K registers hold its full 2048 threads, so kernels that use more hold fewer
+// blocks than estimated and the estimate errs toward splitting more.
+constexpr int k_heuristic_regs_per_thread = 32;
 
 } // namespace autotune
