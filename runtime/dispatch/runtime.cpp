@@ -203,7 +203,7 @@ std::unique_ptr<LoadedVariant> Runtime::Impl::resolve(const Op& op, const Proble
     }
     [[fallthrough]];
   case Policy::heuristic:
-    if (auto point = heuristic_config(op, problem, device.arch())) {
+    if (auto point = heuristic_config(op, problem, device)) { // sized to this GPU
       out->config = std::move(point->first);
       source_name = "heuristic " + point->second;
       break;
