@@ -32,15 +32,19 @@ TEST_CASE("variant keys change with everything that changes the binary") {
   Space space = parse_space(template_file(op.space_path()), op.space_path());
   Problem p = op.make_problem(parse_fields("B=2,C=64,L=1000", "t"));
   Problem p_f16 = op.make_problem(parse_fields("B=2,C=64,L=1000,dtype=fp16", "t"));
-  Problem p_other_shape = op.make_problem(parse_fields("B=4,C=32,L=77", "t"));
+  Problem p_other_shape = op.make_problem(parse_fields("B=4,C=32,L=80", "t"));
+  // A length that leaves a partial vector compiles the ragged-row kernel (AT_RAGGED).
+  Problem p_ragged = op.make_problem(parse_fields("B=4,C=32,L=77", "t"));
   auto a = describe_variant(op, space.default_config, p, "sm_90a");
   CHECK(a.key == describe_variant(op, space.default_config, p, "sm_90a").key);
   CHECK(a.key != describe_variant(op, space.default_config, p, "sm_80").key);
   CHECK(a.key != describe_variant(op, space.default_config, p_f16, "sm_90a").key);
   Config other = space.at(1);
   CHECK(a.key != describe_variant(op, other, p, "sm_90a").key);
-  // The shape is a launch argument, not a compile-time one: the same cubin serves it.
+  // The shape is a launch argument, not a compile-time one: the same cubin serves it
+  // (among lengths that are multiples of the vector).
   CHECK(a.key == describe_variant(op, space.default_config, p_other_shape, "sm_90a").key);
+  CHECK(a.key != describe_variant(op, space.default_config, p_ragged, "sm_90a").key);
   CHECK(a.key_dump.find("nvrtc_version=") != std::string::npos);
 }
 
