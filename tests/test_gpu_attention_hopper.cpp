@@ -275,8 +275,8 @@ TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference ov
         }
       }
     }
-    MESSAGE(sh.text << ": " << configs.size() << " wgmma variants checked, worst rel err "
-                    << worst);
+    MESSAGE(std::string(sh.text) << ": " << configs.size()
+                                 << " wgmma variants checked, worst rel err " << worst);
   }
 }
 

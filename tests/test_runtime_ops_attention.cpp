@@ -6,6 +6,8 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 using namespace autotune;
 
 namespace {
@@ -174,5 +176,104 @@ TEST_CASE("attention variants compile for every target arch") {
     REQUIRE(attn().check(c, p, arch));
     auto out = compile_variant(describe_variant(attn(), c, p, arch));
     REQUIRE_MESSAGE(out.ok(), (out.ok() ? "" : out.failure().detail));
+  }
+}
+
+TEST_CASE("the Hopper attention family (family=wgmma) is valid on sm_90a only, for the shapes it "
+          "handles") {
+  const char* k_wg = "block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+                     "family=wgmma";
+  Problem d128 = problem("B=8,H=16,S=2048,D=128,causal=1");
+  CHECK(attn().check(config(k_wg), d128, "sm_90a"));
+  auto refused = [&](const std::string& c, const Problem& p, const std::string& arch,
+                     const char* why) {
+    CAPTURE(c);
+    auto r = attn().check(config(c), p, arch);
+    REQUIRE_FALSE(r);
+    CHECK_MESSAGE(r.failure().message.find(why) != std::string::npos, r.failure().message);
+  };
+  SUBCASE("other archs") {
+    for (const char* arch : {"sm_80", "sm_89", "sm_90", "sm_100", "sm_120"}) {
+      refused(k_wg, d128, arch, "needs sm_90a");
+    }
+  }
+  SUBCASE("head dims it lacks") {
+    refused(k_wg, problem("B=1,H=2,S=256,D=256"), "sm_90a", "head dims 64 and 128");
+  }
+  SUBCASE("one canonical value for the portable family's parameters") {
+    refused("block_m=128,block_n=128,warps=8,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma",
+            d128, "sm_90a", "warps=4");
+    refused("block_m=128,block_n=128,warps=4,stages=2,swizzle=pad,q=smem,splits=1,family=wgmma",
+            d128, "sm_90a", "swizzle=xor");
+    refused("block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,q=regs,splits=1,family=wgmma",
+            d128, "sm_90a", "q=smem");
+    refused("block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=2,family=wgmma",
+            problem("B=1,H=2,Sq=1,Sk=4096,D=128"), "sm_90a", "splits=1");
+  }
+  SUBCASE("tiles") {
+    refused("block_m=256,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma",
+            d128, "sm_90a", "64 per consumer");
+    refused("block_m=128,block_n=32,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma",
+            d128, "sm_90a", "block_n must be");
+    // Three consumers get 160 registers: O (64) + S (64) + P (32) do not fit.
+    refused("block_m=192,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma",
+            d128, "sm_90a", "registers per consumer");
+    // 64 + 2 * 3 * 192 rows of 256 bytes: over 227 KiB.
+    refused("block_m=64,block_n=192,warps=4,stages=3,swizzle=xor,q=smem,splits=1,family=wgmma",
+            d128, "sm_90a", "shared memory");
+  }
+  SUBCASE("a configuration without family is the portable one") {
+    CHECK(attn().check(config(k_fa2), d128, "sm_80"));
+    CHECK(attn().geometry(config(k_fa2), d128).block[0] == 128);
+    const auto defs = attn().defines(config(k_fa2), d128);
+    CHECK(std::find(defs.begin(), defs.end(), "-DAT_WGMMA=1") == defs.end());
+    CHECK_THROWS_WITH_AS(attn().check(config(std::string(k_fa2) + ",family=tma"), d128, "sm_90a"),
+                         doctest::Contains("family must be 'mma' or 'wgmma'"), Error);
+  }
+  SUBCASE("geometry: a producer warpgroup beside block_m / 64 consumers; tiles, 1 KiB of "
+          "alignment and the barriers in shared memory") {
+    LaunchGeometry g = attn().geometry(config(k_wg), d128);
+    CHECK(g.block[0] == 384);
+    CHECK(g.grid[0] == 16);
+    CHECK(g.dynamic_smem == (128 + 2 * 2 * 128) * 128 * 2 + 8 * (1 + 3 * 2) + 1024);
+    const auto defs = attn().defines(config(k_wg), d128);
+    CHECK(std::find(defs.begin(), defs.end(), "-DAT_WGMMA=1") != defs.end());
+    CHECK(std::find(defs.begin(), defs.end(), "-DAT_BF16=1") != defs.end());
+  }
+  SUBCASE("the space's default and heuristic points stay portable") {
+    Space space = parse_space(template_file(attn().space_path()), attn().space_path());
+    const std::string* f = find_field(space.default_config, "family");
+    REQUIRE(f);
+    CHECK(*f == "mma");
+    size_t wgmma = 0;
+    for (const Config& c : space.enumerate()) {
+      const std::string* fam = find_field(c, "family");
+      wgmma += fam && *fam == "wgmma" && attn().check(c, d128, "sm_90a");
+    }
+    CHECK(wgmma > 0);
+  }
+}
+
+TEST_CASE("Hopper attention variants compile for sm_90a with wgmma, TMA and setmaxnreg") {
+  // Both dtypes, both head dims, the three consumer counts.
+  struct Case {
+    const char* shape;
+    const char* config;
+  };
+  const Case cases[] = {
+      {"B=1,Hq=8,Hkv=2,Sq=100,Sk=300,D=128,causal=1,lse=1,dtype=fp16",
+       "block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma"},
+      {"B=1,H=4,S=300,D=64,dtype=bf16,layout=bhsd",
+       "block_m=192,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma"},
+      {"B=1,H=4,S=300,D=128,causal=1,dtype=bf16",
+       "block_m=64,block_n=176,warps=4,stages=1,swizzle=xor,q=smem,splits=1,family=wgmma"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.config);
+    Problem p = problem(c.shape);
+    REQUIRE(attn().check(config(c.config), p, "sm_90a"));
+    auto out = compile_variant(describe_variant(attn(), config(c.config), p, "sm_90a"));
+    REQUIRE_MESSAGE(out.ok(), (out.ok() ? "" : out.failure().detail));
+    CHECK(!out->binary.empty());
   }
 }
