@@ -511,7 +511,7 @@ TEST_CASE("the runtime's default selective_scan variant handles strided tensors"
 // One fixed and one variable B/C through the C ABI, in the shapes mamba-ssm passes
 // ([D, N] fp32 with [B, N, L] or [B, G, N, L]), with padded rows, under the default
 // variant and the heuristic policy (whose packed-pair points need both variable).
-TEST_CASE("the runtime takes one fixed and one variable B/C, as mamba-ssm does") {
+TEST_CASE("the runtime takes selective_scan calls with one fixed and one variable B/C") {
   context();
   std::mt19937_64 rng(std::random_device{}());
   const long long B = 2, D = 8, L = 1000, N = 16, pad = 24;
