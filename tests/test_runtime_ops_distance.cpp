@@ -66,16 +66,21 @@ TEST_CASE("problems whose fields do not line up, or whose sizes are not numbers,
           "comparable") {
   const ArgsDesc& desc = attention_desc();
   Problem a = attention("B=8,H=32,S=2048,D=64");
-  Problem shorter = a;
-  shorter.fields.pop_back();
+  // Problem fields are set whole (FieldList): change a copy of their text.
+  auto changed = [&](auto&& change) {
+    Fields f = a.fields.text();
+    change(f);
+    Problem p = a;
+    p.fields = f;
+    return p;
+  };
+  Problem shorter = changed([](Fields& f) { f.pop_back(); });
   CHECK_FALSE(compare_problems(desc, a, shorter).comparable);
-  Problem renamed = a;
-  renamed.fields[0].first = "batch";
+  Problem renamed = changed([](Fields& f) { f[0].first = "batch"; });
   CHECK_FALSE(compare_problems(desc, a, renamed).comparable);
   for (const char* bad : {"0", "-4", "x", "", "inf", "nan", "8x"}) {
     CAPTURE(bad);
-    Problem damaged = a;
-    damaged.fields[0].second = bad;
+    Problem damaged = changed([&](Fields& f) { f[0].second = bad; });
     CHECK_FALSE(compare_problems(desc, a, damaged).comparable);
     CHECK_FALSE(problem_distance(desc, damaged, a).has_value());
   }

@@ -33,6 +33,34 @@ TEST_CASE("the causal_conv1d space parses from its embedded TOML") {
   CHECK(config_id(s.default_config) == "threads=128,vec=8,items=2,cpb=1,load=direct");
 }
 
+TEST_CASE("for_each walks the space in enumerate() order, each combination once") {
+  for (const char* name : {"attention", "causal_conv1d", "selective_scan"}) {
+    CAPTURE(name);
+    Space s = op_space(find_op(name));
+    size_t i = 0;
+    bool in_order = true;
+    s.for_each([&](const Config& c) {
+      // Space::at decodes the index on its own: an independent check of the odometer.
+      in_order = in_order && ((s.size() > 100000 && i % 997 != 0) || c == s.at(i));
+      ++i;
+    });
+    CHECK(in_order);
+    CHECK(i == s.size());
+  }
+  Space small = parse_space("[params]\na = [1, 2]\nb = [\"x\", \"y\", \"z\"]\n[default]\na = 1\nb "
+                            "= \"x\"\n",
+                            "small.toml");
+  std::vector<std::string> seen;
+  small.for_each([&](const Config& c) { seen.push_back(config_id(c)); });
+  std::vector<std::string> listed;
+  for (const Config& c : small.enumerate()) {
+    listed.push_back(config_id(c));
+  }
+  CHECK(seen == listed);
+  CHECK(seen ==
+        std::vector<std::string>{"a=1,b=x", "a=1,b=y", "a=1,b=z", "a=2,b=x", "a=2,b=y", "a=2,b=z"});
+}
+
 TEST_CASE("space TOML errors name the file, line and column") {
   SUBCASE("a syntax error") {
     // toml++ reports where it noticed: the next table header after the open array.

@@ -117,6 +117,7 @@ public:
     for (size_t i = 0; i < n; ++i) {
       m_variants[i].config =
           std::string("p=").append(std::to_string(1000 + i)); // ids sort as indices
+      m_configs.emplace_back(parse_fields(m_variants[i].config, "config"));
     }
     median_of = [](size_t i) { return 10.0 + double(i); };
   }
@@ -148,6 +149,7 @@ public:
   }
   void store(size_t i) override { stored.push_back(i); }
   VariantReport& variant(size_t i) override { return m_variants.at(i); }
+  const TypedConfig& config(size_t i) const override { return m_configs.at(i); }
   void progress(const std::string& stage, size_t, size_t) override { stages.insert(stage); }
 
   std::vector<size_t> eliminated_in(int round) const {
@@ -166,7 +168,10 @@ public:
     }
     return n;
   }
-  void set_config(size_t i, const std::string& config) { m_variants.at(i).config = config; }
+  void set_config(size_t i, const std::string& config) {
+    m_variants.at(i).config = config;
+    m_configs.at(i) = parse_fields(config, "config");
+  }
   // The winner the session would pick from these measurements.
   std::string winner() {
     auto preferred = preference_order(m_variants);
@@ -180,6 +185,7 @@ private:
   std::set<size_t> m_wrong;
   std::set<size_t> m_broken;
   std::vector<VariantReport> m_variants;
+  std::vector<TypedConfig> m_configs;
 
 public:
   std::function<double(size_t)> median_of;

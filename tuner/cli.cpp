@@ -375,20 +375,24 @@ int list_variants(const Args& a) {
   SearchSpace search = load_search_space(op, a.tune);
   auto problems = load_problems(op, a.tune.shapes);
   const Problem& p = problems.front();
-  for (const auto& c : search.space.enumerate()) {
+  const std::string problem = json_escape(p.key());
+  // The space is walked, not held (selective_scan's has 1.5M combinations); each
+  // listed configuration is parsed once, for its id and its typed values.
+  search.space.for_each([&](const Config& c) {
     std::string why;
     Verdict verdict = judge(op, search.priors, c, p, a.tune.arch, &why);
     if (verdict == Verdict::invalid || (verdict == Verdict::pruned && !a.pruned)) {
-      continue;
+      return;
     }
+    const TypedConfig typed(c);
     std::string params;
-    for (const auto& [k, v] : c) {
-      bool numeric = !v.empty() && v.find_first_not_of("-0123456789") == std::string::npos;
+    for (size_t i = 0; i < typed.size(); ++i) {
+      const auto& [k, v] = typed[i];
       if (!params.empty()) {
         params += ',';
       }
       params.append("\"").append(json_escape(k)).append("\":");
-      if (numeric) {
+      if (typed.kind(i) == FieldList::Kind::integer) {
         params.append(v);
       } else {
         params.append("\"").append(json_escape(v)).append("\"");
@@ -399,9 +403,9 @@ int list_variants(const Args& a) {
         verdict == Verdict::pruned ? ",\"pruned\":\"" + json_escape(why) + "\"" : "";
     std::printf(
         "{\"op\":\"%s\",\"arch\":\"%s\",\"variant\":\"%s\",\"params\":{%s},\"problem\":\"%s\"%s}\n",
-        op.name(), a.tune.arch.c_str(), json_escape(config_id(c)).c_str(), params.c_str(),
-        json_escape(p.key()).c_str(), pruned.c_str());
-  }
+        op.name(), a.tune.arch.c_str(), json_escape(typed.key()).c_str(), params.c_str(),
+        problem.c_str(), pruned.c_str());
+  });
   return 0;
 }
 

@@ -8,7 +8,6 @@
 #include <cstdlib>
 #include <limits>
 #include <random>
-#include <unordered_map>
 #include <unordered_set>
 
 namespace autotune {
@@ -58,30 +57,28 @@ struct Rate {
   double mean() const { return items > 0 ? seconds / items : 0; }
 };
 
-bool positive_number(const std::string& text, double& out) {
-  char* end = nullptr;
-  out = std::strtod(text.c_str(), &end);
-  return !text.empty() && *end == '\0' && out > 0 && std::isfinite(out);
-}
-
 } // namespace
 
 bool measurable(Bench& bench, size_t i) {
   return bench.variant(i).outcome != cache::Outcome::compile_fail;
 }
 
-double config_distance(const Config& a, const Config& b) {
+double config_distance(const TypedConfig& a, const TypedConfig& b) {
   double d = 0;
-  for (const auto& [name, value] : a) {
-    const std::string* other = find_field(b, name);
-    if (!other || *other == value) {
+  for (size_t i = 0; i < a.size(); ++i) {
+    const std::string& name = a[i].first;
+    // Configurations of one space list their parameters in the same order.
+    int j = i < b.size() && b[i].first == name ? int(i) : b.index(name);
+    if (j < 0 || b[size_t(j)].second == a[i].second) {
       continue;
     }
     d += 1;
-    double x = 0;
-    double y = 0;
-    if (positive_number(value, x) && positive_number(*other, y)) {
-      d += 0.1 * std::abs(std::log2(x / y));
+    if (a.kind(i) == FieldList::Kind::integer && b.kind(size_t(j)) == FieldList::Kind::integer) {
+      long long x = a.integer(i);
+      long long y = b.integer(size_t(j));
+      if (x > 0 && y > 0) {
+        d += 0.1 * std::abs(std::log2(double(x) / double(y)));
+      }
     }
   }
   return d;
@@ -196,14 +193,6 @@ private:
   }
   double median(size_t i) { return m_bench.variant(i).timing.median_us; }
 
-  const Config& config(size_t i) {
-    auto it = m_configs.find(i);
-    if (it == m_configs.end()) {
-      it = m_configs.emplace(i, parse_fields(m_bench.variant(i).config, "configuration")).first;
-    }
-    return it->second;
-  }
-
   // Seconds a full measurement takes: the seeds' when known, else a guess from the
   // cheap ones (the full protocol takes at least 20 ms and 20 samples).
   double full_cost() const {
@@ -288,7 +277,7 @@ private:
         }
         Near best{std::numeric_limits<double>::infinity(), 0, p};
         for (size_t c = 0; c < centers.size(); ++c) {
-          double d = config_distance(config(m_rest[p]), config(centers[c]));
+          double d = config_distance(m_bench.config(m_rest[p]), m_bench.config(centers[c]));
           if (d < best.distance) {
             best.distance = d;
             best.center = c;
@@ -459,8 +448,7 @@ private:
   std::vector<size_t> m_explored;     // measured cheaply
   size_t m_explored_ok = 0;           // of them, correct
   std::vector<size_t> m_full_ok;      // correct full measurements (seeds, stored, finals)
-  std::unordered_map<size_t, Config> m_configs;
-  size_t m_done = 0; // pending candidates measured (or failed to compile)
+  size_t m_done = 0;                  // pending candidates measured (or failed to compile)
   Rate m_full_rate, m_cheap_rate, m_prepare_rate;
 };
 

@@ -39,6 +39,8 @@ public:
   // instead of measuring again, so only final outcomes are stored.
   virtual void store(size_t i) = 0;
   virtual VariantReport& variant(size_t i) = 0;
+  // Candidate i's configuration, parsed once (its key() is variant(i).config).
+  virtual const TypedConfig& config(size_t i) const = 0;
   // Progress: `measured` of the problem's `total` candidates have been measured,
   // now in `stage` ("compile", "seeds", "explore", "round 2", "final", "measure").
   virtual void progress(const std::string& stage, size_t measured, size_t total) = 0;
@@ -158,8 +160,9 @@ constexpr double k_prune_ratio = 1.10;
 constexpr size_t k_explore_random_share = 4;
 
 // Distance between two configurations of one space: parameters that differ, plus a
-// tenth of |log2 ratio| for each numeric one (block_m 128 is nearer 192 than 64).
-double config_distance(const Config& a, const Config& b);
+// tenth of |log2 ratio| for each positive integer one (block_m 128 is nearer 192
+// than 64).
+double config_distance(const TypedConfig& a, const TypedConfig& b);
 
 // The strategy TuneOptions ask for: options.strategy ("halving", "exhaustive",
 // "random") with budget_s, samples, sample_seed and jobs (compile batches). Throws

@@ -44,7 +44,7 @@ struct Device {
 };
 
 struct Candidate {
-  Config config;
+  TypedConfig config;
   VariantSource source; // its request.source is filled only while it compiles
   bool built = false;   // cubin loaded from the database or compiled (or failed to)
   std::string cubin;    // empty until built, or when compilation failed
@@ -62,29 +62,31 @@ cache::DeviceRecord device_record(const cuda::DeviceInfo& d) {
 }
 
 // The configurations of the space measured for a problem, in enumeration order
-// (random sampling depends on it); counts the others.
+// (random sampling depends on it); counts the others. The space is walked, not held:
+// only the measured ones are kept.
 std::vector<Config> measured_configs(const Session& s, const Problem& problem, size_t& dropped) {
   std::vector<Config> out;
   dropped = 0;
-  for (auto& c : s.search.space.enumerate()) {
+  s.search.space.for_each([&](const Config& c) {
     if (judge(s.op, s.search.priors, c, problem, s.arch) == Verdict::measure) {
-      out.push_back(std::move(c));
+      out.push_back(c);
     } else {
       ++dropped;
     }
-  }
+  });
   return out;
 }
 
 // Candidates described (keys computed), nothing loaded or compiled yet. The template
 // source each request carries is dropped until it compiles: a space of thousands of
 // variants would otherwise hold as many copies.
-std::vector<Candidate> describe_candidates(const Session& s, const std::vector<Config>& configs,
+std::vector<Candidate> describe_candidates(const Session& s, std::vector<TypedConfig> configs,
                                            const Problem& problem) {
   std::vector<Candidate> candidates;
   candidates.reserve(configs.size());
-  for (const auto& c : configs) {
-    Candidate k{c, describe_variant(s.op, c, problem, s.arch), false, {}, {}};
+  for (auto& c : configs) {
+    VariantSource source = describe_variant(s.op, c, problem, s.arch);
+    Candidate k{std::move(c), std::move(source), false, {}, {}};
     k.source.request.source = std::string();
     candidates.push_back(std::move(k));
   }
@@ -263,6 +265,7 @@ public:
   }
 
   VariantReport& variant(size_t i) override { return m_variants.at(i); }
+  const TypedConfig& config(size_t i) const override { return m_candidates.at(i).config; }
 
   void progress(const std::string& stage, size_t done, size_t total) override {
     m_session.progress.measuring(stage, done, total, m_measured);
@@ -438,19 +441,23 @@ void tune_problem(const Session& s, const Device& d, const Strategy& strategy, s
   if (strategy.transfers() && s.options.transfer > 0) {
     seeds = nearest_winners(s.db, s.op, d.key, problem, size_t(s.options.transfer));
   }
-  std::vector<Config> configs = strategy.select(valid, report);
+  std::vector<Config> selection = strategy.select(valid, report);
+  // Parsed once here; from now on a configuration is compared by its id (key()).
+  std::vector<TypedConfig> configs(selection.begin(), selection.end());
+  selection.clear();
   // A seed the selection left out (a sample) is measured anyway; one that is not valid
   // here (another space, --param, the op's limits for this problem) is dropped.
   std::vector<std::string> seed_ids;
   for (const TransferSeed& seed : seeds) {
     bool selected = false;
-    for (const Config& c : configs) {
-      selected = selected || config_id(c) == seed.config;
+    for (const TypedConfig& c : configs) {
+      selected = selected || c.key() == seed.config;
     }
     if (!selected) {
       for (const Config& c : valid) {
-        if (config_id(c) == seed.config) {
-          configs.push_back(c);
+        TypedConfig typed(c);
+        if (typed.key() == seed.config) {
+          configs.push_back(std::move(typed));
           selected = true;
           break;
         }
@@ -462,7 +469,7 @@ void tune_problem(const Session& s, const Device& d, const Strategy& strategy, s
     }
   }
   valid.clear();
-  std::vector<Candidate> candidates = describe_candidates(s, configs, problem);
+  std::vector<Candidate> candidates = describe_candidates(s, std::move(configs), problem);
   s.progress.start_problem(index, problem.key(), candidates.size(), seed_ids.size());
   SetupResult setup = d.worker.setup(s.op.name(), problem, fresh_seed(), s.options.protocol);
   if (setup.has_copy) {
@@ -501,8 +508,9 @@ void tune_problem(const Session& s, const Device& d, const Strategy& strategy, s
 void compile_problem(const Session& s, size_t index, const Problem& problem,
                      ProblemReport& report) {
   auto t0 = Clock::now();
-  auto configs = measured_configs(s, problem, report.invalid);
-  std::vector<Candidate> candidates = describe_candidates(s, configs, problem);
+  std::vector<Config> configs = measured_configs(s, problem, report.invalid);
+  std::vector<Candidate> candidates =
+      describe_candidates(s, std::vector<TypedConfig>(configs.begin(), configs.end()), problem);
   s.progress.start_problem(index, problem.key(), candidates.size());
   std::vector<size_t> all(candidates.size());
   for (size_t i = 0; i < all.size(); ++i) {

@@ -220,18 +220,36 @@ Config Space::at(size_t index) const {
 }
 
 std::vector<Config> Space::enumerate() const {
+  std::vector<Config> out;
+  out.reserve(std::min(size(), k_max_space_size));
+  for_each([&](const Config& c) { out.push_back(c); });
+  return out;
+}
+
+void Space::for_each(const std::function<void(const Config&)>& visit) const {
   size_t n = size();
   if (n > k_max_space_size) {
     // parse_space and restrict_space refuse such spaces; one built by hand is a bug.
     throw Error(ErrorKind::internal,
                 source + ": enumerate() of " + std::to_string(n) + " combinations");
   }
-  std::vector<Config> out;
-  out.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    out.push_back(at(i));
+  if (n == 0) {
+    return;
   }
-  return out;
+  Config c = at(0);
+  std::vector<size_t> digits(params.size(), 0);
+  for (size_t done = 0; done < n; ++done) {
+    visit(c);
+    // The last parameter varies fastest: advance it, carrying into the ones before.
+    for (size_t i = params.size(); i-- > 0;) {
+      if (++digits[i] < params[i].values.size()) {
+        c[i].second = params[i].values[digits[i]];
+        break;
+      }
+      digits[i] = 0;
+      c[i].second = params[i].values[0];
+    }
+  }
 }
 
 const Limit* Space::limit(const std::string& name) const {

@@ -17,6 +17,7 @@
 #include "types.hpp"
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,10 @@ struct Space {
   std::vector<Config> enumerate() const;
   // The i-th combination in enumerate() order.
   Config at(size_t index) const;
+  // Calls visit(config) for every combination in enumerate() order, without holding
+  // them all: one Config is updated in place (an odometer over the parameters), so a
+  // space of millions costs no more memory than one combination.
+  void for_each(const std::function<void(const Config&)>& visit) const;
   // The limit declared for `name`, or null.
   const Limit* limit(const std::string& name) const;
 };

@@ -1,6 +1,8 @@
 #include "types.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 
 #include "runtime/base/error.hpp"
 #include "runtime/base/strings.hpp"
@@ -134,16 +136,83 @@ void ShapeReader::fail(const std::string& message) const {
   throw Error(ErrorKind::usage, m_op + " shape: " + message);
 }
 
+namespace {
+
+// parse_int's reading (leading and trailing blanks ignored, base 10, the whole text),
+// without its error: a field that is not an integer is a word.
+bool integer_text(const std::string& text, long long& out) {
+  std::string s = trim(text);
+  if (s.empty()) {
+    return false;
+  }
+  errno = 0;
+  char* end = nullptr;
+  out = std::strtoll(s.c_str(), &end, 10);
+  return errno == 0 && *end == '\0';
+}
+
+} // namespace
+
+FieldList::FieldList(Fields fields) : m_fields(std::move(fields)) {
+  parse();
+}
+
+FieldList& FieldList::operator=(Fields fields) {
+  m_fields = std::move(fields);
+  parse();
+  return *this;
+}
+
+void FieldList::parse() {
+  m_values.assign(m_fields.size(), Value{});
+  for (size_t i = 0; i < m_fields.size(); ++i) {
+    const std::string& text = m_fields[i].second;
+    Value& v = m_values[i];
+    if (integer_text(text, v.number)) {
+      v.kind = Kind::integer;
+    } else {
+      for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+        if (text == to_string(t)) {
+          v.kind = Kind::dtype;
+          v.number = int(t);
+        }
+      }
+    }
+  }
+  m_key = format_fields(m_fields);
+}
+
+int FieldList::index(std::string_view name) const {
+  for (size_t i = 0; i < m_fields.size(); ++i) {
+    if (m_fields[i].first == name) {
+      return int(i);
+    }
+  }
+  return -1;
+}
+
 const std::string& Problem::get(const std::string& name) const {
-  const std::string* v = find_field(fields, name);
-  if (!v) {
+  int i = fields.index(name);
+  if (i < 0) {
     throw Error(ErrorKind::internal, op + " problem has no field '" + name + "'");
   }
-  return *v;
+  return fields[size_t(i)].second;
 }
 
 long long Problem::get_int(const std::string& name) const {
-  return parse_int(get(name), op + " field " + name);
+  int i = fields.index(name);
+  if (i >= 0 && fields.kind(size_t(i)) == FieldList::Kind::integer) {
+    return fields.integer(size_t(i));
+  }
+  return parse_int(get(name), op + " field " + name); // throws the error it always did
+}
+
+DType Problem::get_dtype(const std::string& name) const {
+  int i = fields.index(name);
+  if (i >= 0 && fields.kind(size_t(i)) == FieldList::Kind::dtype) {
+    return fields.dtype(size_t(i));
+  }
+  return parse_dtype(get(name), op + " field " + name);
 }
 
 void ArgPack::add_bytes(const void* data, size_t size) {

@@ -11,6 +11,7 @@
 #include <initializer_list>
 #include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -54,18 +55,71 @@ private:
   std::string m_op;
 };
 
+// Ordered name=value fields parsed once: each value's text as given, its type
+// (an integer, a dtype, or another word: a layout, a parameter's string value) and
+// the canonical text "name=value,..." computed when the fields are set, never again.
+// Read-only but for assigning a whole new list, so the parsed values and the text
+// cannot drift apart. Converts to `const Fields&` for code that reads the text.
+class FieldList {
+public:
+  enum class Kind : unsigned char { integer, dtype, word };
+
+  FieldList() = default;
+  FieldList(Fields fields); // NOLINT(google-explicit-constructor): Problem{op, fields}
+  FieldList& operator=(Fields fields);
+
+  const Fields& text() const { return m_fields; }
+  operator const Fields&() const { return m_fields; } // NOLINT(google-explicit-constructor)
+  size_t size() const { return m_fields.size(); }
+  bool empty() const { return m_fields.empty(); }
+  Fields::const_iterator begin() const { return m_fields.begin(); }
+  Fields::const_iterator end() const { return m_fields.end(); }
+  const std::pair<std::string, std::string>& operator[](size_t i) const { return m_fields[i]; }
+  // "name=value,..." (format_fields), computed once.
+  const std::string& key() const { return m_key; }
+
+  // Index of the field `name`, or -1.
+  int index(std::string_view name) const;
+  Kind kind(size_t i) const { return m_values[i].kind; }
+  // The value of field i as an integer (kind integer) or a dtype (kind dtype).
+  long long integer(size_t i) const { return m_values[i].number; }
+  DType dtype(size_t i) const { return DType(m_values[i].number); }
+
+  bool operator==(const FieldList& other) const { return m_key == other.m_key; }
+  bool operator!=(const FieldList& other) const { return m_key != other.m_key; }
+
+private:
+  struct Value {
+    Kind kind = Kind::word;
+    long long number = 0; // the integer, or the DType's code
+  };
+  void parse();
+
+  Fields m_fields;
+  std::vector<Value> m_values; // one per field
+  std::string m_key;
+};
+
 // A validated problem in canonical form: every field present, in the op's order,
-// with canonical spellings. key() is the shape part of a tuning key.
+// with canonical spellings. key() is the shape part of a tuning key. The fields are
+// parsed when the op sets them (make_problem), so reading a size or dtype parses
+// nothing.
 struct Problem {
   std::string op;
-  Fields fields;
-  std::string key() const { return format_fields(fields); }
+  FieldList fields;
+  const std::string& key() const { return fields.key(); }
   long long get_int(const std::string& name) const;
+  DType get_dtype(const std::string& name) const;
   const std::string& get(const std::string& name) const;
 };
 
-// One point of a search space: parameter name -> value, in the space's order.
+// One point of a search space: parameter name -> value, in the space's order. The
+// text form the Op interface takes (ops read and adjust it by name); the tuner
+// holds a TypedConfig beside it.
 using Config = Fields;
+
+// A configuration parsed once (integers and words typed, its id computed once).
+using TypedConfig = FieldList;
 
 struct LaunchGeometry {
   unsigned grid[3] = {1, 1, 1};
