@@ -210,6 +210,21 @@ TEST_CASE("the Hopper attention family (family=wgmma) is valid on sm_90a only, f
     refused("block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=2,family=wgmma",
             problem("B=1,H=2,Sq=1,Sk=4096,D=128"), "sm_90a", "splits=1");
   }
+  SUBCASE("ping-pong: between 2 or 3 consumers with 2+ stages") {
+    CHECK(
+        attn().check(config("block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+                            "family=wgmma_pingpong"),
+                     d128, "sm_90a"));
+    refused("block_m=64,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+            "family=wgmma_pingpong",
+            d128, "sm_90a", "needs 2 or 3 consumer");
+    refused("block_m=128,block_n=128,warps=4,stages=1,swizzle=xor,q=smem,splits=1,"
+            "family=wgmma_pingpong",
+            d128, "sm_90a", "2+ stages");
+    refused("block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+            "family=wgmma_pingpong",
+            d128, "sm_90", "needs sm_90a");
+  }
   SUBCASE("tiles") {
     refused("block_m=256,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma",
             d128, "sm_90a", "64 per consumer");
@@ -228,7 +243,8 @@ TEST_CASE("the Hopper attention family (family=wgmma) is valid on sm_90a only, f
     const auto defs = attn().defines(config(k_fa2), d128);
     CHECK(std::find(defs.begin(), defs.end(), "-DAT_WGMMA=1") == defs.end());
     CHECK_THROWS_WITH_AS(attn().check(config(std::string(k_fa2) + ",family=tma"), d128, "sm_90a"),
-                         doctest::Contains("family must be 'mma' or 'wgmma'"), Error);
+                         doctest::Contains("family must be 'mma', 'wgmma' or 'wgmma_pingpong'"),
+                         Error);
   }
   SUBCASE("geometry: a producer warpgroup beside block_m / 64 consumers; tiles, 1 KiB of "
           "alignment and the barriers in shared memory") {
@@ -239,6 +255,17 @@ TEST_CASE("the Hopper attention family (family=wgmma) is valid on sm_90a only, f
     const auto defs = attn().defines(config(k_wg), d128);
     CHECK(std::find(defs.begin(), defs.end(), "-DAT_WGMMA=1") != defs.end());
     CHECK(std::find(defs.begin(), defs.end(), "-DAT_BF16=1") != defs.end());
+    CHECK(std::find(defs.begin(), defs.end(), "-DAT_MIN_BLOCKS=1") != defs.end());
+    // One consumer whose shared memory fits twice per SM: two blocks per SM.
+    const auto two = attn().defines(
+        config("block_m=64,block_n=128,warps=4,stages=3,swizzle=xor,q=smem,splits=1,family=wgmma"),
+        problem("B=8,H=16,S=2048,D=64"));
+    CHECK(std::find(two.begin(), two.end(), "-DAT_MIN_BLOCKS=2") != two.end());
+    CHECK(attn()
+              .geometry(config("block_m=64,block_n=128,warps=4,stages=3,swizzle=xor,q=smem,"
+                               "splits=1,family=wgmma"),
+                        problem("B=8,H=16,S=2048,D=64"))
+              .block[0] == 256);
   }
   SUBCASE("the space's default and heuristic points stay portable") {
     Space space = parse_space(template_file(attn().space_path()), attn().space_path());
@@ -267,9 +294,15 @@ TEST_CASE("Hopper attention variants compile for sm_90a with wgmma, TMA and setm
        "block_m=192,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma"},
       {"B=1,H=4,S=300,D=128,causal=1,dtype=bf16",
        "block_m=64,block_n=176,warps=4,stages=1,swizzle=xor,q=smem,splits=1,family=wgmma"},
+      {"B=1,H=4,S=300,D=64,dtype=fp16",
+       "block_m=64,block_n=128,warps=4,stages=3,swizzle=xor,q=smem,splits=1,family=wgmma"},
+      {"B=2,Hq=4,Hkv=1,Sq=300,Sk=200,D=128,causal=1,dtype=bf16",
+       "block_m=128,block_n=64,warps=4,stages=4,swizzle=xor,q=smem,splits=1,"
+       "family=wgmma_pingpong"},
   };
   for (const Case& c : cases) {
-    CAPTURE(c.config);
+    const std::string id = c.config;
+    CAPTURE(id);
     Problem p = problem(c.shape);
     REQUIRE(attn().check(config(c.config), p, "sm_90a"));
     auto out = compile_variant(describe_variant(attn(), config(c.config), p, "sm_90a"));

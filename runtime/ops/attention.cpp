@@ -39,6 +39,9 @@ struct Params {
   // family=wgmma: templates/attention/hopper.cuh (sm_90a); optional, mma (the
   // portable kernel) when absent, so configurations stored before it existed stay valid.
   bool wgmma = false;
+  // family=wgmma_pingpong: the wgmma kernel whose 2-3 consumer warpgroups take turns
+  // issuing their products (one's softmax under another's GEMMs).
+  bool pingpong = false;
 };
 
 // Split-KV variants are for problems with few query blocks (decoding, small
@@ -101,7 +104,13 @@ Params params(const Config& c) {
     } else if (k == "splits") {
       p.splits = int(parse_int(v, "splits"));
     } else if (k == "family") {
-      p.wgmma = !pick(k, v, "mma", "wgmma");
+      if (v != "mma" && v != "wgmma" && v != "wgmma_pingpong") {
+        throw Error(ErrorKind::config,
+                    "attention: family must be 'mma', 'wgmma' or 'wgmma_pingpong', not '" + v +
+                        "'");
+      }
+      p.wgmma = v != "mma";
+      p.pingpong = v == "wgmma_pingpong";
     } else {
       throw Error(ErrorKind::config, "attention: unknown parameter '" + k + "'");
     }
@@ -121,6 +130,18 @@ Params params(const Config& c) {
 long long wgmma_smem_bytes(const Params& p, const Dims& d) {
   long long tiles = (p.block_m + 2LL * p.stages * p.block_n) * d.D * 2;
   return tiles + 8 * (1 + 3LL * p.stages) + 1024;
+}
+
+// What a consumer thread keeps live: O (D/2 floats), S (block_n/2), P as 16-bit pairs
+// (block_n/4), plus softmax state and addressing.
+long long wgmma_register_estimate(const Params& p, const Dims& d) {
+  return d.D / 2 + p.block_n / 2 + p.block_n / 4 + 32;
+}
+
+int wgmma_min_blocks(const Params& p, const Dims& d) {
+  const bool two = p.block_m == 64 && wgmma_smem_bytes(p, d) <= 113 * 1024 &&
+                   wgmma_register_estimate(p, d) <= 232;
+  return two ? 2 : 1;
 }
 
 long long smem_bytes(const Params& p, const Dims& d) {
@@ -170,14 +191,15 @@ constexpr long long k_max_grid_yz = 65535;
 int wgmma_consumers(const Params& p) {
   return p.block_m / 64;
 }
-int wgmma_consumer_regs(const Params& p) {
+// One consumer warpgroup: two blocks per SM when their shared memory fits (half of
+// the 228 KiB an SM has, less the 1 KiB each block reserves), so one block's
+// prologue and epilogue hide under the other's products; hopper.cuh's AT_MIN_BLOCKS.
+int wgmma_min_blocks(const Params& p, const Dims& d);
+int wgmma_consumer_regs(const Params& p, int min_blocks) {
+  if (min_blocks == 2) {
+    return 232; // (64K / 2 - 128 x 24 for the producer) / 128
+  }
   return wgmma_consumers(p) == 3 ? 160 : 240;
-}
-
-// What a consumer thread keeps live: O (D/2 floats), S (block_n/2), P as 16-bit pairs
-// (block_n/4), plus softmax state and addressing.
-long long wgmma_register_estimate(const Params& p, const Dims& d) {
-  return d.D / 2 + p.block_n / 2 + p.block_n / 4 + 32;
 }
 
 Result<bool> check_wgmma(const Params& p, const Dims& d, const std::string& arch) {
@@ -201,15 +223,20 @@ Result<bool> check_wgmma(const Params& p, const Dims& d, const std::string& arch
       p.block_n != 192) {
     return fail("family=wgmma: block_n must be 64, 96, 128, 176 or 192");
   }
-  if (p.stages < 1 || p.stages > 3) {
-    return fail("stages must be 1, 2 or 3");
+  if (p.stages < 1 || p.stages > 4) {
+    return fail("family=wgmma: stages must be 1 to 4");
+  }
+  if (p.pingpong && (wgmma_consumers(p) < 2 || p.stages < 2)) {
+    return fail("family=wgmma_pingpong needs 2 or 3 consumer warpgroups (block_m 128 or 192) "
+                "and 2+ stages");
   }
   long long regs = wgmma_register_estimate(p, d);
-  if (regs > wgmma_consumer_regs(p)) {
+  const int available = wgmma_consumer_regs(p, wgmma_min_blocks(p, d));
+  if (regs > available) {
     return fail("needs about " + std::to_string(regs) +
                 " registers per consumer thread (O, S and P tiles): over the " +
-                std::to_string(wgmma_consumer_regs(p)) + " that " +
-                std::to_string(wgmma_consumers(p)) + " consumer warpgroups get");
+                std::to_string(available) + " that " + std::to_string(wgmma_consumers(p)) +
+                " consumer warpgroups get");
   }
   long long smem = wgmma_smem_bytes(p, d);
   if (smem > smem_limit(arch)) {
@@ -368,6 +395,8 @@ std::vector<std::string> AttentionOp::defines(const Config& config, const Proble
             std::string("-DAT_CAUSAL=") + (d.causal ? "1" : "0"),
             std::string("-DAT_LSE=") + (d.lse ? "1" : "0"),
             std::string("-DAT_BF16=") + (d.dtype == DType::bf16 ? "1" : "0"),
+            std::string("-DAT_PINGPONG=") + (p.pingpong ? "1" : "0"),
+            "-DAT_MIN_BLOCKS=" + std::to_string(wgmma_min_blocks(p, d)),
             std::string("-DAT_T=") + template_type(d.dtype)};
   }
   return {"-DAT_BLOCK_M=" + std::to_string(p.block_m),

@@ -17,10 +17,14 @@
 //     query rows each: S = Q K^T with wgmma.mma_async (Q and K from shared memory,
 //     128-byte swizzled as TMA writes them), the online softmax in fp32 with exp2
 //     (scale folded with log2 e), P rounded to 16 bits in registers as the A operand
-//     of O += P V (wgmma with V read transposed from shared memory), O normalised
-//     once at the end and stored from registers.
+//     of O += P V (wgmma with V read transposed from shared memory). The P V product
+//     of tile n is issued together with S of tile n + 1 (one wait for both, the
+//     tensor cores never idle between them); a stage is released (one arrival per
+//     consumer warp) once its P V is done. At the end O is normalised once, staged
+//     through the consumer's own rows of the Q tile and stored as 16-byte chunks.
 // Causal blocks above the diagonal are never loaded; only tiles that cross the
-// diagonal or the end of the keys are masked. Key tiles are visited first to last.
+// diagonal or the end of the keys are masked. Key tiles are visited first to last;
+// causal query blocks start last-first (the longest first).
 //
 // Compile-time parameters (NVRTC -D, set by runtime/ops/attention.cpp):
 //   AT_BLOCK_M   query rows per block, 64 per consumer warpgroup (64, 128, 192): more
@@ -28,8 +32,14 @@
 //                softmax, at fewer registers each (240 with 1-2, 160 with 3).
 //   AT_BLOCK_N   keys per tile (the N of S = Q K^T: 64..192): larger tiles amortise
 //                barriers and softmax bookkeeping, but the S tile lives in registers.
-//   AT_STAGES    K/V buffers in the ring (1-3): deeper rings hide load latency at the
+//   AT_STAGES    K/V buffers in the ring (1-4): deeper rings hide load latency at the
 //                cost of shared memory.
+//   AT_PINGPONG  1 (family=wgmma_pingpong, 2-3 consumers, 2+ stages): consumers take
+//                turns issuing their products through named barriers, so that one's
+//                softmax runs under another's GEMMs; 0: they issue as they are ready.
+//   AT_MIN_BLOCKS 2 (set by the op for one consumer whose shared memory fits twice):
+//                registers split for two blocks per SM, one block's prologue and
+//                epilogue under the other's products; else 1.
 //   AT_HEAD_DIM  64 or 128; AT_CAUSAL, AT_LSE: 0/1; AT_T: at_bf16 or at_f16 (AT_BF16
 //                says which to the wgmma instruction).
 #pragma once
@@ -52,13 +62,23 @@ constexpr int k_block_n = AT_BLOCK_N;
 constexpr int k_stages = AT_STAGES;
 constexpr bool k_causal = AT_CAUSAL != 0;
 constexpr bool k_lse = AT_LSE != 0;
+#ifndef AT_PINGPONG
+#define AT_PINGPONG 0
+#endif
+constexpr bool k_pingpong = AT_PINGPONG != 0;
 
+#ifndef AT_MIN_BLOCKS
+#define AT_MIN_BLOCKS 1
+#endif
 constexpr int k_consumers = k_block_m / 64;
 constexpr int k_threads = 128 * (k_consumers + 1);
+constexpr int k_min_blocks = AT_MIN_BLOCKS; // blocks per SM the registers are split for
 // Registers per thread after reallocation: the producer keeps what issuing copies
-// needs; consumers split the rest (kernel cap x threads = 64K at 2 and 3 consumers).
+// needs; consumers split the rest (kernel cap x threads = 64K / k_min_blocks).
 constexpr int k_producer_regs = k_consumers == 3 ? 32 : 24;
-constexpr int k_consumer_regs = k_consumers == 3 ? 160 : 240;
+constexpr int k_consumer_regs = k_min_blocks == 2 ? 232 : k_consumers == 3 ? 160 : 240;
+static_assert(k_min_blocks == 1 || (k_min_blocks == 2 && k_consumers == 1),
+              "two blocks per SM only with one consumer");
 
 // Shared memory: tiles as 64-column slabs (128 bytes per row, the TMA 128-byte swizzle
 // span), each slab 1024-byte aligned: Q [d_slabs][block_m][64], then per stage K and V
@@ -154,6 +174,14 @@ pv_product(float (&o)[k_o_regs], const unsigned (&p)[k_block_n / 16][4], unsigne
   }
 }
 
+// A consumer warp is done with a stage (its products waited): one arrival per warp.
+__device__ __forceinline__ void release_stage(unsigned bar, int lane) {
+  __syncwarp();
+  if (lane == 0) {
+    mbar_arrive(bar);
+  }
+}
+
 __device__ __forceinline__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
   return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
@@ -163,7 +191,7 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
-extern "C" __global__ void __launch_bounds__(k_threads, 1)
+extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
     attention_fwd(const __grid_constant__ AttnArgs args) {
   extern __shared__ unsigned char smem_raw[];
   // 128-byte swizzle atoms must start 1024-byte aligned (the op asks for 1 KiB more).
@@ -174,7 +202,10 @@ extern "C" __global__ void __launch_bounds__(k_threads, 1)
   const unsigned v_full = k_full + 8 * k_stages;   // [k_stages]
   const unsigned kv_empty = v_full + 8 * k_stages; // [k_stages]
 
-  const int m_block = static_cast<int>(blockIdx.x);
+  // Causal: the last query blocks see the most keys; they go first so that the short
+  // ones fill the tail of the grid (blocks start roughly in index order).
+  const int m_block =
+      k_causal ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
   const int head = static_cast<int>(blockIdx.y);
   const int batch = static_cast<int>(blockIdx.z);
   const int kv_head = head / (args.heads_q / args.heads_kv);
@@ -195,7 +226,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, 1)
     for (int s = 0; s < k_stages; ++s) {
       mbar_init(k_full + 8 * s, 1);
       mbar_init(v_full + 8 * s, 1);
-      mbar_init(kv_empty + 8 * s, 128 * k_consumers);
+      mbar_init(kv_empty + 8 * s, 4 * k_consumers); // one arrival per consumer warp
     }
     mbar_fence_init();
   }
@@ -244,19 +275,51 @@ extern "C" __global__ void __launch_bounds__(k_threads, 1)
     if (n_end > 0) {
       mbar_wait(q_full, 0);
     }
+    if (k_pingpong && consumer == k_consumers - 1 && n_end > 0) {
+      // The first turn is consumer 0's: the last consumer opens it.
+      named_barrier_arrive(1, 256);
+    }
+    // P of the previous key tile (its O += P V is issued with the next S = Q K^T).
+    unsigned p[k_block_n / 16][4];
     for (int n = 0; n < n_end; ++n) {
       const int s = n % k_stages;
       const unsigned parity = static_cast<unsigned>(n / k_stages) & 1u;
+      const int ps = (n + k_stages - 1) % k_stages; // the previous tile's stage
+      const unsigned p_parity = static_cast<unsigned>((n - 1) / k_stages) & 1u;
       const unsigned k_tile = base + k_k_offset + s * k_kv_bytes;
-      const unsigned v_tile = base + k_v_offset + s * k_kv_bytes;
+      const unsigned pv_tile = base + k_v_offset + ps * k_kv_bytes;
       const int n0 = n * k_block_n;
 
       float sc[k_s_regs];
+      if (k_stages == 1 && n > 0) {
+        // One buffer: the previous tile's P V must finish before this K can land.
+        mbar_wait(v_full + 8 * ps, p_parity);
+        wgmma_fence();
+        pv_product(o, p, pv_tile);
+        wgmma_commit();
+        wgmma_wait<0>();
+        release_stage(kv_empty + 8 * ps, lane);
+      }
       mbar_wait(k_full + 8 * s, parity);
+      if (k_stages > 1 && n > 0) {
+        mbar_wait(v_full + 8 * ps, p_parity);
+      }
+      if (k_pingpong) {
+        named_barrier_sync(1 + consumer, 256); // this consumer's turn on the tensor cores
+      }
       wgmma_fence();
+      if (k_stages > 1 && n > 0) {
+        pv_product(o, p, pv_tile); // the previous tile's O += P V, then this S
+      }
       qk_product(sc, my_q, k_tile);
       wgmma_commit();
+      if (k_pingpong && !(consumer == k_consumers - 1 && n == n_end - 1)) {
+        named_barrier_arrive(1 + (consumer + 1) % k_consumers, 256); // the next one's turn
+      }
       wgmma_wait<0>();
+      if (k_stages > 1 && n > 0) {
+        release_stage(kv_empty + 8 * ps, lane);
+      }
 
       // Mask the tile that crosses the end of the keys and, causal, the diagonal.
       const bool past_end = n0 + k_block_n > args.seq_k;
@@ -272,7 +335,8 @@ extern "C" __global__ void __launch_bounds__(k_threads, 1)
         }
       }
 
-      // Online softmax, rows h = 0 (row0) and 1 (row0 + 8).
+      // Online softmax, rows h = 0 (row0) and 1 (row0 + 8). O already holds the
+      // previous tile's P V (waited above), so its rescale comes after it.
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         float mx = row_max[h];
@@ -293,10 +357,10 @@ extern "C" __global__ void __launch_bounds__(k_threads, 1)
         for (int i = 0; i < k_s_regs / 4; ++i) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const float p =
+            const float e2 =
                 at_exp2_approx(fmaf(sc[4 * i + 2 * h + e], args.scale_log2, -max_scaled));
-            sc[4 * i + 2 * h + e] = p;
-            sum += p;
+            sc[4 * i + 2 * h + e] = e2;
+            sum += e2;
           }
         }
         row_sum[h] = row_sum[h] * alpha + sum;
@@ -309,7 +373,6 @@ extern "C" __global__ void __launch_bounds__(k_threads, 1)
 
       // P as wgmma A fragments: k=16 step kk holds the S accumulators of key columns
       // 16 kk .. 16 kk + 15 (n8 tiles 2 kk and 2 kk + 1).
-      unsigned p[k_block_n / 16][4];
 #pragma unroll
       for (int kk = 0; kk < k_block_n / 16; ++kk) {
 #pragma unroll
@@ -317,35 +380,52 @@ extern "C" __global__ void __launch_bounds__(k_threads, 1)
           p[kk][r] = at_pack2(sc[8 * kk + 2 * r], sc[8 * kk + 2 * r + 1], elem_t{});
         }
       }
-
-      mbar_wait(v_full + 8 * s, parity);
+    }
+    if (n_end > 0) {
+      // The last tile's O += P V.
+      const int ls = (n_end - 1) % k_stages;
+      mbar_wait(v_full + 8 * ls, static_cast<unsigned>((n_end - 1) / k_stages) & 1u);
       wgmma_fence();
-      pv_product(o, p, v_tile);
+      pv_product(o, p, base + k_v_offset + ls * k_kv_bytes);
       wgmma_commit();
       wgmma_wait<0>();
-      mbar_arrive(kv_empty + 8 * s);
     }
 
-    // Epilogue: O / sum straight from the accumulators (rows past Sq are not stored).
-    elem_t* o_g = args.o + batch * args.o_batch_stride + head * args.o_head_stride;
+    // Epilogue: O / sum, staged through this consumer's own rows of the Q tile (its
+    // products are done; no other warpgroup reads them) in the same 128-byte swizzle,
+    // then stored as whole 16-byte chunks of rows below Sq.
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float sum = quad_sum(row_sum[h]);
       const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-      const int row = row0 + 8 * h;
-      if (row < args.seq_q) {
-        elem_t* dst = o_g + row * args.o_seq_stride + 2 * t;
+      const int r = warp * 16 + g + 8 * h; // row within this consumer's 64
 #pragma unroll
-        for (int i = 0; i < k_o_regs / 4; ++i) {
-          *reinterpret_cast<unsigned*>(dst + 8 * i) =
-              at_pack2(o[4 * i + 2 * h] * inv, o[4 * i + 2 * h + 1] * inv, elem_t{});
-        }
-        if (k_lse && t == 0) {
-          args.lse[(static_cast<long long>(batch) * args.heads_q + head) * args.seq_q + row] =
-              sum > 0.0f
-                  ? (row_max[h] * args.scale_log2 + at_log2_approx(sum)) * 0.6931471805599453f
-                  : at_neg_inf();
-        }
+      for (int i = 0; i < k_o_regs / 4; ++i) {
+        // Columns 8 i + 2 t, + 1: slab i / 8, 16-byte chunk i % 8, bytes 4 t.
+        const unsigned addr = my_q + static_cast<unsigned>(i / 8) * k_q_slab_bytes +
+                              static_cast<unsigned>(r * 128 + (((i % 8) ^ (r % 8)) * 16) + 4 * t);
+        st_shared_u32(addr, at_pack2(o[4 * i + 2 * h] * inv, o[4 * i + 2 * h + 1] * inv, elem_t{}));
+      }
+      const int row = row0 + 8 * h;
+      if (k_lse && t == 0 && row < args.seq_q) {
+        args.lse[(static_cast<long long>(batch) * args.heads_q + head) * args.seq_q + row] =
+            sum > 0.0f ? (row_max[h] * args.scale_log2 + at_log2_approx(sum)) * 0.6931471805599453f
+                       : at_neg_inf();
+      }
+    }
+    named_barrier_sync(1 + k_consumers + consumer, 128);
+    elem_t* o_g = args.o + batch * args.o_batch_stride + head * args.o_head_stride;
+    constexpr int k_chunks = k_head_dim / 8; // 16-byte chunks per row
+    const int tid = static_cast<int>(threadIdx.x) % 128;
+#pragma unroll
+    for (int i = tid; i < 64 * k_chunks; i += 128) {
+      const int r = i / k_chunks;
+      const int c = i % k_chunks;
+      const int row = m0 + consumer * 64 + r;
+      if (row < args.seq_q) {
+        const unsigned addr = my_q + static_cast<unsigned>(c / 8) * k_q_slab_bytes +
+                              static_cast<unsigned>(r * 128 + (((c % 8) ^ (r % 8)) * 16));
+        st_global_16(o_g + row * args.o_seq_stride + c * 8, ld_shared_16(addr));
       }
     }
   }

@@ -107,7 +107,27 @@ template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
 }
 
 // Named barrier over `threads` threads (a multiple of 32), ids 1..15 (0 is
-// __syncthreads).
+// __syncthreads): sync waits for all of them, arrive counts this warp and goes on.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// ---- plain shared / global accesses by address ----------------------------------
+
+__device__ __forceinline__ void st_shared_u32(unsigned addr, unsigned v) {
+  asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint4 ld_shared_16(unsigned addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+template <typename T> __device__ __forceinline__ void st_global_16(T* p, uint4 v) {
+  *reinterpret_cast<uint4*>(p) = v;
 }
