@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine run for the Hopper attention family (issue 17): the wgmma GPU tests,
 # then every wgmma variant of a few FlashAttention-grid shapes (--strategy exhaustive,
-# family=wgmma) beside the portable family's tuned H100 winner for the same shape (its
+# family=wgmma; WGMMA_FAMILY=wgmma_pingpong for the other) beside the portable family's tuned H100 winner for the same shape (its
 # [[heuristic]] point in templates/attention/space.toml), each in its own database.
 # Usage (bundle built with scripts/device-bundle.sh into BUNDLE):
 #   BUNDLE=.device-h1 bench/attention_hopper_device.sh [tests|time|all]
@@ -19,7 +19,7 @@ if [[ "$what" == time || "$what" == all ]]; then
     [[ -z "$shape" ]] && continue
     for fam in wgmma mma; do
       if [[ $fam == wgmma ]]; then
-        params=(--param family=wgmma)
+        params=(--param "family=${WGMMA_FAMILY:-wgmma}")
       else
         params=()
         IFS=',' read -ra kv <<<"$mma"
@@ -36,6 +36,9 @@ B=4,H=16,S=4096,D=128,causal=1,dtype=bf16|block_m=128,block_n=64,warps=4,stages=
 B=4,H=32,S=4096,D=64,causal=0,dtype=bf16|block_m=128,block_n=64,warps=4,stages=1,swizzle=xor,q=regs,splits=1,family=mma
 B=32,H=16,S=512,D=128,causal=0,dtype=fp16|block_m=128,block_n=64,warps=4,stages=1,swizzle=pad,q=smem,splits=1,family=mma
 B=16,H=96,S=512,D=64,causal=0,dtype=fp16,layout=bhsd|block_m=128,block_n=128,warps=4,stages=1,swizzle=pad,q=smem,splits=1,family=mma
+B=4,H=32,S=4096,D=64,causal=1,dtype=bf16|block_m=128,block_n=96,warps=4,stages=1,swizzle=xor,q=smem,splits=1,family=mma
+B=1,H=16,S=16384,D=128,causal=0,dtype=bf16|block_m=256,block_n=64,warps=8,stages=1,swizzle=pad,q=smem,splits=1,family=mma
+B=8,H=16,S=2048,D=128,causal=0,dtype=fp16|block_m=256,block_n=64,warps=8,stages=1,swizzle=pad,q=smem,splits=1,family=mma
 SHAPES
   python3 - "$out" <<'PY'
 import json, sys, glob, os
@@ -54,7 +57,7 @@ for f in sorted(glob.glob(os.path.join(out, "hopper-*.json"))):
               sorted(set(v.get("outcome") for v in bad)))
         for v in bad[:3]:
             print("   ", v.get("outcome"), v.get("variant"), (v.get("message") or "")[:300], v.get("rel_err"))
-        for v in ok[:3]:
+        for v in ok[:4]:
             us = v["median_us"]
             print("   %9.1f us %7.1f TFLOP/s  %s" % (us, flops / (us * 1e6) if us else 0, v.get("variant")))
 PY
