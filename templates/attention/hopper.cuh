@@ -11,7 +11,7 @@
 //     one of its threads issues tensor-memory-accelerator copies
 //     (cp.async.bulk.tensor) of the Q tile once and of K and V tiles of k_block_n keys
 //     into a ring of k_stages buffers, each completing on its own mbarrier ("full");
-//     it refills a stage when every consumer thread has arrived on its "empty"
+//     it refills a stage when every consumer warp has arrived on its "empty"
 //     barrier. Copies past the tensor's rows read zeros.
 //   - warpgroups 1..k_consumers, the consumers, take those registers and own 64
 //     query rows each: S = Q K^T with wgmma.mma_async (Q and K from shared memory,
@@ -29,7 +29,8 @@
 // Compile-time parameters (NVRTC -D, set by runtime/ops/attention.cpp):
 //   AT_BLOCK_M   query rows per block, 64 per consumer warpgroup (64, 128, 192): more
 //                consumers reuse each K/V tile for more rows and hide each other's
-//                softmax, at fewer registers each (240 with 1-2, 160 with 3).
+//                softmax, at fewer registers each (240 with 1-2, 160 with 3, 232
+//                with one consumer at two blocks per SM).
 //   AT_BLOCK_N   keys per tile (the N of S = Q K^T: 64..192): larger tiles amortise
 //                barriers and softmax bookkeeping, but the S tile lives in registers.
 //   AT_STAGES    K/V buffers in the ring (1-4): deeper rings hide load latency at the
