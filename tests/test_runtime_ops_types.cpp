@@ -44,8 +44,8 @@ TEST_CASE("a problem reads its typed fields, with the errors the text gave") {
   CHECK(p.get_dtype("x") == DType::f16);
   CHECK(p.get_dtype("y") == DType::f32); // an alias parse_dtype accepts
   CHECK(p.get("layout") == "bcl");
-  CHECK_THROWS_WITH_AS(p.get_int("layout"),
-                       "demo field layout: expected an integer, got 'bcl'", Error);
+  CHECK_THROWS_WITH_AS(p.get_int("layout"), "demo field layout: expected an integer, got 'bcl'",
+                       Error);
   CHECK_THROWS_WITH_AS(p.get("C"), "demo problem has no field 'C'", Error);
   CHECK_THROWS_AS(p.get_dtype("layout"), Error);
 }
@@ -97,7 +97,8 @@ TEST_CASE("the benchmark problems and default configurations keep their stored s
     CHECK(c.problems == 51);
     CHECK(c.first_key ==
           "B=32,Hq=32,Hkv=32,Sq=512,Sk=512,D=64,causal=0,dtype=bf16,lse=0,layout=bshd");
-    CHECK(c.default_config == "block_m=64,block_n=64,warps=4,stages=1,swizzle=xor,q=smem,splits=1,family=mma");
+    CHECK(c.default_config ==
+          "block_m=64,block_n=64,warps=4,stages=1,swizzle=xor,q=smem,splits=1,family=mma");
     CHECK(c.keys_sha256 == "2951b662427edb223abe983e531df9dd3a96623618c7034f461513b9ab31ea3e");
     CHECK(c.variants_sha256 == "a3366c7719d3191c6cd4f3251e8a8360967a1916932363c4df0a8e14da2e5907");
   }

@@ -10,8 +10,9 @@ replaying) and a call already running on another thread finishes on its runtime.
 import os
 import threading
 
-# The policy names autotune_runtime_create_with_policy knows (runtime/dispatch/c_api.cpp);
-# the library itself refuses one it has not built yet ("tune") when the runtime is created.
+# The policy names autotune_runtime_create_with_policy knows (runtime/dispatch/c_api.cpp).
+# "tune" tunes a new shape with the autotune CLI on its first call (the library finds the
+# CLI next to itself or through $AUTOTUNE_CLI, and refuses the policy when it cannot).
 POLICIES = ("nearest", "heuristic", "default", "error", "tune")
 PIN_PREFIX = "pin:"
 

@@ -134,8 +134,8 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
         strides; a strided last dimension is copied first (as mamba-ssm does).
     A: (dim, dstate) fp32, dstate <= 64. Complex A is refused (TypeError naming A).
     B, C: (dim, dstate) fp32 (fixed), (batch, dstate, seqlen) or (batch, groups, dstate,
-        seqlen) in u's dtype (variable). Both fixed or both variable: one of each is
-        refused by the library (an error naming the argument).
+        seqlen) in u's dtype (variable), each on its own: one fixed and one variable
+        is accepted, as in mamba-ssm.
     D, delta_bias: (dim,) fp32.
     cu_seqlens (newer mamba-ssm): not implemented (NotImplementedError).
 
