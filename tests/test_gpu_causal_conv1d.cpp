@@ -235,9 +235,9 @@ TEST_CASE("tuning stores a winner that the runtime then dispatches") {
     o2.download(out);
     CHECK(relative_error(out, k.ref) <= 1e-2);
 
-    SUBCASE("other flags are not comparable: the heuristic choice runs") {
+    SUBCASE("other flags are not comparable: the nearest built-in point of the GPU runs") {
       a.silu = 0;
-      CHECK(rt.select_causal_conv1d(a).source.rfind("heuristic sm_90a point ", 0) == 0);
+      CHECK(rt.select_causal_conv1d(a).source.rfind("nearest built-in sm_90a point ", 0) == 0);
     }
   }
   fs::remove(db);

@@ -97,14 +97,21 @@ TEST_CASE("a bad heuristic entry names its file and line") {
 TEST_CASE("a configuration from another problem is adapted where its tile would idle") {
   const Op& conv = find_op("causal_conv1d");
   Config tuned = parse_fields("threads=128,vec=4,items=4,cpb=1,load=smem", "config");
-  SUBCASE("a short sequence: rows packed into the block, bytes per thread kept") {
-    // 8 threads a row, tile 128: 3 tiles cover 333 (87% of the lanes busy), each
-    // thread still loads 4 vectors of 8 bytes.
+  SUBCASE("a short sequence: one tile per row, rows packed into the block") {
+    // 16-byte vectors, 16 threads a row, one tile of 512 covers 333 (65% of the lanes
+    // busy, 64 bytes per thread): the shape of B=64,L=333's own tuned winner
+    // (threads=64,vec=8,items=4,cpb=4), where 3 tiles of 128 ran 1.7x slower.
     CHECK(format_fields(conv.adapt(tuned, problem("causal_conv1d", "B=64,C=1536,L=333,W=2"))) ==
-          "threads=128,vec=4,items=4,cpb=16,load=smem");
+          "threads=128,vec=8,items=4,cpb=8,load=smem");
+    // 4 threads a row (64 contiguous bytes), one tile of 128 covers 100.
     CHECK(format_fields(conv.adapt(tuned, problem("causal_conv1d", "B=64,C=1536,L=100,W=4"))) ==
-          "threads=128,vec=4,items=4,cpb=16,load=smem");
-    // The direct path keeps whole warps per row: 4 rows of 32 threads, tile 512.
+          "threads=128,vec=8,items=4,cpb=32,load=smem");
+    // fp32: 16-byte vectors are 4 elements, so 32 threads a row make the tile of 512.
+    CHECK(format_fields(
+              conv.adapt(tuned, problem("causal_conv1d", "B=64,C=1536,L=333,W=2,x=fp32,w=fp32"))) ==
+          "threads=128,vec=4,items=4,cpb=4,load=smem");
+    // The direct path keeps whole warps per row: 4 rows of 32 threads, tile 512
+    // (items=4 would load as much per thread with half the lanes past the row).
     Config direct = parse_fields("threads=128,vec=8,items=2,cpb=1,load=direct", "config");
     CHECK(format_fields(conv.adapt(direct, problem("causal_conv1d", "B=64,C=1536,L=333,W=2"))) ==
           "threads=128,vec=8,items=2,cpb=4,load=direct");

@@ -291,6 +291,11 @@ TEST_CASE("accepted nonsense from issue 18 is refused with exit 2 and a message"
       {"--op causal_conv1d --arch auto --seed -5", "--seed: -5 is out of range"},
       {tune + "--db ''", "--db needs a path, got an empty string"},
       {tune + "--space ''", "--space needs a path"},
+      // A forgotten value: the next option is not taken for it (no file "--param").
+      {tune + "--db --param threads=128", "--db needs a value, not the option --param"},
+      {"report --db --json", "autotune report: --db needs a value, not the option --json"},
+      {"cache ls --db --json", "--db needs a value, not the option --json"},
+      {"regress --baseline --current b.db", "--baseline needs a value, not the option --current"},
       {list + "--shapes " + write("empty.toml", "[causal_conv1d]\nshapes = []\n"),
        "empty.toml:2:10: [causal_conv1d] shapes = [] lists no shape"},
       {list + "--shapes " +

@@ -1,5 +1,6 @@
 // `autotune cache ls|show|export|import|merge|verify|gc`: presentation and
 // argument handling; the operations themselves are in cache/maintenance.hpp.
+#include "args.hpp"
 #include "commands.hpp"
 
 #include "cache/database.hpp"
@@ -55,17 +56,7 @@ CacheArgs parse_cache_args(int argc, char** argv, bool allow_selector) {
   CacheArgs a;
   for (int i = 1; i < argc; ++i) {
     std::string o = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        throw Error(ErrorKind::usage, o + " needs a value");
-      }
-      std::string v = argv[++i];
-      if (v.empty()) {
-        // `--db ""` would otherwise mean the default database, `--op ""` every op.
-        throw Error(ErrorKind::usage, o + " needs a value, got an empty string");
-      }
-      return v;
-    };
+    auto value = [&]() { return option_value(i, argc, argv); };
     if (o == "--db") {
       a.db = value();
     } else if (allow_selector && o == "--op") {

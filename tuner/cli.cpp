@@ -1,5 +1,6 @@
 #include "cli.hpp"
 
+#include "args.hpp"
 #include "commands.hpp"
 
 #include "progress.hpp"
@@ -90,11 +91,9 @@ struct Args {
   bool pruned = false; // list: also the variants tuning would skip, with the reason
 };
 
+// An option's value (empty ones are checked by what reads them: need_path, the parsers).
 std::string need_value(int& i, int argc, char** argv) {
-  if (i + 1 >= argc) {
-    throw Error(ErrorKind::usage, std::string(argv[i]) + " needs a value");
-  }
-  return argv[++i];
+  return option_value(i, argc, argv, "", true);
 }
 
 // A path option's value: an empty string would silently mean "the default".

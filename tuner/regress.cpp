@@ -2,6 +2,7 @@
 // baseline's winners re-timed on this GPU with --retime) and reports regressions
 // as a table, JUnit XML and Markdown. The comparison rule is in
 // cache/maintenance.hpp (compare_timings) and SCHEMA.md.
+#include "args.hpp"
 #include "commands.hpp"
 
 #include "cache/maintenance.hpp"
@@ -88,16 +89,7 @@ RegressArgs parse_regress_args(int argc, char** argv) {
   RegressArgs a;
   for (int i = 1; i < argc; ++i) {
     std::string o = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        throw Error(ErrorKind::usage, o + " needs a value");
-      }
-      std::string v = argv[++i];
-      if (v.empty()) {
-        throw Error(ErrorKind::usage, o + " needs a value, got an empty string");
-      }
-      return v;
-    };
+    auto value = [&]() { return option_value(i, argc, argv); };
     if (o == "--baseline") {
       a.baseline = value();
     } else if (o == "--current") {

@@ -4,6 +4,7 @@
 // outcomes, and the margin to the fastest other correct variant -- the numbers a
 // reviewer asks for before trusting a winner. Markdown on stdout, or JSON lines; or,
 // with --html, a page with every measured variant (tuner/report_html.cpp).
+#include "tuner/args.hpp"
 #include "tuner/commands.hpp"
 
 #include "cache/database.hpp"
@@ -260,12 +261,7 @@ int run_report_command(int argc, char** argv) {
   std::vector<std::string> html_only; // options that mean nothing without --html
   for (int i = 1; i < argc; ++i) {
     const std::string o = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        throw Error(ErrorKind::usage, "autotune report: " + o + " needs a value");
-      }
-      return argv[++i];
-    };
+    auto value = [&]() { return option_value(i, argc, argv, "autotune report: "); };
     if (o == "--db") {
       db_paths.push_back(value());
     } else if (o == "--op") {

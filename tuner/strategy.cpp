@@ -168,7 +168,7 @@ public:
         m_full_ok.push_back(i);
       }
     }
-    m_cold = in.seeds.empty() && m_full_ok.empty();
+    m_cold = in.seeds.size() <= in.builtin_seeds && m_full_ok.empty();
     m_budget = m_cold ? cold_budget : warm_budget;
   }
 

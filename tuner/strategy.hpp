@@ -55,6 +55,10 @@ struct SearchInput {
   // Of the pending ones, the winners of the nearest tuned problems, nearest first
   // (transfer; empty without).
   std::vector<size_t> seeds;
+  // How many of the seeds are the op's built-in points rather than stored winners of
+  // tuned problems: measured first, but they do not make the problem warm (a problem
+  // with no tuned neighbour still gets the cold budget).
+  size_t builtin_seeds = 0;
   // Correct results a killed session stored (full measurements): they compete in
   // the final round without being measured again.
   std::vector<size_t> measured;

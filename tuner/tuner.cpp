@@ -7,6 +7,7 @@
 #include "runtime/base/strings.hpp"
 #include "runtime/cuda/device.hpp"
 #include "runtime/ops/distance.hpp"
+#include "runtime/ops/heuristic.hpp"
 #include "runtime/ops/templates.hpp"
 #include "strategy.hpp"
 #include "worker.hpp"
@@ -440,6 +441,22 @@ void tune_problem(const Session& s, const Device& d, const Strategy& strategy, s
   std::vector<TransferSeed> seeds;
   if (strategy.transfers() && s.options.transfer > 0) {
     seeds = nearest_winners(s.db, s.op, d.key, problem, size_t(s.options.transfer));
+    // The op's built-in tuning point for this GPU family (what the heuristic policy
+    // runs) is measured too: where the database holds little near this problem it is
+    // often the better start (on unseen selective_scan shapes it ran up to 1.49x the
+    // winner a transfer from the benchmark grid found, bench/results/h100-unseen.md).
+    if (auto point = heuristic_config(s.op, problem, d.record.arch)) {
+      TransferSeed seed;
+      seed.config = config_id(point->first);
+      seed.problem = "built-in " + point->second;
+      seed.builtin = true;
+      const bool known = std::any_of(seeds.begin(), seeds.end(), [&](const TransferSeed& t) {
+        return t.config == seed.config;
+      });
+      if (!known) {
+        seeds.push_back(std::move(seed));
+      }
+    }
   }
   std::vector<Config> selection = strategy.select(valid, report);
   // Parsed once here; from now on a configuration is compared by its id (key()).
@@ -448,6 +465,7 @@ void tune_problem(const Session& s, const Device& d, const Strategy& strategy, s
   // A seed the selection left out (a sample) is measured anyway; one that is not valid
   // here (another space, --param, the op's limits for this problem) is dropped.
   std::vector<std::string> seed_ids;
+  std::vector<bool> seed_from_database;
   for (const TransferSeed& seed : seeds) {
     bool selected = false;
     for (const TypedConfig& c : configs) {
@@ -465,6 +483,7 @@ void tune_problem(const Session& s, const Device& d, const Strategy& strategy, s
     }
     if (selected) {
       seed_ids.push_back(seed.config);
+      seed_from_database.push_back(!seed.builtin);
       report.transferred_from.push_back(seed.problem);
     }
   }
@@ -479,10 +498,11 @@ void tune_problem(const Session& s, const Device& d, const Strategy& strategy, s
 
   WorkerBench bench(s, d, problem, candidates, report);
   SearchInput input = bench.resume();
-  for (const std::string& id : seed_ids) {
+  for (size_t k = 0; k < seed_ids.size(); ++k) {
     for (size_t i : input.pending) {
-      if (candidates[i].source.config_id == id) {
+      if (candidates[i].source.config_id == seed_ids[k]) {
         input.seeds.push_back(i);
+        input.builtin_seeds += seed_from_database[k] ? 0 : 1;
       }
     }
   }

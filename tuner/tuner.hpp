@@ -140,10 +140,11 @@ std::vector<Config> select_strategy(std::vector<Config> configs, const TuneOptio
 
 // A configuration to start from: the winner of a tuned problem near this one.
 struct TransferSeed {
-  std::string config;  // config_id
-  std::string problem; // the tuned problem it won
-  int differing = 0;   // fields other than sizes that differ (compare_problems)
-  double size = 0;     // size distance (+0.01 for a winner of an older template)
+  std::string config;   // config_id
+  std::string problem;  // the tuned problem it won
+  int differing = 0;    // fields other than sizes that differ (compare_problems)
+  double size = 0;      // size distance (+0.01 for a winner of an older template)
+  bool builtin = false; // the op's built-in point for the GPU family, not a stored winner
 };
 
 // The distinct winners of the tuned problems nearest to `problem`, at most k: same op,

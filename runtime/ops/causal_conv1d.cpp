@@ -186,21 +186,25 @@ Config CausalConv1dOp::adapt(const Config& config, const Problem& problem) const
   // A short sequence (a row filling at most half of one tile of threads / cpb x
   // vec x items positions, the tiles worth_measuring() rejects) leaves the lanes
   // past L idle, and the op is bandwidth-bound: what a block is worth is the bytes
-  // it keeps in flight for the row. The rule keeps the block size, vector width
-  // and load path (what the tuning chose) and picks the channels per block (cpb)
-  // and vectors per thread (items) that maximise
+  // it keeps in flight for the row. The rule keeps the block size and load path
+  // (what the tuning chose) and picks the channels per block (cpb), the vector
+  // width (at most 16 bytes) and the vectors per thread (items) that maximise
   //
-  //   useful(c) = L / (tiles(c) * tile(c)) * min(vec * items * esize, source's),
+  //   useful(c) = L / (tiles(c) * tile(c)) * min(vec * items * esize, cap)
   //
+  // among the choices with the fewest tiles per row (one, for a row this short:
+  // every further tile is another block that re-reads the W-1 halo, and splitting
+  // L=333 into 3 tiles of 128 ran 1.7x slower than one tile of 512 on the H100),
   // the fraction of lanes with positions of the row times the bytes each thread
-  // loads at once, capped at what the tuned configuration loads (more was not
-  // measured to help). Packing rows (cpb up) shortens the tile without shrinking
-  // the bytes per thread, e.g. B=64,L=333 from threads=128,vec=4,items=4,cpb=1
-  // (tile 2048, 16% of the lanes busy) to cpb=16 (8 threads a row, tile 128, 3
-  // tiles: 87% busy, 32 bytes per thread). A row keeps at least 64 contiguous
-  // bytes per access (two sectors), the direct path whole warps per row; the
-  // source stays unless another choice is worth 10% more. Ties go to fewer
-  // channels per block (longer rows per warp), then to more items.
+  // loads at once, capped at cap = max(the tuned configuration's, 64 bytes). Packing
+  // rows (cpb up) shortens the tile without shrinking the bytes per thread, e.g.
+  // B=64,L=333 from threads=128,vec=4,items=4,cpb=1 (tile 2048, 16% of the lanes
+  // busy) to vec=8,cpb=8 (16 threads a row, one tile of 512: 65% busy, 64 bytes per
+  // thread), the shape of that shape's own tuned winner (threads=64,vec=8,items=4,
+  // cpb=4; bench/results/h100-unseen.md). A row keeps at least 64 contiguous bytes
+  // per access (two sectors), the direct path whole warps per row; the source stays
+  // unless another choice is worth 10% more. Ties go to more busy lanes, then wider
+  // vectors, fewer channels per block and more items.
   Dims d = dims(problem);
   const Params src = params(config);
   if (tile_length(src) < 2 * d.L) {
@@ -209,11 +213,15 @@ Config CausalConv1dOp::adapt(const Config& config, const Problem& problem) const
     return config;
   }
   const long long esize = (long long)dtype_size(d.x);
-  const long long cap = src.vec * src.items * esize;
-  auto useful = [&](const Params& p) {
+  constexpr long long k_max_vector_bytes = 16;
+  constexpr long long k_min_cap_bytes = 64;
+  const long long cap = std::max<long long>(src.vec * src.items * esize, k_min_cap_bytes);
+  auto tiles_of = [&](const Params& p) {
     const long long tile = tile_length(p);
-    const long long tiles = (d.L + tile - 1) / tile;
-    return double(d.L) / double(tiles * tile) *
+    return (d.L + tile - 1) / tile;
+  };
+  auto useful = [&](const Params& p) {
+    return double(d.L) / double(tiles_of(p) * tile_length(p)) *
            double(std::min<long long>(p.vec * p.items * esize, cap));
   };
   auto with = [&](const Params& p) {
@@ -221,6 +229,8 @@ Config CausalConv1dOp::adapt(const Config& config, const Problem& problem) const
     for (auto& [k, v] : c) {
       if (k == "items") {
         v = std::to_string(p.items);
+      } else if (k == "vec") {
+        v = std::to_string(p.vec);
       } else if (k == "cpb") {
         v = std::to_string(p.cpb);
       }
@@ -230,24 +240,42 @@ Config CausalConv1dOp::adapt(const Config& config, const Problem& problem) const
   constexpr long long k_min_row_bytes = 64;
   Params best = src;
   double best_useful = 0;
-  for (int cpb = 1; cpb <= src.threads; cpb *= 2) {
-    const int row_threads = src.threads / cpb;
-    if (src.threads % cpb != 0 || (!src.smem && row_threads % 32 != 0) ||
-        row_threads * src.vec * esize < k_min_row_bytes) {
-      break;
+  long long best_tiles = 0;
+  double best_busy = 0;
+  // Vector widths of the space's [params] (4 and 8 elements), widest first.
+  for (int vec : {8, 4}) {
+    if (vec * esize > k_max_vector_bytes) {
+      continue;
     }
-    for (int items = src.items; items >= 1; --items) {
-      Params p = src;
-      p.cpb = cpb;
-      p.items = items;
-      const double u = useful(p);
-      if (u > best_useful * (1 + 1e-9) && check(with(p), problem, "sm_80")) {
-        best = p;
-        best_useful = u;
+    for (int cpb = 1; cpb <= src.threads; cpb *= 2) {
+      const int row_threads = src.threads / cpb;
+      if (src.threads % cpb != 0 || (!src.smem && row_threads % 32 != 0) ||
+          row_threads * vec * esize < k_min_row_bytes) {
+        break;
+      }
+      for (int items : {4, 2, 1}) { // the space's [params] values
+        Params p = src;
+        p.vec = vec;
+        p.cpb = cpb;
+        p.items = items;
+        const double u = useful(p);
+        const long long tiles = tiles_of(p);
+        const double busy = double(d.L) / double(tiles * tile_length(p));
+        const bool better =
+            best_useful == 0 || tiles < best_tiles ||
+            (tiles == best_tiles &&
+             (u > best_useful * (1 + 1e-9) || (u > best_useful * (1 - 1e-9) && busy > best_busy)));
+        if (better && check(with(p), problem, "sm_80")) {
+          best = p;
+          best_useful = u;
+          best_tiles = tiles;
+          best_busy = busy;
+        }
       }
     }
   }
-  if (best_useful <= 1.1 * useful(src) && check(config, problem, "sm_80")) {
+  if (best_tiles >= tiles_of(src) && best_useful <= 1.1 * useful(src) &&
+      check(config, problem, "sm_80")) {
     return config;
   }
   return with(best);

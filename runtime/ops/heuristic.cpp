@@ -112,7 +112,9 @@ namespace {
 
 // The point lookup of heuristic.hpp; `own` says whether the point is of arch's family.
 std::optional<std::pair<Config, std::string>> heuristic_lookup(const Op& op, const Problem& problem,
-                                                               const std::string& arch, bool* own) {
+                                                               const std::string& arch, bool* own,
+                                                               bool own_only = false,
+                                                               double* distance_out = nullptr) {
   // Parsed once per op and process.
   static std::mutex mutex;
   static std::map<std::string, std::vector<HeuristicPoint>> cache;
@@ -129,6 +131,9 @@ std::optional<std::pair<Config, std::string>> heuristic_lookup(const Op& op, con
   }
   const ArgsDesc& desc = op.args_desc();
   for (bool own_family : {true, false}) {
+    if (own_only && !own_family) {
+      break;
+    }
     *own = own_family;
     const HeuristicPoint* best = nullptr;
     double best_distance = 0;
@@ -156,6 +161,9 @@ std::optional<std::pair<Config, std::string>> heuristic_lookup(const Op& op, con
       best_distance = d;
     }
     if (best) {
+      if (distance_out) {
+        *distance_out = best_distance;
+      }
       return std::make_pair(op.adapt(best->config, problem),
                             (own_family ? arch : best->archs.front() + "->" + arch) + " point " +
                                 format_fields(best->shape));
@@ -266,6 +274,17 @@ std::optional<std::pair<Config, std::string>> heuristic_config(const Op& op, con
   chosen->second += "; " + format_waves(waves) + " waves of " + std::to_string(device.sm_count) +
                     " SMs" + (moves.empty() ? "" : " with " + moves);
   return chosen;
+}
+
+std::optional<HeuristicMatch> nearest_own_point(const Op& op, const Problem& problem,
+                                                const std::string& arch) {
+  bool own = false;
+  double distance = 0;
+  auto chosen = heuristic_lookup(op, problem, arch, &own, true, &distance);
+  if (!chosen) {
+    return std::nullopt;
+  }
+  return HeuristicMatch{std::move(chosen->first), std::move(chosen->second), distance};
 }
 
 } // namespace autotune

@@ -67,6 +67,18 @@ std::optional<std::pair<Config, std::string>> heuristic_config(const Op& op, con
 std::optional<std::pair<Config, std::string>> heuristic_config(const Op& op, const Problem& problem,
                                                                const cuda::DeviceInfo& device);
 
+// The point of `arch`'s own family nearest to `problem`, its configuration adapted to
+// the problem (Op::adapt), with where it came from and its distance (point_distance):
+// for the nearest policy, which weighs these built-in tuning points of the GPU family
+// against the winners stored in the database (runtime/dispatch/runtime.cpp).
+struct HeuristicMatch {
+  Config config;
+  std::string origin; // "sm_90a point B=8,C=4096,..."
+  double distance = 0;
+};
+std::optional<HeuristicMatch> nearest_own_point(const Op& op, const Problem& problem,
+                                                const std::string& arch);
+
 // The waves the grid of `config` fills on `device`: blocks / (SMs x resident blocks
 // per SM), resident blocks estimated from the block's threads against the SM's
 // thread slots at k_heuristic_regs_per_thread registers each, its dynamic shared
