@@ -60,6 +60,41 @@ TEST_CASE("the heuristic picks the nearest point of the GPU's family that can ru
     CHECK(causal->second.find("causal=1") != std::string::npos);
     CHECK(full->second.find("causal=0") != std::string::npos);
   }
+  SUBCASE("attention on sm_90a takes the Hopper family where it can run") {
+    const Op& op = find_op("attention");
+    // Nearest to B=4,H=16,S=4096,D=128,causal=1, where a wgmma point comes first.
+    auto hopper = heuristic_config(
+        op, problem("attention", "B=4,Hq=16,Hkv=16,Sq=3500,Sk=3500,D=128,causal=1"), "sm_90a");
+    REQUIRE(hopper);
+    CHECK(format_fields(hopper->first).find("family=wgmma") != std::string::npos);
+    // sm_90 without the `a` features, and D=256 (the wgmma family builds 64 and 128):
+    // the portable points.
+    auto plain = heuristic_config(
+        op, problem("attention", "B=4,Hq=16,Hkv=16,Sq=3500,Sk=3500,D=128,causal=1"), "sm_90");
+    auto d256 = heuristic_config(
+        op, problem("attention", "B=2,Hq=16,Hkv=16,Sq=3000,Sk=3000,D=256,causal=0"), "sm_90a");
+    REQUIRE(plain);
+    CHECK(format_fields(plain->first).find("family=mma") != std::string::npos);
+    // (No point's tiles fit D=256's shared memory: the runtime then takes [default].)
+    CHECK((!d256 || format_fields(d256->first).find("family=mma") != std::string::npos));
+    // Every wgmma point can run the problem it was measured on, in both dtypes.
+    auto points =
+        parse_heuristics(op, template_file(op.space_path()), op.space_path(), op_space(op));
+    int hopper_points = 0;
+    for (const HeuristicPoint& p : points) {
+      if (format_fields(p.config).find("family=wgmma") == std::string::npos) {
+        continue;
+      }
+      ++hopper_points;
+      for (const char* dtype : {"bf16", "fp16"}) {
+        Fields f = p.shape;
+        f.emplace_back("dtype", dtype);
+        CAPTURE(format_fields(f));
+        CHECK(op.check(p.config, op.make_problem(f), "sm_90a"));
+      }
+    }
+    CHECK(hopper_points == 8);
+  }
   SUBCASE("selective_scan") {
     auto c = heuristic_config(find_op("selective_scan"),
                               problem("selective_scan", "B=2,D=3072,L=1500,N=16"), "sm_90a");
