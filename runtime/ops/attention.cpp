@@ -459,6 +459,21 @@ size_t AttentionOp::workspace_bytes(const Config& config, const Problem& problem
 
 namespace {
 
+// The fields both kernel families' argument structs share: o's strides, the sizes and
+// the softmax scale in log2 units (scale 0: 1/sqrt(D)).
+template <typename Args>
+void fill_output_and_sizes(Args& a, const Dims& d, const AttentionCall& call) {
+  a.o_batch_stride = call.o_batch_stride;
+  a.o_head_stride = call.o_head_stride;
+  a.o_seq_stride = call.o_seq_stride;
+  a.heads_q = int(d.Hq);
+  a.heads_kv = int(d.Hkv);
+  a.seq_q = int(d.Sq);
+  a.seq_k = int(d.Sk);
+  const double scale = call.scale > 0 ? call.scale : 1.0 / std::sqrt(double(d.D));
+  a.scale_log2 = float(scale * 1.4426950408889634);
+}
+
 // Must match struct AttnArgs in templates/attention/kernel.cuh.
 struct AttnArgs {
   CUdeviceptr q, k, v, o, lse;
@@ -502,15 +517,7 @@ AttnArgs attention_kernel_args(const Params& p, const Dims& d, const Config& con
   a.v_batch_stride = call.v_batch_stride;
   a.v_head_stride = call.v_head_stride;
   a.v_seq_stride = call.v_seq_stride;
-  a.o_batch_stride = call.o_batch_stride;
-  a.o_head_stride = call.o_head_stride;
-  a.o_seq_stride = call.o_seq_stride;
-  a.heads_q = int(d.Hq);
-  a.heads_kv = int(d.Hkv);
-  a.seq_q = int(d.Sq);
-  a.seq_k = int(d.Sk);
-  double scale = call.scale > 0 ? call.scale : 1.0 / std::sqrt(double(d.D));
-  a.scale_log2 = float(scale * 1.4426950408889634);
+  fill_output_and_sizes(a, d, call);
   if (need > 0) {
     const long long rows = d.B * d.Hq * d.Sq;
     a.ws_count = call.workspace;
@@ -629,15 +636,7 @@ HopperArgs hopper_kernel_args(const Params& p, const Dims& d, const AttentionCal
   a.v_seq_inner = v.seq_inner;
   a.o = call.o;
   a.lse = call.lse;
-  a.o_batch_stride = call.o_batch_stride;
-  a.o_head_stride = call.o_head_stride;
-  a.o_seq_stride = call.o_seq_stride;
-  a.heads_q = int(d.Hq);
-  a.heads_kv = int(d.Hkv);
-  a.seq_q = int(d.Sq);
-  a.seq_k = int(d.Sk);
-  double scale = call.scale > 0 ? call.scale : 1.0 / std::sqrt(double(d.D));
-  a.scale_log2 = float(scale * 1.4426950408889634);
+  fill_output_and_sizes(a, d, call);
   a.batch = int(d.B);
   return a;
 }
