@@ -139,4 +139,12 @@ inline std::vector<double> causal_conv1d_reference(const HostTensor& x, const Ho
   return out;
 }
 
+// Device 0's primary context, made current on the calling thread (the GPU tests run on
+// device 0; threads of a test call it too).
+inline cuda::PrimaryContext& context() {
+  static cuda::PrimaryContext ctx(0);
+  ctx.make_current();
+  return ctx;
+}
+
 } // namespace autotune::test

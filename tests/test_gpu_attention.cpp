@@ -28,12 +28,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-cuda::PrimaryContext& context() {
-  static cuda::PrimaryContext ctx(0);
-  ctx.make_current();
-  return ctx;
-}
-
 const AttentionOp& attn() {
   return static_cast<const AttentionOp&>(find_op("attention"));
 }

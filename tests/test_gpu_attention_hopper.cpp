@@ -26,12 +26,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-cuda::PrimaryContext& hopper_context() {
-  static cuda::PrimaryContext ctx(0);
-  ctx.make_current();
-  return ctx;
-}
-
 const AttentionOp& hopper_attn() {
   return static_cast<const AttentionOp&>(find_op("attention"));
 }
@@ -124,7 +118,7 @@ Config with(Config c, const std::string& key, const std::string& value) {
 
 TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference over every "
           "feature") {
-  hopper_context();
+  context();
   cuda::DeviceInfo dev = cuda::query_device(0);
   if (!on_hopper(dev)) {
     return;
@@ -284,7 +278,7 @@ TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference ov
 
 TEST_CASE("the runtime runs a pinned Hopper attention variant on strided views, reusing and "
           "renewing its tensor maps") {
-  hopper_context();
+  context();
   cuda::DeviceInfo dev = cuda::query_device(0);
   if (!on_hopper(dev)) {
     return;

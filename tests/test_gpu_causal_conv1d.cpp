@@ -25,12 +25,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-cuda::PrimaryContext& context() {
-  static cuda::PrimaryContext ctx(0);
-  ctx.make_current();
-  return ctx;
-}
-
 struct ConvCase {
   Problem problem;
   int B, C, L, W;

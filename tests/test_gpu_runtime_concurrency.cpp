@@ -29,12 +29,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-cuda::PrimaryContext& context() {
-  static cuda::PrimaryContext ctx(0);
-  ctx.make_current();
-  return ctx;
-}
-
 ElementType element_type(DType t) {
   return t == DType::f32   ? ElementType::fp32
          : t == DType::f16 ? ElementType::fp16

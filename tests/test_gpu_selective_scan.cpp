@@ -27,12 +27,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-cuda::PrimaryContext& context() {
-  static cuda::PrimaryContext ctx(0);
-  ctx.make_current();
-  return ctx;
-}
-
 const SelectiveScanOp& scan_op() {
   return static_cast<const SelectiveScanOp&>(find_op("selective_scan"));
 }
