@@ -444,7 +444,8 @@ void tune_problem(const Session& s, const Device& d, const Strategy& strategy, s
     // The op's built-in tuning point for this GPU family (what the heuristic policy
     // runs) is measured too: where the database holds little near this problem it is
     // often the better start (on unseen selective_scan shapes it ran up to 1.49x the
-    // winner a transfer from the benchmark grid found, bench/results/h100-unseen.md).
+    // winner a transfer from the benchmark grid alone found; with it, the new shapes'
+    // winners came out up to 2.1x faster: bench/notes/untuned-shapes.md).
     if (auto point = heuristic_config(s.op, problem, d.record.arch)) {
       TransferSeed seed;
       seed.config = config_id(point->first);
@@ -465,7 +466,7 @@ void tune_problem(const Session& s, const Device& d, const Strategy& strategy, s
   // A seed the selection left out (a sample) is measured anyway; one that is not valid
   // here (another space, --param, the op's limits for this problem) is dropped.
   std::vector<std::string> seed_ids;
-  std::vector<bool> seed_from_database;
+  std::vector<bool> seed_builtin;
   for (const TransferSeed& seed : seeds) {
     bool selected = false;
     for (const TypedConfig& c : configs) {
@@ -483,7 +484,7 @@ void tune_problem(const Session& s, const Device& d, const Strategy& strategy, s
     }
     if (selected) {
       seed_ids.push_back(seed.config);
-      seed_from_database.push_back(!seed.builtin);
+      seed_builtin.push_back(seed.builtin);
       report.transferred_from.push_back(seed.problem);
     }
   }
@@ -502,7 +503,7 @@ void tune_problem(const Session& s, const Device& d, const Strategy& strategy, s
     for (size_t i : input.pending) {
       if (candidates[i].source.config_id == seed_ids[k]) {
         input.seeds.push_back(i);
-        input.builtin_seeds += seed_from_database[k] ? 0 : 1;
+        input.builtin_seeds += seed_builtin[k] ? 1 : 0;
       }
     }
   }
