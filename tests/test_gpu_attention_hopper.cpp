@@ -6,6 +6,7 @@
 // wgmma variant on strided views (a packed QKV tensor), launched twice through the same plan (its
 // cached tensor maps) and once more with new pointers. On GPUs that are not sm_90a the family is
 // invalid and the tests say so.
+#include "attention_reference.hpp"
 #include "gpu_support.hpp"
 
 #include "runtime/dispatch/autotune.hpp"
@@ -28,73 +29,6 @@ namespace {
 
 const AttentionOp& hopper_attn() {
   return static_cast<const AttentionOp&>(find_op("attention"));
-}
-
-struct Strides3 {
-  long long batch, head, seq;
-};
-
-// O [B, Hq, Sq, D] and LSE [B, Hq, Sq] in float64; causal bottom-right aligned (query
-// i sees keys j <= i + Sk - Sq), a row without keys has O = 0 and LSE = -inf.
-void reference(const HostTensor& q, const HostTensor& k, const HostTensor& v, Strides3 qs,
-               Strides3 ks, Strides3 vs, int B, int Hq, int Hkv, int Sq, int Sk, int D, bool causal,
-               double scale, std::vector<double>& o, std::vector<double>& lse) {
-  o.assign(size_t(B) * Hq * Sq * D, 0.0);
-  lse.assign(size_t(B) * Hq * Sq, -std::numeric_limits<double>::infinity());
-  std::vector<double> s(size_t(Sk) + 1);
-  for (int b = 0; b < B; ++b) {
-    for (int h = 0; h < Hq; ++h) {
-      const int hk = h / (Hq / Hkv);
-      for (int i = 0; i < Sq; ++i) {
-        const int last = causal ? std::min(Sk - 1, i + Sk - Sq) : Sk - 1;
-        if (last < 0) {
-          continue;
-        }
-        double mx = -1e300;
-        for (int j = 0; j <= last; ++j) {
-          double dot = 0;
-          for (int d = 0; d < D; ++d) {
-            dot += double(q.get(size_t(b * qs.batch + h * qs.head + i * qs.seq + d))) *
-                   double(k.get(size_t(b * ks.batch + hk * ks.head + j * ks.seq + d)));
-          }
-          s[size_t(j)] = dot * scale;
-          mx = std::max(mx, s[size_t(j)]);
-        }
-        double sum = 0;
-        for (int j = 0; j <= last; ++j) {
-          s[size_t(j)] = std::exp(s[size_t(j)] - mx);
-          sum += s[size_t(j)];
-        }
-        double* out = &o[((size_t(b) * Hq + h) * Sq + i) * D];
-        for (int j = 0; j <= last; ++j) {
-          const double p = s[size_t(j)] / sum;
-          for (int d = 0; d < D; ++d) {
-            out[d] += p * double(v.get(size_t(b * vs.batch + hk * vs.head + j * vs.seq + d)));
-          }
-        }
-        lse[(size_t(b) * Hq + h) * Sq + i] = mx + std::log(sum);
-      }
-    }
-  }
-}
-
-// Relative L2 error; infinities must match exactly, NaN fails.
-double relative_error(const std::vector<double>& got, const std::vector<double>& ref) {
-  double d2 = 0, r2 = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    if (std::isinf(ref[i]) || std::isinf(got[i])) {
-      if (got[i] != ref[i]) {
-        return INFINITY;
-      }
-      continue;
-    }
-    if (!std::isfinite(got[i])) {
-      return INFINITY;
-    }
-    d2 += (got[i] - ref[i]) * (got[i] - ref[i]);
-    r2 += ref[i] * ref[i];
-  }
-  return std::sqrt(d2 / (r2 > 0 ? r2 : 1));
 }
 
 bool on_hopper(const cuda::DeviceInfo& dev) {
@@ -170,15 +104,16 @@ TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference ov
     const DType dtype = parse_dtype(problem.get("dtype"), "dtype");
     AttentionOp::Strides qs = AttentionOp::contiguous_strides(problem, Hq, Sq);
     AttentionOp::Strides ks = AttentionOp::contiguous_strides(problem, Hkv, Sk);
-    const Strides3 q3{qs.batch, qs.head, qs.seq}, k3{ks.batch, ks.head, ks.seq};
+    const Layout q3{qs.batch, qs.head, qs.seq}, k3{ks.batch, ks.head, ks.seq};
     HostTensor q(dtype, size_t(B) * Hq * Sq * D), k(dtype, size_t(B) * Hkv * Sk * D),
         v(dtype, size_t(B) * Hkv * Sk * D);
     q.randomize(rng, -2, 2);
     k.randomize(rng, -1, 1);
     v.randomize(rng, -1, 1);
-    std::vector<double> ref_o, ref_lse;
-    reference(q, k, v, q3, k3, k3, B, Hq, Hkv, Sq, Sk, D, causal, 1.0 / std::sqrt(double(D)), ref_o,
-              ref_lse);
+    const Reference ref = attention_reference(q, k, v, q3, k3, k3, B, Hq, Hkv, Sq, Sk, D, causal,
+                                              1.0 / std::sqrt(double(D)));
+    const std::vector<double>& ref_o = ref.o;
+    const std::vector<double>& ref_lse = ref.lse;
 
     std::vector<Config> configs;
     std::vector<VariantSource> sources;
@@ -245,7 +180,7 @@ TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference ov
             }
           }
         }
-        const double err = relative_error(got, ref_o);
+        const double err = rel_err(got, ref_o);
         CHECK(err <= hopper_attn().tolerance(problem));
         worst = std::max(worst, err);
         // Rows that see no key: O exactly 0.
@@ -267,7 +202,7 @@ TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference ov
           for (size_t j = 0; j < lse.n; ++j) {
             got_lse[j] = lse.get(j);
           }
-          CHECK(relative_error(got_lse, ref_lse) <= 1e-4);
+          CHECK(rel_err(got_lse, ref_lse) <= 1e-4);
         }
       }
     }
@@ -288,7 +223,7 @@ TEST_CASE("the runtime runs a pinned Hopper attention variant on strided views, 
   const int B = 2, H = 4, S = 150, D = 128;
   HostTensor qkv(DType::bf16, size_t(B) * S * 3 * H * D);
   qkv.randomize(rng, -1.5, 1.5);
-  const Strides3 l{(long long)S * 3 * H * D, D, 3LL * H * D};
+  const Layout l{(long long)S * 3 * H * D, D, 3LL * H * D};
   HostTensor qh(DType::bf16, size_t(B) * H * S * D), kh(qh), vh(qh);
   for (int b = 0; b < B; ++b) {
     for (int s = 0; s < S; ++s) {
@@ -303,9 +238,10 @@ TEST_CASE("the runtime runs a pinned Hopper attention variant on strided views, 
       }
     }
   }
-  const Strides3 c{(long long)H * S * D, (long long)S * D, D};
-  std::vector<double> ref_o, ref_lse;
-  reference(qh, kh, vh, c, c, c, B, H, H, S, S, D, true, 0.1, ref_o, ref_lse);
+  const Layout c{(long long)H * S * D, (long long)S * D, D};
+  const Reference ref = attention_reference(qh, kh, vh, c, c, c, B, H, H, S, S, D, true, 0.1);
+  const std::vector<double>& ref_o = ref.o;
+  const std::vector<double>& ref_lse = ref.lse;
 
   RuntimeOptions ro;
   ro.database = (fs::temp_directory_path() / "autotune-does-not-exist.db").string();
@@ -344,8 +280,8 @@ TEST_CASE("the runtime runs a pinned Hopper attention variant on strided views, 
     for (size_t i = 0; i < lse.n; ++i) {
       got_lse[i] = lse.get(i);
     }
-    CHECK(relative_error(got, ref_o) <= 1e-2);
-    CHECK(relative_error(got_lse, ref_lse) <= 1e-4);
+    CHECK(rel_err(got, ref_o) <= 1e-2);
+    CHECK(rel_err(got_lse, ref_lse) <= 1e-4);
   };
   run(packed.get());
   run(packed.get());  // the plan's cached maps

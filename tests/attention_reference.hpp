@@ -1,0 +1,93 @@
+// The float64 attention reference of the GPU tests (both kernel families), and the
+// error measure they judge outputs by.
+#pragma once
+
+#include "gpu_support.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace autotune::test {
+
+// Element strides of a [B, H, S, D] tensor (D contiguous).
+struct Layout {
+  long long batch, head, seq;
+};
+
+// O (in the logical order [B, Hq, Sq, D]) and LSE [B, Hq, Sq].
+struct Reference {
+  std::vector<double> o, lse;
+};
+
+// O and LSE in float64 from the stored inputs. Causal masks are bottom-right aligned
+// (query i sees keys j <= i + Sk - Sq); a row that sees no key (i < Sq - Sk) has O = 0,
+// as flash-attn's tests define it, and LSE = -inf, the log of an empty sum (the op's
+// documented value).
+inline Reference attention_reference(const HostTensor& q, const HostTensor& k,
+                                     const HostTensor& v, Layout qs, Layout ks, Layout vs, int B,
+                                     int Hq, int Hkv, int Sq, int Sk, int D, bool causal,
+                                     double scale) {
+  Reference r;
+  r.o.assign(size_t(B) * Hq * Sq * D, 0.0);
+  r.lse.assign(size_t(B) * Hq * Sq, -std::numeric_limits<double>::infinity());
+  std::vector<double> s(static_cast<size_t>(Sk));
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < Hq; ++h) {
+      int hk = h / (Hq / Hkv);
+      for (int i = 0; i < Sq; ++i) {
+        int last = causal ? std::min(Sk - 1, i + Sk - Sq) : Sk - 1;
+        if (last < 0) {
+          continue;
+        }
+        double mx = -1e300;
+        for (int j = 0; j <= last; ++j) {
+          double dot = 0;
+          for (int d = 0; d < D; ++d) {
+            dot += double(q.get(size_t(b * qs.batch + h * qs.head + i * qs.seq + d))) *
+                   double(k.get(size_t(b * ks.batch + hk * ks.head + j * ks.seq + d)));
+          }
+          s[size_t(j)] = dot * scale;
+          mx = std::max(mx, s[size_t(j)]);
+        }
+        double sum = 0;
+        for (int j = 0; j <= last; ++j) {
+          s[size_t(j)] = std::exp(s[size_t(j)] - mx);
+          sum += s[size_t(j)];
+        }
+        double* o = &r.o[((size_t(b) * Hq + h) * Sq + i) * D];
+        for (int j = 0; j <= last; ++j) {
+          double p = s[size_t(j)] / sum;
+          for (int d = 0; d < D; ++d) {
+            o[d] += p * double(v.get(size_t(b * vs.batch + hk * vs.head + j * vs.seq + d)));
+          }
+        }
+        r.lse[(size_t(b) * Hq + h) * Sq + i] = mx + std::log(sum);
+      }
+    }
+  }
+  return r;
+}
+
+// ||out - ref|| / ||ref|| over the finite elements; an infinity must be matched exactly
+// (a row that sees no key must say so: LSE -inf), and a NaN gives +inf.
+inline double rel_err(const std::vector<double>& out, const std::vector<double>& ref) {
+  double d2 = 0, r2 = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (std::isinf(ref[i]) || std::isinf(out[i])) {
+      if (out[i] != ref[i]) {
+        return INFINITY;
+      }
+      continue;
+    }
+    if (!std::isfinite(out[i])) {
+      return INFINITY;
+    }
+    d2 += (out[i] - ref[i]) * (out[i] - ref[i]);
+    r2 += ref[i] * ref[i];
+  }
+  return std::sqrt(d2 / (r2 > 0 ? r2 : 1));
+}
+
+} // namespace autotune::test
