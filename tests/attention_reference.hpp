@@ -25,10 +25,9 @@ struct Reference {
 // (query i sees keys j <= i + Sk - Sq); a row that sees no key (i < Sq - Sk) has O = 0,
 // as flash-attn's tests define it, and LSE = -inf, the log of an empty sum (the op's
 // documented value).
-inline Reference attention_reference(const HostTensor& q, const HostTensor& k,
-                                     const HostTensor& v, Layout qs, Layout ks, Layout vs, int B,
-                                     int Hq, int Hkv, int Sq, int Sk, int D, bool causal,
-                                     double scale) {
+inline Reference attention_reference(const HostTensor& q, const HostTensor& k, const HostTensor& v,
+                                     Layout qs, Layout ks, Layout vs, int B, int Hq, int Hkv,
+                                     int Sq, int Sk, int D, bool causal, double scale) {
   Reference r;
   r.o.assign(size_t(B) * Hq * Sq * D, 0.0);
   r.lse.assign(size_t(B) * Hq * Sq, -std::numeric_limits<double>::infinity());
