@@ -110,11 +110,15 @@ double heuristic_waves(const LaunchGeometry& g, const cuda::DeviceInfo& device) 
 
 namespace {
 
-// The point lookup of heuristic.hpp; `own` says whether the point is of arch's family.
-std::optional<std::pair<Config, std::string>> heuristic_lookup(const Op& op, const Problem& problem,
-                                                               const std::string& arch, bool* own,
-                                                               bool own_only = false,
-                                                               double* distance_out = nullptr) {
+// The point lookup of heuristic.hpp (`own_only`: among arch's own family's points only);
+// `own` says whether the point is of arch's family.
+struct Lookup {
+  HeuristicMatch match;
+  bool own = false;
+};
+
+std::optional<Lookup> heuristic_lookup(const Op& op, const Problem& problem,
+                                       const std::string& arch, bool own_only) {
   // Parsed once per op and process.
   static std::mutex mutex;
   static std::map<std::string, std::vector<HeuristicPoint>> cache;
@@ -134,7 +138,6 @@ std::optional<std::pair<Config, std::string>> heuristic_lookup(const Op& op, con
     if (own_only && !own_family) {
       break;
     }
-    *own = own_family;
     const HeuristicPoint* best = nullptr;
     double best_distance = 0;
     for (const HeuristicPoint& p : *points) {
@@ -161,12 +164,11 @@ std::optional<std::pair<Config, std::string>> heuristic_lookup(const Op& op, con
       best_distance = d;
     }
     if (best) {
-      if (distance_out) {
-        *distance_out = best_distance;
-      }
-      return std::make_pair(op.adapt(best->config, problem),
-                            (own_family ? arch : best->archs.front() + "->" + arch) + " point " +
-                                format_fields(best->shape));
+      return Lookup{{op.adapt(best->config, problem),
+                     (own_family ? arch : best->archs.front() + "->" + arch) + " point " +
+                         format_fields(best->shape),
+                     best_distance},
+                    own_family};
     }
   }
   return std::nullopt;
@@ -257,34 +259,37 @@ std::string format_waves(double waves) {
 
 std::optional<std::pair<Config, std::string>> heuristic_config(const Op& op, const Problem& problem,
                                                                const std::string& arch) {
-  bool own = false;
-  return heuristic_lookup(op, problem, arch, &own);
+  auto found = heuristic_lookup(op, problem, arch, false);
+  if (!found) {
+    return std::nullopt;
+  }
+  return std::make_pair(std::move(found->match.config), std::move(found->match.origin));
 }
 
 std::optional<std::pair<Config, std::string>> heuristic_config(const Op& op, const Problem& problem,
                                                                const cuda::DeviceInfo& device) {
-  bool own = false;
-  auto chosen = heuristic_lookup(op, problem, device.arch(), &own);
-  if (!chosen || own || device.sm_count <= 0) {
-    return chosen;
+  auto found = heuristic_lookup(op, problem, device.arch(), false);
+  if (!found) {
+    return std::nullopt;
   }
-  double waves = 0;
-  auto [config, moves] = fill_waves(op, problem, chosen->first, device, &waves);
-  chosen->first = std::move(config);
-  chosen->second += "; " + format_waves(waves) + " waves of " + std::to_string(device.sm_count) +
-                    " SMs" + (moves.empty() ? "" : " with " + moves);
-  return chosen;
+  HeuristicMatch& m = found->match;
+  if (!found->own && device.sm_count > 0) {
+    double waves = 0;
+    auto [config, moves] = fill_waves(op, problem, m.config, device, &waves);
+    m.config = std::move(config);
+    m.origin += "; " + format_waves(waves) + " waves of " + std::to_string(device.sm_count) +
+                " SMs" + (moves.empty() ? "" : " with " + moves);
+  }
+  return std::make_pair(std::move(m.config), std::move(m.origin));
 }
 
 std::optional<HeuristicMatch> nearest_own_point(const Op& op, const Problem& problem,
                                                 const std::string& arch) {
-  bool own = false;
-  double distance = 0;
-  auto chosen = heuristic_lookup(op, problem, arch, &own, true, &distance);
-  if (!chosen) {
+  auto found = heuristic_lookup(op, problem, arch, true);
+  if (!found) {
     return std::nullopt;
   }
-  return HeuristicMatch{std::move(chosen->first), std::move(chosen->second), distance};
+  return std::move(found->match);
 }
 
 } // namespace autotune
