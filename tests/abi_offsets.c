@@ -28,6 +28,11 @@ int main(void) {
   FIELD(autotune_attention_args, scale);
   FIELD(autotune_attention_args, workspace);
   FIELD(autotune_attention_args, workspace_bytes);
+  FIELD(autotune_attention_args, window);
+  FIELD(autotune_attention_args, window_left);
+  FIELD(autotune_attention_args, window_right);
+  FIELD(autotune_attention_args, softcap);
+  FIELD(autotune_attention_args, alibi_slopes);
   first = 0;
   printf("}}, \"selective_scan\": {\"size\": %zu, \"fields\": {",
          sizeof(autotune_selective_scan_args));

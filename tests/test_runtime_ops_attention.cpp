@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 
 using namespace autotune;
 
@@ -35,13 +36,20 @@ TEST_CASE("attention problems are canonical, with documented defaults") {
 }
 
 TEST_CASE("bad attention shapes are rejected with the field named") {
-  CHECK_THROWS_WITH_AS(problem("B=1,H=4,S=8,D=96"), doctest::Contains("D=96 is not supported"),
+  CHECK_THROWS_WITH_AS(problem("B=1,H=4,S=8,D=100"), doctest::Contains("D=100 is not supported"),
                        Error);
+  CHECK_THROWS_WITH_AS(problem("B=1,H=4,S=8,D=24"), doctest::Contains("D=24 is not supported"),
+                       Error);
+  CHECK_THROWS_WITH_AS(problem("B=1,H=4,S=8,D=264"), doctest::Contains("out of range"), Error);
   CHECK_THROWS_WITH_AS(problem("B=1,Hq=6,Hkv=4,S=8,D=64"),
                        doctest::Contains("not a multiple of Hkv"), Error);
   CHECK_THROWS_WITH_AS(problem("B=1,H=4,D=64"), doctest::Contains("missing field 'Sq'"), Error);
-  CHECK_THROWS_WITH_AS(problem("B=1,H=4,S=8,D=64,window=3"), doctest::Contains("unknown field"),
+  CHECK_THROWS_WITH_AS(problem("B=1,H=4,S=8,D=64,dropout=1"), doctest::Contains("unknown field"),
                        Error);
+  CHECK_THROWS_WITH_AS(problem("B=1,H=4,S=8,D=64,window=3"),
+                       doctest::Contains("window=3 must be 0 or 1"), Error);
+  CHECK_THROWS_WITH_AS(problem("B=1,H=4,S=8,D=64,softcap=30"),
+                       doctest::Contains("softcap=30 must be 0 or 1"), Error);
   CHECK_THROWS_WITH_AS(problem("B=1,H=4,S=8,D=64,dtype=fp32"), doctest::Contains("fp32"), Error);
   CHECK_THROWS_WITH_AS(problem("B=1,H=4,S=8,D=64,layout=sbhd"), doctest::Contains("layout"), Error);
   CHECK_THROWS_WITH_AS(problem("B=1,H=8,Hq=16,S=128,D=64"), doctest::Contains("Hq and H disagree"),
@@ -309,4 +317,139 @@ TEST_CASE("Hopper attention variants compile for sm_90a with wgmma, TMA and setm
     REQUIRE_MESSAGE(out.ok(), (out.ok() ? "" : out.failure().detail));
     CHECK(!out->binary.empty());
   }
+}
+
+TEST_CASE("attention problems name their features only when on, so older keys stay") {
+  const std::string plain =
+      "B=2,Hq=8,Hkv=8,Sq=1000,Sk=1000,D=80,causal=1,dtype=bf16,lse=0,layout=bshd";
+  CHECK(problem("B=2,H=8,S=1000,D=80,causal=1").key() == plain);
+  CHECK(problem("B=2,H=8,S=1000,D=80,causal=1,window=0,softcap=0,alibi=0").key() == plain);
+  CHECK(problem("B=2,H=8,S=1000,D=80,causal=1,window=1").key() == plain + ",window=1");
+  CHECK(problem("B=2,H=8,S=1000,D=80,alibi=1,softcap=1,window=1")
+            .key()
+            .find("layout=bshd,window=1,softcap=1,alibi=1") != std::string::npos);
+  // Head dims: every multiple of 8 in 32..256.
+  for (int d = 32; d <= 256; d += 8) {
+    CAPTURE(d);
+    CHECK_NOTHROW(problem("B=1,H=2,S=100,D=" + std::to_string(d)));
+  }
+}
+
+TEST_CASE("attention head dims off the multiples of 64 pad to whole MMA steps") {
+  Space space = parse_space(template_file(attn().space_path()), attn().space_path());
+  SUBCASE("the default variant runs every head dim on every arch") {
+    for (const char* arch : {"sm_80", "sm_86", "sm_90a", "sm_120"}) {
+      for (int d = 32; d <= 256; d += 8) {
+        CAPTURE(arch);
+        CAPTURE(d);
+        CHECK(attn().check(space.default_config,
+                           problem("B=1,H=2,S=100,D=" + std::to_string(d) + ",causal=1"), arch));
+      }
+    }
+  }
+  SUBCASE("shared memory and registers count the padded head dim") {
+    // D=40 computes on 48 columns, D=200 on 208; D=64 on 64 (nothing added).
+    Config c = config(k_fa2);
+    CHECK(attn().geometry(c, problem("B=1,H=2,S=100,D=40")).dynamic_smem == (128 + 128) * 48 * 2);
+    CHECK(attn().geometry(c, problem("B=1,H=2,S=100,D=200")).dynamic_smem == (128 + 128) * 208 * 2);
+    CHECK(attn().geometry(c, problem("B=1,H=2,S=100,D=64")).dynamic_smem == (128 + 128) * 64 * 2);
+  }
+  SUBCASE("tiles that do not split over the loading threads are refused") {
+    // D=40: 6 chunks per row load as 8 columns, so 256 threads step 32 rows.
+    auto r = attn().check(config("block_m=128,block_n=48,warps=8,stages=1,swizzle=pad,q=smem"),
+                          problem("B=1,H=2,S=100,D=40"), "sm_90a");
+    REQUIRE_FALSE(r);
+    CHECK(r.failure().message.find("multiples of 32 at D=40") != std::string::npos);
+  }
+  SUBCASE("the space has valid variants for every head dim") {
+    for (int d = 32; d <= 256; d += 8) {
+      CAPTURE(d);
+      Problem p = problem("B=2,H=8,S=1000,D=" + std::to_string(d));
+      size_t valid = 0;
+      for (const Config& c : space.enumerate()) {
+        valid += attn().check(c, p, "sm_90a") ? 1 : 0;
+      }
+      CHECK(valid > 10);
+    }
+  }
+}
+
+TEST_CASE("the Hopper family refuses sliding windows, softcap and ALiBi, so the portable one "
+          "runs them") {
+  const char* k_wg = "block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+                     "family=wgmma";
+  CHECK(attn().check(config(k_wg), problem("B=8,H=16,S=2048,D=128,causal=1"), "sm_90a"));
+  for (const char* feature : {"window=1", "softcap=1", "alibi=1"}) {
+    CAPTURE(feature);
+    Problem p = problem(std::string("B=8,H=16,S=2048,D=128,causal=1,") + feature);
+    auto r = attn().check(config(k_wg), p, "sm_90a");
+    REQUIRE_FALSE(r);
+    CHECK(r.failure().message.find("no sliding window, softcap or ALiBi") != std::string::npos);
+    CHECK(attn().check(config(k_fa2), p, "sm_90a"));
+  }
+}
+
+TEST_CASE("attention features compile in only when the problem has them") {
+  auto has = [](const std::vector<std::string>& defines, const std::string& d) {
+    return std::find(defines.begin(), defines.end(), d) != defines.end();
+  };
+  auto plain = attn().defines(config(k_fa2), problem("B=1,H=2,S=100,D=64,causal=1"));
+  for (const char* d : {"-DAT_WINDOW=1", "-DAT_SOFTCAP=1", "-DAT_ALIBI=1"}) {
+    CHECK_FALSE(has(plain, d));
+  }
+  auto all = attn().defines(config(k_fa2),
+                            problem("B=1,H=2,S=100,D=64,causal=1,window=1,softcap=1,alibi=1"));
+  for (const char* d : {"-DAT_WINDOW=1", "-DAT_SOFTCAP=1", "-DAT_ALIBI=1"}) {
+    CHECK(has(all, d));
+  }
+  SUBCASE("the tuner's inputs carry the slopes after the other tensors") {
+    auto t = attn().tensors(problem("B=1,H=2,S=100,D=64,alibi=1,lse=1"));
+    REQUIRE(t.back().name == "alibi_slopes");
+    CHECK(t.back().dtype == DType::f32);
+    CHECK(t.back().elements == 2);
+    CHECK_FALSE(t.back().output);
+  }
+  SUBCASE("a windowed problem counts only the pairs its window keeps") {
+    // The tuner's window: Sk/4 = 250 keys left, none right (causal).
+    double full = attn().flops(problem("B=1,H=1,S=1000,D=64,causal=1"));
+    double windowed = attn().flops(problem("B=1,H=1,S=1000,D=64,causal=1,window=1"));
+    CHECK(windowed < full);
+    double pairs = 0;
+    for (int i = 0; i < 1000; ++i) {
+      pairs += std::min(i, 250) + 1;
+    }
+    CHECK(windowed == doctest::Approx(4.0 * pairs * 64));
+  }
+}
+
+TEST_CASE("attention calls with bad feature values are refused naming the argument") {
+  Problem p = problem("B=1,H=2,S=100,D=64,causal=1,window=1,softcap=1,alibi=1");
+  AttentionCall call;
+  call.q = call.k = call.v = call.o = 256;
+  call.window_left = 16;
+  call.window_right = -1;
+  call.softcap = 30;
+  call.alibi_slopes = 512;
+  ArgPack ok;
+  CHECK_NOTHROW(attn().pack_call(config(k_fa2), p, call, ok));
+  auto refused = [&](AttentionCall c, const char* message) {
+    ArgPack args;
+    CHECK_THROWS_WITH_AS(attn().pack_call(config(k_fa2), p, c, args), doctest::Contains(message),
+                         Error);
+  };
+  AttentionCall c = call;
+  c.window_left = -2;
+  refused(c, "window_left must be -1 (unbounded) or a number of keys >= 0, not -2");
+  c = call;
+  c.window_right = -7;
+  refused(c, "window_right must be -1");
+  c = call;
+  c.softcap = -1;
+  refused(c, "softcap must be positive and finite (0: off)");
+  c = call;
+  c.softcap = std::nan("");
+  refused(c, "softcap must be positive and finite");
+  c = call;
+  c.alibi_slopes = 0;
+  refused(c, "alibi_slopes is NULL");
 }

@@ -111,9 +111,9 @@ int autotune_causal_conv1d_variant(autotune_runtime* rt, const autotune_causal_c
  * are indexed [batch, head, seq, dim] whatever their memory order: pass a
  * [B, S, H, D] tensor with its strides permuted. */
 typedef struct autotune_attention_args {
-  autotune_tensor q;   /* [B, Hq, Sq, D] fp16/bf16, D a multiple of 8 in 32..256 (the
-                          kernels build 64, 128, 256); batch/head/seq strides multiples
-                          of 8 elements, 16-byte aligned, contiguous last dimension */
+  autotune_tensor q;   /* [B, Hq, Sq, D] fp16/bf16, D a multiple of 8 in 32..256;
+                          batch/head/seq strides multiples of 8 elements, 16-byte
+                          aligned, contiguous last dimension */
   autotune_tensor k;   /* [B, Hkv, Sk, D], q's dtype */
   autotune_tensor v;   /* [B, Hkv, Sk, D], q's dtype */
   autotune_tensor o;   /* [B, Hq, Sq, D], q's dtype */
@@ -124,6 +124,19 @@ typedef struct autotune_attention_args {
      autotune_attention_workspace_size bytes; NULL/0 otherwise */
   void* workspace;
   uint64_t workspace_bytes;
+  /* The fields below came later; a zero-filled struct leaves every one of them off.
+     Together they are flash-attn 2's window_size, softcap and alibi_slopes. */
+  int32_t window;               /* 1: a sliding window bounds the keys each query sees: query i
+                                   sees key j iff i + Sk - Sq - window_left <= j <= i + Sk - Sq +
+                                   window_right (bounds of -1 are unbounded; causal makes the
+                                   right bound 0 whatever window_right says); 0: no window */
+  int32_t window_left;          /* window=1: keys before the diagonal, >= 0, or -1 */
+  int32_t window_right;         /* window=1: keys after the diagonal, >= 0, or -1 */
+  double softcap;               /* > 0: logits s = scale q.k become softcap * tanh(s / softcap);
+                                   0: off */
+  autotune_tensor alibi_slopes; /* fp32 [Hq] or [B, Hq] contiguous; optional: adds
+                                   -slope[b, h] * |i + Sk - Sq - j| to the logit of
+                                   query i and key j (after softcap) */
 } autotune_attention_args;
 
 int autotune_attention(autotune_runtime* rt, const autotune_attention_args* args, void* stream);

@@ -17,19 +17,58 @@ struct Dims {
   long long B, Hq, Hkv, Sq, Sk, D;
   bool causal, lse, bhsd;
   DType dtype;
+  bool window = false, softcap = false, alibi = false;
+  long long Dp = 0; // the head dim the portable kernel computes on (kernel.cuh)
 };
 
+// The head dim kernel.cuh computes on: D rounded up to whole k=16 MMA steps.
+long long padded_dim(long long D) {
+  return (D + 15) / 16 * 16;
+}
+
+// A feature flag of the problem: absent (problems made before it existed, and every
+// problem without the feature) is 0.
+bool feature(const Problem& p, const char* name) {
+  const int i = p.fields.index(name);
+  return i >= 0 && p.fields.integer(size_t(i)) != 0;
+}
+
 Dims dims(const Problem& p) {
-  return Dims{p.get_int("B"),
-              p.get_int("Hq"),
-              p.get_int("Hkv"),
-              p.get_int("Sq"),
-              p.get_int("Sk"),
-              p.get_int("D"),
-              p.get_int("causal") != 0,
-              p.get_int("lse") != 0,
-              p.get("layout") == "bhsd",
-              parse_dtype(p.get("dtype"), "dtype")};
+  Dims d{p.get_int("B"),
+         p.get_int("Hq"),
+         p.get_int("Hkv"),
+         p.get_int("Sq"),
+         p.get_int("Sk"),
+         p.get_int("D"),
+         p.get_int("causal") != 0,
+         p.get_int("lse") != 0,
+         p.get("layout") == "bhsd",
+         parse_dtype(p.get("dtype"), "dtype")};
+  d.window = feature(p, "window");
+  d.softcap = feature(p, "softcap");
+  d.alibi = feature(p, "alibi");
+  d.Dp = padded_dim(d.D);
+  return d;
+}
+
+// What the tuner runs a problem's features with (the call's values are not part of
+// the problem): a window of Sk/4 keys to the left and Sk/8 to the right (0 when
+// causal), softcap 5 (small enough that tanh bends the logits of its random inputs),
+// and ALiBi slopes drawn from [0.01, 0.1] per head.
+struct TuningFeatures {
+  int left = -1, right = -1;
+  double softcap = 0;
+};
+TuningFeatures tuning_features(const Dims& d) {
+  TuningFeatures f;
+  if (d.window) {
+    f.left = int((d.Sk + 3) / 4);
+    f.right = d.causal ? 0 : int((d.Sk + 7) / 8);
+  }
+  if (d.softcap) {
+    f.softcap = 5.0;
+  }
+  return f;
 }
 
 struct Params {
@@ -148,7 +187,7 @@ long long smem_bytes(const Params& p, const Dims& d) {
   if (p.wgmma) {
     return wgmma_smem_bytes(p, d);
   }
-  long long row = p.swizzle ? d.D : d.D + 8;
+  long long row = p.swizzle ? d.Dp : d.Dp + 8;
   return (p.block_m + 2LL * p.stages * p.block_n) * row * (long long)dtype_size(d.dtype);
 }
 
@@ -177,9 +216,9 @@ long long smem_limit(const std::string& arch) {
 // when kept) plus what addressing, softmax state and fragments in flight take.
 long long register_estimate(const Params& p, const Dims& d) {
   long long m_tiles = p.block_m / p.warps / 16;
-  long long regs = m_tiles * (d.D / 2 + p.block_n / 2) + 48;
+  long long regs = m_tiles * (d.Dp / 2 + p.block_n / 2) + 48;
   if (p.q_regs) {
-    regs += m_tiles * d.D / 4;
+    regs += m_tiles * d.Dp / 4;
   }
   return regs;
 }
@@ -212,6 +251,9 @@ Result<bool> check_wgmma(const Params& p, const Dims& d, const std::string& arch
   }
   if (p.splits != 1) {
     return fail("family=wgmma does not split the keys (splits=1)");
+  }
+  if (d.window || d.softcap || d.alibi) {
+    return fail("family=wgmma builds no sliding window, softcap or ALiBi (family=mma does)");
   }
   if (d.D != 64 && d.D != 128) {
     return fail("family=wgmma handles head dims 64 and 128, not " + std::to_string(d.D));
@@ -274,9 +316,9 @@ std::vector<std::string> AttentionOp::default_shapes() const {
 }
 
 Problem AttentionOp::make_problem(const Fields& shape) const {
-  const ShapeReader r(
-      shape, "attention",
-      {"B", "H", "Hq", "Hkv", "S", "Sq", "Sk", "D", "causal", "dtype", "lse", "layout"});
+  const ShapeReader r(shape, "attention",
+                      {"B", "H", "Hq", "Hkv", "S", "Sq", "Sk", "D", "causal", "dtype", "lse",
+                       "layout", "window", "softcap", "alibi"});
   // Hq and Sq/Sk may be given as H and S; a missing field is named by its own key.
   auto number = [&](const char* key, const char* alias, long long max) {
     if (alias && r.has(key) && r.has(alias) &&
@@ -292,8 +334,8 @@ Problem AttentionOp::make_problem(const Fields& shape) const {
   long long Sq = number("Sq", "S", 1 << 24);
   long long Sk = number("Sk", "S", 1 << 24);
   long long D = number("D", nullptr, 256);
-  if (D != 64 && D != 128 && D != 256) {
-    r.fail("head dim D=" + std::to_string(D) + " is not supported (64, 128 or 256)");
+  if (D < 32 || D % 8 != 0) {
+    r.fail("head dim D=" + std::to_string(D) + " is not supported (a multiple of 8 in 32..256)");
   }
   if (Hq % Hkv != 0) {
     r.fail("Hq=" + std::to_string(Hq) + " is not a multiple of Hkv=" + std::to_string(Hkv));
@@ -316,6 +358,15 @@ Problem AttentionOp::make_problem(const Fields& shape) const {
               {"Sk", std::to_string(Sk)},        {"D", std::to_string(D)},
               {"causal", r.flag("causal", "0")}, {"dtype", to_string(dtype)},
               {"lse", r.flag("lse", "0")},       {"layout", layout}};
+  // The features join the problem only when on, so that the key of a problem without
+  // them is what it was before they existed.
+  Fields f = p.fields.text();
+  for (const char* feature : {"window", "softcap", "alibi"}) {
+    if (r.flag(feature, "0") == "1") {
+      f.emplace_back(feature, "1");
+    }
+  }
+  p.fields = std::move(f);
   return p;
 }
 
@@ -338,9 +389,14 @@ Result<bool> AttentionOp::check(const Config& config, const Problem& problem,
   if (p.stages < 1 || p.stages > 3) {
     return fail("stages must be 1, 2 or 3");
   }
-  long long threads = 32LL * p.warps;
-  if ((p.block_n * d.D / 8) % threads != 0 || (p.block_m * d.D / 8) % threads != 0) {
-    return fail("tiles do not split evenly into 16-byte chunks per thread");
+  // kernel.cuh's loads: a power of two of chunk columns per row, the rows over the rest.
+  const long long chunks = d.Dp / 8;
+  const long long load_chunks = chunks <= 4 ? 4 : chunks <= 8 ? 8 : chunks <= 16 ? 16 : 32;
+  const long long row_step = 32LL * p.warps / load_chunks;
+  if (p.block_n % row_step != 0 || p.block_m % row_step != 0) {
+    return fail("tiles do not split evenly into 16-byte chunks per thread (block_m and block_n "
+                "must be multiples of " +
+                std::to_string(row_step) + " at D=" + std::to_string(d.D) + ")");
   }
   long long regs = register_estimate(p, d);
   if (regs > 255) {
@@ -399,17 +455,27 @@ std::vector<std::string> AttentionOp::defines(const Config& config, const Proble
             "-DAT_MIN_BLOCKS=" + std::to_string(wgmma_min_blocks(p, d)),
             std::string("-DAT_T=") + template_type(d.dtype)};
   }
-  return {"-DAT_BLOCK_M=" + std::to_string(p.block_m),
-          "-DAT_BLOCK_N=" + std::to_string(p.block_n),
-          "-DAT_WARPS=" + std::to_string(p.warps),
-          "-DAT_STAGES=" + std::to_string(p.stages),
-          std::string("-DAT_SWIZZLE=") + (p.swizzle ? "1" : "0"),
-          std::string("-DAT_Q_REGS=") + (p.q_regs ? "1" : "0"),
-          "-DAT_HEAD_DIM=" + std::to_string(d.D),
-          std::string("-DAT_CAUSAL=") + (d.causal ? "1" : "0"),
-          std::string("-DAT_LSE=") + (d.lse ? "1" : "0"),
-          "-DAT_SPLITS=" + std::to_string(p.splits),
-          std::string("-DAT_T=") + template_type(d.dtype)};
+  std::vector<std::string> out = {"-DAT_BLOCK_M=" + std::to_string(p.block_m),
+                                  "-DAT_BLOCK_N=" + std::to_string(p.block_n),
+                                  "-DAT_WARPS=" + std::to_string(p.warps),
+                                  "-DAT_STAGES=" + std::to_string(p.stages),
+                                  std::string("-DAT_SWIZZLE=") + (p.swizzle ? "1" : "0"),
+                                  std::string("-DAT_Q_REGS=") + (p.q_regs ? "1" : "0"),
+                                  "-DAT_HEAD_DIM=" + std::to_string(d.D),
+                                  std::string("-DAT_CAUSAL=") + (d.causal ? "1" : "0"),
+                                  std::string("-DAT_LSE=") + (d.lse ? "1" : "0"),
+                                  "-DAT_SPLITS=" + std::to_string(p.splits),
+                                  std::string("-DAT_T=") + template_type(d.dtype)};
+  // The features' flags only when on: a problem without them compiles what it did
+  // before they existed.
+  for (const auto& [on, define] :
+       {std::pair{d.window, "-DAT_WINDOW=1"}, std::pair{d.softcap, "-DAT_SOFTCAP=1"},
+        std::pair{d.alibi, "-DAT_ALIBI=1"}}) {
+    if (on) {
+      out.push_back(define);
+    }
+  }
+  return out;
 }
 
 LaunchGeometry AttentionOp::geometry(const Config& config, const Problem& problem) const {
@@ -450,6 +516,9 @@ std::vector<TensorSpec> AttentionOp::tensors(const Problem& problem) const {
     // For split-KV variants, zero-filled (the counters must start at zero).
     t.push_back({"workspace", DType::f32, tuner_workspace_bytes(d) / 4, false, 0.0f, 0.0f});
   }
+  if (d.alibi) {
+    t.push_back({"alibi_slopes", DType::f32, size_t(d.Hq), false, 0.01f, 0.1f});
+  }
   return t;
 }
 
@@ -485,13 +554,41 @@ struct AttnArgs {
   float scale_log2;
   CUdeviceptr ws_o, ws_lse, ws_count;
   int batch;
+  int window_left, window_right;
+  float softcap_scale, alibi_scale;
+  CUdeviceptr alibi_slopes;
+  long long alibi_batch_stride;
 };
+
+// Refuses feature values the problem's kernel cannot take: a bad window bound, a
+// softcap that is not positive, no slopes for an ALiBi problem.
+void check_features(const Dims& d, const AttentionCall& call) {
+  if (d.window) {
+    for (const auto& [value, name] : {std::pair{call.window_left, "window_left"},
+                                      std::pair{call.window_right, "window_right"}}) {
+      if (value < -1) {
+        throw Error(ErrorKind::usage, std::string("attention: ") + name +
+                                          " must be -1 (unbounded) "
+                                          "or a number of keys >= 0, not " +
+                                          std::to_string(value));
+      }
+    }
+  }
+  if (d.softcap && (!(call.softcap > 0) || !std::isfinite(call.softcap))) {
+    throw Error(ErrorKind::usage, "attention: softcap must be positive and finite (0: off), not " +
+                                      std::to_string(call.softcap));
+  }
+  if (d.alibi && !call.alibi_slopes) {
+    throw Error(ErrorKind::usage, "attention: the problem has alibi=1 but alibi_slopes is NULL");
+  }
+}
 
 AttnArgs attention_kernel_args(const Params& p, const Dims& d, const Config& config,
                                const AttentionCall& call) {
   if (!(call.scale >= 0) || !std::isfinite(call.scale)) {
     throw Error(ErrorKind::usage, "attention: scale must be positive and finite (0: 1/sqrt(D))");
   }
+  check_features(d, call);
   const size_t need = split_workspace_bytes(p, d);
   if (need > 0 && (!call.workspace || call.workspace_bytes < need || call.workspace % 16 != 0)) {
     throw Error(ErrorKind::usage, "attention: variant '" + format_fields(config) +
@@ -525,6 +622,25 @@ AttnArgs attention_kernel_args(const Params& p, const Dims& d, const Config& con
     a.ws_lse = a.ws_o + CUdeviceptr(p.splits * rows * d.D * 4);
   }
   a.batch = int(d.B);
+  // The softmax scale folded into scale_log2 by fill_output_and_sizes: softcap's tanh
+  // takes scale / softcap per score and the logits are softcap times it.
+  const double scale = call.scale > 0 ? call.scale : 1.0 / std::sqrt(double(d.D));
+  double logit_factor = scale;
+  a.window_left = a.window_right = -1;
+  if (d.window) {
+    a.window_left = call.window_left;
+    a.window_right = call.window_right;
+  }
+  if (d.softcap) {
+    a.softcap_scale = float(scale / call.softcap);
+    logit_factor = call.softcap;
+    a.scale_log2 = float(call.softcap * 1.4426950408889634);
+  }
+  if (d.alibi) {
+    a.alibi_slopes = call.alibi_slopes;
+    a.alibi_batch_stride = call.alibi_batch_stride;
+    a.alibi_scale = float(1.0 / logit_factor);
+  }
   return a;
 }
 
@@ -621,6 +737,10 @@ HopperArgs hopper_kernel_args(const Params& p, const Dims& d, const AttentionCal
   if (!(call.scale >= 0) || !std::isfinite(call.scale)) {
     throw Error(ErrorKind::usage, "attention: scale must be positive and finite (0: 1/sqrt(D))");
   }
+  if (d.window || d.softcap || d.alibi) {
+    throw Error(ErrorKind::config, "attention: family=wgmma builds no sliding window, softcap "
+                                   "or ALiBi (family=mma does)");
+  }
   HopperArgs a{};
   const TensorMap& q = maps.get(0, "q", call.q, d, d.Hq, d.Sq, call.q_batch_stride,
                                 call.q_head_stride, call.q_seq_stride, p.block_m);
@@ -671,6 +791,13 @@ struct AttentionPlan final : CallPlan {
     c.scale = a.scale <= 0 ? 0.0 : a.scale; // NaN stays NaN and is refused
     c.workspace = reinterpret_cast<CUdeviceptr>(a.workspace);
     c.workspace_bytes = size_t(a.workspace_bytes);
+    c.window_left = a.window_left;
+    c.window_right = a.window_right;
+    c.softcap = a.softcap;
+    c.alibi_slopes = device_ptr(a.alibi_slopes);
+    // [B, Hq] steps Hq floats per batch (contiguous); [Hq] serves every batch.
+    c.alibi_batch_stride =
+        a.alibi_slopes.ndim == 2 && a.alibi_slopes.shape[0] > 1 ? a.alibi_slopes.strides[0] : 0;
     if (params.wgmma) {
       std::lock_guard<std::mutex> lock(maps_mutex);
       HopperArgs k = hopper_kernel_args(params, dims, c, maps);
@@ -684,18 +811,22 @@ struct AttentionPlan final : CallPlan {
 };
 
 // The layout bucket of a call: Q's head stride above its sequence stride is the
-// [B, H, S, D] family. 9: the index of "layout" in args_desc()'s fields.
+// [B, H, S, D] family. And the softcap flag: whether the call gives one (a negative or
+// NaN softcap is on, and refused when the call is packed). 9, 11: the indices of
+// "layout" and "softcap" in args_desc()'s fields.
 constexpr size_t k_layout_field = 9;
+constexpr size_t k_softcap_field = 11;
 void derive_layout(const void* args, CallValues& values) {
   const auto& a = *static_cast<const autotune_attention_args*>(args);
   values[k_layout_field] = a.q.data && a.q.ndim == 4 && a.q.strides[1] > a.q.strides[2] ? 1 : 0;
+  values[k_softcap_field] = a.softcap != 0 ? 1 : 0;
 }
 
 } // namespace
 
 const ArgsDesc& AttentionOp::args_desc() const {
   using A = autotune_attention_args;
-  enum : int8_t { B, Hq, Hkv, Sq, Sk, D, causal, dtype, lse, layout };
+  enum : int8_t { B, Hq, Hkv, Sq, Sk, D, causal, dtype, lse, layout, window, softcap, alibi };
   // Rows move as 16-byte chunks (cp.async, vector stores): 8 elements of 16 bits.
   constexpr int chunk = 8;
   static const ArgsDesc desc{
@@ -710,7 +841,10 @@ const ArgsDesc& AttentionOp::args_desc() const {
        {"causal", FieldKind::flag},
        {"dtype", FieldKind::dtype},
        {"lse", FieldKind::flag},
-       {"layout", FieldKind::choice, 0, {"bshd", "bhsd"}}},
+       {"layout", FieldKind::choice, 0, {"bshd", "bhsd"}},
+       {"window", FieldKind::flag},
+       {"softcap", FieldKind::flag, 0},
+       {"alibi", FieldKind::flag}},
       {{"q",
         offsetof(A, q),
         {{B}, {Hq}, {Sq}, {D}},
@@ -747,13 +881,41 @@ const ArgsDesc& AttentionOp::args_desc() const {
         true,
         StrideRule::rows,
         chunk},
-       {"lse", offsetof(A, lse), {{B}, {Hq}, {Sq}}, -1, k_fp32, lse, true, StrideRule::contiguous}},
+       {"lse", offsetof(A, lse), {{B}, {Hq}, {Sq}}, -1, k_fp32, lse, true, StrideRule::contiguous},
+       // After the scalars in the struct (appended later); two forms.
+       {"alibi_slopes",
+        offsetof(A, alibi_slopes),
+        {{Hq}},
+        -1,
+        k_fp32,
+        alibi,
+        false,
+        StrideRule::contiguous,
+        1,
+        {},
+        "per head"},
+       {"alibi_slopes",
+        offsetof(A, alibi_slopes),
+        {{B}, {Hq}},
+        -1,
+        k_fp32,
+        alibi,
+        false,
+        StrideRule::contiguous,
+        1,
+        {},
+        "per batch and head"}},
       {{"causal", offsetof(A, causal), ScalarKind::i32, causal},
        {"scale", offsetof(A, scale), ScalarKind::f64},
        {"workspace", offsetof(A, workspace), ScalarKind::ptr},
-       {"workspace_bytes", offsetof(A, workspace_bytes), ScalarKind::u64}},
+       {"workspace_bytes", offsetof(A, workspace_bytes), ScalarKind::u64},
+       {"window", offsetof(A, window), ScalarKind::i32, window},
+       {"window_left", offsetof(A, window_left), ScalarKind::i32},
+       {"window_right", offsetof(A, window_right), ScalarKind::i32},
+       {"softcap", offsetof(A, softcap), ScalarKind::f64}},
       derive_layout};
-  static const bool layout_index_ok = desc.field("layout") == int(k_layout_field);
+  static const bool layout_index_ok =
+      desc.field("layout") == int(k_layout_field) && desc.field("softcap") == int(k_softcap_field);
   (void)layout_index_ok;
   return desc;
 }
@@ -787,10 +949,18 @@ void AttentionOp::pack(const Config& config, const Problem& problem,
   call.k = t.at(1);
   call.v = t.at(2);
   call.o = t.at(3);
-  call.lse = d.lse ? t.at(4) : 0;
+  size_t next = 4; // tensors() after q, k, v, o: lse, workspace, alibi_slopes when present
+  call.lse = d.lse ? t.at(next++) : 0;
   if (split_eligible(d)) {
-    call.workspace = t.at(d.lse ? 5 : 4);
+    call.workspace = t.at(next++);
     call.workspace_bytes = tuner_workspace_bytes(d);
+  }
+  const TuningFeatures f = tuning_features(d);
+  call.window_left = f.left;
+  call.window_right = f.right;
+  call.softcap = f.softcap;
+  if (d.alibi) {
+    call.alibi_slopes = t.at(next++);
   }
   Strides qs = contiguous_strides(problem, d.Hq, d.Sq);
   Strides ks = contiguous_strides(problem, d.Hkv, d.Sk);
@@ -840,6 +1010,13 @@ void AttentionOp::pack_reference(const Problem& problem, const std::vector<CUdev
     args.add(s.head);
     args.add(s.seq);
   }
+  const TuningFeatures f = tuning_features(d);
+  args.add(f.left);
+  args.add(f.right);
+  args.add(float(f.softcap));
+  size_t slopes = 4 + (d.lse ? 1 : 0) + (split_eligible(d) ? 1 : 0);
+  args.add(d.alibi ? t.at(slopes) : CUdeviceptr(0));
+  args.add(0LL); // the slopes' batch stride: [Hq]
 }
 
 double AttentionOp::tolerance(const Problem& problem) const {
@@ -860,7 +1037,17 @@ double AttentionOp::bytes(const Problem& problem) const {
 double AttentionOp::flops(const Problem& problem) const {
   Dims d = dims(problem);
   double pairs = double(d.Sq) * double(d.Sk);
-  if (d.causal) {
+  if (d.window) {
+    // Query i sees the keys of [i + Sk - Sq - left, i + Sk - Sq + right] in [0, Sk).
+    const TuningFeatures f = tuning_features(d);
+    const long long right = d.causal ? 0 : f.right;
+    pairs = 0;
+    for (long long i = 0; i < d.Sq; ++i) {
+      const long long lo = f.left < 0 ? 0 : std::max(0LL, i + d.Sk - d.Sq - f.left);
+      const long long hi = right < 0 ? d.Sk - 1 : std::min(d.Sk - 1, i + d.Sk - d.Sq + right);
+      pairs += double(std::max(0LL, hi - lo + 1));
+    }
+  } else if (d.causal) {
     if (d.Sq == d.Sk) {
       pairs /= 2; // the FlashAttention papers' convention
     } else {

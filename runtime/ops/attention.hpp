@@ -10,11 +10,29 @@
 // it 0. flash-attn 2 writes +inf there instead (flash_fwd_kernel.h, softmax.h);
 // flash-attn 3 writes -inf for a block of such rows and from its split-KV combine.
 //
-// Problem fields: B, Hq, Hkv, Sq, Sk, D, causal, dtype, lse, layout. The layout
-// ("bshd": [B, S, H, D], "bhsd": [B, H, S, D]) is the tuning bucket of the strides;
-// a runtime call may pass any strides with a contiguous last dimension. The softmax
-// scale is a call argument, not a problem field: it changes no instruction (the
-// tuner uses 1/sqrt(D)).
+// Features, as flash-attn 2 defines them (the logits of query i and key j are s_ij =
+// scale q_i.k_j before them):
+//   sliding window (left, right): query i sees key j iff i + Sk - Sq - left <= j <=
+//     i + Sk - Sq + right, a bound of -1 unbounded; causal is right = 0 (and makes the
+//     right bound 0 whatever the call says), so causal and a left bound combine. Rows
+//     that see no key follow the convention above.
+//   softcap c > 0: s_ij becomes c * tanh(s_ij / c).
+//   ALiBi, fp32 slopes [Hq] or [B, Hq]: s_ij -= slope[b, h] * |i + Sk - Sq - j|, after
+//     softcap. flash-attn 2 adds slope * j under causal instead, which gives the same
+//     O; its LSE is then larger by slope * (i + Sk - Sq). Ours is that of the logits
+//     defined here.
+//
+// Problem fields: B, Hq, Hkv, Sq, Sk, D (a multiple of 8 in 32..256), causal, dtype,
+// lse, layout, then window, softcap and alibi (0/1 each: whether the call has the
+// feature; each is in the problem, and its key, only when 1, so a problem without
+// them keeps the key it had before they existed). The layout ("bshd": [B, S, H, D],
+// "bhsd": [B, H, S, D]) is the tuning bucket of the strides; a runtime call may pass
+// any strides with a contiguous last dimension. The softmax scale, the window's
+// bounds, the softcap value and the slopes are call arguments, not problem fields:
+// they change no instruction. The tuner uses scale 1/sqrt(D), the window (Sk/4,
+// Sk/8) (right 0 when causal), softcap 5 and slopes [Hq] drawn from [0.01, 0.1]. The
+// Hopper family (family=wgmma) builds none of the features: problems with them tune
+// and run the portable family=mma.
 #pragma once
 
 #include "op.hpp"
@@ -30,6 +48,13 @@ struct AttentionCall {
   long long v_batch_stride = 0, v_head_stride = 0, v_seq_stride = 0;
   long long o_batch_stride = 0, o_head_stride = 0, o_seq_stride = 0;
   double scale = 0; // 0: 1/sqrt(D)
+  // Problems with window=1: the bounds, keys before and after each query's diagonal
+  // (-1: unbounded; causal makes the right one 0).
+  int window_left = -1, window_right = -1;
+  double softcap = 0; // problems with softcap=1: > 0
+  // Problems with alibi=1: fp32 slopes, [B, Hq] (batch stride Hq) or [Hq] (stride 0).
+  CUdeviceptr alibi_slopes = 0;
+  long long alibi_batch_stride = 0;
   // Split-KV variants only: zero-filled before the first call (each call leaves it
   // zero-filled where the counters live); AttentionOp::workspace_bytes says how much.
   CUdeviceptr workspace = 0;

@@ -355,17 +355,25 @@ Fields call_fields(const ArgsDesc& desc, const BoundCall& call) {
 }
 
 std::string describe_args(const ArgsDesc& desc) {
-  std::string s;
+  // In struct order: a tensor appended to a struct later follows its scalars.
+  std::vector<std::pair<size_t, std::string>> lines;
   size_t last_offset = SIZE_MAX;
   for (const TensorRule& r : desc.tensors) {
     if (r.offset != last_offset) {
-      s += std::string(r.name) + " tensor " + std::to_string(r.offset) + "\n";
+      lines.emplace_back(r.offset, std::string(r.name) + " tensor " + std::to_string(r.offset));
       last_offset = r.offset;
     }
   }
   for (const ScalarRule& sc : desc.scalars) {
     static const char* const kinds[] = {"i32", "f64", "ptr", "u64"};
-    s += std::string(sc.name) + " " + kinds[int(sc.kind)] + " " + std::to_string(sc.offset) + "\n";
+    lines.emplace_back(sc.offset, std::string(sc.name) + " " + kinds[int(sc.kind)] + " " +
+                                      std::to_string(sc.offset));
+  }
+  std::stable_sort(lines.begin(), lines.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::string s;
+  for (const auto& line : lines) {
+    s += line.second + "\n";
   }
   s += "size " + std::to_string(desc.size) + "\nrules\n";
   for (const TensorRule& r : desc.tensors) {

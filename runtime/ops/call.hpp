@@ -99,7 +99,7 @@ struct ArgsDesc {
   size_t size; // sizeof the C args struct
   std::vector<FieldDesc> fields;
   std::vector<TensorRule> tensors; // in struct order
-  std::vector<ScalarRule> scalars; // in struct order, after the tensors
+  std::vector<ScalarRule> scalars; // in struct order (a tensor appended later may follow them)
   // Fields that depend on strides (attention's layout bucket), set after binding.
   void (*derive)(const void* args, CallValues& values) = nullptr;
 

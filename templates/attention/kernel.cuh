@@ -1,10 +1,17 @@
 // Attention forward (FlashAttention-2 structure, sm_80 and newer):
-//   O = softmax(scale * Q K^T + mask) V,  LSE = log sum_j exp(scale * q.k_j)  (optional)
-// The causal mask is bottom-right aligned (FlashAttention's convention): query i sees
-// keys j <= i + Sk - Sq, so with Sq > Sk the rows i < Sq - Sk see no key. Such a row
-// gets O = 0, as flash-attn defines it, and LSE = -inf, the log of its empty sum (a
-// log-sum-exp merge with other key ranges then weighs it 0); flash-attn 2 writes +inf
-// there. A query block none of whose rows sees a key writes that and loads nothing.
+//   O = softmax(s + mask) V,  LSE = log sum_j exp(s_j)  (optional), with the logits
+//   s_ij = scale * q_i.k_j                                   (plain), or
+//   s_ij = softcap * tanh(scale * q_i.k_j / softcap)         (AT_SOFTCAP), then
+//   s_ij -= slope_h * |i + Sk - Sq - j|                      (AT_ALIBI),
+// as flash-attn defines them. The causal mask is bottom-right aligned (FlashAttention's
+// convention): query i sees keys j <= i + Sk - Sq. A sliding window (AT_WINDOW, left
+// and right bounds at run time, -1 unbounded) keeps keys i + Sk - Sq - left <= j <=
+// i + Sk - Sq + right; causal is the right bound 0. A row that sees no key (causal or
+// a right bound with Sq > Sk) gets O = 0, as flash-attn defines it, and LSE = -inf,
+// the log of its empty sum (a log-sum-exp merge with other key ranges then weighs it
+// 0); flash-attn 2 writes +inf there. A query block none of whose rows sees a key
+// writes that and loads nothing; key tiles outside every row's window are never
+// visited, and only tiles that cross a bound are masked.
 //
 // One block owns k_block_m query rows of one (batch, head); each warp owns
 // k_block_m / k_warps of them (one or two 16-row MMA tiles). K and V tiles of
@@ -38,7 +45,11 @@
 //                (normalized, fp32) and LSE to the caller's workspace; the last of
 //                them to finish (a counter per query block, which it returns to
 //                zero) merges the splits into O and LSE.
-//   AT_HEAD_DIM  64, 128 or 256; AT_CAUSAL, AT_LSE: 0/1; AT_T: at_bf16 or at_f16.
+//   AT_HEAD_DIM  D, any multiple of 8 in 32..256. The kernel computes on D rounded up
+//                to a multiple of 16 (whole k=16 MMA steps): loads zero-fill the
+//                columns from D on and stores skip them, so the numbers are those of
+//                the unpadded product. D = 64, 128, 256 pad nothing.
+//   AT_CAUSAL, AT_LSE, AT_WINDOW, AT_SOFTCAP, AT_ALIBI: 0/1; AT_T: at_bf16 or at_f16.
 #include "attention/mma.cuh"
 #include "common/numeric.cuh"
 
@@ -57,7 +68,18 @@
 
 typedef AT_T elem_t;
 
-constexpr int k_head_dim = AT_HEAD_DIM;
+#ifndef AT_WINDOW
+#define AT_WINDOW 0
+#endif
+#ifndef AT_SOFTCAP
+#define AT_SOFTCAP 0
+#endif
+#ifndef AT_ALIBI
+#define AT_ALIBI 0
+#endif
+
+constexpr int k_dim = AT_HEAD_DIM;                 // the tensors' head dim D
+constexpr int k_head_dim = (k_dim + 15) / 16 * 16; // the head dim computed on
 constexpr int k_block_m = AT_BLOCK_M;
 constexpr int k_block_n = AT_BLOCK_N;
 constexpr int k_warps = AT_WARPS;
@@ -66,6 +88,9 @@ constexpr bool k_swizzle = AT_SWIZZLE != 0;
 constexpr bool k_q_in_regs = AT_Q_REGS != 0;
 constexpr bool k_causal = AT_CAUSAL != 0;
 constexpr bool k_lse = AT_LSE != 0;
+constexpr bool k_window = AT_WINDOW != 0;
+constexpr bool k_softcap = AT_SOFTCAP != 0;
+constexpr bool k_alibi = AT_ALIBI != 0;
 #ifndef AT_SPLITS
 #define AT_SPLITS 1
 #endif
@@ -78,6 +103,13 @@ constexpr int k_n_tiles = k_block_n / 8;      // 8-key MMA tiles per key tile
 constexpr int k_d_tiles = k_head_dim / 8;     // 8-column MMA tiles of O
 constexpr int k_k_steps = k_head_dim / 16;    // k=16 steps of Q K^T
 constexpr int k_chunks = k_head_dim / 8;      // 16-byte chunks per row
+constexpr int k_valid_chunks = k_dim / 8;     // ... of them holding the tensors' columns
+// Loads give each thread one chunk column: a power of two of them per row, so that the
+// threads split evenly; those past k_chunks load nothing.
+constexpr int k_load_chunks = k_chunks <= 4 ? 4 : k_chunks <= 8 ? 8 : k_chunks <= 16 ? 16 : 32;
+// The XOR swizzle permutes chunks within aligned groups of this many (8, or the largest
+// power of two dividing k_chunks when that is less, so a row's chunks stay its own).
+constexpr int k_swizzle_group = (k_chunks & -k_chunks) < 8 ? (k_chunks & -k_chunks) : 8;
 constexpr int k_row_elems = k_swizzle ? k_head_dim : k_head_dim + 8;
 constexpr int k_kv_tile_elems = k_block_n * k_row_elems;
 // How far (log2 units) a row's scores may rise above its reference max before O is
@@ -86,11 +118,12 @@ constexpr float k_rescale_log2 = 8.0f;
 
 static_assert(k_warp_m % 16 == 0 && k_warp_m <= 64, "each warp owns 16, 32, 48 or 64 query rows");
 static_assert(k_block_n % 16 == 0, "key tiles are whole k=16 steps of P V");
-static_assert(k_head_dim % 16 == 0 && k_head_dim <= 256, "head dim");
+static_assert(k_dim % 8 == 0 && k_dim >= 32 && k_dim <= 256, "head dim");
 static_assert(k_stages >= 1 && k_stages <= 3, "pipeline stages");
 static_assert(k_splits >= 1 && k_splits <= 16, "key splits");
-static_assert(k_threads % k_chunks == 0, "each thread loads one chunk column");
-static_assert(k_block_n % (k_threads / k_chunks) == 0 && k_block_m % (k_threads / k_chunks) == 0,
+static_assert(k_threads % k_load_chunks == 0, "each thread loads one chunk column");
+static_assert(k_block_n % (k_threads / k_load_chunks) == 0 &&
+                  k_block_m % (k_threads / k_load_chunks) == 0,
               "tiles split evenly over threads");
 
 struct AttnArgs {
@@ -107,7 +140,9 @@ struct AttnArgs {
   int heads_kv;
   int seq_q;
   int seq_k;
-  float scale_log2; // softmax scale * log2(e)
+  // log2(e) times the factor from the accumulated scores to the logits: the softmax
+  // scale, or softcap with AT_SOFTCAP (the scores are then tanh(scale * q.k / softcap)).
+  float scale_log2;
   // AT_SPLITS > 1: the workspace (runtime/ops/attention.cpp lays it out): arrival
   // counters, one per (batch, head, query block), zero before the first launch and
   // left zero by every launch; partial O [splits][B][Hq][Sq][D] and LSE
@@ -116,6 +151,15 @@ struct AttnArgs {
   float* ws_lse;
   unsigned* ws_count;
   int batch;
+  // AT_WINDOW: the window's bounds, -1 unbounded (the right one is 0 under AT_CAUSAL,
+  // whatever this says).
+  int window_left, window_right;
+  float softcap_scale; // AT_SOFTCAP: scale / softcap
+  // AT_ALIBI: slopes[batch * alibi_batch_stride + head] times alibi_scale (1 / the
+  // factor of scale_log2) is the slope in units of the accumulated scores.
+  float alibi_scale;
+  const float* alibi_slopes;
+  long long alibi_batch_stride;
 };
 
 // Element offset of 16-byte chunk `chunk` of row `row` in a shared-memory tile.
@@ -123,22 +167,27 @@ __device__ __forceinline__ int tile_offset(int row, int chunk) {
   if (k_swizzle) {
     // ldmatrix reads one chunk column of 8 consecutive rows: XOR with row % 8 puts
     // those 8 chunks in 8 different 4-bank groups.
-    return row * k_head_dim + ((chunk ^ (row & 7)) << 3);
+    return row * k_head_dim + ((chunk ^ (row & (k_swizzle_group - 1))) << 3);
   }
   return row * k_row_elems + (chunk << 3);
 }
 
 // ROWS x head_dim elements from global (row stride in elements) into a tile, as
-// cp.async 16-byte chunks; rows at or past rows_valid are zero-filled. Each thread
-// keeps one chunk column and steps down the rows, so its addresses are one base
-// plus multiples of a stride (few registers live across the main loop).
+// cp.async 16-byte chunks; rows at or past rows_valid and the padding columns from D
+// on are zero-filled. Each thread keeps one chunk column and steps down the rows, so
+// its addresses are one base plus multiples of a stride (few registers live across
+// the main loop).
 template <int ROWS>
 __device__ __forceinline__ void load_tile(unsigned tile, const elem_t* src, long long row_stride,
                                           int rows_valid) {
-  constexpr int k_row_step = k_threads / k_chunks;
+  constexpr int k_row_step = k_threads / k_load_chunks;
   constexpr int k_per_thread = ROWS / k_row_step;
-  const int chunk = static_cast<int>(threadIdx.x) % k_chunks;
-  const int row0 = static_cast<int>(threadIdx.x) / k_chunks;
+  const int chunk = static_cast<int>(threadIdx.x) % k_load_chunks;
+  const int row0 = static_cast<int>(threadIdx.x) / k_load_chunks;
+  if (k_load_chunks != k_chunks && chunk >= k_chunks) {
+    return; // no such column in the tile
+  }
+  const bool column_valid = k_valid_chunks == k_chunks || chunk < k_valid_chunks;
   const elem_t* p = src + row0 * row_stride + chunk * 8;
   const long long step = k_row_step * row_stride;
 #pragma unroll
@@ -146,7 +195,7 @@ __device__ __forceinline__ void load_tile(unsigned tile, const elem_t* src, long
     const int row = row0 + i * k_row_step;
     // A zero-filled chunk reads nothing, so p may point past the tensor there.
     cp_async_16(tile + tile_offset(row, chunk) * static_cast<int>(sizeof(elem_t)), p,
-                row < rows_valid);
+                column_valid && row < rows_valid);
     p += step;
   }
 }
@@ -174,18 +223,18 @@ __device__ __forceinline__ float row_lse(float row_max, float sum, float scale_l
                     : at_neg_inf();
 }
 
-// O = 0 and LSE = -inf for every row of a query block that sees no key (causal, Sq >
-// Sk), stored directly: 16-byte chunks of zeros, whole rows over the block's threads.
+// O = 0 and LSE = -inf for every row of a query block that sees no key (a right bound
+// with Sq > Sk), stored directly: 16-byte chunks of zeros, whole rows over the block's threads.
 // The loops stay rolled: unrolled, this cold path changed how ptxas allocates the
 // registers of the whole kernel (bench/notes/attention.md).
 __device__ __forceinline__ void store_rows_without_keys(const AttnArgs& args, int batch, int head,
                                                         int m0) {
   elem_t* o_g = args.o + batch * args.o_batch_stride + head * args.o_head_stride;
 #pragma unroll 1
-  for (int i = static_cast<int>(threadIdx.x); i < k_block_m * k_chunks; i += k_threads) {
-    const int row = m0 + i / k_chunks;
+  for (int i = static_cast<int>(threadIdx.x); i < k_block_m * k_valid_chunks; i += k_threads) {
+    const int row = m0 + i / k_valid_chunks;
     if (row < args.seq_q) {
-      *reinterpret_cast<uint4*>(o_g + row * args.o_seq_stride + (i % k_chunks) * 8) =
+      *reinterpret_cast<uint4*>(o_g + row * args.o_seq_stride + (i % k_valid_chunks) * 8) =
           make_uint4(0u, 0u, 0u, 0u);
     }
   }
@@ -221,9 +270,9 @@ store_split_and_merge(const AttnArgs& args, const float (&o)[k_m_tiles][k_d_tile
       const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
       const int row = m0 + warp_row0 + mt * 16 + g + h * 8;
       if (row < args.seq_q) {
-        float* dst = args.ws_o + (split * rows + bh_row + row) * k_head_dim;
+        float* dst = args.ws_o + (split * rows + bh_row + row) * k_dim;
 #pragma unroll
-        for (int dt = 0; dt < k_d_tiles; ++dt) {
+        for (int dt = 0; dt < k_valid_chunks; ++dt) {
           *reinterpret_cast<float2*>(dst + dt * 8 + 2 * t) =
               make_float2(o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv);
         }
@@ -251,8 +300,8 @@ store_split_and_merge(const AttnArgs& args, const float (&o)[k_m_tiles][k_d_tile
     return;
   }
   __threadfence(); // see the other splits' partials
-  // One warp per row at a time; lanes over the head dim (2 or more columns each).
-  constexpr int k_cols = k_head_dim / 32;
+  // One warp per row at a time; lanes over the head dim (one or more columns each).
+  constexpr int k_cols = (k_dim + 31) / 32;
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   elem_t* o_g = args.o + batch * args.o_batch_stride + head * args.o_head_stride;
@@ -278,17 +327,21 @@ store_split_and_merge(const AttnArgs& args, const float (&o)[k_m_tiles][k_d_tile
     for (int s = 0; s < k_splits; ++s) {
       const float w = lse_max == at_neg_inf() ? 0.0f : at_exp(lse_s[s] - lse_max);
       wsum += w;
-      const float* src = args.ws_o + (s * rows + bh_row + row) * k_head_dim;
+      const float* src = args.ws_o + (s * rows + bh_row + row) * k_dim;
 #pragma unroll
       for (int c = 0; c < k_cols; ++c) {
-        acc[c] = fmaf(w, __ldcg(src + c * 32 + lane), acc[c]);
+        if (k_dim % 32 == 0 || c * 32 + lane < k_dim) {
+          acc[c] = fmaf(w, __ldcg(src + c * 32 + lane), acc[c]);
+        }
       }
     }
     const float inv = wsum > 0.0f ? 1.0f / wsum : 0.0f;
     elem_t* dst = o_g + row * args.o_seq_stride;
 #pragma unroll
     for (int c = 0; c < k_cols; ++c) {
-      dst[c * 32 + lane] = at_from_float<elem_t>(acc[c] * inv);
+      if (k_dim % 32 == 0 || c * 32 + lane < k_dim) {
+        dst[c * 32 + lane] = at_from_float<elem_t>(acc[c] * inv);
+      }
     }
     if (k_lse && lane == 0) {
       args.lse[bh_row + row] =
@@ -321,25 +374,42 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
   const int g = lane >> 2; // row within an 8-row group of an MMA fragment
   const int t = lane & 3;  // column pair within an MMA fragment
   const int m0 = m_block * k_block_m;
-  const int diag = args.seq_k - args.seq_q; // query i sees keys j <= i + diag when causal
+  const int diag = args.seq_k - args.seq_q; // query i's diagonal key is i + diag
+  // The window around it: keys [i + diag - left, i + diag + right]; -1 is unbounded.
+  const int right = k_causal ? 0 : (k_window ? args.window_right : -1);
+  const int left = k_window ? args.window_left : -1;
 
-  int n_total = (args.seq_k + k_block_n - 1) / k_block_n;
-  if (k_causal) {
-    const int last_key = m0 + k_block_m - 1 + diag; // the last key any row here sees
-    if (last_key < 0) {
-      // Sq > Sk and no row of this block sees a key: no key loop, no workspace, no
-      // arrival counter (with key splits, split 0 alone writes the rows).
-      if (split == 0) {
-        store_rows_without_keys(args, batch, head, m0);
+  int n_end = (args.seq_k + k_block_n - 1) / k_block_n; // key tiles [n_start, n_end)
+  int n_start = 0;
+  if (k_causal || k_window) {
+    if (right >= 0) {
+      const int last_key = m0 + k_block_m - 1 + diag + right; // the last key any row sees
+      if (last_key < 0) {
+        // Sq > Sk and no row of this block sees a key: no key loop, no workspace, no
+        // arrival counter (with key splits, split 0 alone writes the rows).
+        if (split == 0) {
+          store_rows_without_keys(args, batch, head, m0);
+        }
+        return;
       }
-      return;
+      n_end = min(n_end, last_key / k_block_n + 1);
     }
-    n_total = min(n_total, last_key / k_block_n + 1);
+    if (left >= 0) {
+      // The first key any row sees; at most Sk - 1 (m0 < Sq) and at most the last one
+      // (left, right >= 0), so the range is never empty.
+      const int first_key = m0 + diag - left;
+      n_start = first_key > 0 ? first_key / k_block_n : 0;
+    }
   }
   // This split's key tiles: [n_first, n_first + n_blocks), visited last to first.
-  const int per_split = (n_total + k_splits - 1) / k_splits;
-  const int n_first = min(n_total, split * per_split);
-  const int n_blocks = min(n_total, n_first + per_split) - n_first;
+  const int n_range = n_end - n_start;
+  const int per_split = (n_range + k_splits - 1) / k_splits;
+  const int n_first = n_start + min(n_range, split * per_split);
+  const int n_blocks = min(n_range, n_first - n_start + per_split) - (n_first - n_start);
+  float alibi_slope = 0.0f; // in units of the accumulated scores
+  if (k_alibi) {
+    alibi_slope = args.alibi_slopes[batch * args.alibi_batch_stride + head] * args.alibi_scale;
+  }
 
   const elem_t* q_g =
       args.q + batch * args.q_batch_stride + head * args.q_head_stride + m0 * args.q_seq_stride;
@@ -471,9 +541,34 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
       }
     }
 
-    // Keys past the end, and (causal) keys after each row's diagonal.
+    // Softcap, then ALiBi, on the accumulated scores (flash-attn's order): the logits
+    // are scale_log2 / log2(e) times what s holds after this.
+    if (k_softcap || k_alibi) {
+#pragma unroll
+      for (int mt = 0; mt < k_m_tiles; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < k_n_tiles; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            if (k_softcap) {
+              s[mt][nt][e] = at_tanh_approx(s[mt][nt][e] * args.softcap_scale);
+            }
+            if (k_alibi) {
+              const int row = m0 + warp_row0 + mt * 16 + g + (e >> 1) * 8;
+              const int col = n0 + nt * 8 + 2 * t + (e & 1);
+              s[mt][nt][e] -= alibi_slope * static_cast<float>(abs(row + diag - col));
+            }
+          }
+        }
+      }
+    }
+
+    // Keys past the end, and keys outside each row's window (causal: after its
+    // diagonal). Only tiles that cross a bound pay for the mask.
     const bool need_mask =
-        n0 + k_block_n > args.seq_k || (k_causal && n0 + k_block_n - 1 > m0 + diag);
+        n0 + k_block_n > args.seq_k ||
+        ((k_causal || k_window) && right >= 0 && n0 + k_block_n - 1 > m0 + diag + right) ||
+        (k_window && left >= 0 && n0 < m0 + k_block_m - 1 + diag - left);
     if (need_mask) {
 #pragma unroll
       for (int mt = 0; mt < k_m_tiles; ++mt) {
@@ -483,7 +578,9 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
           for (int e = 0; e < 4; ++e) {
             const int row = m0 + warp_row0 + mt * 16 + g + (e >> 1) * 8;
             const int col = n0 + nt * 8 + 2 * t + (e & 1);
-            if (col >= args.seq_k || (k_causal && col > row + diag)) {
+            if (col >= args.seq_k ||
+                ((k_causal || k_window) && right >= 0 && col > row + diag + right) ||
+                (k_window && left >= 0 && col < row + diag - left)) {
               s[mt][nt][e] = at_neg_inf();
             }
           }
@@ -628,9 +725,9 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
   __syncwarp();
   elem_t* o_g = args.o + batch * args.o_batch_stride + head * args.o_head_stride;
 #pragma unroll
-  for (int i = lane; i < k_warp_m * k_chunks; i += 32) {
-    const int local_row = warp_row0 + i / k_chunks;
-    const int chunk = i % k_chunks;
+  for (int i = lane; i < k_warp_m * k_valid_chunks; i += 32) {
+    const int local_row = warp_row0 + i / k_valid_chunks;
+    const int chunk = i % k_valid_chunks;
     const int row = m0 + local_row;
     if (row < args.seq_q) {
       *reinterpret_cast<uint4*>(o_g + row * args.o_seq_stride + chunk * 8) =

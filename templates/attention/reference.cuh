@@ -3,8 +3,11 @@
 // as they are. Written as fp32 in the output's own layout, LSE as [B, Hq, Sq].
 // Deliberately simple: it shares no code with kernel.cuh (only the common types,
 // conversions and -inf), so a bug there cannot hide in both. The causal mask is
-// bottom-right aligned (query i sees keys j <= i + Sk - Sq); a row that sees no key
-// (causal, Sq > Sk, i < Sq - Sk) gives O = 0 and LSE = -inf, the op's definition.
+// bottom-right aligned (query i sees keys j <= i + Sk - Sq); a window keeps keys
+// i + Sk - Sq - left <= j <= i + Sk - Sq + right (-1: unbounded; causal: right 0); a
+// row that sees no key gives O = 0 and LSE = -inf, the op's definition. softcap > 0
+// turns the logit x into softcap * tanh(x / softcap); alibi (slopes non-null) then
+// subtracts slope * |i + Sk - Sq - j|. Any head dim up to 256 (lanes past it idle).
 #include "common/numeric.cuh"
 
 constexpr int k_ref_max_dim = 256;
@@ -15,9 +18,10 @@ constexpr int k_ref_warps = 8; // query rows per block
       const T* q, const T* k, const T* v, float* o, float* lse, int batch, int heads_q,            \
       int heads_kv, int seq_q, int seq_k, int dim, int causal, float scale, long long qbs,         \
       long long qhs, long long qss, long long kbs, long long khs, long long kss, long long vbs,    \
-      long long vhs, long long vss, long long obs, long long ohs, long long oss) {                 \
+      long long vhs, long long vss, long long obs, long long ohs, long long oss, int left,         \
+      int right, float softcap, const float* slopes, long long slope_bs) {                         \
     const int lane = threadIdx.x % 32;                                                             \
-    const int per = dim / 32;                                                                      \
+    const int per = (dim + 31) / 32;                                                               \
     const long long rows = static_cast<long long>(batch) * heads_q * seq_q;                        \
     for (long long r = static_cast<long long>(blockIdx.x) * k_ref_warps + threadIdx.x / 32;        \
          r < rows; r += static_cast<long long>(gridDim.x) * k_ref_warps) {                         \
@@ -28,37 +32,55 @@ constexpr int k_ref_warps = 8; // query rows per block
       float qv[k_ref_max_dim / 32];                                                                \
       float acc[k_ref_max_dim / 32];                                                               \
       for (int e = 0; e < per; ++e) {                                                              \
-        qv[e] = at_to_float(q[b * qbs + h * qhs + i * qss + lane + 32 * e]);                       \
+        const int c = lane + 32 * e;                                                               \
+        qv[e] = c < dim ? at_to_float(q[b * qbs + h * qhs + i * qss + c]) : 0.0f;                  \
         acc[e] = 0.0f;                                                                             \
       }                                                                                            \
+      const int diag = i + seq_k - seq_q;                                                          \
+      int first = 0;                                                                               \
       int last = seq_k - 1;                                                                        \
       if (causal) {                                                                                \
-        last = min(last, i + seq_k - seq_q);                                                       \
+        right = 0;                                                                                 \
       }                                                                                            \
+      if (right >= 0) {                                                                            \
+        last = min(last, diag + right);                                                            \
+      }                                                                                            \
+      if (left >= 0) {                                                                             \
+        first = max(first, diag - left);                                                           \
+      }                                                                                            \
+      const float slope = slopes ? slopes[b * slope_bs + h] : 0.0f;                                \
       float m = at_neg_inf();                                                                      \
       float l = 0.0f;                                                                              \
-      for (int j = 0; j <= last; ++j) {                                                            \
+      for (int j = first; j <= last; ++j) {                                                        \
         const T* kr = k + b * kbs + hk * khs + j * kss;                                            \
         float dot = 0.0f;                                                                          \
         for (int e = 0; e < per; ++e) {                                                            \
-          dot = fmaf(qv[e], at_to_float(kr[lane + 32 * e]), dot);                                  \
+          const int c = lane + 32 * e;                                                             \
+          dot = fmaf(qv[e], c < dim ? at_to_float(kr[c]) : 0.0f, dot);                             \
         }                                                                                          \
         for (int s = 16; s > 0; s /= 2) {                                                          \
           dot += __shfl_xor_sync(0xffffffffu, dot, s);                                             \
         }                                                                                          \
-        const float x = dot * scale;                                                               \
+        float x = dot * scale;                                                                     \
+        if (softcap > 0.0f) {                                                                      \
+          x = softcap * tanhf(x / softcap);                                                        \
+        }                                                                                          \
+        x -= slope * fabsf(static_cast<float>(diag - j));                                          \
         const float m_new = fmaxf(m, x);                                                           \
         const float corr = m == at_neg_inf() ? 0.0f : expf(m - m_new);                             \
         const float p = expf(x - m_new);                                                           \
         l = l * corr + p;                                                                          \
         const T* vr = v + b * vbs + hk * vhs + j * vss;                                            \
         for (int e = 0; e < per; ++e) {                                                            \
-          acc[e] = fmaf(p, at_to_float(vr[lane + 32 * e]), acc[e] * corr);                         \
+          const int c = lane + 32 * e;                                                             \
+          acc[e] = fmaf(p, c < dim ? at_to_float(vr[c]) : 0.0f, acc[e] * corr);                    \
         }                                                                                          \
         m = m_new;                                                                                 \
       }                                                                                            \
       for (int e = 0; e < per; ++e) {                                                              \
-        o[b * obs + h * ohs + i * oss + lane + 32 * e] = l > 0.0f ? acc[e] / l : 0.0f;             \
+        if (lane + 32 * e < dim) {                                                                 \
+          o[b * obs + h * ohs + i * oss + lane + 32 * e] = l > 0.0f ? acc[e] / l : 0.0f;           \
+        }                                                                                          \
       }                                                                                            \
       if (lse && lane == 0) {                                                                      \
         lse[r] = l > 0.0f ? m + logf(l) : at_neg_inf();                                            \
