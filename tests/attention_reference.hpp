@@ -21,13 +21,26 @@ struct Reference {
   std::vector<double> o, lse;
 };
 
+// flash-attn 2's features (runtime/ops/attention.hpp defines them): a sliding window
+// (bounds -1: unbounded; causal makes the right one 0), softcap (0: off), ALiBi slopes
+// (null: none) indexed [b * slope_batch_stride + h].
+struct Features {
+  int left = -1, right = -1;
+  double softcap = 0;
+  const std::vector<float>* slopes = nullptr;
+  long long slope_batch_stride = 0;
+};
+
 // O and LSE in float64 from the stored inputs. Causal masks are bottom-right aligned
-// (query i sees keys j <= i + Sk - Sq); a row that sees no key (i < Sq - Sk) has O = 0,
-// as flash-attn's tests define it, and LSE = -inf, the log of an empty sum (the op's
-// documented value).
+// (query i sees keys j <= i + Sk - Sq), and so is a window; a row that sees no key
+// (causal: i < Sq - Sk) has O = 0, as flash-attn's tests define it, and LSE = -inf,
+// the log of an empty sum (the op's documented value). The logit of query i and key
+// j is scale * q.k, then softcap * tanh(logit / softcap), then minus
+// slope * |i + Sk - Sq - j|.
 inline Reference attention_reference(const HostTensor& q, const HostTensor& k, const HostTensor& v,
                                      Layout qs, Layout ks, Layout vs, int B, int Hq, int Hkv,
-                                     int Sq, int Sk, int D, bool causal, double scale) {
+                                     int Sq, int Sk, int D, bool causal, double scale,
+                                     const Features& f = {}) {
   Reference r;
   r.o.assign(size_t(B) * Hq * Sq * D, 0.0);
   r.lse.assign(size_t(B) * Hq * Sq, -std::numeric_limits<double>::infinity());
@@ -35,28 +48,38 @@ inline Reference attention_reference(const HostTensor& q, const HostTensor& k, c
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < Hq; ++h) {
       int hk = h / (Hq / Hkv);
+      const double slope =
+          f.slopes ? double((*f.slopes)[size_t(b * f.slope_batch_stride + h)]) : 0.0;
       for (int i = 0; i < Sq; ++i) {
-        int last = causal ? std::min(Sk - 1, i + Sk - Sq) : Sk - 1;
-        if (last < 0) {
+        const int diag = i + Sk - Sq;
+        const int right = causal ? 0 : f.right;
+        const int last = right >= 0 ? std::min(Sk - 1, diag + right) : Sk - 1;
+        const int first = f.left >= 0 ? std::max(0, diag - f.left) : 0;
+        if (last < first) {
           continue;
         }
         double mx = -1e300;
-        for (int j = 0; j <= last; ++j) {
+        for (int j = first; j <= last; ++j) {
           double dot = 0;
           for (int d = 0; d < D; ++d) {
             dot += double(q.get(size_t(b * qs.batch + h * qs.head + i * qs.seq + d))) *
                    double(k.get(size_t(b * ks.batch + hk * ks.head + j * ks.seq + d)));
           }
-          s[size_t(j)] = dot * scale;
+          double x = dot * scale;
+          if (f.softcap > 0) {
+            x = f.softcap * std::tanh(x / f.softcap);
+          }
+          x -= slope * std::abs(double(diag - j));
+          s[size_t(j)] = x;
           mx = std::max(mx, s[size_t(j)]);
         }
         double sum = 0;
-        for (int j = 0; j <= last; ++j) {
+        for (int j = first; j <= last; ++j) {
           s[size_t(j)] = std::exp(s[size_t(j)] - mx);
           sum += s[size_t(j)];
         }
         double* o = &r.o[((size_t(b) * Hq + h) * Sq + i) * D];
-        for (int j = 0; j <= last; ++j) {
+        for (int j = first; j <= last; ++j) {
           double p = s[size_t(j)] / sum;
           for (int d = 0; d < D; ++d) {
             o[d] += p * double(v.get(size_t(b * vs.batch + hk * vs.head + j * vs.seq + d)));

@@ -4,7 +4,9 @@
 // both layouts, LSE, and sizes that are not multiples of any tile; causal Sq > Sk
 // (rows that see no key: O exactly 0, LSE -inf) for single and split-KV variants,
 // launched repeatedly, through the GPU reference and through the runtime; the
-// runtime with arbitrary strides; the tune -> store -> dispatch round trip.
+// runtime with arbitrary strides; the tune -> store -> dispatch round trip; sliding
+// windows, softcap, ALiBi and head dims off 64/128/256, through the op, the GPU
+// reference and the runtime.
 #include "attention_reference.hpp"
 #include "gpu_support.hpp"
 
@@ -42,6 +44,8 @@ struct AttnCase {
   Layout qs, ks;
   HostTensor q, k, v;
   Reference ref;
+  Features features;         // the call's window, softcap and slopes (none by default)
+  std::vector<float> slopes; // ALiBi: [Hq] or [B, Hq]
 
   AttnCase(const std::string& shape, std::mt19937_64& rng)
       : problem(attn().make_problem(parse_fields(shape, "shape"))), B(int(problem.get_int("B"))),
@@ -74,7 +78,51 @@ struct AttnCase {
       }
     }
     ref = attention_reference(q, k, v, qs, ks, ks, B, Hq, Hkv, Sq, Sk, D, causal,
-                              1.0 / std::sqrt(double(D)));
+                              1.0 / std::sqrt(double(D)), features);
+  }
+
+  // The call's features (slope_form 0: no ALiBi, 1: slopes [Hq], 2: [B, Hq], drawn
+  // from [0.02, 0.3]); the reference follows them.
+  void set_features(int left, int right, double softcap, int slope_form, std::mt19937_64& rng) {
+    features = Features{};
+    features.left = left;
+    features.right = right;
+    features.softcap = softcap;
+    slopes.clear();
+    if (slope_form != 0) {
+      std::uniform_real_distribution<float> u(0.02f, 0.3f);
+      slopes.resize(size_t(slope_form == 2 ? B * Hq : Hq));
+      for (float& x : slopes) {
+        x = u(rng);
+      }
+      features.slopes = &slopes;
+      features.slope_batch_stride = slope_form == 2 ? Hq : 0;
+    }
+    ref = attention_reference(q, k, v, qs, ks, ks, B, Hq, Hkv, Sq, Sk, D, causal,
+                              1.0 / std::sqrt(double(D)), features);
+  }
+
+  // The features the tuner runs a problem with (runtime/ops/attention.cpp): a window of
+  // Sk/4 keys left and Sk/8 right (0 when causal), softcap 5, slopes [Hq].
+  void set_tuning_features(std::mt19937_64& rng) {
+    const bool window = problem.fields.index("window") >= 0;
+    const bool softcap = problem.fields.index("softcap") >= 0;
+    const bool alibi = problem.fields.index("alibi") >= 0;
+    set_features(window ? (Sk + 3) / 4 : -1, window ? (causal ? 0 : (Sk + 7) / 8) : -1,
+                 softcap ? 5.0 : 0.0, alibi ? 1 : 0, rng);
+  }
+
+  // O elements of rows the reference gives no key (LSE -inf) that are not exactly 0.
+  size_t empty_rows_nonzero(const std::vector<double>& o) const {
+    size_t wrong = 0;
+    for (size_t row = 0; row < ref.lse.size(); ++row) {
+      if (std::isinf(ref.lse[row])) {
+        for (int d = 0; d < D; ++d) {
+          wrong += o[row * size_t(D) + size_t(d)] != 0.0;
+        }
+      }
+    }
+    return wrong;
   }
 
   Layout layout(long long heads, long long seq) const {
@@ -724,4 +772,300 @@ TEST_CASE("tuning causal attention with Sq > Sk measures every variant correct a
   fs::remove(db);
   fs::remove(db.string() + "-wal");
   fs::remove(db.string() + "-shm");
+}
+
+TEST_CASE("attention with sliding windows, softcap, ALiBi and head dims off 64/128/256 matches "
+          "the float64 reference") {
+  // Each case: a shape naming its features, the call's values, and which share of the
+  // valid variants runs it (every share-th, rotating, plus the default variant).
+  // Launched through pack_call with the call's values (the tuner's pack uses its own).
+  context();
+  cuda::DeviceInfo dev = cuda::query_device(0);
+  Space space = parse_space(template_file(attn().space_path()), attn().space_path());
+  std::mt19937_64 rng(std::random_device{}());
+  struct FeatureCase {
+    const char* shape;
+    int left, right;
+    double softcap;
+    int slope_form; // 0: none, 1: [Hq], 2: [B, Hq]
+    int share;
+  };
+  const FeatureCase cases[] = {
+      // window + causal + GQA: the left bound alone (right is causal's 0)
+      {"B=2,Hq=4,Hkv=2,Sq=300,Sk=300,D=64,causal=1,window=1,dtype=bf16,lse=1", 37, -1, 0, 0, 6},
+      // both bounds, Sq < Sk, [B, H, S, D]
+      {"B=1,Hq=4,Hkv=1,Sq=200,Sk=333,D=128,window=1,dtype=fp16,lse=1,layout=bhsd", 50, 20, 0, 0, 6},
+      // left bound only, D=96
+      {"B=1,H=2,S=257,D=96,window=1,dtype=bf16", 16, -1, 0, 0, 6},
+      // right bound only with Sq > Sk: the first rows see no key
+      {"B=1,Hq=2,Hkv=1,Sq=300,Sk=90,D=64,window=1,dtype=fp16,lse=1", -1, 5, 0, 0, 6},
+      // a window of one key (the diagonal)
+      {"B=1,H=2,Sq=100,Sk=130,D=64,window=1,dtype=bf16,lse=1", 0, 0, 0, 0, 8},
+      // decoding with a window: split-KV variants among them, D=80
+      {"B=2,Hq=4,Hkv=2,Sq=1,Sk=1000,D=80,window=1,dtype=bf16,lse=1", 100, -1, 0, 0, 4},
+      // softcap + causal, a cap small enough to bend the logits
+      {"B=1,H=2,S=200,D=128,causal=1,softcap=1,dtype=bf16,lse=1", -1, -1, 3.0, 0, 6},
+      {"B=1,H=2,Sq=150,Sk=250,D=64,softcap=1,dtype=fp16", -1, -1, 30.0, 0, 8},
+      // ALiBi [Hq], not causal, Sq != Sk
+      {"B=2,H=4,Sq=150,Sk=250,D=64,alibi=1,dtype=bf16,lse=1", -1, -1, 0, 1, 6},
+      // ALiBi [B, Hq], causal, GQA, D=80
+      {"B=2,Hq=4,Hkv=2,S=190,D=80,causal=1,alibi=1,dtype=fp16,lse=1", -1, -1, 0, 2, 6},
+      // everything at once
+      {"B=1,Hq=4,Hkv=1,Sq=100,Sk=400,D=112,causal=1,window=1,softcap=1,alibi=1,dtype=bf16,lse=1",
+       64, -1, 20.0, 2, 6},
+      // head dims off 64/128/256, sizes off every tile, Sq != Sk both ways
+      {"B=1,Hq=2,Hkv=1,Sq=77,Sk=201,D=40,causal=1,dtype=bf16,lse=1", -1, -1, 0, 0, 6},
+      {"B=1,H=2,Sq=130,Sk=99,D=80,dtype=fp16,lse=1", -1, -1, 0, 0, 6},
+      {"B=1,H=2,Sq=201,Sk=77,D=96,causal=1,dtype=bf16,lse=1", -1, -1, 0, 0, 6},
+      {"B=2,Hq=2,Hkv=1,Sq=65,Sk=190,D=112,dtype=fp16,layout=bhsd", -1, -1, 0, 0, 6},
+      {"B=1,H=2,Sq=99,Sk=130,D=160,causal=1,dtype=bf16,lse=1", -1, -1, 0, 0, 6},
+      {"B=1,H=2,Sq=70,Sk=150,D=200,dtype=fp16,lse=1", -1, -1, 0, 0, 6},
+      {"B=1,H=2,Sq=130,Sk=70,D=256,causal=1,dtype=bf16,lse=1", -1, -1, 0, 0, 6},
+      {"B=1,H=2,Sq=50,Sk=90,D=32,causal=1,dtype=fp16,lse=1", -1, -1, 0, 0, 6},
+      // split-KV merges at a head dim that is not a multiple of 32
+      {"B=1,H=2,Sq=1,Sk=777,D=200,dtype=bf16,lse=1", -1, -1, 0, 0, 4},
+  };
+  std::vector<Config> all = space.enumerate();
+  size_t case_index = 0;
+  for (const FeatureCase& fc : cases) {
+    CAPTURE(fc.shape);
+    AttnCase k(fc.shape, rng);
+    k.set_features(fc.left, fc.right, fc.softcap, fc.slope_form, rng);
+    std::vector<Config> configs;
+    std::vector<VariantSource> sources;
+    size_t candidate = 0;
+    for (const Config& c : all) {
+      if (!attn().check(c, k.problem, dev.arch())) {
+        continue;
+      }
+      const bool is_default = c == space.default_config;
+      if (is_default || candidate++ % size_t(fc.share) == case_index % size_t(fc.share)) {
+        configs.push_back(c);
+        sources.push_back(describe_variant(attn(), c, k.problem, dev.arch()));
+      }
+    }
+    ++case_index;
+    REQUIRE(!configs.empty());
+    std::vector<CompileJob> jobs;
+    for (const auto& src : sources) {
+      jobs.push_back({&src});
+    }
+    compile_all(jobs, default_jobs(), [](CompileJob&, size_t) {});
+    DeviceTensor q(k.q), kk(k.k), v(k.v);
+    HostTensor slopes_host(DType::f32, std::max<size_t>(1, k.slopes.size()));
+    for (size_t i = 0; i < k.slopes.size(); ++i) {
+      slopes_host.set(i, k.slopes[i]);
+    }
+    DeviceTensor slopes(slopes_host);
+    HostTensor out(k.dtype, k.q.n);
+    HostTensor lse(DType::f32, size_t(k.B) * k.Hq * k.Sq);
+    size_t ws_elements = 1;
+    for (const TensorSpec& spec : attn().tensors(k.problem)) {
+      if (spec.name == "workspace") {
+        ws_elements = spec.elements;
+      }
+    }
+    HostTensor ws_host(DType::f32, ws_elements); // zero-filled once, left zero by each launch
+    DeviceTensor ws(ws_host);
+    double worst = 0;
+    for (size_t i = 0; i < configs.size(); ++i) {
+      CAPTURE(sources[i].config_id);
+      REQUIRE_MESSAGE(jobs[i].output.ok(),
+                      (jobs[i].output.ok() ? "" : jobs[i].output.failure().detail));
+      cuda::Module m = cuda::load_module(jobs[i].output->binary);
+      CUfunction f = cuda::get_function(m, attn().kernel_name());
+      out.poison();
+      lse.poison();
+      DeviceTensor o(out), l(lse);
+      AttentionCall call;
+      call.q = q.get();
+      call.k = kk.get();
+      call.v = v.get();
+      call.o = o.get();
+      call.lse = k.lse ? l.get() : 0;
+      call.q_batch_stride = call.o_batch_stride = k.qs.batch;
+      call.q_head_stride = call.o_head_stride = k.qs.head;
+      call.q_seq_stride = call.o_seq_stride = k.qs.seq;
+      call.k_batch_stride = call.v_batch_stride = k.ks.batch;
+      call.k_head_stride = call.v_head_stride = k.ks.head;
+      call.k_seq_stride = call.v_seq_stride = k.ks.seq;
+      call.window_left = fc.left;
+      call.window_right = fc.right;
+      call.softcap = fc.softcap;
+      call.alibi_slopes = fc.slope_form ? slopes.get() : 0;
+      call.alibi_batch_stride = k.features.slope_batch_stride;
+      call.workspace = ws.get();
+      call.workspace_bytes = ws_elements * 4;
+      ArgPack args;
+      attn().pack_call(configs[i], k.problem, call, args);
+      launch(f, attn().geometry(configs[i], k.problem), args);
+      o.download(out);
+      const std::vector<double> got_o = k.logical(out);
+      const double err = rel_err(got_o, k.ref.o);
+      CHECK(err <= attn().tolerance(k.problem));
+      worst = std::max(worst, err);
+      CHECK(k.empty_rows_nonzero(got_o) == 0);
+      if (k.lse) {
+        l.download(lse);
+        std::vector<double> got(lse.n);
+        for (size_t j = 0; j < lse.n; ++j) {
+          got[j] = lse.get(j);
+        }
+        // tanh.approx (softcap) moves each logit by up to 2^-11 of itself.
+        CHECK(rel_err(got, k.ref.lse) <= (fc.softcap > 0 ? 1e-3 : 1e-4));
+      }
+    }
+    MESSAGE(fc.shape << ": " << configs.size() << " variants checked, worst rel err " << worst);
+  }
+}
+
+TEST_CASE("the attention GPU reference kernel follows windows, softcap and ALiBi as the tuner "
+          "runs them") {
+  context();
+  cuda::DeviceInfo dev = cuda::query_device(0);
+  cuda::CompileRequest r;
+  r.source = template_source(attn().reference_path());
+  r.name = attn().reference_path();
+  r.arch = dev.arch();
+  r.options = base_compile_options();
+  auto compiled = cuda::compile(r);
+  REQUIRE_MESSAGE(compiled.ok(), (compiled.ok() ? "" : compiled.failure().detail));
+  cuda::Module m = cuda::load_module(compiled->binary);
+  std::mt19937_64 rng(std::random_device{}());
+  for (const char* shape :
+       {"B=1,Hq=4,Hkv=2,Sq=300,Sk=100,D=64,causal=1,window=1,dtype=bf16,lse=1",
+        "B=1,Hq=2,Sq=77,Sk=301,D=80,window=1,softcap=1,alibi=1,dtype=fp16,lse=1",
+        "B=2,Hq=2,Hkv=1,Sq=129,Sk=64,D=200,causal=1,alibi=1,dtype=bf16,lse=1,layout=bhsd",
+        "B=1,Hq=2,Sq=100,Sk=130,D=40,softcap=1,dtype=bf16,lse=1"}) {
+    CAPTURE(shape);
+    AttnCase k(shape, rng);
+    DeviceTensor q(k.q), kk(k.k), v(k.v);
+    // The tuner's inputs: the slopes come from its random draw; use the case's instead.
+    k.set_tuning_features(rng);
+    HostTensor slopes_host(DType::f32, std::max<size_t>(1, k.slopes.size()));
+    for (size_t i = 0; i < k.slopes.size(); ++i) {
+      slopes_host.set(i, k.slopes[i]);
+    }
+    DeviceTensor slopes(slopes_host);
+    // pack_reference reads the slopes at their index in tensors(): fill the others.
+    std::vector<CUdeviceptr> t;
+    for (const TensorSpec& spec : attn().tensors(k.problem)) {
+      t.push_back(spec.name == "q"              ? q.get()
+                  : spec.name == "k"            ? kk.get()
+                  : spec.name == "v"            ? v.get()
+                  : spec.name == "alibi_slopes" ? slopes.get()
+                                                : CUdeviceptr(0));
+    }
+    HostTensor o_ref(DType::f32, k.q.n), lse_ref(DType::f32, size_t(k.B) * k.Hq * k.Sq);
+    o_ref.poison();
+    lse_ref.poison();
+    DeviceTensor o(o_ref), l(lse_ref);
+    ArgPack args;
+    attn().pack_reference(k.problem, t, {o.get(), l.get()}, args);
+    launch(cuda::get_function(m, attn().reference_kernel(k.problem).c_str()),
+           attn().reference_geometry(k.problem), args);
+    o.download(o_ref);
+    l.download(lse_ref);
+    const std::vector<double> got_o = k.logical(o_ref);
+    CHECK(rel_err(got_o, k.ref.o) <= 1e-4);
+    std::vector<double> got_lse(lse_ref.n);
+    for (size_t j = 0; j < lse_ref.n; ++j) {
+      got_lse[j] = lse_ref.get(j);
+    }
+    CHECK(rel_err(got_lse, k.ref.lse) <= 1e-5);
+    CHECK(k.empty_rows_nonzero(got_o) == 0);
+  }
+}
+
+TEST_CASE("the runtime runs windows, softcap and ALiBi from the C struct, and refuses bad "
+          "values naming them") {
+  context();
+  std::mt19937_64 rng(std::random_device{}());
+  const char* shape = "B=2,Hq=4,Hkv=2,Sq=300,Sk=200,D=80,causal=1,window=1,softcap=1,alibi=1,"
+                      "dtype=bf16,lse=1";
+  AttnCase k(shape, rng);
+  k.set_features(40, -1, 10.0, 2, rng);
+  DeviceTensor q(k.q), kk(k.k), v(k.v);
+  HostTensor slopes_host(DType::f32, k.slopes.size());
+  for (size_t i = 0; i < k.slopes.size(); ++i) {
+    slopes_host.set(i, k.slopes[i]);
+  }
+  DeviceTensor slopes(slopes_host);
+  HostTensor out(DType::bf16, k.q.n), lse(DType::f32, size_t(k.B) * k.Hq * k.Sq);
+  DeviceTensor o(out), l(lse);
+  auto view = [](CUdeviceptr p, int64_t b, int64_t h, int64_t s, int64_t d) {
+    return tensor(reinterpret_cast<const void*>(p), ElementType::bf16, {b, h, s, d},
+                  {s * h * d, d, h * d, 1});
+  };
+  AttentionArgs a{};
+  a.q = view(q.get(), k.B, k.Hq, k.Sq, k.D);
+  a.k = view(kk.get(), k.B, k.Hkv, k.Sk, k.D);
+  a.v = view(v.get(), k.B, k.Hkv, k.Sk, k.D);
+  a.o = view(o.get(), k.B, k.Hq, k.Sq, k.D);
+  a.lse = tensor(reinterpret_cast<const void*>(l.get()), ElementType::fp32, {k.B, k.Hq, k.Sq});
+  a.causal = 1;
+  a.window = 1;
+  a.window_left = 40;
+  a.window_right = -1;
+  a.softcap = 10.0;
+  a.alibi_slopes =
+      tensor(reinterpret_cast<const void*>(slopes.get()), ElementType::fp32, {k.B, k.Hq});
+  RuntimeOptions ro;
+  ro.database = (fs::temp_directory_path() / "autotune-does-not-exist.db").string();
+  ro.policy = Policy::default_variant;
+  Runtime rt(ro);
+  CHECK(rt.select_attention(a).source == "default");
+  auto run_and_check = [&] {
+    out.poison();
+    lse.poison();
+    o.buffer.upload(out.bytes.data(), out.bytes.size());
+    l.buffer.upload(lse.bytes.data(), lse.bytes.size());
+    rt.attention(a);
+    AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+    o.download(out);
+    l.download(lse);
+    const std::vector<double> got_o = k.logical(out);
+    CHECK(rel_err(got_o, k.ref.o) <= attn().tolerance(k.problem));
+    std::vector<double> got_lse(lse.n);
+    for (size_t j = 0; j < lse.n; ++j) {
+      got_lse[j] = lse.get(j);
+    }
+    CHECK(rel_err(got_lse, k.ref.lse) <= 1e-3);
+    CHECK(k.empty_rows_nonzero(got_o) == 0);
+  };
+  run_and_check();
+  SUBCASE("slopes per head serve every batch") {
+    // The first Hq floats on the device, now read for every batch.
+    k.slopes.resize(size_t(k.Hq));
+    k.features.slope_batch_stride = 0;
+    k.ref = attention_reference(k.q, k.k, k.v, k.qs, k.ks, k.ks, k.B, k.Hq, k.Hkv, k.Sq, k.Sk, k.D,
+                                true, 1.0 / std::sqrt(double(k.D)), k.features);
+    a.alibi_slopes = tensor(reinterpret_cast<const void*>(slopes.get()), ElementType::fp32, {k.Hq});
+    run_and_check();
+  }
+  SUBCASE("bad values are refused before launching") {
+    AttentionArgs bad = a;
+    SUBCASE("a window bound below -1") {
+      bad.window_left = -2;
+      CHECK_THROWS_WITH_AS(rt.attention(bad), doctest::Contains("window_left must be -1"), Error);
+    }
+    SUBCASE("a negative softcap") {
+      bad.softcap = -1.0;
+      CHECK_THROWS_WITH_AS(rt.attention(bad), doctest::Contains("softcap must be positive"), Error);
+    }
+    SUBCASE("window not 0 or 1") {
+      bad.window = 2;
+      CHECK_THROWS_WITH_AS(rt.attention(bad), doctest::Contains("window must be 0 or 1"), Error);
+    }
+    SUBCASE("slopes of another shape") {
+      bad.alibi_slopes.shape[1] = k.Hq + 1;
+      CHECK_THROWS_WITH_AS(rt.attention(bad), doctest::Contains("alibi_slopes has shape"), Error);
+    }
+    SUBCASE("slopes that are not fp32") {
+      bad.alibi_slopes.dtype = AUTOTUNE_BF16;
+      CHECK_THROWS_WITH_AS(rt.attention(bad), doctest::Contains("alibi_slopes is bf16"), Error);
+    }
+    rt.attention(a); // the context is healthy
+    AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+  }
 }
