@@ -224,6 +224,14 @@ long long state_form_smem(const Params& p, long long n, const Dims& d) {
   return rows * (p.items + 4) * 4 + exchange;
 }
 
+// Whether the state form is built with AT_RAGGED (state_parallel.cuh): L leaves a
+// partial vector at the end of each row, so the rows of one tensor start at
+// different offsets from an aligned address and the kernel moves single elements,
+// consecutive lanes on consecutive steps. Aligned shapes compile without it.
+bool ragged(const Params& p, const Dims& d) {
+  return p.state() && d.L % p.vec != 0;
+}
+
 std::string flag_of(bool b) {
   return b ? "1" : "0";
 }
@@ -460,7 +468,7 @@ std::vector<std::string> SelectiveScanOp::defines(const Config& config,
                                                   const Problem& problem) const {
   Params p = params(config);
   Dims d = dims(problem);
-  return {"-DAT_THREADS=" + std::to_string(p.threads),
+  std::vector<std::string> out = {"-DAT_THREADS=" + std::to_string(p.threads),
           "-DAT_ITEMS=" + std::to_string(p.items),
           "-DAT_CPB=" + std::to_string(p.cpb),
           "-DAT_NSPLIT=" + std::to_string(p.nsplit),
@@ -484,6 +492,10 @@ std::vector<std::string> SelectiveScanOp::defines(const Config& config,
           "-DAT_HAS_Z=" + flag_of(d.has_z),
           "-DAT_LAST_STATE=" + flag_of(d.last_state),
           std::string("-DAT_X_T=") + template_type(d.x)};
+  if (ragged(p, d)) {
+    out.push_back("-DAT_RAGGED=1");
+  }
+  return out;
 }
 
 LaunchGeometry SelectiveScanOp::geometry(const Config& config, const Problem& problem) const {

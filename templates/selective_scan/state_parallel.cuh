@@ -56,6 +56,18 @@
 #ifndef AT_CPL
 #define AT_CPL 1
 #endif
+// AT_RAGGED: L is not a multiple of VEC (the op sets it from the problem). The rows of
+// a contiguous [B, D, L] tensor then start at every offset from a 16-byte boundary, so
+// no split of a row into VEC-element vectors is aligned for every row. Such builds
+// move u, delta, z, B, C and out in the element layout (see Prefetch) instead of the
+// vector layout: consecutive lanes touch consecutive elements of a row, one element
+// per access, so a warp reads or writes whole sectors whatever the alignment and the
+// length; the loop over the chunk and the scan are the same. Without it, calls whose
+// rows are all aligned (vector_ok) use vectors, others one element per access.
+#ifndef AT_RAGGED
+#define AT_RAGGED 0
+#endif
+constexpr bool k_ragged = AT_RAGGED != 0;
 constexpr int k_lpc = k_nsplit;           // lanes per channel
 constexpr int k_npl = k_n / k_nsplit;     // states per lane and channel
 constexpr int k_cpl = AT_CPL;             // channels per lane
@@ -219,6 +231,16 @@ typedef float (*row_ptr)[k_row];
 
 // One chunk's inputs in flight: this thread's share of the (channel, vector) items
 // of u, delta, z and of the (state, vector) items of B and C, as raw vectors.
+//
+// Element layout (AT_RAGGED): the same registers hold single elements instead. Slot
+// k (element k % VEC of vector k / VEC) of a thread holds element g = k * THREADS +
+// tid of the chunk's [rows][T] tile, i.e. row g / T and step g % T: the lanes of a
+// warp read 32 consecutive steps of a row (T >= 32), one or two 32-byte sectors of
+// 16-bit data at any alignment, where VEC-element vectors would need aligned rows
+// and single elements in the vector layout (each lane VEC consecutive steps) touch
+// VEC times the sectors per instruction. The staging and the finish run in the same
+// layout, with scalar shared-memory accesses (conflict-free: a warp's 32 steps of a
+// row lie in 32 banks) and delta_bias and D read per element (cached).
 struct Prefetch {
   static constexpr int k_items_x = k_cpb * k_tv; // (channel, vector) items
   static constexpr int k_iters_x = (k_items_x + k_threads - 1) / k_threads;
@@ -237,6 +259,25 @@ struct Prefetch {
   at_vec<x_t, k_vec> bc[k_iters_bc];
   at_vec<x_t, k_vec> bc_c[k_pack_bc ? k_iters_bc : 1]; // C when packed
 #endif
+  // Element layout: slots per thread and the elements of the chunk's tiles.
+  static constexpr int k_slots_x = k_iters_x * k_vec;
+  static constexpr int k_tile_x = k_cpb * k_t;
+  static constexpr int k_slots_bc = k_iters_bc * k_vec;
+  static constexpr int k_tile_bc = k_items_bc / k_tv * k_t;
+  // Whether slot k of this thread (element g) lies in a tile of TILE elements.
+  template <int TILE, int ITEMS>
+  static __device__ __forceinline__ bool slot_in(int g) {
+    return ITEMS % k_threads == 0 || g < TILE;
+  }
+  // The thread index, opaque to the compiler: each slot's row, step and addresses
+  // are then recomputed per chunk (a few integer instructions) instead of being
+  // hoisted out of the chunk loop into two registers per slot and tensor, which
+  // raised the kernel's registers past what the scan leaves.
+  static __device__ __forceinline__ int opaque_tid() {
+    int tid = threadIdx.x;
+    asm volatile("" : "+r"(tid));
+    return tid;
+  }
 
   // VEC elements of a [.., L] row at t (zero past L; scalar reads unless vector_ok).
   // FULL: the caller knows the whole chunk is inside L and vector_ok holds, so the
@@ -420,6 +461,115 @@ struct Prefetch {
     (void)s_c;
     (void)length;
   }
+
+  // Element layout (AT_RAGGED): this thread's elements of the chunk at chunk_start,
+  // zero past L and for channels past D.
+  __device__ __forceinline__ void load_el(const ScanArgs& args, int b, int d_first,
+                                          const x_t* b_base, const x_t* c_base, int chunk_start,
+                                          int length) {
+    const int tid = opaque_tid();
+    const int rows_in = args.dim - d_first; // channels of the block inside D
+    const x_t zero = at_from_float<x_t>(0.0f);
+    const x_t* base_u = args.u + b * args.u_bs + d_first * args.u_ds + chunk_start;
+    const x_t* base_delta = args.delta + b * args.delta_bs + d_first * args.delta_ds + chunk_start;
+    [[maybe_unused]] const x_t* base_z =
+        AT_HAS_Z ? args.z + b * args.z_bs + d_first * args.z_ds + chunk_start : nullptr;
+#pragma unroll
+    for (int k = 0; k < k_slots_x; ++k) {
+      const int g = k * k_threads + tid;
+      if (slot_in<k_tile_x, k_items_x>(g)) {
+        const int r = g / k_t, s = g % k_t;
+        const bool in = r < rows_in && chunk_start + s < length;
+        u[k / k_vec].elem[k % k_vec] = in ? base_u[r * args.u_ds + s] : zero;
+        delta[k / k_vec].elem[k % k_vec] = in ? base_delta[r * args.delta_ds + s] : zero;
+#if AT_HAS_Z
+        z[k / k_vec].elem[k % k_vec] = in ? base_z[r * args.z_ds + s] : zero;
+#endif
+      }
+    }
+#if AT_VAR_ANY
+#pragma unroll
+    for (int k = 0; k < k_slots_bc; ++k) {
+      const int g = k * k_threads + tid;
+      if (slot_in<k_tile_bc, k_items_bc>(g)) {
+        const int r = g / k_t, s = g % k_t;
+        const int t = chunk_start + s;
+        const bool in = t < length;
+        if constexpr (k_pack_bc) {
+          bc[k / k_vec].elem[k % k_vec] = in ? b_base[r * args.b_ns + t] : zero;
+          bc_c[k / k_vec].elem[k % k_vec] = in ? c_base[r * args.c_ns + t] : zero;
+        } else {
+          // The B rows (if variable) come first, then the C rows (if variable).
+          const bool is_c = AT_VAR_B ? AT_VAR_C && r >= k_n : true;
+          const int n = AT_VAR_B && is_c ? r - k_n : r;
+          const x_t* row = is_c ? c_base + n * args.c_ns : b_base + n * args.b_ns;
+          bc[k / k_vec].elem[k % k_vec] = in ? row[t] : zero;
+        }
+      }
+    }
+#else
+    (void)b_base;
+    (void)c_base;
+#endif
+  }
+
+  // Element layout: stage() for this thread's elements (see stage()).
+  __device__ __forceinline__ void stage_el(const ScanArgs& args, int d_first, row_ptr s_dt,
+                                           row_ptr s_du, row_ptr s_b, row_ptr s_c,
+                                           int chunk_start, int length) {
+    const int tid = opaque_tid();
+#pragma unroll
+    for (int k = 0; k < k_slots_x; ++k) {
+      const int g = k * k_threads + tid;
+      if (slot_in<k_tile_x, k_items_x>(g)) {
+        const int r = g / k_t, s = g % k_t;
+        float x = at_to_float(delta[k / k_vec].elem[k % k_vec]);
+#if AT_HAS_BIAS
+        x += args.delta_bias[min(d_first + r, args.dim - 1)];
+#endif
+#if AT_SOFTPLUS
+        x = softplus(x);
+#endif
+#if AT_LAST_STATE
+        x = chunk_start + s < length ? x : 0.0f;
+#endif
+        s_dt[r][swz(s)] = x;
+        s_du[r][swz(s)] = x * at_to_float(u[k / k_vec].elem[k % k_vec]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < k_iters_x; ++i) {
+#if AT_HAS_D
+      u_cur[i] = u[i];
+#endif
+#if AT_HAS_Z
+      z_cur[i] = z[i];
+#endif
+    }
+#if AT_VAR_ANY
+#pragma unroll
+    for (int k = 0; k < k_slots_bc; ++k) {
+      const int g = k * k_threads + tid;
+      if (slot_in<k_tile_bc, k_items_bc>(g)) {
+        const int r = g / k_t, s = g % k_t;
+        if constexpr (k_pack_bc) {
+          reinterpret_cast<unsigned*>(s_b[r])[swz(s)] =
+              pack_pair(bc[k / k_vec].elem[k % k_vec], bc_c[k / k_vec].elem[k % k_vec]);
+        } else {
+          const bool is_c = AT_VAR_B ? AT_VAR_C && r >= k_n : true;
+          const int n = AT_VAR_B && is_c ? r - k_n : r;
+          (is_c ? s_c : s_b)[n][swz(s)] = at_to_float(bc[k / k_vec].elem[k % k_vec]);
+        }
+      }
+    }
+#endif
+    (void)args;
+    (void)d_first;
+    (void)s_b;
+    (void)s_c;
+    (void)chunk_start;
+    (void)length;
+  }
 };
 
 // TS steps of the recurrence from step t0 of the chunk for this lane's states of
@@ -586,18 +736,27 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
   // it runs; they are converted and staged after it (the loads' latency would
   // otherwise stall every warp of the block at the staging barrier).
   Prefetch pf;
-  pf.init(args, b, d_first, b_base, c_base);
-  if (vector_ok && k_t <= length) {
-    pf.load<true>(0, length, vector_ok);
+  if constexpr (k_ragged) {
+    pf.load_el(args, b, d_first, b_base, c_base, 0, length);
+    pf.stage_el(args, d_first, s_dt, s_du, s_b, s_c, 0, length);
   } else {
-    pf.load<false>(0, length, vector_ok);
+    pf.init(args, b, d_first, b_base, c_base);
+    if (vector_ok && k_t <= length) {
+      pf.load<true>(0, length, vector_ok);
+    } else {
+      pf.load<false>(0, length, vector_ok);
+    }
+    pf.stage(s_dt, s_du, s_b, s_c, 0, length);
   }
-  pf.stage(s_dt, s_du, s_b, s_c, 0, length);
   __syncthreads();
 
   for (int chunk_start = 0; chunk_start < length; chunk_start += k_t) {
     const int next = chunk_start + k_t;
-    if (vector_ok && next + k_t <= length) { // the next chunk, whole
+    if constexpr (k_ragged) {
+      if (next < length) {
+        pf.load_el(args, b, d_first, b_base, c_base, next, length);
+      }
+    } else if (vector_ok && next + k_t <= length) { // the next chunk, whole
       pf.load<true>(next, length, vector_ok);
     } else if (next < length) {
       pf.load<false>(next, length, vector_ok);
@@ -674,11 +833,36 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
     __syncthreads();
 
     // 3. y = sum of the partials + D*u, gated, stored. The same (channel, vector)
-    // assignment as the staging loop: a thread finishes the items whose u and z it
-    // staged and kept (pf.u_cur, pf.z_cur).
+    // assignment as the staging loop (or the same elements, AT_RAGGED): a thread
+    // finishes the items whose u and z it staged and kept (pf.u_cur, pf.z_cur).
     const bool whole = vector_ok && next <= length; // this chunk is inside L
+    if constexpr (k_ragged) {
+      const int tid = Prefetch::opaque_tid();
+      x_t* out_base = args.out + b * args.out_bs + d_first * args.out_ds + chunk_start;
 #pragma unroll
-    for (int i = 0; i < Prefetch::k_iters_x; ++i) {
+      for (int k = 0; k < Prefetch::k_slots_x; ++k) {
+        const int g = k * k_threads + tid;
+        if (Prefetch::slot_in<Prefetch::k_tile_x, Prefetch::k_items_x>(g)) {
+          const int r = g / k_t, s = g % k_t;
+          float y = s_part[0][r][swz(s)];
+#pragma unroll
+          for (int q = 1; q < k_prows; ++q) {
+            y += s_part[q][r][swz(s)];
+          }
+          if (d_first + r < args.dim && chunk_start + s < length) {
+#if AT_HAS_D
+            y = fmaf(args.D[d_first + r], at_to_float(pf.u_cur[k / k_vec].elem[k % k_vec]), y);
+#endif
+#if AT_HAS_Z
+            y *= silu_gate(at_to_float(pf.z_cur[k / k_vec].elem[k % k_vec]));
+#endif
+            out_base[r * args.out_ds + s] = at_from_float<x_t>(y);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < (k_ragged ? 0 : Prefetch::k_iters_x); ++i) {
       const int e = threadIdx.x + i * k_threads;
       if (Prefetch::k_items_x % k_threads != 0 && e >= Prefetch::k_items_x) {
         break;
@@ -734,7 +918,11 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
       }
     }
     if (next < length) {
-      pf.stage(s_dt, s_du, s_b, s_c, next, length);
+      if constexpr (k_ragged) {
+        pf.stage_el(args, d_first, s_dt, s_du, s_b, s_c, next, length);
+      } else {
+        pf.stage(s_dt, s_du, s_b, s_c, next, length);
+      }
     }
     __syncthreads();
   }
