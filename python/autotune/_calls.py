@@ -29,7 +29,7 @@ import ctypes
 import threading
 import weakref
 
-from ._runtime import attention_fields, tensor_fields
+from ._runtime import NO_WINDOW, attention_features, attention_fields, tensor_fields
 
 # A thread's plans stop growing here (shapes that change every call, such as a serving
 # loop's sequence lengths, would otherwise keep one plan per length forever): the cache
@@ -272,25 +272,33 @@ def _scan_first(plans, runtime_for, key, u, delta, A, B, C, D, z, delta_bias, de
 
 
 # ---- attention ----------------------------------------------------------------------------
-def attention(plans, runtime_for, q, k, v, causal, scale, with_lse, copies=None):
+def attention(plans, runtime_for, q, k, v, causal, scale, with_lse, copies=None,
+              window=NO_WINDOW, softcap=0.0, alibi_slopes=None):
     """out [B, Sq, Hq, D] (and the fp32 log-sum-exp [B, Hq, Sq] when with_lse) of an
-    attention call on [B, S, H, D] tensors; runtime_for and copies as for conv."""
+    attention call on [B, S, H, D] tensors; runtime_for and copies as for conv. window:
+    (left, right), -1 unbounded, (-1, -1) none; softcap 0: off; alibi_slopes: fp32 [Hq] or
+    [B, Hq], or None."""
     try:
         key = (q.get_device(), q.shape, q.stride(), q.dtype, k.shape, k.stride(), k.dtype,
-               v.shape, v.stride(), v.dtype, causal, scale, with_lse)
+               v.shape, v.stride(), v.dtype, causal, scale, with_lse, window, softcap,
+               None if alibi_slopes is None else
+               (alibi_slopes.shape, alibi_slopes.stride(), alibi_slopes.dtype,
+                alibi_slopes.get_device()))
         plan = plans.attn.get(key)
     except (AttributeError, TypeError):
         key = plan = None
     if plan is None:
         return _attention_first(plans, runtime_for, key, q, k, v, causal, scale, with_lse,
-                                copies)
+                                copies, window, softcap, alibi_slopes)
     buf, words, fn, handle, lib, dev, contiguous, lse_shape, device, slots = plan
-    i_q, i_k, i_v, i_o, i_l = slots
+    i_q, i_k, i_v, i_o, i_l, i_a = slots
     out = _empty_like(q) if contiguous else _empty_like(q, memory_format=_contiguous)
     words[i_q] = q.data_ptr()
     words[i_k] = k.data_ptr()
     words[i_v] = v.data_ptr()
     words[i_o] = out.data_ptr()
+    if alibi_slopes is not None:
+        words[i_a] = alibi_slopes.data_ptr()
     if lse_shape is None:
         status = fn(handle, buf, STREAMS[_raw_stream(dev)])
         if status:
@@ -304,12 +312,14 @@ def attention(plans, runtime_for, q, k, v, causal, scale, with_lse, copies=None)
     return out, lse
 
 
-def _attention_first(plans, runtime_for, key, q, k, v, causal, scale, with_lse, copies):
+def _attention_first(plans, runtime_for, key, q, k, v, causal, scale, with_lse, copies, window,
+                     softcap, alibi_slopes):
     torch = _load_torch()
     if copies is not None:
         copied = copies(q, k, v)
         if copied is not None:
-            return attention(plans, runtime_for, *copied, causal, scale, with_lse)
+            return attention(plans, runtime_for, *copied, causal, scale, with_lse, None, window,
+                             softcap, alibi_slopes)
     fields_q = attention_fields(q, "q")
     dev = q.get_device()
     rt = runtime_for(dev, q, "q")
@@ -325,8 +335,9 @@ def _attention_first(plans, runtime_for, key, q, k, v, causal, scale, with_lse, 
     fields = (*fields_q, *attention_fields(k, "k"), *attention_fields(v, "v"),
               *attention_fields(out, "o"), *tensor_fields(lse, "lse"), 1 if causal else 0,
               float(scale or 0.0))
-    workspace = rt.attention_workspace(key, fields, q)
-    buf, words, slots = _new_args(rt, "attention", fields + workspace)
+    features = attention_features(window, softcap, alibi_slopes)
+    workspace = rt.attention_workspace(key, fields, q, features)
+    buf, words, slots = _new_args(rt, "attention", fields + workspace + features)
     lib = rt.library
     fn, handle = lib.calls["attention"], rt.handle
     status = fn(handle, buf, STREAMS[_raw_stream(dev)])

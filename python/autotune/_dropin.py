@@ -188,41 +188,59 @@ def _last_contiguous(t):
 
 # ---- flash-attn 2 ---------------------------------------------------------------------------
 def _features(name, dropout_p, causal, window_size, softcap, alibi_slopes, keys):
-    """causal as the kernels take it, after refusing what they do not do. keys: the
-    tensor whose dimension 1 is seqlen_k."""
+    """(causal, window, softcap, alibi_slopes) as the kernels take them, read as flash-attn
+    2 reads its arguments, after refusing what they do not do. keys: the tensor whose
+    dimension 1 is seqlen_k."""
     if dropout_p != 0.0:
         raise NotImplementedError(
             f"autotune.{name}: dropout_p={dropout_p}: attention dropout is not supported "
             "(forward-only kernels, for inference); pass dropout_p=0.0")
-    if softcap > 0.0:
-        raise NotImplementedError(f"autotune.{name}: softcap={softcap}: logit soft-capping is "
-                                  "not supported yet; pass softcap=0.0")
+    softcap = float(softcap)
+    if not softcap >= 0.0 or softcap == float("inf"):
+        raise ValueError(f"autotune.{name}: softcap={softcap}: expected a positive, finite cap "
+                         "or 0.0 (off)")
     if alibi_slopes is not None:
-        raise NotImplementedError(f"autotune.{name}: alibi_slopes: ALiBi is not supported yet")
+        if not isinstance(alibi_slopes, _Tensor):
+            raise TypeError(f"autotune.{name}: alibi_slopes must be a float32 tensor of shape "
+                            f"(nheads,) or (batch_size, nheads), not {type(alibi_slopes).__name__}")
+        if alibi_slopes.dtype != torch.float32:
+            raise ValueError(f"autotune.{name}: alibi_slopes is {alibi_slopes.dtype}; flash-attn "
+                             "takes float32 slopes")
+        if not alibi_slopes.is_contiguous():
+            alibi_slopes = alibi_slopes.contiguous()
+    window = _NO_WINDOW
     if window_size is not _NO_WINDOW and tuple(window_size) != _NO_WINDOW:
+        try:
+            given = tuple(int(w) for w in window_size)
+        except (TypeError, ValueError):
+            given = ()
+        if len(given) != 2 or min(given) < -1:
+            raise ValueError(f"autotune.{name}: window_size={tuple(window_size)}: expected "
+                             "(left, right), each -1 (unbounded) or a number of keys >= 0")
         # flash-attn's reading: a side at least seqlen_k long is unbounded; causal bounds
         # the right side at 0; (unbounded, 0) is causal.
-        given = tuple(int(w) for w in window_size)
         seqlen_k = keys.shape[1]
         left, right = given
         left = -1 if left >= seqlen_k else left
         right = 0 if causal else (-1 if right >= seqlen_k else right)
-        if left >= 0 or right > 0:
-            raise NotImplementedError(
-                f"autotune.{name}: window_size={given}: sliding-window (local) attention is "
-                "not supported yet; pass window_size=(-1, -1)")
-        causal = right == 0
-    return causal
+        causal = left < 0 and right == 0 or bool(causal)
+        if left >= 0 or (right >= 0 and not causal):
+            window = (left, right)
+    return causal, window, softcap, alibi_slopes
 
 
-def _attend(name, q, k, v, softmax_scale, causal, return_attn_probs):
+def _attend(name, q, k, v, softmax_scale, causal, return_attn_probs, window=_NO_WINDOW,
+            softcap=0.0, alibi_slopes=None):
     causal = True if causal else False
     with_lse = True if return_attn_probs else False
     if type(q) is _Tensor and not _is_compiling():
-        fn, args = _ops.attend, (q, k, v, causal, softmax_scale, with_lse, _attn_copies)
+        fn, args = _ops.attend, (q, k, v, causal, softmax_scale, with_lse, _attn_copies, window,
+                                 softcap, alibi_slopes)
     else:
         q, k, v = _attn_copies(q, k, v) or (q, k, v)
-        fn, args = (_ATTN_LSE if with_lse else _ATTN), (q, k, v, causal, softmax_scale)
+        fn, args = (_ATTN_LSE if with_lse else _ATTN), (q, k, v, causal, softmax_scale,
+                                                        window[0], window[1], softcap,
+                                                        alibi_slopes)
     if _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         result = _ForwardOnly.apply(name, fn, *args)
     else:
@@ -230,10 +248,18 @@ def _attend(name, q, k, v, softmax_scale, causal, return_attn_probs):
     if not return_attn_probs:
         return result
     out, lse = result
-    if causal and q.shape[1] > k.shape[1]:
-        # Rows that see no key (causal, seqlen_q > seqlen_k): autotune's LSE is -inf (the
-        # log of an empty sum); flash-attn 2 returns +inf there.
+    if (causal or window[1] >= 0) and q.shape[1] > k.shape[1]:
+        # Rows that see no key (a right bound with seqlen_q > seqlen_k): autotune's LSE is
+        # -inf (the log of an empty sum); flash-attn 2 returns +inf there.
         lse = lse.masked_fill(lse == float("-inf"), float("inf"))
+    if alibi_slopes is not None and causal and window[0] < 0:
+        # flash-attn 2's causal kernel adds slope * j, not -slope * (i + Sk - Sq - j): the
+        # same O, and an LSE larger by slope * (i + Sk - Sq), which it returns.
+        seqlen_q, seqlen_k = q.shape[1], k.shape[1]
+        rows = torch.arange(seqlen_q, device=lse.device, dtype=torch.float32) + \
+            (seqlen_k - seqlen_q)
+        slopes = alibi_slopes if alibi_slopes.dim() == 2 else alibi_slopes.unsqueeze(0)
+        lse = lse + slopes.unsqueeze(-1) * rows
     # flash-attn returns S_dmask only with dropout; without it, an empty tensor.
     return out, lse, q.new_empty((0,))
 
@@ -255,20 +281,28 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     """flash-attn 2's flash_attn_func.
 
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim),
-    fp16/bf16 (one dtype), nheads a multiple of nheads_k (MQA/GQA); headdim 64, 128 or
-    256 (the kernels built); any batch/seq/head strides (multiples of 8 elements).
+    fp16/bf16 (one dtype), nheads a multiple of nheads_k (MQA/GQA); headdim a multiple
+    of 8 in 32..256; any batch/seq/head strides (multiples of 8 elements).
     causal: bottom-right aligned when seqlen_q != seqlen_k (a row that sees no key is 0).
+    window_size: (left, right), -1 unbounded: query i sees keys i + seqlen_k - seqlen_q -
+    left ..= i + seqlen_k - seqlen_q + right (sliding-window / local attention), read as
+    flash-attn reads it (causal makes right 0; a side >= seqlen_k is unbounded).
+    softcap: > 0 turns each logit s into softcap * tanh(s / softcap); 0.0 off; negative
+    raises ValueError.
+    alibi_slopes: float32 (nheads,) or (batch_size, nheads): the logit of query i and key
+    j gets -slope * |i + seqlen_k - seqlen_q - j|. All of these combine, as in flash-attn.
     softmax_scale: None is 1/sqrt(headdim). deterministic: accepted (the forward pass is
-    deterministic). dropout_p != 0, window_size other than unbounded, softcap > 0 and
-    alibi_slopes raise NotImplementedError naming the argument.
+    deterministic). dropout_p != 0 raises NotImplementedError.
 
     out: (batch, seqlen_q, nheads, headdim); with return_attn_probs, (out, softmax_lse
     (batch, nheads, seqlen_q) fp32, S_dmask) where S_dmask is empty, as flash-attn returns
     it without dropout.
     """
     if dropout_p or softcap or alibi_slopes is not None or window_size is not _NO_WINDOW:
-        causal = _features("flash_attn_func", dropout_p, causal, window_size, softcap,
-                           alibi_slopes, k)
+        causal, window, softcap, alibi_slopes = _features(
+            "flash_attn_func", dropout_p, causal, window_size, softcap, alibi_slopes, k)
+        return _attend("flash_attn_func", q, k, v, softmax_scale, causal, return_attn_probs,
+                       window, softcap, alibi_slopes)
     return _attend("flash_attn_func", q, k, v, softmax_scale, causal, return_attn_probs)
 
 
@@ -280,11 +314,11 @@ def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=Fal
     if qkv.dim() != 5 or qkv.shape[2] != 3:
         raise ValueError("autotune.flash_attn_qkvpacked_func: qkv must be (batch, seqlen, 3, "
                          f"nheads, headdim), not {list(qkv.shape)}")
-    causal = _features("flash_attn_qkvpacked_func", dropout_p, causal, window_size, softcap,
-                       alibi_slopes, qkv)
+    causal, window, softcap, alibi_slopes = _features(
+        "flash_attn_qkvpacked_func", dropout_p, causal, window_size, softcap, alibi_slopes, qkv)
     q, k, v = qkv.unbind(2)
     return _attend("flash_attn_qkvpacked_func", q, k, v, softmax_scale, causal,
-                   return_attn_probs)
+                   return_attn_probs, window, softcap, alibi_slopes)
 
 
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -295,7 +329,8 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
     if kv.dim() != 5 or kv.shape[2] != 2:
         raise ValueError("autotune.flash_attn_kvpacked_func: kv must be (batch, seqlen_k, 2, "
                          f"nheads_k, headdim), not {list(kv.shape)}")
-    causal = _features("flash_attn_kvpacked_func", dropout_p, causal, window_size, softcap,
-                       alibi_slopes, kv)
+    causal, window, softcap, alibi_slopes = _features(
+        "flash_attn_kvpacked_func", dropout_p, causal, window_size, softcap, alibi_slopes, kv)
     k, v = kv.unbind(2)
-    return _attend("flash_attn_kvpacked_func", q, k, v, softmax_scale, causal, return_attn_probs)
+    return _attend("flash_attn_kvpacked_func", q, k, v, softmax_scale, causal, return_attn_probs,
+                   window, softcap, alibi_slopes)

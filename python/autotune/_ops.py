@@ -7,7 +7,9 @@ torch.compile(fullgraph=True) traces them as single nodes and CUDA graphs captur
     torch.ops.autotune.selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None,
                                       delta_softplus=False)
     torch.ops.autotune.selective_scan_with_state(...)            -> (out, last_state)
-    torch.ops.autotune.attention(q, k, v, causal=False, softmax_scale=None)   # [B, S, H, D]
+    torch.ops.autotune.attention(q, k, v, causal=False, softmax_scale=None,   # [B, S, H, D]
+                                 window_left=-1, window_right=-1, softcap=0.0,
+                                 alibi_slopes=None)
     torch.ops.autotune.attention_with_lse(...)                   -> (out, lse)
 
 The operators are functional (they allocate and return their outputs; nothing is
@@ -99,8 +101,10 @@ def scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, with_state, copies
                        with_state, copies)
 
 
-def attend(q, k, v, causal, softmax_scale, with_lse, copies=None):
-    return _calls.attention(_plans, _device, q, k, v, causal, softmax_scale, with_lse, copies)
+def attend(q, k, v, causal, softmax_scale, with_lse, copies=None, window=_calls.NO_WINDOW,
+           softcap=0.0, alibi_slopes=None):
+    return _calls.attention(_plans, _device, q, k, v, causal, softmax_scale, with_lse, copies,
+                            window, softcap, alibi_slopes)
 
 
 def causal_conv1d(x, weight, bias=None, initial_states=None, silu=False):
@@ -122,12 +126,16 @@ def selective_scan_with_state(u, delta, A, B, C, D=None, z=None, delta_bias=None
                        True)
 
 
-def attention(q, k, v, causal=False, softmax_scale=None):
-    return _calls.attention(_plans, _device, q, k, v, causal, softmax_scale, False)
+def attention(q, k, v, causal=False, softmax_scale=None, window_left=-1, window_right=-1,
+              softcap=0.0, alibi_slopes=None):
+    return _calls.attention(_plans, _device, q, k, v, causal, softmax_scale, False, None,
+                            (window_left, window_right), softcap, alibi_slopes)
 
 
-def attention_with_lse(q, k, v, causal=False, softmax_scale=None):
-    return _calls.attention(_plans, _device, q, k, v, causal, softmax_scale, True)
+def attention_with_lse(q, k, v, causal=False, softmax_scale=None, window_left=-1,
+                       window_right=-1, softcap=0.0, alibi_slopes=None):
+    return _calls.attention(_plans, _device, q, k, v, causal, softmax_scale, True, None,
+                            (window_left, window_right), softcap, alibi_slopes)
 
 
 # ---- fake implementations: outputs of the right shape, dtype, device and strides ----------
@@ -148,11 +156,13 @@ def _scan_state_fake(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_s
             u.new_empty(_last_state_shape(u, A), dtype=_f32))
 
 
-def _attention_fake(q, k, v, causal=False, softmax_scale=None):
+def _attention_fake(q, k, v, causal=False, softmax_scale=None, window_left=-1, window_right=-1,
+                    softcap=0.0, alibi_slopes=None):
     return torch.empty_like(q, memory_format=_contiguous)
 
 
-def _attention_lse_fake(q, k, v, causal=False, softmax_scale=None):
+def _attention_lse_fake(q, k, v, causal=False, softmax_scale=None, window_left=-1,
+                        window_right=-1, softcap=0.0, alibi_slopes=None):
     return (torch.empty_like(q, memory_format=_contiguous),
             q.new_empty(_lse_shape(q), dtype=_f32))
 
@@ -162,7 +172,9 @@ _CONV_ARGS = "Tensor x, Tensor weight, Tensor? bias=None, Tensor? initial_states
              "bool silu=False"
 _SCAN_ARGS = "Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D=None, " \
              "Tensor? z=None, Tensor? delta_bias=None, bool delta_softplus=False"
-_ATTN_ARGS = "Tensor q, Tensor k, Tensor v, bool causal=False, float? softmax_scale=None"
+_ATTN_ARGS = "Tensor q, Tensor k, Tensor v, bool causal=False, float? softmax_scale=None, " \
+             "int window_left=-1, int window_right=-1, float softcap=0.0, " \
+             "Tensor? alibi_slopes=None"
 
 # name: (arguments, returns, CUDA implementation, fake implementation)
 OPS = {

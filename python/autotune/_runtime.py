@@ -146,6 +146,28 @@ def attention_fields(t, what, bhsd=False):
     return (ptr, dtype_code(t.dtype, what), 4, b, h, s, d, sb, sh, ss, sd)
 
 
+NO_WINDOW = (-1, -1)  # flash-attn's window_size for no window
+
+
+def attention_features(window=NO_WINDOW, softcap=0.0, alibi_slopes=None):
+    """The fields an attention call's struct ends with: whether it has a window, the
+    window's bounds (keys before and after each query's diagonal, -1 unbounded), softcap
+    (0: off) and the ALiBi slopes' tensor fields (fp32 [Hq] or [B, Hq], or None). The
+    library checks the values (a bound below -1, a negative softcap, slopes of another
+    shape or dtype), naming them."""
+    try:
+        left, right = (int(w) for w in window)
+    except (TypeError, ValueError):
+        raise ValueError(f"autotune: window_size must be a pair of ints (left, right), not "
+                         f"{window!r}") from None
+    for name, w in (("left", left), ("right", right)):
+        if not -2**31 <= w < 2**31:
+            raise ValueError(f"autotune: window_size's {name} bound {w} is out of range "
+                             "(-1 for unbounded)")
+    on = 0 if (left, right) == NO_WINDOW else 1
+    return (on, left, right, float(softcap or 0.0), *tensor_fields(alibi_slopes, "alibi_slopes"))
+
+
 def _current_stream(t):
     """The raw CUstream of torch's current stream on t's device (None for CPU tensors:
     the library then refuses the tensor itself)."""
@@ -269,7 +291,7 @@ class Runtime:
                              "CUDA tensors")
         return self
 
-    def attention_workspace(self, key, fields, q):
+    def attention_workspace(self, key, fields, q, features=None):
         """(pointer, bytes) of the workspace an attention call needs ((0, 0) unless its
         variant splits the keys), asked once per call signature (key; None: not kept).
         The buffer is zero-filled once and shared by the calls of every signature that
@@ -287,7 +309,8 @@ class Runtime:
                 "may happen in a graph")
         n = ctypes.c_uint64()
         self.check(self.lib.autotune_attention_workspace_size(
-            self.handle, self.pack("attention", *fields, 0, 0), ctypes.byref(n)))
+            self.handle, self.pack("attention", *fields, 0, 0,
+                                   *(features or attention_features())), ctypes.byref(n)))
         need = n.value
         ws = (0, 0)
         if need:
@@ -336,10 +359,12 @@ class Runtime:
 
     # ---- attention ----------------------------------------------------------------------
     def attention_args(self, q, k, v, o, lse=None, causal=False, scale=None, layout="bshd",
-                       workspace=None, workspace_bytes=0, _pack=None):
+                       workspace=None, workspace_bytes=0, _pack=None, window=NO_WINDOW,
+                       softcap=0.0, alibi_slopes=None):
         """The C struct for a call. q, o: [B, Sq, Hq, D] (layout "bshd") or [B, Hq, Sq, D]
         ("bhsd"); k, v likewise with Hkv; any strides with a contiguous last dimension.
-        lse: fp32 [B, Hq, Sq] contiguous or None."""
+        lse: fp32 [B, Hq, Sq] contiguous or None. window, softcap, alibi_slopes: as
+        attention() takes them."""
         if layout not in ("bshd", "bhsd"):
             raise ValueError(f"autotune: layout must be 'bshd' or 'bhsd', not {layout!r}")
         bhsd = layout == "bhsd"
@@ -347,18 +372,22 @@ class Runtime:
             "attention", *attention_fields(q, "q", bhsd), *attention_fields(k, "k", bhsd),
             *attention_fields(v, "v", bhsd), *attention_fields(o, "o", bhsd),
             *tensor_fields(lse, "lse"), int(causal), float(scale or 0.0), workspace or 0,
-            workspace_bytes)
+            workspace_bytes, *attention_features(window, softcap, alibi_slopes))
 
     def attention(self, q, k, v, causal=False, scale=None, layout="bshd", return_lse=False,
-                  out=None):
+                  out=None, window=NO_WINDOW, softcap=0.0, alibi_slopes=None):
         """softmax(scale Q K^T + mask) V (scale None: 1/sqrt(D)); with return_lse, also the
         fp32 log-sum-exp [B, Hq, Sq]. A split-KV variant's workspace is allocated,
-        zero-filled and kept by this object."""
+        zero-filled and kept by this object. window: (left, right) keys around each
+        query's (bottom-right aligned) diagonal, -1 unbounded, (-1, -1) none; softcap > 0:
+        logits s become softcap * tanh(s / softcap); alibi_slopes: fp32 [Hq] or [B, Hq]
+        (bias -slope * |i + Sk - Sq - j|)."""
         if layout not in ("bshd", "bhsd"):
             raise ValueError(f"autotune: layout must be 'bshd' or 'bhsd', not {layout!r}")
+        window = tuple(window)
         if out is None and layout == "bshd":
             return self._calls.attention(self.plans, self._runtime_for, q, k, v, causal, scale,
-                                         return_lse)
+                                         return_lse, None, window, softcap, alibi_slopes)
         import torch
         if out is None:
             out = torch.empty_like(q, memory_format=torch.contiguous_format)
@@ -371,12 +400,15 @@ class Runtime:
         fields = (*attention_fields(q, "q", bhsd), *attention_fields(k, "k", bhsd),
                   *attention_fields(v, "v", bhsd), *attention_fields(out, "o", bhsd),
                   *tensor_fields(lse, "lse"), int(causal), float(scale or 0.0))
+        features = attention_features(window, softcap, alibi_slopes)
         # The workspace a split-KV variant needs, asked once per signature.
         key = ("runtime", layout, q.get_device(), q.shape, q.stride(), q.dtype, k.shape,
                k.stride(), k.dtype, v.shape, v.stride(), v.dtype, out.shape, out.stride(),
-               out.dtype, bool(causal), scale, return_lse)
-        ws = self.attention_workspace(key, fields, q)
-        args = self.attention_args(q, k, v, out, lse, causal, scale, layout, *ws, self._pack_call)
+               out.dtype, bool(causal), scale, return_lse, window, softcap,
+               None if alibi_slopes is None else (alibi_slopes.shape, alibi_slopes.dtype))
+        ws = self.attention_workspace(key, fields, q, features)
+        args = self.attention_args(q, k, v, out, lse, causal, scale, layout, *ws, self._pack_call,
+                                   window, softcap, alibi_slopes)
         self.check(self.lib.autotune_attention(self.handle, args, self.stream(q)))
         return (out, lse) if return_lse else out
 

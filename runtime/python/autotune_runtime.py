@@ -22,8 +22,9 @@ if _PACKAGE_ROOT not in sys.path:
 
 from autotune._runtime import (AUTOTUNE_BF16, AUTOTUNE_FP16, AUTOTUNE_FP32,  # noqa: E402
                                MAX_DIMS, ArgsLayout, AutotuneError, Library, Runtime,
-                               _current_stream, attention_fields, dtype_code, tensor_fields)
+                               _current_stream, attention_features, attention_fields,
+                               dtype_code, tensor_fields)
 
 __all__ = ["AUTOTUNE_BF16", "AUTOTUNE_FP16", "AUTOTUNE_FP32", "MAX_DIMS", "ArgsLayout",
-           "AutotuneError", "Library", "Runtime", "_current_stream", "attention_fields",
-           "dtype_code", "tensor_fields"]
+           "AutotuneError", "Library", "Runtime", "_current_stream", "attention_features",
+           "attention_fields", "dtype_code", "tensor_fields"]

@@ -261,11 +261,14 @@ def scan_key(c):
 # =====================================================================================
 # flash-attn: tests/test_flash_attn.py::test_flash_attn_output, ::test_flash_attn_qkvpacked
 # =====================================================================================
-def attention_ref(q, k, v, causal=False, upcast=True, reorder_ops=False):
-    """flash-attn's attention_ref without padding, bias, dropout or window (the causal
-    mask is its window (-1, 0): bottom-right aligned, rows that see no key are 0).
-    Returns the output and, for upcast, the fp32 log-sum-exp [b, h, sq] (rows without a
-    key: -inf)."""
+def attention_ref(q, k, v, causal=False, upcast=True, reorder_ops=False, window_size=(-1, -1),
+                  softcap=0.0, alibi_slopes=None):
+    """flash-attn's attention_ref without padding or dropout: softcap, then the window
+    (causal is its right bound 0: bottom-right aligned, rows that see no key are 0), then
+    the ALiBi bias -slope * |i + sk - sq - j|. Returns the output and, for upcast, the
+    fp32 log-sum-exp [b, h, sq] (rows without a key: -inf) as flash-attn 2 returns it:
+    under causal without a left bound its kernel adds slope * j instead, an LSE larger
+    by slope * (i + sk - sq)."""
     dtype_og = q.dtype
     if upcast:
         q, k, v = q.float(), k.float(), v.float()
@@ -278,13 +281,27 @@ def attention_ref(q, k, v, causal=False, upcast=True, reorder_ops=False):
         scores = torch.einsum("bthd,bshd->bhts", q / math.sqrt(d), k)
     else:
         scores = torch.einsum("bthd,bshd->bhts", q, k / math.sqrt(d))
+    if softcap > 0:
+        scores = (scores / softcap).tanh() * softcap
     mask = None
-    if causal:
-        row = torch.arange(seqlen_q, device=q.device)[:, None]
-        col = torch.arange(seqlen_k, device=q.device)
-        mask = col > row + seqlen_k - seqlen_q
-        scores.masked_fill_(mask, float("-inf"))
+    left, right = window_size
+    right = 0 if causal else right
+    row = torch.arange(seqlen_q, device=q.device)[:, None]
+    col = torch.arange(seqlen_k, device=q.device)
+    diag = row + seqlen_k - seqlen_q
+    if left >= 0 or right >= 0:
+        mask = torch.zeros(seqlen_q, seqlen_k, dtype=torch.bool, device=q.device)
+        if right >= 0:
+            mask |= col > diag + right
+        if left >= 0:
+            mask |= col < diag - left
+        scores = scores.masked_fill(mask, float("-inf"))
+    if alibi_slopes is not None:
+        slopes = alibi_slopes if alibi_slopes.dim() == 2 else alibi_slopes.unsqueeze(0)
+        scores = scores - slopes[:, :, None, None] * (diag - col).abs().to(scores.dtype)
     lse = torch.logsumexp(scores.float(), dim=-1) if upcast else None
+    if lse is not None and alibi_slopes is not None and causal and left < 0:
+        lse = lse + slopes[:, :, None] * (row[:, 0] + seqlen_k - seqlen_q).float()
     attention = torch.softmax(scores, dim=-1).to(v.dtype)
     if mask is not None:
         attention = attention.masked_fill(torch.all(mask, dim=-1, keepdim=True), 0.0)
@@ -292,7 +309,7 @@ def attention_ref(q, k, v, causal=False, upcast=True, reorder_ops=False):
     return output.to(dtype=dtype_og), lse
 
 
-SUPPORTED_HEAD_DIMS = (64, 128, 256)  # what the attention kernels build
+SUPPORTED_HEAD_DIMS = tuple(range(32, 257, 8))  # what the attention kernels build
 
 
 def attention_unsupported(c):
@@ -301,13 +318,17 @@ def attention_unsupported(c):
         return "head_dim"
     if c["dropout_p"] > 0.0:
         return "dropout"
-    if c["local"]:
-        return "local (window_size)"
-    if c["alibi"]:
-        return "alibi"
-    if c.get("softcap", 0.0) > 0.0:
-        return "softcap"
     return None
+
+
+def _attn_features(c, batch_size, nheads, seqlen_k):
+    """The peer's window_size, alibi_slopes and softcap of a case (its draws: a random
+    window of both bounds under seqlen_k, slopes in [0, 0.3) per batch and head)."""
+    window_size = (-1, -1) if not c["local"] else tuple(
+        int(w) for w in torch.randint(0, seqlen_k, (2,)))
+    alibi_slopes = torch.rand(batch_size, nheads, device=DEV, dtype=torch.float32) * 0.3 \
+        if c["alibi"] else None
+    return window_size, alibi_slopes, c.get("softcap", 0.0)
 
 
 ATTN_OUTPUT_GRID = dict(
@@ -345,24 +366,28 @@ def attn_output_run(c):
     nheads = 6 if c["softcap"] == 0.0 else 4
     nheads_k = nheads if c["mha_type"] == "mha" else (1 if c["mha_type"] == "mqa" else 2)
     q = torch.randn(batch_size, seqlen_q, nheads, d, device=DEV, dtype=dtype)
+    window_size, alibi_slopes, softcap = _attn_features(c, batch_size, nheads, seqlen_k)
     if c["kvpacked"]:
         kv = torch.randn(batch_size, seqlen_k, 2, nheads_k, d, device=DEV, dtype=dtype)
         out, lse, s_dmask = autotune.flash_attn_kvpacked_func(
-            q, kv, 0.0, causal=causal, window_size=(-1, -1), alibi_slopes=None,
-            deterministic=c["deterministic"], return_attn_probs=True)
+            q, kv, 0.0, causal=causal, window_size=window_size, softcap=softcap,
+            alibi_slopes=alibi_slopes, deterministic=c["deterministic"], return_attn_probs=True)
         k, v = kv[:, :, 0], kv[:, :, 1]
     else:
         k = torch.randn(batch_size, seqlen_k, nheads_k, d, device=DEV, dtype=dtype)
         v = torch.randn(batch_size, seqlen_k, nheads_k, d, device=DEV, dtype=dtype)
         out, lse, s_dmask = autotune.flash_attn_func(
-            q, k, v, 0.0, causal=causal, window_size=(-1, -1), alibi_slopes=None,
-            deterministic=c["deterministic"], return_attn_probs=True)
-    return _attn_judge(q, k, v, causal, out, lse, s_dmask)
+            q, k, v, 0.0, causal=causal, window_size=window_size, softcap=softcap,
+            alibi_slopes=alibi_slopes, deterministic=c["deterministic"], return_attn_probs=True)
+    return _attn_judge(q, k, v, causal, out, lse, s_dmask, window_size, softcap, alibi_slopes)
 
 
-def _attn_judge(q, k, v, causal, out, lse, s_dmask):
-    out_ref, lse_ref = attention_ref(q, k, v, causal=causal)
-    out_pt, _ = attention_ref(q, k, v, causal=causal, upcast=False, reorder_ops=True)
+def _attn_judge(q, k, v, causal, out, lse, s_dmask, window_size=(-1, -1), softcap=0.0,
+                alibi_slopes=None):
+    features = dict(window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes)
+    out_ref, lse_ref = attention_ref(q, k, v, causal=causal, **features)
+    out_pt, _ = attention_ref(q, k, v, causal=causal, upcast=False, reorder_ops=True,
+                              **features)
     err = (out - out_ref).abs().max().item()
     err_pt = (out_pt - out_ref).abs().max().item()
     # flash-attn's criterion: at most twice the error of PyTorch in the same dtype.
@@ -389,10 +414,12 @@ def attn_qkv_run(c):
     torch.random.manual_seed(0)
     batch_size, nheads = 4, 9
     qkv = torch.randn(batch_size, seqlen, 3, nheads, d, device=DEV, dtype=dtype)
+    window_size, alibi_slopes, softcap = _attn_features(c, batch_size, nheads, seqlen)
     out, lse, s_dmask = autotune.flash_attn_qkvpacked_func(
-        qkv, 0.0, causal=causal, window_size=(-1, -1), alibi_slopes=None,
+        qkv, 0.0, causal=causal, window_size=window_size, alibi_slopes=alibi_slopes,
         deterministic=c["deterministic"], return_attn_probs=True)
-    return _attn_judge(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], causal, out, lse, s_dmask)
+    return _attn_judge(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], causal, out, lse, s_dmask,
+                       window_size, softcap, alibi_slopes)
 
 
 def attn_qkv_key(c):
@@ -424,8 +451,9 @@ GRIDS = {
         "the peer's lists (batch 4, nheads 6, nheads_k 6/1/2 for mha/mqa/gqa, kvpacked and "
         "not); pass: the peer's criterion (max error <= 2x PyTorch's in the same dtype) and "
         "the returned softmax_lse against the fp32 reference on rows with a key; each "
-        "unsupported case counted once under the first of head_dim (the kernels build 64, "
-        "128, 256), dropout, local, alibi, softcap."),
+        "unsupported case counted once under the first of head_dim (the kernels build "
+        "multiples of 8 in 32..256) and dropout; window, softcap and ALiBi as the peer draws "
+        "them."),
     "attention_qkvpacked": (
         "attention", "flash-attn tests/test_flash_attn.py::test_flash_attn_qkvpacked",
         lambda: product(**ATTN_QKV_GRID), attention_unsupported, attn_qkv_key, attn_qkv_run,

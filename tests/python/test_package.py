@@ -109,7 +109,8 @@ class TestArgsLayouts(unittest.TestCase):
             "causal_conv1d": ["x", "weight", "bias", "initial_states", "out", "final_states",
                               "silu"],
             "attention": ["q", "k", "v", "o", "lse", "causal", "scale", "workspace",
-                          "workspace_bytes"],
+                          "workspace_bytes", "window", "window_left", "window_right", "softcap",
+                          "alibi_slopes"],
             "selective_scan": ["u", "delta", "A", "B", "C", "D", "z", "delta_bias", "out",
                                "last_state", "delta_softplus"],
         }
@@ -222,6 +223,56 @@ class TestTensorFields(unittest.TestCase):
         buf = bytearray(layout.size)
         layout.struct.pack_into(buf, 0, *values)
         self.assertEqual(int.from_bytes(buf[0:8], sys.byteorder), 0x7000)
+
+
+class TestAttentionFeatures(unittest.TestCase):
+    """flash-attn's window_size, softcap and alibi_slopes as the struct's last fields."""
+
+    def setUp(self):
+        self.bf16, self.f32 = FakeDtype(), FakeDtype()
+        _runtime._CODES[self.bf16] = _runtime.AUTOTUNE_BF16
+        _runtime._CODES[self.f32] = _runtime.AUTOTUNE_FP32
+
+    def tearDown(self):
+        _runtime._CODES.pop(self.bf16, None)
+        _runtime._CODES.pop(self.f32, None)
+
+    def test_no_window_is_off_and_a_window_packs_its_bounds(self):
+        self.assertEqual(_runtime.attention_features()[:4], (0, -1, -1, 0.0))
+        self.assertEqual(_runtime.attention_features((128, 0), 30.0)[:4], (1, 128, 0, 30.0))
+        self.assertEqual(_runtime.attention_features((-1, 5))[:4], (1, -1, 5, 0.0))
+        # The library names a bound below -1 (window_left must be -1 ...); packing keeps it.
+        self.assertEqual(_runtime.attention_features((-2, 5))[:3], (1, -2, 5))
+
+    def test_a_window_that_is_not_a_pair_of_ints_is_refused_by_name(self):
+        for bad in ((1,), (1, 2, 3), ("a", 1), None, (2**40, 0)):
+            with self.assertRaisesRegex(ValueError, "window_size"):
+                _runtime.attention_features(bad)
+
+    def test_slopes_pack_as_a_tensor_after_the_scalars(self):
+        slopes = FakeTensor((8,), dtype=self.f32)
+        fields = _runtime.attention_features((-1, -1), 0.0, slopes)
+        self.assertEqual(fields[4:], _runtime.tensor_fields(slopes, "alibi_slopes"))
+        self.assertEqual(_runtime.attention_features()[4:], _runtime._ABSENT)
+
+    def test_the_features_fill_the_described_struct(self):
+        path = library_path()
+        if not path:
+            self.skipTest("no built libautotune.so")
+        layout = _runtime.Library.load(path).layouts["attention"]
+        q = FakeTensor((1, 2, 64, 80), dtype=self.bf16)
+        slopes = FakeTensor((2,), ptr=0x9000, dtype=self.f32)
+        values = (*(_runtime.tensor_fields(q, "q") * 4), *_runtime._ABSENT, 1, 0.0, 0, 0,
+                  *_runtime.attention_features((16, -1), 5.0, slopes))
+        buf = bytearray(layout.size)
+        layout.struct.pack_into(buf, 0, *values)
+        at = layout.offsets
+        self.assertEqual(int.from_bytes(buf[at["window"]:at["window"] + 4], sys.byteorder), 1)
+        self.assertEqual(int.from_bytes(buf[at["window_left"]:at["window_left"] + 4],
+                                        sys.byteorder), 16)
+        self.assertEqual(int.from_bytes(buf[at["alibi_slopes"]:at["alibi_slopes"] + 8],
+                                        sys.byteorder), 0x9000)
+        self.assertIn(at["alibi_slopes"] // 8, layout.pointer_slots)
 
 
 class TestConfig(unittest.TestCase):
@@ -524,11 +575,18 @@ class TestTorchRegistration(unittest.TestCase):
 
     def test_unsupported_features_are_refused_by_name(self):
         q = torch.zeros(1, 64, 2, 64, dtype=torch.bfloat16)
-        for kwargs, name in (({"dropout_p": 0.1}, "dropout_p"),
-                             ({"window_size": (8, 0)}, "window_size"),
-                             ({"softcap": 30.0}, "softcap"),
-                             ({"alibi_slopes": torch.zeros(2)}, "alibi_slopes")):
-            with self.assertRaisesRegex(NotImplementedError, name):
+        with self.assertRaisesRegex(NotImplementedError, "dropout_p"):
+            autotune.flash_attn_func(q, q, q, dropout_p=0.1)
+        # window_size, softcap and alibi_slopes are supported; bad values are refused
+        # by name before anything reaches the library.
+        for kwargs, name in (({"window_size": (-2, 5)}, "window_size"),
+                             ({"window_size": (1, 2, 3)}, "window_size"),
+                             ({"softcap": -1.0}, "softcap"),
+                             ({"softcap": float("nan")}, "softcap"),
+                             ({"alibi_slopes": torch.zeros(2, dtype=torch.bfloat16)},
+                              "alibi_slopes"),
+                             ({"alibi_slopes": [0.5, 0.25]}, "alibi_slopes")):
+            with self.assertRaisesRegex((ValueError, TypeError), name):
                 autotune.flash_attn_func(q, q, q, **kwargs)
         x = torch.zeros(1, 8, 16)
         with self.assertRaisesRegex(NotImplementedError, "seq_idx"):
@@ -576,7 +634,7 @@ class TestCallPlans(unittest.TestCase):
             layouts = self.library.layouts
             handle = ctypes.c_void_p(0x1234)
 
-            def attention_workspace(self, key, fields, q):
+            def attention_workspace(self, key, fields, q, features=None):
                 test.workspace_asked += 1
                 return (0xABC000, 4096)
 
@@ -668,9 +726,23 @@ class TestCallPlans(unittest.TestCase):
         layout = self.library.layouts["attention"]
         values = layout.struct.unpack_from(got)
         self.assertEqual(values[:len(expected_prefix)], expected_prefix)
-        self.assertEqual(values[-4:], (1, 0.5, 0xABC000, 4096))
+        # q, k, v, o, lse (11 fields each), then causal, scale, the workspace, and the
+        # features: no window, no softcap, no slopes.
+        self.assertEqual(values[55:59], (1, 0.5, 0xABC000, 4096))
+        self.assertEqual(values[59:63], (0, -1, -1, 0.0))
+        self.assertEqual(values[63:], _runtime._ABSENT)
         self.assertEqual(values[33], out.data_ptr())
         self.assertEqual(values[44], lse.data_ptr())
+        # With a window, softcap and slopes: a warm call writes the new slopes' pointer.
+        for _ in range(2):
+            slopes = torch.rand(4)
+            self.seen.clear()
+            out = self.calls_mod.attention(self.plans, self.runtime_for, q, k, k.clone(), True,
+                                           0.5, False, None, (16, -1), 5.0, slopes)
+        values = layout.struct.unpack_from(self.seen[0])
+        self.assertEqual(values[59:63], (1, 16, -1, 5.0))
+        self.assertEqual(values[63:], f(slopes, "alibi_slopes"))
+        self.assertEqual(values[33], out.data_ptr())
         self.op = "selective_scan"
         u = torch.randn(2, 8, 16, dtype=torch.bfloat16)
         A, Bm = torch.randn(8, 4), torch.randn(2, 4, 16, dtype=torch.bfloat16)
