@@ -233,6 +233,22 @@ TEST_CASE("the Hopper attention family (family=wgmma) is valid on sm_90a only, f
             "family=wgmma_pingpong",
             d128, "sm_90", "needs sm_90a");
   }
+  SUBCASE("overlap: 2+ stages, and the second P set within the consumers' registers") {
+    CHECK(attn().check(config("block_m=128,block_n=96,warps=4,stages=2,swizzle=xor,q=smem,"
+                              "splits=1,family=wgmma_overlap"),
+                       d128, "sm_90a"));
+    refused("block_m=128,block_n=96,warps=4,stages=1,swizzle=xor,q=smem,splits=1,"
+            "family=wgmma_overlap",
+            d128, "sm_90a", "2+ stages");
+    // O (64) + S (64) + two P sets (64) and the softmax's temporaries spill at 240.
+    refused("block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+            "family=wgmma_overlap",
+            d128, "sm_90a", "registers per consumer");
+    const auto defs = attn().defines(config("block_m=128,block_n=96,warps=4,stages=2,swizzle=xor,"
+                                            "q=smem,splits=1,family=wgmma_overlap"),
+                                     d128);
+    CHECK(std::find(defs.begin(), defs.end(), "-DAT_OVERLAP=1") != defs.end());
+  }
   SUBCASE("tiles") {
     refused("block_m=256,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma",
             d128, "sm_90a", "64 per consumer");
@@ -250,9 +266,10 @@ TEST_CASE("the Hopper attention family (family=wgmma) is valid on sm_90a only, f
     CHECK(attn().geometry(config(k_fa2), d128).block[0] == 128);
     const auto defs = attn().defines(config(k_fa2), d128);
     CHECK(std::find(defs.begin(), defs.end(), "-DAT_WGMMA=1") == defs.end());
-    CHECK_THROWS_WITH_AS(attn().check(config(std::string(k_fa2) + ",family=tma"), d128, "sm_90a"),
-                         doctest::Contains("family must be 'mma', 'wgmma' or 'wgmma_pingpong'"),
-                         Error);
+    CHECK_THROWS_WITH_AS(
+        attn().check(config(std::string(k_fa2) + ",family=tma"), d128, "sm_90a"),
+        doctest::Contains("family must be 'mma', 'wgmma', 'wgmma_pingpong' or 'wgmma_overlap'"),
+        Error);
   }
   SUBCASE("geometry: a producer warpgroup beside block_m / 64 consumers; tiles, 1 KiB of "
           "alignment and the barriers in shared memory") {

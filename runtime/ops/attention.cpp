@@ -81,6 +81,9 @@ struct Params {
   // family=wgmma_pingpong: the wgmma kernel whose 2-3 consumer warpgroups take turns
   // issuing their products (one's softmax under another's GEMMs).
   bool pingpong = false;
+  // family=wgmma_overlap: each consumer issues S = Q K^T of a tile before the previous
+  // tile's O += P V, and runs the softmax of the one under the other.
+  bool overlap = false;
 };
 
 // Split-KV variants are for problems with few query blocks (decoding, small
@@ -143,13 +146,14 @@ Params params(const Config& c) {
     } else if (k == "splits") {
       p.splits = int(parse_int(v, "splits"));
     } else if (k == "family") {
-      if (v != "mma" && v != "wgmma" && v != "wgmma_pingpong") {
-        throw Error(ErrorKind::config,
-                    "attention: family must be 'mma', 'wgmma' or 'wgmma_pingpong', not '" + v +
-                        "'");
+      if (v != "mma" && v != "wgmma" && v != "wgmma_pingpong" && v != "wgmma_overlap") {
+        throw Error(ErrorKind::config, "attention: family must be 'mma', 'wgmma', "
+                                       "'wgmma_pingpong' or 'wgmma_overlap', not '" +
+                                           v + "'");
       }
       p.wgmma = v != "mma";
       p.pingpong = v == "wgmma_pingpong";
+      p.overlap = v == "wgmma_overlap";
     } else {
       throw Error(ErrorKind::config, "attention: unknown parameter '" + k + "'");
     }
@@ -172,8 +176,13 @@ long long wgmma_smem_bytes(const Params& p, const Dims& d) {
 }
 
 // What a consumer thread keeps live: O (D/2 floats), S (block_n/2), P as 16-bit pairs
-// (block_n/4), plus softmax state and addressing.
+// (block_n/4), plus softmax state and addressing. Overlapped, two P sets are live (the
+// next is built while the last is read) and the softmax temporaries overlap them: 64
+// is the margin below which ptxas did not spill on sm_90a (CUDA 13.0, every tile).
 long long wgmma_register_estimate(const Params& p, const Dims& d) {
+  if (p.overlap) {
+    return d.D / 2 + p.block_n / 2 + 2 * (p.block_n / 4) + 64;
+  }
   return d.D / 2 + p.block_n / 2 + p.block_n / 4 + 32;
 }
 
@@ -271,6 +280,10 @@ Result<bool> check_wgmma(const Params& p, const Dims& d, const std::string& arch
   if (p.pingpong && (wgmma_consumers(p) < 2 || p.stages < 2)) {
     return fail("family=wgmma_pingpong needs 2 or 3 consumer warpgroups (block_m 128 or 192) "
                 "and 2+ stages");
+  }
+  if (p.overlap && p.stages < 2) {
+    return fail("family=wgmma_overlap needs 2+ stages (the next K lands while the last V is "
+                "read)");
   }
   long long regs = wgmma_register_estimate(p, d);
   const int available = wgmma_consumer_regs(p, wgmma_min_blocks(p, d));
@@ -452,6 +465,7 @@ std::vector<std::string> AttentionOp::defines(const Config& config, const Proble
             std::string("-DAT_LSE=") + (d.lse ? "1" : "0"),
             std::string("-DAT_BF16=") + (d.dtype == DType::bf16 ? "1" : "0"),
             std::string("-DAT_PINGPONG=") + (p.pingpong ? "1" : "0"),
+            std::string("-DAT_OVERLAP=") + (p.overlap ? "1" : "0"),
             "-DAT_MIN_BLOCKS=" + std::to_string(wgmma_min_blocks(p, d)),
             std::string("-DAT_T=") + template_type(d.dtype)};
   }

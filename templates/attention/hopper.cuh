@@ -67,6 +67,12 @@ constexpr bool k_lse = AT_LSE != 0;
 #define AT_PINGPONG 0
 #endif
 constexpr bool k_pingpong = AT_PINGPONG != 0;
+#ifndef AT_OVERLAP
+#define AT_OVERLAP 0
+#endif
+constexpr bool k_overlap = AT_OVERLAP != 0;
+static_assert(!(k_overlap && (k_pingpong || k_stages < 2)),
+              "overlap: no ping-pong, and a second stage for the next K");
 
 #ifndef AT_MIN_BLOCKS
 #define AT_MIN_BLOCKS 1
@@ -192,6 +198,80 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+// One consumer thread's part of a key tile's softmax: masks S where the tile crosses
+// the end of the keys or (causal) the diagonal, updates the running row max and sum of
+// its two rows (row0, row0 + 8), turns S into exponentials and returns in alpha the
+// factor the rows' O must be scaled by.
+__device__ __forceinline__ void softmax_tile(float (&sc)[k_s_regs], float (&row_max)[2],
+                                             float (&row_sum)[2], float (&alpha)[2],
+                                             const AttnArgs& args, int n0, int m0, int row0,
+                                             int t) {
+  const int diag = args.seq_k - args.seq_q; // query i sees keys j <= i + diag
+  const bool past_end = n0 + k_block_n > args.seq_k;
+  const bool crosses = k_causal && n0 + k_block_n - 1 > m0 + diag;
+  if (past_end || crosses) {
+#pragma unroll
+    for (int i = 0; i < k_s_regs; ++i) {
+      const int col = n0 + (i / 4) * 8 + 2 * t + (i % 2);
+      const int row = row0 + ((i / 2) % 2) * 8;
+      if (col >= args.seq_k || (k_causal && col > row + diag)) {
+        sc[i] = at_neg_inf();
+      }
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mx = row_max[h];
+#pragma unroll
+    for (int i = 0; i < k_s_regs / 4; ++i) {
+      mx = fmaxf(mx, fmaxf(sc[4 * i + 2 * h], sc[4 * i + 2 * h + 1]));
+    }
+    mx = quad_max(mx);
+    // A row that has seen no key yet keeps max -inf: subtract 0 so that every
+    // exponent stays -inf (giving 0) instead of -inf - -inf = NaN.
+    const float max_scaled = mx == at_neg_inf() ? 0.0f : mx * args.scale_log2;
+    alpha[h] = row_max[h] == at_neg_inf()
+                   ? 0.0f
+                   : at_exp2_approx(row_max[h] * args.scale_log2 - max_scaled);
+    row_max[h] = mx;
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < k_s_regs / 4; ++i) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float e2 = at_exp2_approx(fmaf(sc[4 * i + 2 * h + e], args.scale_log2, -max_scaled));
+        sc[4 * i + 2 * h + e] = e2;
+        sum += e2;
+      }
+    }
+    row_sum[h] = row_sum[h] * alpha[h] + sum;
+  }
+}
+
+// P as wgmma A fragments: k=16 step kk holds the S accumulators of key columns
+// 16 kk .. 16 kk + 15 (n8 tiles 2 kk and 2 kk + 1), rounded to 16 bits.
+__device__ __forceinline__ void pack_p(unsigned (&p)[k_block_n / 16][4],
+                                       const float (&sc)[k_s_regs]) {
+#pragma unroll
+  for (int kk = 0; kk < k_block_n / 16; ++kk) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      p[kk][r] = at_pack2(sc[8 * kk + 2 * r], sc[8 * kk + 2 * r + 1], elem_t{});
+    }
+  }
+}
+
+__device__ __forceinline__ void rescale_o(float (&o)[k_o_regs], const float (&alpha)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int i = 0; i < k_o_regs / 4; ++i) {
+      o[4 * i + 2 * h] *= alpha[h];
+      o[4 * i + 2 * h + 1] *= alpha[h];
+    }
+  }
+}
+
 extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
     attention_fwd(const __grid_constant__ AttnArgs args) {
   extern __shared__ unsigned char smem_raw[];
@@ -263,7 +343,6 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
     const int t = lane % 4;
     const int row0 = m0 + consumer * 64 + warp * 16 + g; // rows row0 and row0 + 8
     const unsigned my_q = q_tile + static_cast<unsigned>(consumer) * 64 * 128;
-    const int diag = args.seq_k - args.seq_q; // query i sees keys j <= i + diag
 
     float o[k_o_regs];
 #pragma unroll
@@ -282,107 +361,120 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
     }
     // P of the previous key tile (its O += P V is issued with the next S = Q K^T).
     unsigned p[k_block_n / 16][4];
-    for (int n = 0; n < n_end; ++n) {
-      const int s = n % k_stages;
-      const unsigned parity = static_cast<unsigned>(n / k_stages) & 1u;
-      const int ps = (n + k_stages - 1) % k_stages; // the previous tile's stage
-      const unsigned p_parity = static_cast<unsigned>((n - 1) / k_stages) & 1u;
-      const unsigned k_tile = base + k_k_offset + s * k_kv_bytes;
-      const unsigned pv_tile = base + k_v_offset + ps * k_kv_bytes;
-      const int n0 = n * k_block_n;
-
-      float sc[k_s_regs];
-      if (k_stages == 1 && n > 0) {
-        // One buffer: the previous tile's P V must finish before this K can land.
-        mbar_wait(v_full + 8 * ps, p_parity);
+    if (k_overlap) {
+      // Tile n: S = Q K^T of n and O += P V of n - 1 go out as two groups; the softmax
+      // of n starts when the first is done and runs under the second. P alternates
+      // between two register sets (p, p2), since the P V in flight still reads the
+      // last one: the loop runs two tiles per trip so that each set keeps its
+      // registers (a copy between them would let the compiler merge the two, and ptxas
+      // then serialises the products). The first tile has no P V and is peeled.
+      unsigned p2[k_block_n / 16][4];
+      if (n_end > 0) {
+        float sc[k_s_regs];
+        float alpha[2];
+        mbar_wait(k_full, 0);
         wgmma_fence();
-        pv_product(o, p, pv_tile);
+        qk_product(sc, my_q, base + k_k_offset);
         wgmma_commit();
         wgmma_wait<0>();
+        wgmma_pin(sc);
+        softmax_tile(sc, row_max, row_sum, alpha, args, 0, m0, row0, t);
+        pack_p(p, sc);
+      }
+      auto step = [&](int n, const unsigned(&p_last)[k_block_n / 16][4],
+                      unsigned(&p_new)[k_block_n / 16][4]) {
+        const int s = n % k_stages;
+        const int ps = (n - 1) % k_stages;
+        mbar_wait(k_full + 8 * s, static_cast<unsigned>(n / k_stages) & 1u);
+        mbar_wait(v_full + 8 * ps, static_cast<unsigned>((n - 1) / k_stages) & 1u);
+        float sc[k_s_regs];
+        wgmma_pin(o);
+        wgmma_fence();
+        qk_product(sc, my_q, base + k_k_offset + s * k_kv_bytes);
+        wgmma_commit();
+        pv_product(o, p_last, base + k_v_offset + ps * k_kv_bytes);
+        wgmma_commit();
+        wgmma_wait<1>();
+        wgmma_pin(sc);
+        float alpha[2];
+        softmax_tile(sc, row_max, row_sum, alpha, args, n * k_block_n, m0, row0, t);
+        pack_p(p_new, sc);
+        wgmma_wait<0>();
+        wgmma_pin(o);
         release_stage(kv_empty + 8 * ps, lane);
+        rescale_o(o, alpha); // O held P V of n - 1 at the max before tile n
+      };
+      int n = 1;
+      for (; n + 1 < n_end; n += 2) {
+        step(n, p, p2);
+        step(n + 1, p2, p);
       }
-      mbar_wait(k_full + 8 * s, parity);
-      if (k_stages > 1 && n > 0) {
-        mbar_wait(v_full + 8 * ps, p_parity);
+      const bool last_in_p2 = n < n_end;
+      if (last_in_p2) {
+        step(n, p, p2);
       }
-      if (k_pingpong) {
-        named_barrier_sync(1 + consumer, 256); // this consumer's turn on the tensor cores
+      if (n_end > 0) {
+        // The last tile's O += P V.
+        const int ls = (n_end - 1) % k_stages;
+        mbar_wait(v_full + 8 * ls, static_cast<unsigned>((n_end - 1) / k_stages) & 1u);
+        wgmma_pin(o);
+        wgmma_fence();
+        if (last_in_p2) {
+          pv_product(o, p2, base + k_v_offset + ls * k_kv_bytes);
+        } else {
+          pv_product(o, p, base + k_v_offset + ls * k_kv_bytes);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_pin(o);
       }
-      wgmma_fence();
-      if (k_stages > 1 && n > 0) {
-        pv_product(o, p, pv_tile); // the previous tile's O += P V, then this S
-      }
-      qk_product(sc, my_q, k_tile);
-      wgmma_commit();
-      if (k_pingpong && !(consumer == k_consumers - 1 && n == n_end - 1)) {
-        named_barrier_arrive(1 + (consumer + 1) % k_consumers, 256); // the next one's turn
-      }
-      wgmma_wait<0>();
-      if (k_stages > 1 && n > 0) {
-        release_stage(kv_empty + 8 * ps, lane);
-      }
+    } else {
+      for (int n = 0; n < n_end; ++n) {
+        const int s = n % k_stages;
+        const unsigned parity = static_cast<unsigned>(n / k_stages) & 1u;
+        const int ps = (n + k_stages - 1) % k_stages; // the previous tile's stage
+        const unsigned p_parity = static_cast<unsigned>((n - 1) / k_stages) & 1u;
+        const unsigned k_tile = base + k_k_offset + s * k_kv_bytes;
+        const unsigned pv_tile = base + k_v_offset + ps * k_kv_bytes;
 
-      // Mask the tile that crosses the end of the keys and, causal, the diagonal.
-      const bool past_end = n0 + k_block_n > args.seq_k;
-      const bool crosses = k_causal && n0 + k_block_n - 1 > m0 + diag;
-      if (past_end || crosses) {
-#pragma unroll
-        for (int i = 0; i < k_s_regs; ++i) {
-          const int col = n0 + (i / 4) * 8 + 2 * t + (i % 2);
-          const int row = row0 + ((i / 2) % 2) * 8;
-          if (col >= args.seq_k || (k_causal && col > row + diag)) {
-            sc[i] = at_neg_inf();
-          }
+        float sc[k_s_regs];
+        if (k_stages == 1 && n > 0) {
+          // One buffer: the previous tile's P V must finish before this K can land.
+          mbar_wait(v_full + 8 * ps, p_parity);
+          wgmma_fence();
+          pv_product(o, p, pv_tile);
+          wgmma_commit();
+          wgmma_wait<0>();
+          release_stage(kv_empty + 8 * ps, lane);
         }
-      }
-
-      // Online softmax, rows h = 0 (row0) and 1 (row0 + 8). O already holds the
-      // previous tile's P V (waited above), so its rescale comes after it.
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float mx = row_max[h];
-#pragma unroll
-        for (int i = 0; i < k_s_regs / 4; ++i) {
-          mx = fmaxf(mx, fmaxf(sc[4 * i + 2 * h], sc[4 * i + 2 * h + 1]));
+        mbar_wait(k_full + 8 * s, parity);
+        if (k_stages > 1 && n > 0) {
+          mbar_wait(v_full + 8 * ps, p_parity);
         }
-        mx = quad_max(mx);
-        // A row that has seen no key yet keeps max -inf: subtract 0 so that every
-        // exponent stays -inf (giving 0) instead of -inf - -inf = NaN.
-        const float max_scaled = mx == at_neg_inf() ? 0.0f : mx * args.scale_log2;
-        const float alpha = row_max[h] == at_neg_inf()
-                                ? 0.0f
-                                : at_exp2_approx(row_max[h] * args.scale_log2 - max_scaled);
-        row_max[h] = mx;
-        float sum = 0.0f;
-#pragma unroll
-        for (int i = 0; i < k_s_regs / 4; ++i) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float e2 =
-                at_exp2_approx(fmaf(sc[4 * i + 2 * h + e], args.scale_log2, -max_scaled));
-            sc[4 * i + 2 * h + e] = e2;
-            sum += e2;
-          }
+        if (k_pingpong) {
+          named_barrier_sync(1 + consumer, 256); // this consumer's turn on the tensor cores
         }
-        row_sum[h] = row_sum[h] * alpha + sum;
-#pragma unroll
-        for (int i = 0; i < k_o_regs / 4; ++i) {
-          o[4 * i + 2 * h] *= alpha;
-          o[4 * i + 2 * h + 1] *= alpha;
+        wgmma_fence();
+        if (k_stages > 1 && n > 0) {
+          pv_product(o, p, pv_tile); // the previous tile's O += P V, then this S
         }
-      }
-
-      // P as wgmma A fragments: k=16 step kk holds the S accumulators of key columns
-      // 16 kk .. 16 kk + 15 (n8 tiles 2 kk and 2 kk + 1).
-#pragma unroll
-      for (int kk = 0; kk < k_block_n / 16; ++kk) {
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          p[kk][r] = at_pack2(sc[8 * kk + 2 * r], sc[8 * kk + 2 * r + 1], elem_t{});
+        qk_product(sc, my_q, k_tile);
+        wgmma_commit();
+        if (k_pingpong && !(consumer == k_consumers - 1 && n == n_end - 1)) {
+          named_barrier_arrive(1 + (consumer + 1) % k_consumers, 256); // the next one's turn
         }
+        wgmma_wait<0>();
+        if (k_stages > 1 && n > 0) {
+          release_stage(kv_empty + 8 * ps, lane);
+        }
+        // O already holds the previous tile's P V, so its rescale comes after it.
+        float alpha[2];
+        softmax_tile(sc, row_max, row_sum, alpha, args, n * k_block_n, m0, row0, t);
+        rescale_o(o, alpha);
+        pack_p(p, sc);
       }
     }
-    if (n_end > 0) {
+    if (!k_overlap && n_end > 0) {
       // The last tile's O += P V.
       const int ls = (n_end - 1) % k_stages;
       mbar_wait(v_full + 8 * ls, static_cast<unsigned>((n_end - 1) / k_stages) & 1u);

@@ -79,6 +79,16 @@ template <int N> __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
+// Pins registers at this point of the program: the compiler may not move their reads
+// or writes across it. wgmma accumulators are written asynchronously, so reads placed
+// after a wgmma_wait must not drift above it (ptxas then serialises the products).
+template <int N> __device__ __forceinline__ void wgmma_pin(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    asm volatile("" : "+f"(r[i])::"memory");
+  }
+}
+
 // A shared-memory matrix descriptor for a 128-byte-swizzled tile whose 1024-byte
 // swizzle atoms (8 rows of 128 bytes) start at 1024-byte aligned addresses.
 //   K-major (rows of the M/N dimension, 64 K elements per 128-byte row): lbo unused,
