@@ -623,10 +623,8 @@ TEST_CASE("pinned state-form selective_scan variants take ragged and misaligned 
     const char* config;
   };
   const Run runs[] = {
-      {"bf16", "last_state=1", k_pair},
-      {"bf16", "", k_wide},
-      {"fp16", "has_z=0,last_state=1", k_f32},
-      {"fp32", "last_state=1", k_f32},
+      {"bf16", "last_state=1", k_pair},         {"bf16", "", k_wide},
+      {"fp16", "has_z=0,last_state=1", k_f32},  {"fp32", "last_state=1", k_f32},
       {"bf16", "var_bc=C,last_state=1", k_f32},
   };
   for (long long L : {641LL, 640LL, 7LL}) {

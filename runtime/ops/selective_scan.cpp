@@ -209,6 +209,14 @@ long long part_stride(const Params& p) {
   return p.cpb + 1; // none (several channels per lane): as before
 }
 
+// Whether the state form is built with AT_RAGGED (state_parallel.cuh): L leaves a
+// partial vector at the end of each row, so the rows of one tensor start at
+// different offsets from an aligned address and the kernel moves single elements,
+// consecutive lanes on consecutive steps. Aligned shapes compile without it.
+bool ragged(const Params& p, const Dims& d) {
+  return p.state() && d.L % p.vec != 0;
+}
+
 // Dynamic shared memory of the state-parallel form, as laid out in
 // templates/selective_scan/state_parallel.cuh: rows of ITEMS + 4 words (dt and dt*u
 // per channel, per state a row of B if variable and one of C if variable -- one row
@@ -220,16 +228,9 @@ long long state_form_smem(const Params& p, long long n, const Dims& d) {
   const long long bc_rows = p.bc_pair && d.var_b && d.var_c ? n : d.var_rows() * n;
   const long long part_rows = (long long)(p.nsplit >> p.yred) * part_stride(p);
   const long long rows = 2LL * p.cpb + bc_rows + part_rows;
-  const long long exchange = 2LL * p.tsplit * p.cpb * n * 4; // slice end states and decays
-  return rows * (p.items + 4) * 4 + exchange;
-}
-
-// Whether the state form is built with AT_RAGGED (state_parallel.cuh): L leaves a
-// partial vector at the end of each row, so the rows of one tensor start at
-// different offsets from an aligned address and the kernel moves single elements,
-// consecutive lanes on consecutive steps. Aligned shapes compile without it.
-bool ragged(const Params& p, const Dims& d) {
-  return p.state() && d.L % p.vec != 0;
+  const long long exchange = 2LL * p.tsplit * p.cpb * n * 4;  // slice end states and decays
+  const long long table = ragged(p, d) ? 2LL * p.cpb * 4 : 0; // delta_bias and D (AT_RAGGED)
+  return rows * (p.items + 4) * 4 + exchange + table;
 }
 
 std::string flag_of(bool b) {
@@ -360,6 +361,10 @@ Result<bool> check_state_form(const Params& p, const Dims& d, const std::string&
   if ((p.vec != 4 && p.vec != 8) || p.items % p.vec != 0 || p.items % 8 != 0 || p.items > 64) {
     return fail("scan=state: vec must be 4 or 8 and items a multiple of 8 and of vec, at most 64");
   }
+  if (ragged(p, d) && p.items % p.threads != 0 && p.threads % p.items != 0) {
+    return fail("scan=state: with L no multiple of vec (the element layout) items and threads "
+                "must divide one another");
+  }
   if (p.items % (4 * p.tsplit) != 0) {
     return fail("scan=state: items must split into tsplit slices of whole 4-step groups");
   }
@@ -464,34 +469,95 @@ Result<bool> SelectiveScanOp::worth_measuring(const Config& config, const Proble
   return true;
 }
 
+Config SelectiveScanOp::adapt(const Config& config, const Problem& problem) const {
+  // A state-form configuration chosen for more channels (B * D) leaves this problem
+  // few blocks or few warps: each block owns cpb channels of one batch, each channel
+  // nsplit lanes, and the scan hides its latencies with resident warps. On the H100
+  // the tuned winners of small batches (bench/notes/selective_scan-ragged.md) keep at
+  // least 256 blocks and 768 warps in all (e.g. B=4, D=2048: cpb=32, nsplit=4 ran
+  // 121 us against 131 for the B=8, D=2048 point's cpb=64, nsplit=2; B=2, D=2048,
+  // L=512: cpb=16, nsplit=8 22 us against 38). Below that the rule doubles the lanes
+  // per channel: with too few blocks it halves cpb (same threads), with enough blocks
+  // but too few warps it doubles the threads up to 128 (same cpb, so the staged B/C
+  // still serve as many channels), until both hold or nsplit reaches 32 or N.
+  constexpr long long k_min_blocks = 256;
+  constexpr long long k_min_warps = 768;
+  Dims d = dims(problem);
+  Params p = params(config);
+  if (!p.state()) {
+    return config;
+  }
+  Config current = config;
+  for (int step = 0; step < 5; ++step) {
+    const long long blocks = d.B * ((d.D + p.cpb - 1) / p.cpb);
+    const long long warps = blocks * (p.threads / 32);
+    if (blocks >= k_min_blocks && warps >= k_min_warps) {
+      break;
+    }
+    if (p.nsplit * 2 > 32 || d.N % (p.nsplit * 2) != 0) {
+      break;
+    }
+    Params next = p;
+    next.nsplit = p.nsplit * 2;
+    if (blocks >= k_min_blocks && p.threads < 128) {
+      next.threads = p.threads * 2;
+    } else if (p.cpb % 2 == 0) {
+      next.cpb = p.cpb / 2;
+    } else {
+      break;
+    }
+    Config c = current;
+    for (auto& [k, v] : c) {
+      if (k == "nsplit") {
+        v = std::to_string(next.nsplit);
+      } else if (k == "threads") {
+        v = std::to_string(next.threads);
+      } else if (k == "cpb") {
+        v = std::to_string(next.cpb);
+      }
+    }
+    try {
+      if (!check(c, problem, "sm_80")) {
+        break;
+      }
+    } catch (const Error&) {
+      break;
+    }
+    current = std::move(c);
+    p = next;
+  }
+  return current;
+}
+
 std::vector<std::string> SelectiveScanOp::defines(const Config& config,
                                                   const Problem& problem) const {
   Params p = params(config);
   Dims d = dims(problem);
   std::vector<std::string> out = {"-DAT_THREADS=" + std::to_string(p.threads),
-          "-DAT_ITEMS=" + std::to_string(p.items),
-          "-DAT_CPB=" + std::to_string(p.cpb),
-          "-DAT_NSPLIT=" + std::to_string(p.nsplit),
-          "-DAT_SCAN=" + std::to_string(int(p.form)),
-          "-DAT_VEC=" + std::to_string(p.vec),
-          "-DAT_POLY=" + std::to_string(p.poly),
-          "-DAT_MINB=" + std::to_string(p.minblocks),
-          "-DAT_TSPLIT=" + std::to_string(p.tsplit),
-          "-DAT_CPL=" + std::to_string(p.cpl),
-          "-DAT_PART_STRIDE=" + std::to_string(part_stride(p)),
-          std::string("-DAT_BC_PAIR=") + (p.bc_pair ? "1" : "0"),
-          std::string("-DAT_YSTORE_DURING=") + (p.ystore_during ? "1" : "0"),
-          "-DAT_YRED=" + std::to_string(p.yred),
-          "-DAT_N=" + std::to_string(d.N),
-          "-DAT_NSLICE=" + std::to_string(state_slice(config, problem)),
-          "-DAT_VAR_B=" + flag_of(d.var_b),
-          "-DAT_VAR_C=" + flag_of(d.var_c),
-          "-DAT_HAS_BIAS=" + flag_of(d.bias),
-          "-DAT_SOFTPLUS=" + flag_of(d.softplus),
-          "-DAT_HAS_D=" + flag_of(d.has_d),
-          "-DAT_HAS_Z=" + flag_of(d.has_z),
-          "-DAT_LAST_STATE=" + flag_of(d.last_state),
-          std::string("-DAT_X_T=") + template_type(d.x)};
+                                  "-DAT_ITEMS=" + std::to_string(p.items),
+                                  "-DAT_CPB=" + std::to_string(p.cpb),
+                                  "-DAT_NSPLIT=" + std::to_string(p.nsplit),
+                                  "-DAT_SCAN=" + std::to_string(int(p.form)),
+                                  "-DAT_VEC=" + std::to_string(p.vec),
+                                  "-DAT_POLY=" + std::to_string(p.poly),
+                                  "-DAT_MINB=" + std::to_string(p.minblocks),
+                                  "-DAT_TSPLIT=" + std::to_string(p.tsplit),
+                                  "-DAT_CPL=" + std::to_string(p.cpl),
+                                  "-DAT_PART_STRIDE=" + std::to_string(part_stride(p)),
+                                  std::string("-DAT_BC_PAIR=") + (p.bc_pair ? "1" : "0"),
+                                  std::string("-DAT_YSTORE_DURING=") +
+                                      (p.ystore_during ? "1" : "0"),
+                                  "-DAT_YRED=" + std::to_string(p.yred),
+                                  "-DAT_N=" + std::to_string(d.N),
+                                  "-DAT_NSLICE=" + std::to_string(state_slice(config, problem)),
+                                  "-DAT_VAR_B=" + flag_of(d.var_b),
+                                  "-DAT_VAR_C=" + flag_of(d.var_c),
+                                  "-DAT_HAS_BIAS=" + flag_of(d.bias),
+                                  "-DAT_SOFTPLUS=" + flag_of(d.softplus),
+                                  "-DAT_HAS_D=" + flag_of(d.has_d),
+                                  "-DAT_HAS_Z=" + flag_of(d.has_z),
+                                  "-DAT_LAST_STATE=" + flag_of(d.last_state),
+                                  std::string("-DAT_X_T=") + template_type(d.x)};
   if (ragged(p, d)) {
     out.push_back("-DAT_RAGGED=1");
   }

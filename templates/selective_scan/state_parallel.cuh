@@ -229,18 +229,48 @@ __device__ __forceinline__ unsigned pack_pair(float, float) {
 
 typedef float (*row_ptr)[k_row];
 
+// One element from global memory where `in`, else zero, as a volatile asm: the
+// compiler keeps it where it stands. Issued before the chunk's scan, the next
+// chunk's loads land while it runs; as plain loads (one register per element under
+// AT_RAGGED) they were moved past the scan, next to their use after it, which left
+// their latency in front of every chunk's barrier.
+__device__ __forceinline__ unsigned short load_or_zero_u16(const void* p, bool in) {
+  unsigned short v;
+  asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %2, 0;\n\tmov.u16 %0, 0;\n\t"
+               "@q ld.global.u16 %0, [%1];\n\t}"
+               : "=h"(v)
+               : "l"(p), "r"(int(in)));
+  return v;
+}
+__device__ __forceinline__ at_bf16 load_or_zero(const at_bf16* p, bool in) {
+  return at_bf16{load_or_zero_u16(p, in)};
+}
+__device__ __forceinline__ at_f16 load_or_zero(const at_f16* p, bool in) {
+  return at_f16{load_or_zero_u16(p, in)};
+}
+__device__ __forceinline__ float load_or_zero(const float* p, bool in) {
+  float v;
+  asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %2, 0;\n\tmov.f32 %0, 0f00000000;\n\t"
+               "@q ld.global.f32 %0, [%1];\n\t}"
+               : "=f"(v)
+               : "l"(p), "r"(int(in)));
+  return v;
+}
+
 // One chunk's inputs in flight: this thread's share of the (channel, vector) items
 // of u, delta, z and of the (state, vector) items of B and C, as raw vectors.
 //
-// Element layout (AT_RAGGED): the same registers hold single elements instead. Slot
-// k (element k % VEC of vector k / VEC) of a thread holds element g = k * THREADS +
-// tid of the chunk's [rows][T] tile, i.e. row g / T and step g % T: the lanes of a
-// warp read 32 consecutive steps of a row (T >= 32), one or two 32-byte sectors of
-// 16-bit data at any alignment, where VEC-element vectors would need aligned rows
-// and single elements in the vector layout (each lane VEC consecutive steps) touch
-// VEC times the sectors per instruction. The staging and the finish run in the same
-// layout, with scalar shared-memory accesses (conflict-free: a warp's 32 steps of a
-// row lie in 32 banks) and delta_bias and D read per element (cached).
+// Element layout (AT_RAGGED): slot k of a thread holds element g = k * THREADS +
+// tid of the chunk's [rows][T] tile, i.e. row g / T and step g % T (T and THREADS
+// divide one another, so row and step split into a per-thread and a per-slot part):
+// the lanes of a warp read 32 consecutive steps of a row (T >= 32), one or two
+// 32-byte sectors of 16-bit data at any alignment, where VEC-element vectors need
+// aligned rows and single elements in the vector layout (each lane VEC consecutive
+// steps) touch VEC times the sectors per instruction. Each element has a register
+// of its own while in flight: packed two to a register as in the vector layout, the
+// packing instruction would wait for each load before the scan. The staging and the
+// finish run in the same layout, with scalar shared-memory accesses (a warp's 32
+// steps of a row lie in 32 banks) and delta_bias and D from a table in shared memory.
 struct Prefetch {
   static constexpr int k_items_x = k_cpb * k_tv; // (channel, vector) items
   static constexpr int k_iters_x = (k_items_x + k_threads - 1) / k_threads;
@@ -259,25 +289,44 @@ struct Prefetch {
   at_vec<x_t, k_vec> bc[k_iters_bc];
   at_vec<x_t, k_vec> bc_c[k_pack_bc ? k_iters_bc : 1]; // C when packed
 #endif
-  // Element layout: slots per thread and the elements of the chunk's tiles.
+  // Element layout: slots per thread, the elements of the chunk's tiles, and where
+  // slot k lies relative to the thread's first element (row k * THREADS / T, step
+  // (k * THREADS) % T: compile-time; T and THREADS divide one another).
   static constexpr int k_slots_x = k_iters_x * k_vec;
   static constexpr int k_tile_x = k_cpb * k_t;
   static constexpr int k_slots_bc = k_iters_bc * k_vec;
   static constexpr int k_tile_bc = k_items_bc / k_tv * k_t;
-  // Whether slot k of this thread (element g) lies in a tile of TILE elements.
-  template <int TILE, int ITEMS>
-  static __device__ __forceinline__ bool slot_in(int g) {
-    return ITEMS % k_threads == 0 || g < TILE;
+  static_assert(!k_ragged || k_t % k_threads == 0 || k_threads % k_t == 0,
+                "AT_RAGGED: ITEMS and THREADS must divide one another");
+  static __device__ __forceinline__ constexpr int slot_row(int k) {
+    return k * k_threads / k_t;
   }
-  // The thread index, opaque to the compiler: each slot's row, step and addresses
-  // are then recomputed per chunk (a few integer instructions) instead of being
-  // hoisted out of the chunk loop into two registers per slot and tensor, which
-  // raised the kernel's registers past what the scan leaves.
-  static __device__ __forceinline__ int opaque_tid() {
-    int tid = threadIdx.x;
-    asm volatile("" : "+r"(tid));
-    return tid;
+  static __device__ __forceinline__ constexpr int slot_step(int k) {
+    return (k * k_threads) % k_t;
   }
+  // Whether slot k of this thread lies in a tile of TILE elements (ITEMS vectors).
+  template <int TILE, int ITEMS> static __device__ __forceinline__ bool slot_in(int k) {
+    return ITEMS % k_threads == 0 || k * k_threads + int(threadIdx.x) < TILE;
+  }
+  // The thread's first element: row threadIdx.x / T and step threadIdx.x % T of the
+  // tile (or row 0, step threadIdx.x when T > THREADS).
+  static __device__ __forceinline__ int first_row() {
+    return k_t <= k_threads ? int(threadIdx.x) / k_t : 0;
+  }
+  static __device__ __forceinline__ int first_step() {
+    return k_t <= k_threads ? int(threadIdx.x) % k_t : int(threadIdx.x);
+  }
+  // A stride, opaque to the compiler: the per-slot offsets slot_row(k) * stride are
+  // then recomputed per chunk (one multiply-add each) instead of being hoisted out of
+  // the chunk loop into two registers per slot and tensor.
+  static __device__ __forceinline__ long long opaque(long long stride) {
+    asm volatile("" : "+l"(stride));
+    return stride;
+  }
+  [[maybe_unused]] x_t el_u[k_ragged ? k_slots_x : 1], el_delta[k_ragged ? k_slots_x : 1];
+  [[maybe_unused]] x_t el_z[k_ragged && AT_HAS_Z ? k_slots_x : 1];
+  [[maybe_unused]] x_t el_bc[k_ragged && AT_VAR_ANY ? k_slots_bc : 1];
+  [[maybe_unused]] x_t el_bc_c[k_ragged && k_pack_bc ? k_slots_bc : 1];
 
   // VEC elements of a [.., L] row at t (zero past L; scalar reads unless vector_ok).
   // FULL: the caller knows the whole chunk is inside L and vector_ok holds, so the
@@ -463,47 +512,49 @@ struct Prefetch {
   }
 
   // Element layout (AT_RAGGED): this thread's elements of the chunk at chunk_start,
-  // zero past L and for channels past D.
+  // zero past L and for channels past D. Every address is formed whether or not the
+  // element lies inside (load_or_zero: a predicated load, no branch).
   __device__ __forceinline__ void load_el(const ScanArgs& args, int b, int d_first,
                                           const x_t* b_base, const x_t* c_base, int chunk_start,
                                           int length) {
-    const int tid = opaque_tid();
-    const int rows_in = args.dim - d_first; // channels of the block inside D
-    const x_t zero = at_from_float<x_t>(0.0f);
-    const x_t* base_u = args.u + b * args.u_bs + d_first * args.u_ds + chunk_start;
-    const x_t* base_delta = args.delta + b * args.delta_bs + d_first * args.delta_ds + chunk_start;
-    [[maybe_unused]] const x_t* base_z =
-        AT_HAS_Z ? args.z + b * args.z_bs + d_first * args.z_ds + chunk_start : nullptr;
+    const int r0 = first_row(), s0 = first_step();
+    const int rows_in = args.dim - d_first - r0; // slot rows below this are inside D
+    const long long uds = opaque(args.u_ds), dds = opaque(args.delta_ds);
+    const x_t* pu = args.u + b * args.u_bs + (d_first + r0) * uds + chunk_start + s0;
+    const x_t* pd = args.delta + b * args.delta_bs + (d_first + r0) * dds + chunk_start + s0;
+#if AT_HAS_Z
+    const long long zds = opaque(args.z_ds);
+    const x_t* pz = args.z + b * args.z_bs + (d_first + r0) * zds + chunk_start + s0;
+#endif
 #pragma unroll
     for (int k = 0; k < k_slots_x; ++k) {
-      const int g = k * k_threads + tid;
-      if (slot_in<k_tile_x, k_items_x>(g)) {
-        const int r = g / k_t, s = g % k_t;
-        const bool in = r < rows_in && chunk_start + s < length;
-        u[k / k_vec].elem[k % k_vec] = in ? base_u[r * args.u_ds + s] : zero;
-        delta[k / k_vec].elem[k % k_vec] = in ? base_delta[r * args.delta_ds + s] : zero;
+      if (slot_in<k_tile_x, k_items_x>(k)) {
+        const int r = slot_row(k), s = slot_step(k);
+        const bool in = r < rows_in && chunk_start + s0 + s < length;
+        el_u[k] = load_or_zero(pu + r * uds + s, in);
+        el_delta[k] = load_or_zero(pd + r * dds + s, in);
 #if AT_HAS_Z
-        z[k / k_vec].elem[k % k_vec] = in ? base_z[r * args.z_ds + s] : zero;
+        el_z[k] = load_or_zero(pz + r * zds + s, in);
 #endif
       }
     }
 #if AT_VAR_ANY
+    const int t0 = chunk_start + s0;
+    [[maybe_unused]] const long long bns = opaque(args.b_ns), cns = opaque(args.c_ns);
 #pragma unroll
     for (int k = 0; k < k_slots_bc; ++k) {
-      const int g = k * k_threads + tid;
-      if (slot_in<k_tile_bc, k_items_bc>(g)) {
-        const int r = g / k_t, s = g % k_t;
-        const int t = chunk_start + s;
+      if (slot_in<k_tile_bc, k_items_bc>(k)) {
+        const int r = r0 + slot_row(k), t = t0 + slot_step(k);
         const bool in = t < length;
         if constexpr (k_pack_bc) {
-          bc[k / k_vec].elem[k % k_vec] = in ? b_base[r * args.b_ns + t] : zero;
-          bc_c[k / k_vec].elem[k % k_vec] = in ? c_base[r * args.c_ns + t] : zero;
+          el_bc[k] = load_or_zero(b_base + r * bns + t, in);
+          el_bc_c[k] = load_or_zero(c_base + r * cns + t, in);
         } else {
           // The B rows (if variable) come first, then the C rows (if variable).
           const bool is_c = AT_VAR_B ? AT_VAR_C && r >= k_n : true;
           const int n = AT_VAR_B && is_c ? r - k_n : r;
-          const x_t* row = is_c ? c_base + n * args.c_ns : b_base + n * args.b_ns;
-          bc[k / k_vec].elem[k % k_vec] = in ? row[t] : zero;
+          const x_t* row = is_c ? c_base + n * cns : b_base + n * bns;
+          el_bc[k] = load_or_zero(row + t, in);
         }
       }
     }
@@ -513,19 +564,18 @@ struct Prefetch {
 #endif
   }
 
-  // Element layout: stage() for this thread's elements (see stage()).
-  __device__ __forceinline__ void stage_el(const ScanArgs& args, int d_first, row_ptr s_dt,
-                                           row_ptr s_du, row_ptr s_b, row_ptr s_c,
-                                           int chunk_start, int length) {
-    const int tid = opaque_tid();
+  // Element layout: stage() for this thread's elements (see stage()); delta_bias per
+  // channel of the block from s_bias.
+  __device__ __forceinline__ void stage_el(const float* s_bias, row_ptr s_dt, row_ptr s_du,
+                                           row_ptr s_b, row_ptr s_c, int chunk_start, int length) {
+    const int r0 = first_row(), s0 = first_step();
 #pragma unroll
     for (int k = 0; k < k_slots_x; ++k) {
-      const int g = k * k_threads + tid;
-      if (slot_in<k_tile_x, k_items_x>(g)) {
-        const int r = g / k_t, s = g % k_t;
-        float x = at_to_float(delta[k / k_vec].elem[k % k_vec]);
+      if (slot_in<k_tile_x, k_items_x>(k)) {
+        const int r = r0 + slot_row(k), s = s0 + slot_step(k);
+        float x = at_to_float(el_delta[k]);
 #if AT_HAS_BIAS
-        x += args.delta_bias[min(d_first + r, args.dim - 1)];
+        x += s_bias[r];
 #endif
 #if AT_SOFTPLUS
         x = softplus(x);
@@ -534,37 +584,31 @@ struct Prefetch {
         x = chunk_start + s < length ? x : 0.0f;
 #endif
         s_dt[r][swz(s)] = x;
-        s_du[r][swz(s)] = x * at_to_float(u[k / k_vec].elem[k % k_vec]);
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < k_iters_x; ++i) {
+        s_du[r][swz(s)] = x * at_to_float(el_u[k]);
 #if AT_HAS_D
-      u_cur[i] = u[i];
+        u_cur[k / k_vec].elem[k % k_vec] = el_u[k];
 #endif
 #if AT_HAS_Z
-      z_cur[i] = z[i];
+        z_cur[k / k_vec].elem[k % k_vec] = el_z[k];
 #endif
+      }
     }
 #if AT_VAR_ANY
 #pragma unroll
     for (int k = 0; k < k_slots_bc; ++k) {
-      const int g = k * k_threads + tid;
-      if (slot_in<k_tile_bc, k_items_bc>(g)) {
-        const int r = g / k_t, s = g % k_t;
+      if (slot_in<k_tile_bc, k_items_bc>(k)) {
+        const int r = r0 + slot_row(k), s = s0 + slot_step(k);
         if constexpr (k_pack_bc) {
-          reinterpret_cast<unsigned*>(s_b[r])[swz(s)] =
-              pack_pair(bc[k / k_vec].elem[k % k_vec], bc_c[k / k_vec].elem[k % k_vec]);
+          reinterpret_cast<unsigned*>(s_b[r])[swz(s)] = pack_pair(el_bc[k], el_bc_c[k]);
         } else {
           const bool is_c = AT_VAR_B ? AT_VAR_C && r >= k_n : true;
           const int n = AT_VAR_B && is_c ? r - k_n : r;
-          (is_c ? s_c : s_b)[n][swz(s)] = at_to_float(bc[k / k_vec].elem[k % k_vec]);
+          (is_c ? s_c : s_b)[n][swz(s)] = at_to_float(el_bc[k]);
         }
       }
     }
 #endif
-    (void)args;
-    (void)d_first;
+    (void)s_bias;
     (void)s_b;
     (void)s_c;
     (void)chunk_start;
@@ -680,6 +724,9 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
   // Slice boundary exchange: end state and decay product per (slice, channel, state).
   float(*s_xh)[k_cpb][k_n] = reinterpret_cast<float(*)[k_cpb][k_n]>(s_part + k_prows);
   [[maybe_unused]] float(*s_xp)[k_cpb][k_n] = s_xh + k_s;
+  // AT_RAGGED: delta_bias and D of the block's channels, read per element.
+  [[maybe_unused]] float* s_bias = reinterpret_cast<float*>(s_xh + 2 * k_s);
+  [[maybe_unused]] float* s_dskip = s_bias + k_cpb;
 
   const int blocks_per_batch = (args.dim + k_cpb - 1) / k_cpb;
   const int b = blockIdx.x / blocks_per_batch;
@@ -737,8 +784,14 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
   // otherwise stall every warp of the block at the staging barrier).
   Prefetch pf;
   if constexpr (k_ragged) {
+    for (int c = threadIdx.x; c < k_cpb; c += k_threads) {
+      const int d = min(d_first + c, args.dim - 1);
+      s_bias[c] = AT_HAS_BIAS ? args.delta_bias[d] : 0.0f;
+      s_dskip[c] = AT_HAS_D ? args.D[d] : 0.0f;
+    }
     pf.load_el(args, b, d_first, b_base, c_base, 0, length);
-    pf.stage_el(args, d_first, s_dt, s_du, s_b, s_c, 0, length);
+    __syncthreads(); // the table
+    pf.stage_el(s_bias, s_dt, s_du, s_b, s_c, 0, length);
   } else {
     pf.init(args, b, d_first, b_base, c_base);
     if (vector_ok && k_t <= length) {
@@ -837,26 +890,27 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
     // finishes the items whose u and z it staged and kept (pf.u_cur, pf.z_cur).
     const bool whole = vector_ok && next <= length; // this chunk is inside L
     if constexpr (k_ragged) {
-      const int tid = Prefetch::opaque_tid();
-      x_t* out_base = args.out + b * args.out_bs + d_first * args.out_ds + chunk_start;
+      const int r0 = Prefetch::first_row(), s0 = Prefetch::first_step();
+      const long long ods = Prefetch::opaque(args.out_ds);
+      x_t* po = args.out + b * args.out_bs + (d_first + r0) * ods + chunk_start + s0;
+      const int rows_in = args.dim - d_first - r0;
 #pragma unroll
       for (int k = 0; k < Prefetch::k_slots_x; ++k) {
-        const int g = k * k_threads + tid;
-        if (Prefetch::slot_in<Prefetch::k_tile_x, Prefetch::k_items_x>(g)) {
-          const int r = g / k_t, s = g % k_t;
-          float y = s_part[0][r][swz(s)];
+        if (Prefetch::slot_in<Prefetch::k_tile_x, Prefetch::k_items_x>(k)) {
+          const int r = Prefetch::slot_row(k), s = Prefetch::slot_step(k);
+          float y = s_part[0][r0 + r][swz(s0 + s)];
 #pragma unroll
           for (int q = 1; q < k_prows; ++q) {
-            y += s_part[q][r][swz(s)];
+            y += s_part[q][r0 + r][swz(s0 + s)];
           }
-          if (d_first + r < args.dim && chunk_start + s < length) {
 #if AT_HAS_D
-            y = fmaf(args.D[d_first + r], at_to_float(pf.u_cur[k / k_vec].elem[k % k_vec]), y);
+          y = fmaf(s_dskip[r0 + r], at_to_float(pf.u_cur[k / k_vec].elem[k % k_vec]), y);
 #endif
 #if AT_HAS_Z
-            y *= silu_gate(at_to_float(pf.z_cur[k / k_vec].elem[k % k_vec]));
+          y *= silu_gate(at_to_float(pf.z_cur[k / k_vec].elem[k % k_vec]));
 #endif
-            out_base[r * args.out_ds + s] = at_from_float<x_t>(y);
+          if (r < rows_in && chunk_start + s0 + s < length) {
+            po[r * ods + s] = at_from_float<x_t>(y);
           }
         }
       }
@@ -919,7 +973,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
     }
     if (next < length) {
       if constexpr (k_ragged) {
-        pf.stage_el(args, d_first, s_dt, s_du, s_b, s_c, next, length);
+        pf.stage_el(s_bias, s_dt, s_du, s_b, s_c, next, length);
       } else {
         pf.stage(s_dt, s_du, s_b, s_c, next, length);
       }
