@@ -901,9 +901,12 @@ def bad_input_cases():
         lambda: OPS.attention(q, k3, k3), attn_in + [k3], attn_good)
     add(attn_op, "fp32 q, k, v", lambda: OPS.attention(q.float(), k.float(), v.float()),
         attn_in, attn_good)
-    q96 = torch.randn(2, 128, 4, 96, device=DEV, dtype=bf16)
-    add(attn_op, "head dim 96 (not built)",
-        lambda: OPS.attention(q96, q96[:, :, :2], q96[:, :, :2]), attn_in + [q96], attn_good)
+    q36 = torch.randn(2, 128, 4, 36, device=DEV, dtype=bf16)
+    add(attn_op, "head dim 36 (not a multiple of 8)",
+        lambda: OPS.attention(q36, q36[:, :, :2], q36[:, :, :2]), attn_in + [q36], attn_good)
+    q264 = torch.randn(2, 128, 4, 264, device=DEV, dtype=bf16)
+    add(attn_op, "head dim 264 (over 256)",
+        lambda: OPS.attention(q264, q264[:, :, :2], q264[:, :, :2]), attn_in + [q264], attn_good)
     add(attn_op, "softmax_scale <= 0", lambda: OPS.attention(q, k, v, False, -1.0), attn_in,
         attn_good)
     add("autotune.Runtime.attention", "out of the wrong dtype",
@@ -912,10 +915,18 @@ def bad_input_cases():
     add("autotune.Runtime.attention", "out too small",
         lambda: rt.attention(q, k, v, out=torch.empty(2, 64, 4, 64, device=DEV, dtype=bf16)),
         attn_in, attn_good)
-    for arg, kwargs in (("dropout_p", {"dropout_p": 0.1}),
-                        ("window_size", {"window_size": (16, 0)}), ("softcap", {"softcap": 30.0}),
-                        ("alibi_slopes", {"alibi_slopes": torch.rand(4, device=DEV)})):
-        add("autotune.flash_attn_func", f"{arg} (not supported)",
+    add("autotune.flash_attn_func", "dropout_p=0.1 (not supported)",
+        lambda: autotune.flash_attn_func(q, k, v, dropout_p=0.1), attn_in, attn_good)
+    for case, kwargs in (
+            ("window_size (-2, 5)", {"window_size": (-2, 5)}),
+            ("window_size of three sides", {"window_size": (4, 0, 1)}),
+            ("a negative softcap", {"softcap": -1.0}),
+            ("alibi_slopes for 3 heads (q has 4)", {"alibi_slopes": torch.rand(3, device=DEV)}),
+            ("alibi_slopes on the CPU", {"alibi_slopes": torch.rand(4)}),
+            ("float16 alibi_slopes", {"alibi_slopes": torch.rand(4, device=DEV).half()}),
+            ("alibi_slopes for another batch size",
+             {"alibi_slopes": torch.rand(3, 4, device=DEV)})):
+        add("autotune.flash_attn_func", case,
             lambda kwargs=kwargs: autotune.flash_attn_func(q, k, v, **kwargs), attn_in, attn_good)
 
     # ---- selective_scan
