@@ -249,22 +249,6 @@ TEST_CASE("the Hopper attention family (family=wgmma) is valid on sm_90a only, f
                                      d128);
     CHECK(std::find(defs.begin(), defs.end(), "-DAT_OVERLAP=1") != defs.end());
   }
-  SUBCASE("two blocks per SM where two consumers' tiles fit 112 registers each") {
-    const Problem d64 = problem("B=32,H=32,S=512,D=64");
-    auto min_blocks = [&](const char* cfg, const Problem& p) {
-      const auto defs = attn().defines(config(cfg), p);
-      return std::count(defs.begin(), defs.end(), "-DAT_MIN_BLOCKS=2") == 1 ? 2 : 1;
-    };
-    CHECK(min_blocks("block_m=128,block_n=64,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
-                     "family=wgmma",
-                     d64) == 2);
-    CHECK(min_blocks("block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
-                     "family=wgmma",
-                     d64) == 1);
-    CHECK(min_blocks("block_m=128,block_n=64,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
-                     "family=wgmma",
-                     d128) == 1);
-  }
   SUBCASE("tiles") {
     refused("block_m=256,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma",
             d128, "sm_90a", "64 per consumer");

@@ -186,13 +186,9 @@ long long wgmma_register_estimate(const Params& p, const Dims& d) {
   return d.D / 2 + p.block_n / 2 + p.block_n / 4 + 32;
 }
 
-// Two blocks per SM (hopper.cuh's AT_MIN_BLOCKS) when one or two consumers' registers
-// and the tiles fit twice: one block's prologue and epilogue then run under the other's
-// products, which matters most for short sequences (few key tiles per block).
 int wgmma_min_blocks(const Params& p, const Dims& d) {
-  const long long two_block_regs = p.block_m == 64 ? 232 : p.block_m == 128 ? 112 : 0;
-  const bool two =
-      wgmma_smem_bytes(p, d) <= 113 * 1024 && wgmma_register_estimate(p, d) <= two_block_regs;
+  const bool two = p.block_m == 64 && wgmma_smem_bytes(p, d) <= 113 * 1024 &&
+                   wgmma_register_estimate(p, d) <= 232;
   return two ? 2 : 1;
 }
 
@@ -249,8 +245,7 @@ int wgmma_consumers(const Params& p) {
 int wgmma_min_blocks(const Params& p, const Dims& d);
 int wgmma_consumer_regs(const Params& p, int min_blocks) {
   if (min_blocks == 2) {
-    // (64K / 2 - 128 x 24 for the producer) / (128 x consumers), rounded down to 8
-    return wgmma_consumers(p) == 1 ? 232 : 112;
+    return 232; // (64K / 2 - 128 x 24 for the producer) / 128
   }
   return wgmma_consumers(p) == 3 ? 160 : 240;
 }

@@ -38,9 +38,8 @@
 //   AT_PINGPONG  1 (family=wgmma_pingpong, 2-3 consumers, 2+ stages): consumers take
 //                turns issuing their products through named barriers, so that one's
 //                softmax runs under another's GEMMs; 0: they issue as they are ready.
-//   AT_MIN_BLOCKS 2 (set by the op for one or two consumers whose registers and shared
-//                memory fit twice): registers split for two blocks per SM (232 per
-//                consumer thread with one, 112 with two), one block's prologue and
+//   AT_MIN_BLOCKS 2 (set by the op for one consumer whose shared memory fits twice):
+//                registers split for two blocks per SM, one block's prologue and
 //                epilogue under the other's products; else 1.
 //   AT_HEAD_DIM  64 or 128; AT_CAUSAL, AT_LSE: 0/1; AT_T: at_bf16 or at_f16 (AT_BF16
 //                says which to the wgmma instruction).
@@ -84,11 +83,9 @@ constexpr int k_min_blocks = AT_MIN_BLOCKS; // blocks per SM the registers are s
 // Registers per thread after reallocation: the producer keeps what issuing copies
 // needs; consumers split the rest (kernel cap x threads = 64K / k_min_blocks).
 constexpr int k_producer_regs = k_consumers == 3 ? 32 : 24;
-constexpr int k_consumer_regs = k_min_blocks == 2  ? (k_consumers == 1 ? 232 : 112)
-                                : k_consumers == 3 ? 160
-                                                   : 240;
-static_assert(k_min_blocks == 1 || (k_min_blocks == 2 && k_consumers <= 2),
-              "two blocks per SM with one or two consumers");
+constexpr int k_consumer_regs = k_min_blocks == 2 ? 232 : k_consumers == 3 ? 160 : 240;
+static_assert(k_min_blocks == 1 || (k_min_blocks == 2 && k_consumers == 1),
+              "two blocks per SM only with one consumer");
 
 // Shared memory: tiles as 64-column slabs (128 bytes per row, the TMA 128-byte swizzle
 // span), each slab 1024-byte aligned: Q [d_slabs][block_m][64], then per stage K and V
