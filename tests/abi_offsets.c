@@ -33,6 +33,10 @@ int main(void) {
   FIELD(autotune_attention_args, window_right);
   FIELD(autotune_attention_args, softcap);
   FIELD(autotune_attention_args, alibi_slopes);
+  FIELD(autotune_attention_args, cu_seqlens_q);
+  FIELD(autotune_attention_args, cu_seqlens_k);
+  FIELD(autotune_attention_args, max_seqlen_q);
+  FIELD(autotune_attention_args, max_seqlen_k);
   first = 0;
   printf("}}, \"selective_scan\": {\"size\": %zu, \"fields\": {",
          sizeof(autotune_selective_scan_args));

@@ -156,6 +156,12 @@ void Testbed::randomize(unsigned long long seed) {
     if (s.output) {
       continue;
     }
+    if (!s.values.empty()) {
+      // Index tensors (cu_seqlens, block tables): the op's fixed contents.
+      m.sync();
+      m.buffers[i].upload(s.values.data(), s.values.size() * sizeof(int));
+      continue;
+    }
     ArgPack args;
     args.add(m.pointers[i]);
     args.add((unsigned long long)s.elements);

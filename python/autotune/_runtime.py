@@ -21,6 +21,7 @@ import threading
 from . import _library
 
 AUTOTUNE_FP32, AUTOTUNE_FP16, AUTOTUNE_BF16 = 0, 1, 2
+AUTOTUNE_INT32 = 3  # index tensors (attention's cu_seqlens)
 MAX_DIMS = 4
 OPS = ("causal_conv1d", "attention", "selective_scan")
 
@@ -149,7 +150,47 @@ def attention_fields(t, what, bhsd=False):
 NO_WINDOW = (-1, -1)  # flash-attn's window_size for no window
 
 
-def attention_features(window=NO_WINDOW, softcap=0.0, alibi_slopes=None):
+def index_fields(t, what):
+    """The autotune_tensor fields of an int32 index tensor (cu_seqlens): a CUDA torch.int32
+    tensor, 1-d and contiguous; anything else raises naming it."""
+    try:
+        dtype, shape, device = t.dtype, tuple(t.shape), t.device
+    except AttributeError:
+        raise TypeError(f"autotune: {what} must be a torch.Tensor of int32, not "
+                        f"{type(t).__name__}") from None
+    import torch
+    if dtype != torch.int32:
+        raise TypeError(f"autotune: {what} has dtype {dtype}; expected torch.int32 (flash-attn's "
+                        "cu_seqlens dtype)")
+    if len(shape) != 1:
+        raise ValueError(f"autotune: {what} must be 1-d (batch_size + 1,), not {list(shape)}")
+    if getattr(device, "type", "cuda") != "cuda":
+        raise ValueError(f"autotune: {what} is on {device}; it must be a CUDA tensor (the kernel "
+                         "reads the offsets on the GPU)")
+    if shape[0] > 1 and t.stride(0) != 1:
+        raise ValueError(f"autotune: {what} must be contiguous")
+    ptr = t.data_ptr()
+    if not ptr:
+        _refuse_fields(t, what, 1)
+    return (ptr, AUTOTUNE_INT32, 1, shape[0], 0, 0, 0, 1, 0, 0, 0)
+
+
+NO_VARLEN = _ABSENT + _ABSENT + (0, 0)  # a call without variable-length sequences
+
+
+def varlen_fields(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+    """The fields of a variable-length call (flash-attn's varlen): int32 offsets [B + 1] on
+    the GPU, and the longest query and key sequences (ints >= 1)."""
+    for name, n in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if isinstance(n, bool) or not isinstance(n, int) and not hasattr(n, "__index__"):
+            raise TypeError(f"autotune: {name} must be an int, not {type(n).__name__}")
+        if not 1 <= int(n) < 2**31:
+            raise ValueError(f"autotune: {name}={int(n)} must be in 1 .. 2^31 - 1")
+    return (*index_fields(cu_seqlens_q, "cu_seqlens_q"), *index_fields(cu_seqlens_k, "cu_seqlens_k"),
+            int(max_seqlen_q), int(max_seqlen_k))
+
+
+def attention_features(window=NO_WINDOW, softcap=0.0, alibi_slopes=None, varlen=NO_VARLEN):
     """The fields an attention call's struct ends with: whether it has a window, the
     window's bounds (keys before and after each query's diagonal, -1 unbounded), softcap
     (0: off) and the ALiBi slopes' tensor fields (fp32 [Hq] or [B, Hq], or None). The
@@ -165,7 +206,8 @@ def attention_features(window=NO_WINDOW, softcap=0.0, alibi_slopes=None):
             raise ValueError(f"autotune: window_size's {name} bound {w} is out of range "
                              "(-1 for unbounded)")
     on = 0 if (left, right) == NO_WINDOW else 1
-    return (on, left, right, float(softcap or 0.0), *tensor_fields(alibi_slopes, "alibi_slopes"))
+    return (on, left, right, float(softcap or 0.0), *tensor_fields(alibi_slopes, "alibi_slopes"),
+            *varlen)
 
 
 def _current_stream(t):

@@ -29,7 +29,12 @@ enum autotune_status {
   AUTOTUNE_ERROR_INTERNAL = 6
 };
 
-enum autotune_dtype { AUTOTUNE_FP32 = 0, AUTOTUNE_FP16 = 1, AUTOTUNE_BF16 = 2 };
+enum autotune_dtype {
+  AUTOTUNE_FP32 = 0,
+  AUTOTUNE_FP16 = 1,
+  AUTOTUNE_BF16 = 2,
+  AUTOTUNE_INT32 = 3 /* index tensors only (attention's cu_seqlens) */
+};
 
 #define AUTOTUNE_MAX_DIMS 4
 
@@ -137,6 +142,19 @@ typedef struct autotune_attention_args {
   autotune_tensor alibi_slopes; /* fp32 [Hq] or [B, Hq] contiguous; optional: adds
                                    -slope[b, h] * |i + Sk - Sq - j| to the logit of
                                    query i and key j (after softcap) */
+  /* Variable-length batches (flash-attn 2's flash_attn_varlen_func), appended later: with
+     cu_seqlens_q given, the B sequences' tokens are packed one after another: q and o are
+     [Tq, Hq, D], k and v [Tk, Hkv, D] (token, head and dim strides; contiguous last
+     dimension), lse fp32 [Hq, Tq] contiguous. Sequence b's queries are the rows
+     cu_seqlens_q[b] .. cu_seqlens_q[b+1] - 1, its keys those of cu_seqlens_k; causal, the
+     window and ALiBi are aligned to each sequence's own bottom-right corner. The
+     offsets live on the GPU and are read, not checked: they must start at 0, never
+     decrease, end at most at Tq (Tk), and no sequence may be longer than max_seqlen_q
+     (max_seqlen_k) -- rows past max_seqlen_q are not computed. A sequence may be empty. */
+  autotune_tensor cu_seqlens_q; /* int32 [B + 1] contiguous; optional (varlen iff given) */
+  autotune_tensor cu_seqlens_k; /* int32 [B + 1] contiguous; given iff cu_seqlens_q is */
+  int32_t max_seqlen_q;         /* varlen: the longest query sequence, >= 1; else 0 (or Sq) */
+  int32_t max_seqlen_k;         /* varlen: the longest key sequence, >= 1; else 0 (or Sk) */
 } autotune_attention_args;
 
 int autotune_attention(autotune_runtime* rt, const autotune_attention_args* args, void* stream);

@@ -24,7 +24,12 @@ typedef struct CUstream_st* CUstream;
 
 namespace autotune {
 
-enum class ElementType { fp32 = AUTOTUNE_FP32, fp16 = AUTOTUNE_FP16, bf16 = AUTOTUNE_BF16 };
+enum class ElementType {
+  fp32 = AUTOTUNE_FP32,
+  fp16 = AUTOTUNE_FP16,
+  bf16 = AUTOTUNE_BF16,
+  int32 = AUTOTUNE_INT32 // index tensors (attention's cu_seqlens)
+};
 
 using Tensor = autotune_tensor;
 using CausalConv1dArgs = autotune_causal_conv1d_args;

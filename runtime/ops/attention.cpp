@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstring>
 #include <mutex>
+#include <tuple>
+#include <vector>
 
 namespace autotune {
 namespace {
@@ -19,6 +21,10 @@ struct Dims {
   DType dtype;
   bool window = false, softcap = false, alibi = false;
   long long Dp = 0; // the head dim the portable kernel computes on (kernel.cuh)
+  // varlen=1: packed sequences; Sq and Sk are then the (bucketed) longest ones and Tq,
+  // Tk the (bucketed) totals of tokens.
+  bool varlen = false;
+  long long Tq = 0, Tk = 0;
 };
 
 // The head dim kernel.cuh computes on: D rounded up to whole k=16 MMA steps.
@@ -48,7 +54,57 @@ Dims dims(const Problem& p) {
   d.softcap = feature(p, "softcap");
   d.alibi = feature(p, "alibi");
   d.Dp = padded_dim(d.D);
+  d.varlen = feature(p, "varlen");
+  if (d.varlen) {
+    d.Tq = p.get_int("Tq");
+    d.Tk = p.get_int("Tk");
+  }
   return d;
+}
+
+// The tuning bucket of a variable-length batch's sizes (longest sequences, total
+// tokens): the next power of two, at least 16.
+long long varlen_bucket(long long v) {
+  long long b = 16;
+  while (b < v) {
+    b *= 2;
+  }
+  return b;
+}
+
+// The tokens the tuner packs for a varlen problem: the bucketed total, at most B
+// sequences of the longest length.
+long long varlen_tokens(long long total, long long B, long long longest) {
+  return std::min(total, B * longest);
+}
+
+// The tuner's sequence lengths of a varlen problem, deterministic from (B, S, T): T
+// tokens split evenly, then moved between neighbours by pseudo-random amounts, each
+// length kept in [0, S] (so some are short, some long, some possibly empty; they sum
+// to T exactly, so that every packed row belongs to a sequence).
+std::vector<int> varlen_lengths(long long B, long long S, long long T) {
+  std::vector<int> len(size_t(B), int(T / B));
+  for (long long b = 0; b < T % B; ++b) {
+    ++len[size_t(b)];
+  }
+  unsigned long long x = 0x9e3779b97f4a7c15ull ^ (unsigned long long)(B * 1000003 + S * 7919 + T);
+  for (size_t b = 0; b + 1 < len.size(); ++b) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    const long long room = std::min<long long>(len[b], S - len[b + 1]);
+    const long long move = room > 0 ? (long long)((x >> 33) % (unsigned long long)(room + 1)) : 0;
+    len[b] -= int(move);
+    len[b + 1] += int(move);
+  }
+  return len;
+}
+
+// cu_seqlens of lengths: [0, l0, l0 + l1, ...].
+std::vector<int> cumulative(const std::vector<int>& len) {
+  std::vector<int> cu(len.size() + 1, 0);
+  for (size_t b = 0; b < len.size(); ++b) {
+    cu[b + 1] = cu[b] + len[b];
+  }
+  return cu;
 }
 
 // What the tuner runs a problem's features with (the call's values are not part of
@@ -331,7 +387,7 @@ std::vector<std::string> AttentionOp::default_shapes() const {
 Problem AttentionOp::make_problem(const Fields& shape) const {
   const ShapeReader r(shape, "attention",
                       {"B", "H", "Hq", "Hkv", "S", "Sq", "Sk", "D", "causal", "dtype", "lse",
-                       "layout", "window", "softcap", "alibi"});
+                       "layout", "window", "softcap", "alibi", "varlen", "Tq", "Tk"});
   // Hq and Sq/Sk may be given as H and S; a missing field is named by its own key.
   auto number = [&](const char* key, const char* alias, long long max) {
     if (alias && r.has(key) && r.has(alias) &&
@@ -346,6 +402,24 @@ Problem AttentionOp::make_problem(const Fields& shape) const {
   long long Hkv = r.has("Hkv") ? number("Hkv", nullptr, k_max_grid_yz) : Hq;
   long long Sq = number("Sq", "S", 1 << 24);
   long long Sk = number("Sk", "S", 1 << 24);
+  // Variable-length batches: Sq, Sk the longest sequences and Tq, Tk the totals, each
+  // bucketed (the next power of two, at least 16); Tq defaults to half of B * Sq.
+  const bool varlen = r.flag("varlen", "0") == "1";
+  long long Tq = 0, Tk = 0;
+  if (varlen) {
+    Sq = varlen_bucket(Sq);
+    Sk = varlen_bucket(Sk);
+    Tq =
+        varlen_bucket(r.has("Tq") ? r.ranged("Tq", nullptr, 1LL << 31) : std::max(1LL, B * Sq / 2));
+    Tk =
+        varlen_bucket(r.has("Tk") ? r.ranged("Tk", nullptr, 1LL << 31) : std::max(1LL, B * Sk / 2));
+  } else {
+    for (const char* key : {"Tq", "Tk"}) {
+      if (r.has(key) && r.get(key, nullptr) != "0") {
+        r.fail(std::string(key) + " (total tokens) is a field of varlen=1 problems");
+      }
+    }
+  }
   long long D = number("D", nullptr, 256);
   if (D < 32 || D % 8 != 0) {
     r.fail("head dim D=" + std::to_string(D) + " is not supported (a multiple of 8 in 32..256)");
@@ -353,7 +427,8 @@ Problem AttentionOp::make_problem(const Fields& shape) const {
   if (Hq % Hkv != 0) {
     r.fail("Hq=" + std::to_string(Hq) + " is not a multiple of Hkv=" + std::to_string(Hkv));
   }
-  if (ShapeReader::product_reaches({B, Hq, std::max(Sq, Sk), D}, 1LL << 40)) {
+  if (ShapeReader::product_reaches({B, Hq, std::max(Sq, Sk), D}, 1LL << 40) ||
+      ShapeReader::product_reaches({std::max(Tq, Tk) + 1, Hq, D}, 1LL << 40)) {
     r.fail("tensors are too large");
   }
   DType dtype = parse_dtype(r.get("dtype", "bf16"), "attention shape field dtype");
@@ -363,6 +438,9 @@ Problem AttentionOp::make_problem(const Fields& shape) const {
   std::string layout = r.get("layout", "bshd");
   if (layout != "bshd" && layout != "bhsd") {
     r.fail("layout '" + layout + "' is not one of bshd, bhsd");
+  }
+  if (varlen && layout != "bshd") {
+    r.fail("varlen=1 packs tokens as [T, H, D] (layout bshd), not " + layout);
   }
   Problem p;
   p.op = name();
@@ -379,6 +457,11 @@ Problem AttentionOp::make_problem(const Fields& shape) const {
       f.emplace_back(feature, "1");
     }
   }
+  if (varlen) {
+    f.emplace_back("varlen", "1");
+    f.emplace_back("Tq", std::to_string(Tq));
+    f.emplace_back("Tk", std::to_string(Tk));
+  }
   p.fields = std::move(f);
   return p;
 }
@@ -387,6 +470,9 @@ Result<bool> AttentionOp::check(const Config& config, const Problem& problem,
                                 const std::string& arch) const {
   Params p = params(config);
   Dims d = dims(problem);
+  if (p.wgmma && d.varlen) {
+    return fail("family=wgmma takes no variable-length batches (family=mma does)");
+  }
   if (p.wgmma) {
     return check_wgmma(p, d, arch);
   }
@@ -484,7 +570,7 @@ std::vector<std::string> AttentionOp::defines(const Config& config, const Proble
   // before they existed.
   for (const auto& [on, define] :
        {std::pair{d.window, "-DAT_WINDOW=1"}, std::pair{d.softcap, "-DAT_SOFTCAP=1"},
-        std::pair{d.alibi, "-DAT_ALIBI=1"}}) {
+        std::pair{d.alibi, "-DAT_ALIBI=1"}, std::pair{d.varlen, "-DAT_VARLEN=1"}}) {
     if (on) {
       out.push_back(define);
     }
@@ -515,8 +601,11 @@ AttentionOp::Strides AttentionOp::contiguous_strides(const Problem& problem, lon
 
 std::vector<TensorSpec> AttentionOp::tensors(const Problem& problem) const {
   Dims d = dims(problem);
-  size_t nq = size_t(d.B * d.Hq * d.Sq * d.D);
-  size_t nk = size_t(d.B * d.Hkv * d.Sk * d.D);
+  // varlen: q, o [Tq, Hq, D], k, v [Tk, Hkv, D], lse [Hq, Tq] over the packed tokens.
+  const long long rows_q = d.varlen ? varlen_tokens(d.Tq, d.B, d.Sq) : d.B * d.Sq;
+  const long long rows_k = d.varlen ? varlen_tokens(d.Tk, d.B, d.Sk) : d.B * d.Sk;
+  size_t nq = size_t(rows_q * d.Hq * d.D);
+  size_t nk = size_t(rows_k * d.Hkv * d.D);
   // Q drawn wider than K so that the softmax is far from flat (a check that
   // averages V uniformly would hide indexing errors).
   std::vector<TensorSpec> t = {{"q", d.dtype, nq, false, -2.0f, 2.0f},
@@ -524,7 +613,7 @@ std::vector<TensorSpec> AttentionOp::tensors(const Problem& problem) const {
                                {"v", d.dtype, nk, false, -1.0f, 1.0f},
                                {"o", d.dtype, nq, true}};
   if (d.lse) {
-    t.push_back({"lse", DType::f32, size_t(d.B * d.Hq * d.Sq), true});
+    t.push_back({"lse", DType::f32, size_t(rows_q * d.Hq), true});
   }
   if (split_eligible(d)) {
     // For split-KV variants, zero-filled (the counters must start at zero).
@@ -532,6 +621,15 @@ std::vector<TensorSpec> AttentionOp::tensors(const Problem& problem) const {
   }
   if (d.alibi) {
     t.push_back({"alibi_slopes", DType::f32, size_t(d.Hq), false, 0.01f, 0.1f});
+  }
+  if (d.varlen) {
+    // int32 offsets in 4-byte elements (TensorSpec::values).
+    for (const auto& [name, rows, longest] :
+         {std::tuple{"cu_seqlens_q", rows_q, d.Sq}, std::tuple{"cu_seqlens_k", rows_k, d.Sk}}) {
+      TensorSpec s{name, DType::f32, size_t(d.B + 1), false};
+      s.values = cumulative(varlen_lengths(d.B, longest, rows));
+      t.push_back(std::move(s));
+    }
   }
   return t;
 }
@@ -572,6 +670,8 @@ struct AttnArgs {
   float softcap_scale, alibi_scale;
   CUdeviceptr alibi_slopes;
   long long alibi_batch_stride;
+  CUdeviceptr cu_seqlens_q, cu_seqlens_k;
+  long long lse_head_stride;
 };
 
 // Refuses feature values the problem's kernel cannot take: a bad window bound, a
@@ -594,6 +694,10 @@ void check_features(const Dims& d, const AttentionCall& call) {
   }
   if (d.alibi && !call.alibi_slopes) {
     throw Error(ErrorKind::usage, "attention: the problem has alibi=1 but alibi_slopes is NULL");
+  }
+  if (d.varlen && (!call.cu_seqlens_q || !call.cu_seqlens_k)) {
+    throw Error(ErrorKind::usage,
+                "attention: the problem has varlen=1 but cu_seqlens_q or cu_seqlens_k is NULL");
   }
 }
 
@@ -654,6 +758,11 @@ AttnArgs attention_kernel_args(const Params& p, const Dims& d, const Config& con
     a.alibi_slopes = call.alibi_slopes;
     a.alibi_batch_stride = call.alibi_batch_stride;
     a.alibi_scale = float(1.0 / logit_factor);
+  }
+  if (d.varlen) {
+    a.cu_seqlens_q = call.cu_seqlens_q;
+    a.cu_seqlens_k = call.cu_seqlens_k;
+    a.lse_head_stride = call.lse_head_stride;
   }
   return a;
 }
@@ -812,6 +921,22 @@ struct AttentionPlan final : CallPlan {
     // [B, Hq] steps Hq floats per batch (contiguous); [Hq] serves every batch.
     c.alibi_batch_stride =
         a.alibi_slopes.ndim == 2 && a.alibi_slopes.shape[0] > 1 ? a.alibi_slopes.strides[0] : 0;
+    if (dims.varlen) {
+      // Packed [T, H, D] tensors: token and head strides; the sequences' offsets say where
+      // each batch starts. lse [Hq, Tq]: its head stride is Tq.
+      for (auto [t, batch, head, seq] :
+           {std::tuple{&a.q, &c.q_batch_stride, &c.q_head_stride, &c.q_seq_stride},
+            std::tuple{&a.k, &c.k_batch_stride, &c.k_head_stride, &c.k_seq_stride},
+            std::tuple{&a.v, &c.v_batch_stride, &c.v_head_stride, &c.v_seq_stride},
+            std::tuple{&a.o, &c.o_batch_stride, &c.o_head_stride, &c.o_seq_stride}}) {
+        *batch = 0;
+        *seq = t->strides[0];
+        *head = t->strides[1];
+      }
+      c.cu_seqlens_q = device_ptr(a.cu_seqlens_q);
+      c.cu_seqlens_k = device_ptr(a.cu_seqlens_k);
+      c.lse_head_stride = a.lse.data ? a.lse.shape[1] : 0;
+    }
     if (params.wgmma) {
       std::lock_guard<std::mutex> lock(maps_mutex);
       HopperArgs k = hopper_kernel_args(params, dims, c, maps);
@@ -830,106 +955,234 @@ struct AttentionPlan final : CallPlan {
 // "layout" and "softcap" in args_desc()'s fields.
 constexpr size_t k_layout_field = 9;
 constexpr size_t k_softcap_field = 11;
+// A varlen call's longest sequences (3, 4) and totals (14, 15) are bucketed here, so
+// that calls of one bucket share a signature (and a plan) as they share a tuning key.
+constexpr size_t k_sq_field = 3, k_sk_field = 4, k_varlen_field = 13, k_tq_field = 14,
+                 k_tk_field = 15;
 void derive_layout(const void* args, CallValues& values) {
   const auto& a = *static_cast<const autotune_attention_args*>(args);
   values[k_layout_field] = a.q.data && a.q.ndim == 4 && a.q.strides[1] > a.q.strides[2] ? 1 : 0;
   values[k_softcap_field] = a.softcap != 0 ? 1 : 0;
+  if (values[k_varlen_field] == 1) {
+    for (size_t f : {k_sq_field, k_sk_field, k_tq_field, k_tk_field}) {
+      if (values[f] > 0) { // unbound fields are refused after this
+        values[f] = varlen_bucket(values[f]);
+      }
+    }
+  }
 }
 
 } // namespace
 
 const ArgsDesc& AttentionOp::args_desc() const {
   using A = autotune_attention_args;
-  enum : int8_t { B, Hq, Hkv, Sq, Sk, D, causal, dtype, lse, layout, window, softcap, alibi };
+  enum : int8_t {
+    B,
+    Hq,
+    Hkv,
+    Sq,
+    Sk,
+    D,
+    causal,
+    dtype,
+    lse,
+    layout,
+    window,
+    softcap,
+    alibi,
+    varlen,
+    Tq,
+    Tk
+  };
   // Rows move as 16-byte chunks (cp.async, vector stores): 8 elements of 16 bits.
   constexpr int chunk = 8;
-  static const ArgsDesc desc{
-      "attention",
-      sizeof(A),
-      {{"B", FieldKind::size},
-       {"Hq", FieldKind::size},
-       {"Hkv", FieldKind::size},
-       {"Sq", FieldKind::size},
-       {"Sk", FieldKind::size},
-       {"D", FieldKind::size, -1, {}, 4.0},
-       {"causal", FieldKind::flag},
-       {"dtype", FieldKind::dtype},
-       {"lse", FieldKind::flag},
-       {"layout", FieldKind::choice, 0, {"bshd", "bhsd"}},
-       {"window", FieldKind::flag},
-       {"softcap", FieldKind::flag, 0},
-       {"alibi", FieldKind::flag}},
-      {{"q",
-        offsetof(A, q),
-        {{B}, {Hq}, {Sq}, {D}},
-        dtype,
-        k_fp16_bf16,
-        -1,
-        false,
-        StrideRule::rows,
-        chunk},
-       {"k",
-        offsetof(A, k),
-        {{B}, {Hkv}, {Sk}, {D}},
-        dtype,
-        k_fp16_bf16,
-        -1,
-        false,
-        StrideRule::rows,
-        chunk},
-       {"v",
-        offsetof(A, v),
-        {{B}, {Hkv}, {Sk}, {D}},
-        dtype,
-        k_fp16_bf16,
-        -1,
-        false,
-        StrideRule::rows,
-        chunk},
-       {"o",
-        offsetof(A, o),
-        {{B}, {Hq}, {Sq}, {D}},
-        dtype,
-        k_fp16_bf16,
-        -1,
-        true,
-        StrideRule::rows,
-        chunk},
-       {"lse", offsetof(A, lse), {{B}, {Hq}, {Sq}}, -1, k_fp32, lse, true, StrideRule::contiguous},
-       // After the scalars in the struct (appended later); two forms.
-       {"alibi_slopes",
-        offsetof(A, alibi_slopes),
-        {{Hq}},
-        -1,
-        k_fp32,
-        alibi,
-        false,
-        StrideRule::contiguous,
-        1,
-        {},
-        "per head"},
-       {"alibi_slopes",
-        offsetof(A, alibi_slopes),
-        {{B}, {Hq}},
-        -1,
-        k_fp32,
-        alibi,
-        false,
-        StrideRule::contiguous,
-        1,
-        {},
-        "per batch and head"}},
-      {{"causal", offsetof(A, causal), ScalarKind::i32, causal},
-       {"scale", offsetof(A, scale), ScalarKind::f64},
-       {"workspace", offsetof(A, workspace), ScalarKind::ptr},
-       {"workspace_bytes", offsetof(A, workspace_bytes), ScalarKind::u64},
-       {"window", offsetof(A, window), ScalarKind::i32, window},
-       {"window_left", offsetof(A, window_left), ScalarKind::i32},
-       {"window_right", offsetof(A, window_right), ScalarKind::i32},
-       {"softcap", offsetof(A, softcap), ScalarKind::f64}},
-      derive_layout};
+  static const ArgsDesc desc{"attention",
+                             sizeof(A),
+                             {{"B", FieldKind::size},
+                              {"Hq", FieldKind::size},
+                              {"Hkv", FieldKind::size},
+                              {"Sq", FieldKind::size},
+                              {"Sk", FieldKind::size},
+                              {"D", FieldKind::size, -1, {}, 4.0},
+                              {"causal", FieldKind::flag},
+                              {"dtype", FieldKind::dtype},
+                              {"lse", FieldKind::flag},
+                              {"layout", FieldKind::choice, 0, {"bshd", "bhsd"}},
+                              {"window", FieldKind::flag},
+                              {"softcap", FieldKind::flag, 0},
+                              {"alibi", FieldKind::flag},
+                              {"varlen", FieldKind::flag, 0},
+                              {"Tq", FieldKind::size, 0},
+                              {"Tk", FieldKind::size, 0}},
+                             {{"q",
+                               offsetof(A, q),
+                               {{B}, {Hq}, {Sq}, {D}},
+                               dtype,
+                               k_fp16_bf16,
+                               -1,
+                               false,
+                               StrideRule::rows,
+                               chunk,
+                               {{varlen, 0}}},
+                              {"q",
+                               offsetof(A, q),
+                               {{Tq}, {Hq}, {D}},
+                               dtype,
+                               k_fp16_bf16,
+                               -1,
+                               false,
+                               StrideRule::rows,
+                               chunk,
+                               {{varlen, 1}},
+                               "varlen"},
+                              {"k",
+                               offsetof(A, k),
+                               {{B}, {Hkv}, {Sk}, {D}},
+                               dtype,
+                               k_fp16_bf16,
+                               -1,
+                               false,
+                               StrideRule::rows,
+                               chunk,
+                               {{varlen, 0}}},
+                              {"k",
+                               offsetof(A, k),
+                               {{Tk}, {Hkv}, {D}},
+                               dtype,
+                               k_fp16_bf16,
+                               -1,
+                               false,
+                               StrideRule::rows,
+                               chunk,
+                               {{varlen, 1}},
+                               "varlen"},
+                              {"v",
+                               offsetof(A, v),
+                               {{B}, {Hkv}, {Sk}, {D}},
+                               dtype,
+                               k_fp16_bf16,
+                               -1,
+                               false,
+                               StrideRule::rows,
+                               chunk,
+                               {{varlen, 0}}},
+                              {"v",
+                               offsetof(A, v),
+                               {{Tk}, {Hkv}, {D}},
+                               dtype,
+                               k_fp16_bf16,
+                               -1,
+                               false,
+                               StrideRule::rows,
+                               chunk,
+                               {{varlen, 1}},
+                               "varlen"},
+                              {"o",
+                               offsetof(A, o),
+                               {{B}, {Hq}, {Sq}, {D}},
+                               dtype,
+                               k_fp16_bf16,
+                               -1,
+                               true,
+                               StrideRule::rows,
+                               chunk,
+                               {{varlen, 0}}},
+                              {"o",
+                               offsetof(A, o),
+                               {{Tq}, {Hq}, {D}},
+                               dtype,
+                               k_fp16_bf16,
+                               -1,
+                               true,
+                               StrideRule::rows,
+                               chunk,
+                               {{varlen, 1}},
+                               "varlen"},
+                              {"lse",
+                               offsetof(A, lse),
+                               {{B}, {Hq}, {Sq}},
+                               -1,
+                               k_fp32,
+                               lse,
+                               true,
+                               StrideRule::contiguous,
+                               1,
+                               {{varlen, 0}}},
+                              {"lse",
+                               offsetof(A, lse),
+                               {{Hq}, {Tq}},
+                               -1,
+                               k_fp32,
+                               lse,
+                               true,
+                               StrideRule::contiguous,
+                               1,
+                               {{varlen, 1}},
+                               "varlen"},
+                              // After the scalars in the struct (appended later); two forms.
+                              {"alibi_slopes",
+                               offsetof(A, alibi_slopes),
+                               {{Hq}},
+                               -1,
+                               k_fp32,
+                               alibi,
+                               false,
+                               StrideRule::contiguous,
+                               1,
+                               {},
+                               "per head"},
+                              {"alibi_slopes",
+                               offsetof(A, alibi_slopes),
+                               {{B}, {Hq}},
+                               -1,
+                               k_fp32,
+                               alibi,
+                               false,
+                               StrideRule::contiguous,
+                               1,
+                               {},
+                               "per batch and head"},
+                              // Appended after the features' scalars: varlen's offsets, int32.
+                              {"cu_seqlens_q",
+                               offsetof(A, cu_seqlens_q),
+                               {{B, 1}},
+                               -1,
+                               0,
+                               varlen,
+                               false,
+                               StrideRule::contiguous,
+                               1,
+                               {},
+                               nullptr,
+                               AUTOTUNE_INT32},
+                              {"cu_seqlens_k",
+                               offsetof(A, cu_seqlens_k),
+                               {{B, 1}},
+                               -1,
+                               0,
+                               varlen,
+                               false,
+                               StrideRule::contiguous,
+                               1,
+                               {},
+                               nullptr,
+                               AUTOTUNE_INT32}},
+                             {{"causal", offsetof(A, causal), ScalarKind::i32, causal},
+                              {"scale", offsetof(A, scale), ScalarKind::f64},
+                              {"workspace", offsetof(A, workspace), ScalarKind::ptr},
+                              {"workspace_bytes", offsetof(A, workspace_bytes), ScalarKind::u64},
+                              {"window", offsetof(A, window), ScalarKind::i32, window},
+                              {"window_left", offsetof(A, window_left), ScalarKind::i32},
+                              {"window_right", offsetof(A, window_right), ScalarKind::i32},
+                              {"softcap", offsetof(A, softcap), ScalarKind::f64},
+                              {"max_seqlen_q", offsetof(A, max_seqlen_q), ScalarKind::i32, Sq},
+                              {"max_seqlen_k", offsetof(A, max_seqlen_k), ScalarKind::i32, Sk}},
+                             derive_layout};
   static const bool layout_index_ok =
-      desc.field("layout") == int(k_layout_field) && desc.field("softcap") == int(k_softcap_field);
+      desc.field("layout") == int(k_layout_field) &&
+      desc.field("softcap") == int(k_softcap_field) && desc.field("Sq") == int(k_sq_field) &&
+      desc.field("Sk") == int(k_sk_field) && desc.field("varlen") == int(k_varlen_field) &&
+      desc.field("Tq") == int(k_tq_field) && desc.field("Tk") == int(k_tk_field);
   (void)layout_index_ok;
   return desc;
 }
@@ -976,6 +1229,18 @@ void AttentionOp::pack(const Config& config, const Problem& problem,
   if (d.alibi) {
     call.alibi_slopes = t.at(next++);
   }
+  if (d.varlen) {
+    // Packed [T, H, D]: token stride H * D, head stride D.
+    call.cu_seqlens_q = t.at(next++);
+    call.cu_seqlens_k = t.at(next++);
+    call.lse_head_stride = varlen_tokens(d.Tq, d.B, d.Sq);
+    call.q_batch_stride = call.o_batch_stride = call.k_batch_stride = call.v_batch_stride = 0;
+    call.q_head_stride = call.o_head_stride = call.k_head_stride = call.v_head_stride = d.D;
+    call.q_seq_stride = call.o_seq_stride = d.Hq * d.D;
+    call.k_seq_stride = call.v_seq_stride = d.Hkv * d.D;
+    pack_call(config, problem, call, args);
+    return;
+  }
   Strides qs = contiguous_strides(problem, d.Hq, d.Sq);
   Strides ks = contiguous_strides(problem, d.Hkv, d.Sk);
   call.q_batch_stride = call.o_batch_stride = qs.batch;
@@ -1006,6 +1271,10 @@ void AttentionOp::pack_reference(const Problem& problem, const std::vector<CUdev
   Dims d = dims(problem);
   Strides qs = contiguous_strides(problem, d.Hq, d.Sq);
   Strides ks = contiguous_strides(problem, d.Hkv, d.Sk);
+  if (d.varlen) {
+    qs = {0, d.D, d.Hq * d.D};
+    ks = {0, d.D, d.Hkv * d.D};
+  }
   args.add(t.at(0));
   args.add(t.at(1));
   args.add(t.at(2));
@@ -1031,6 +1300,10 @@ void AttentionOp::pack_reference(const Problem& problem, const std::vector<CUdev
   size_t slopes = 4 + (d.lse ? 1 : 0) + (split_eligible(d) ? 1 : 0);
   args.add(d.alibi ? t.at(slopes) : CUdeviceptr(0));
   args.add(0LL); // the slopes' batch stride: [Hq]
+  const size_t cu = slopes + (d.alibi ? 1 : 0);
+  args.add(d.varlen ? t.at(cu) : CUdeviceptr(0));
+  args.add(d.varlen ? t.at(cu + 1) : CUdeviceptr(0));
+  args.add(d.varlen ? varlen_tokens(d.Tq, d.B, d.Sq) : 0LL); // lse [Hq, Tq]: head stride
 }
 
 double AttentionOp::tolerance(const Problem& problem) const {
@@ -1042,14 +1315,41 @@ double AttentionOp::tolerance(const Problem& problem) const {
 double AttentionOp::bytes(const Problem& problem) const {
   Dims d = dims(problem);
   double e = double(dtype_size(d.dtype));
-  double q = double(d.B * d.Hq * d.Sq * d.D) * e;
-  double kv = 2.0 * double(d.B * d.Hkv * d.Sk * d.D) * e;
-  double lse = d.lse ? double(d.B * d.Hq * d.Sq) * 4.0 : 0.0;
+  const long long rows_q = d.varlen ? varlen_tokens(d.Tq, d.B, d.Sq) : d.B * d.Sq;
+  const long long rows_k = d.varlen ? varlen_tokens(d.Tk, d.B, d.Sk) : d.B * d.Sk;
+  double q = double(rows_q * d.Hq * d.D) * e;
+  double kv = 2.0 * double(rows_k * d.Hkv * d.D) * e;
+  double lse = d.lse ? double(rows_q * d.Hq) * 4.0 : 0.0;
   return 2.0 * q + kv + lse; // Q read, O written
 }
 
 double AttentionOp::flops(const Problem& problem) const {
   Dims d = dims(problem);
+  if (d.varlen) {
+    // The tuner's sequences (varlen_lengths), each as a problem of its own lengths.
+    const std::vector<int> lq = varlen_lengths(d.B, d.Sq, varlen_tokens(d.Tq, d.B, d.Sq));
+    const std::vector<int> lk = varlen_lengths(d.B, d.Sk, varlen_tokens(d.Tk, d.B, d.Sk));
+    double total = 0;
+    for (size_t b = 0; b < lq.size(); ++b) {
+      if (lq[b] == 0 || lk[b] == 0) {
+        continue;
+      }
+      Problem one = problem;
+      Fields f;
+      for (const auto& [k, v] : problem.fields.text()) {
+        if (k == "B") {
+          f.emplace_back(k, "1");
+        } else if (k == "Sq" || k == "Sk") {
+          f.emplace_back(k, std::to_string(k == "Sq" ? lq[b] : lk[b]));
+        } else if (k != "varlen" && k != "Tq" && k != "Tk") {
+          f.emplace_back(k, v);
+        }
+      }
+      one.fields = std::move(f);
+      total += flops(one);
+    }
+    return total;
+  }
   double pairs = double(d.Sq) * double(d.Sk);
   if (d.window) {
     // Query i sees the keys of [i + Sk - Sq - left, i + Sk - Sq + right] in [0, Sk).

@@ -22,6 +22,26 @@
 //     O; its LSE is then larger by slope * (i + Sk - Sq). Ours is that of the logits
 //     defined here.
 //
+// Variable-length batches (varlen=1, flash-attn 2's flash_attn_varlen_func): the B
+// sequences' tokens are packed, q and o [Tq, Hq, D], k and v [Tk, Hkv, D], lse fp32
+// [Hq, Tq] (flash-attn's varlen LSE layout); int32 cu_seqlens_q / cu_seqlens_k [B + 1]
+// on the GPU give each sequence's first token. One launch covers the batch: the grid
+// is ceil(Sq / block_m) x Hq x B blocks, and a block reads its sequence's offsets and
+// exits when its rows start past the sequence's length. Causal, the window and ALiBi
+// are aligned to each sequence's own bottom-right corner (its lengths take Sq and Sk's
+// place above); a sequence may be empty (no rows, or rows without keys: O = 0, LSE =
+// -inf). The offsets are read, never checked (that would cost a synchronisation): they
+// must start at 0, not decrease, stay within Tq (Tk), and no sequence may exceed
+// max_seqlen_q (max_seqlen_k) -- rows past Sq are not computed.
+//   Tuning bucket: a varlen problem's Sq and Sk are the call's max_seqlen_q and
+// max_seqlen_k, and Tq and Tk its total tokens (q's and k's first dimension), each
+// rounded up to a power of two (at least 16): calls of one bucket share a key (and the
+// runtime's plan; the grid covers the bucket's Sq, blocks past a sequence exit at once).
+// The fields varlen=1, Tq and Tk join the problem after the features, only for varlen
+// problems. The tuner packs min(Tq, B * Sq) query tokens (likewise keys) into B
+// sequences of pseudo-random lengths in [0, Sq], deterministic from (B, Sq, Tq), that
+// sum to it; a shape without Tq (Tk) takes half of B * Sq (B * Sk).
+//
 // Problem fields: B, Hq, Hkv, Sq, Sk, D (a multiple of 8 in 32..256), causal, dtype,
 // lse, layout, then window, softcap and alibi (0/1 each: whether the call has the
 // feature; each is in the problem, and its key, only when 1, so a problem without
@@ -59,6 +79,10 @@ struct AttentionCall {
   // zero-filled where the counters live); AttentionOp::workspace_bytes says how much.
   CUdeviceptr workspace = 0;
   size_t workspace_bytes = 0;
+  // Problems with varlen=1: int32 offsets [B + 1] (the batch strides are then 0 and the
+  // sequence strides step over packed tokens), and lse's head stride (Tq).
+  CUdeviceptr cu_seqlens_q = 0, cu_seqlens_k = 0;
+  long long lse_head_stride = 0;
 };
 
 class AttentionOp final : public Op {

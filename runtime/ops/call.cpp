@@ -48,6 +48,9 @@ std::string rule_text(const ArgsDesc& desc, const TensorRule& r) {
 }
 
 const char* dtype_name(int64_t code) {
+  if (code == AUTOTUNE_INT32) {
+    return "int32";
+  }
   return code >= 0 && code <= 2 ? to_string(DType(code)) : "an unknown dtype";
 }
 
@@ -132,8 +135,9 @@ public:
     }
     // dtype
     if (rule->dtype_field < 0) {
-      if (t.dtype != AUTOTUNE_FP32) {
-        fail(std::string(rule->name) + " is " + dtype_name(t.dtype) + "; it must be fp32");
+      if (t.dtype != rule->fixed_dtype) {
+        fail(std::string(rule->name) + " is " + dtype_name(t.dtype) + "; it must be " +
+             dtype_name(rule->fixed_dtype));
       }
     } else {
       int64_t& bound = m_out.values[size_t(rule->dtype_field)];
@@ -159,8 +163,10 @@ public:
         fail(std::string(rule->name) + " has shape " + shape_text(t) +
              ": every dimension must be at least 1");
       }
-      if (bound == k_unbound && d.offset == 0) {
-        bound = v;
+      if (bound == k_unbound && v - d.offset >= 1) {
+        // An unbound field binds here; through an offset (cu_seqlens [B+1] binds B) when
+        // no dimension without one did.
+        bound = v - d.offset;
         m_from[size_t(d.field)] = rule->name;
         continue;
       }
@@ -193,6 +199,15 @@ public:
     }
     int32_t v;
     std::memcpy(&v, static_cast<const char*>(args) + s.offset, sizeof v);
+    if (m_desc.fields[size_t(s.field)].kind == FieldKind::size) {
+      if (v < 0) {
+        fail(std::string(s.name) + " must be >= 0 (0: not given), not " + std::to_string(v));
+      }
+      if (v > 0) {
+        set(s.field, v, s.name);
+      }
+      return;
+    }
     if (v != 0 && v != 1) {
       fail(std::string(s.name) + " must be 0 or 1, not " + std::to_string(v));
     }
@@ -254,12 +269,16 @@ void bind_call(const ArgsDesc& desc, const void* args, BoundCall& out) {
   b.finish();
 }
 
+size_t element_bytes(int32_t code) {
+  return code == AUTOTUNE_INT32 ? 4 : dtype_size(DType(code));
+}
+
 size_t tensor_extent_bytes(const TensorArg& t) {
   int64_t last = 0;
   for (int i = 0; i < t.ndim; ++i) {
     last += (t.shape[i] - 1) * t.strides[i];
   }
-  return size_t(last + 1) * dtype_size(DType(t.dtype));
+  return size_t(last + 1) * element_bytes(t.dtype);
 }
 
 void check_layout(const ArgsDesc& desc, const BoundCall& call) {
@@ -282,7 +301,7 @@ void check_layout(const ArgsDesc& desc, const BoundCall& call) {
     const TensorArg& t = *tp;
     const TensorRule& r = *call.rules[size_t(s)];
     const int n = t.ndim;
-    const int64_t esize = int64_t(dtype_size(DType(t.dtype)));
+    const int64_t esize = int64_t(element_bytes(t.dtype));
     const auto address = reinterpret_cast<uintptr_t>(t.data);
     if (address % uintptr_t(esize * r.stride_multiple) != 0) {
       fail(r, t, "is not aligned to " + std::to_string(esize * r.stride_multiple) + " bytes");
@@ -379,7 +398,7 @@ std::string describe_args(const ArgsDesc& desc) {
   for (const TensorRule& r : desc.tensors) {
     s += std::string(r.name) + " " + rule_text(desc, r) + " " +
          (r.dtype_field < 0
-              ? std::string("fp32")
+              ? std::string(dtype_name(r.fixed_dtype))
               : allowed_text(r.dtypes) + " as " + desc.fields[size_t(r.dtype_field)].name) +
          (r.presence >= 0 ? " optional" : "") + (r.output ? " output" : "") +
          (r.strides == StrideRule::contiguous ? " contiguous" : " rows") +

@@ -29,8 +29,8 @@ static_assert(int(DType::f32) == AUTOTUNE_FP32 && int(DType::f16) == AUTOTUNE_FP
                   int(DType::bf16) == AUTOTUNE_BF16,
               "DType and autotune_dtype share their codes");
 
-constexpr int k_max_call_fields = 16;
-constexpr int k_max_call_tensors = 12;
+constexpr int k_max_call_fields = 24;
+constexpr int k_max_call_tensors = 16;
 
 // Allowed dtypes, as a bit mask of 1 << DType.
 constexpr uint8_t k_fp32 = 1;
@@ -38,7 +38,7 @@ constexpr uint8_t k_fp16_bf16 = 2 | 4;
 constexpr uint8_t k_any_float = 1 | 2 | 4;
 
 enum class FieldKind : uint8_t {
-  size,   // a positive extent read off a tensor dimension
+  size,   // a positive extent read off a tensor dimension (or an i32 scalar, 0: not given)
   dtype,  // an autotune_dtype code read off a tensor
   flag,   // 0/1: an optional tensor's presence, a form, or an i32 scalar
   choice, // an index into FieldDesc::choices (set by ArgsDesc::derive)
@@ -72,7 +72,7 @@ struct TensorRule {
   const char* name;
   size_t offset; // in the op's C args struct
   std::vector<DimRule> dims;
-  int8_t dtype_field; // the dtype field it binds or must match; -1: always fp32
+  int8_t dtype_field; // the dtype field it binds or must match; -1: always fixed_dtype
   uint8_t dtypes;     // allowed dtypes when it binds dtype_field
   int8_t presence;    // -1: required; else the flag field set to whether it is given
   bool output;
@@ -80,7 +80,8 @@ struct TensorRule {
   int stride_multiple = 1; // strides and address a multiple of this many elements
   // Fields this form sets (a form's flag, a size the form implies), as {field, value}.
   std::vector<std::pair<int8_t, int8_t>> sets = {};
-  const char* form = nullptr; // the form's name in messages ("fixed", "variable")
+  const char* form = nullptr;         // the form's name in messages ("fixed", "variable")
+  int8_t fixed_dtype = AUTOTUNE_FP32; // the dtype when dtype_field is -1 (AUTOTUNE_INT32: indices)
 };
 
 enum class ScalarKind : uint8_t { i32, f64, ptr, u64 };
@@ -89,7 +90,9 @@ struct ScalarRule {
   const char* name;
   size_t offset;
   ScalarKind kind;
-  int8_t field = -1; // an i32 0/1 flag bound to this problem field; -1: not in the problem
+  // An i32 bound to this problem field: a 0/1 flag, or a size field's value (0: not
+  // given, the field comes from elsewhere); -1: not in the problem.
+  int8_t field = -1;
 };
 
 using CallValues = std::array<int64_t, k_max_call_fields>;
@@ -125,6 +128,10 @@ void bind_call(const ArgsDesc& desc, const void* args, BoundCall& out);
 // stride_multiple alignment), strides (non-negative, contiguous last dimension,
 // the stride rule), and that no output overlaps itself. Throws Error(usage).
 void check_layout(const ArgsDesc& desc, const BoundCall& call);
+
+// Bytes of one element of an autotune_dtype code (AUTOTUNE_INT32 included, which DType
+// does not name: index tensors are read, never computed).
+size_t element_bytes(int32_t code);
 
 // A tensor's address as the driver's device pointer (0 for an absent tensor).
 inline CUdeviceptr device_ptr(const TensorArg& t) {

@@ -149,6 +149,10 @@ struct TensorSpec {
   bool output;
   float lo = -1.0f; // random inputs are drawn uniformly from [lo, hi]
   float hi = 1.0f;
+  // Inputs with fixed contents instead of random ones: index tensors (attention's
+  // cu_seqlens), int32 values in a buffer of `elements` 4-byte elements (dtype f32 for
+  // its size: DType names only the types kernels compute in), uploaded as they are.
+  std::vector<int> values = {};
   size_t bytes() const { return elements * dtype_size(dtype); }
 };
 

@@ -49,6 +49,12 @@
 //                to a multiple of 16 (whole k=16 MMA steps): loads zero-fill the
 //                columns from D on and stores skip them, so the numbers are those of
 //                the unpadded product. D = 64, 128, 256 pad nothing.
+//   AT_VARLEN    1: variable-length batches (flash-attn's varlen): sequence b's queries
+//                are the packed rows cu_seqlens_q[b] .. cu_seqlens_q[b+1] - 1 (keys
+//                likewise), its lengths take seq_q and seq_k's place in every mask
+//                (each sequence's own bottom-right corner), LSE is [Hq, Tq]; seq_q and
+//                seq_k of AttnArgs are then the grid's (bucketed) longest lengths, which
+//                also index the split workspace. Blocks past their sequence exit.
 //   AT_CAUSAL, AT_LSE, AT_WINDOW, AT_SOFTCAP, AT_ALIBI: 0/1; AT_T: at_bf16 or at_f16.
 #include "attention/mma.cuh"
 #include "common/numeric.cuh"
@@ -77,6 +83,9 @@ typedef AT_T elem_t;
 #ifndef AT_ALIBI
 #define AT_ALIBI 0
 #endif
+#ifndef AT_VARLEN
+#define AT_VARLEN 0
+#endif
 
 constexpr int k_dim = AT_HEAD_DIM;                 // the tensors' head dim D
 constexpr int k_head_dim = (k_dim + 15) / 16 * 16; // the head dim computed on
@@ -91,6 +100,7 @@ constexpr bool k_lse = AT_LSE != 0;
 constexpr bool k_window = AT_WINDOW != 0;
 constexpr bool k_softcap = AT_SOFTCAP != 0;
 constexpr bool k_alibi = AT_ALIBI != 0;
+constexpr bool k_varlen = AT_VARLEN != 0;
 #ifndef AT_SPLITS
 #define AT_SPLITS 1
 #endif
@@ -160,7 +170,22 @@ struct AttnArgs {
   float alibi_scale;
   const float* alibi_slopes;
   long long alibi_batch_stride;
+  // AT_VARLEN: the sequences' first tokens, int32 [B + 1] (the batch strides above are
+  // 0); LSE is [Hq, Tq] with this head stride.
+  const int* cu_seqlens_q;
+  const int* cu_seqlens_k;
+  long long lse_head_stride;
 };
+
+// Where row `row` of sequence `batch`'s query rows (starting at packed row q_row0)
+// keeps its LSE: [B, Hq, Sq], or [Hq, Tq] with AT_VARLEN.
+__device__ __forceinline__ long long lse_offset(const AttnArgs& args, int batch, int head,
+                                                long long q_row0, int row) {
+  if (k_varlen) {
+    return head * args.lse_head_stride + q_row0 + row;
+  }
+  return (static_cast<long long>(batch) * args.heads_q + head) * args.seq_q + row;
+}
 
 // Element offset of 16-byte chunk `chunk` of row `row` in a shared-memory tile.
 __device__ __forceinline__ int tile_offset(int row, int chunk) {
@@ -228,22 +253,22 @@ __device__ __forceinline__ float row_lse(float row_max, float sum, float scale_l
 // The loops stay rolled: unrolled, this cold path changed how ptxas allocates the
 // registers of the whole kernel (bench/notes/attention.md).
 __device__ __forceinline__ void store_rows_without_keys(const AttnArgs& args, int batch, int head,
-                                                        int m0) {
-  elem_t* o_g = args.o + batch * args.o_batch_stride + head * args.o_head_stride;
+                                                        int m0, int seq_q, long long q_row0) {
+  elem_t* o_g =
+      args.o + batch * args.o_batch_stride + head * args.o_head_stride + q_row0 * args.o_seq_stride;
 #pragma unroll 1
   for (int i = static_cast<int>(threadIdx.x); i < k_block_m * k_valid_chunks; i += k_threads) {
     const int row = m0 + i / k_valid_chunks;
-    if (row < args.seq_q) {
+    if (row < seq_q) {
       *reinterpret_cast<uint4*>(o_g + row * args.o_seq_stride + (i % k_valid_chunks) * 8) =
           make_uint4(0u, 0u, 0u, 0u);
     }
   }
   if (k_lse) {
-    float* lse = args.lse + (static_cast<long long>(batch) * args.heads_q + head) * args.seq_q;
 #pragma unroll 1
     for (int r = static_cast<int>(threadIdx.x); r < k_block_m; r += k_threads) {
-      if (m0 + r < args.seq_q) {
-        lse[m0 + r] = at_neg_inf();
+      if (m0 + r < seq_q) {
+        args.lse[lse_offset(args, batch, head, q_row0, m0 + r)] = at_neg_inf();
       }
     }
   }
@@ -259,7 +284,8 @@ __device__ __forceinline__ void
 store_split_and_merge(const AttnArgs& args, const float (&o)[k_m_tiles][k_d_tiles][4],
                       const float (&row_max)[k_m_tiles][2], const float (&row_sum)[k_m_tiles][2],
                       int batch, int head, int m_blocks, int m_block, int m0, int split,
-                      int warp_row0, int g, int t, unsigned* flag_smem) {
+                      int warp_row0, int g, int t, unsigned* flag_smem, int seq_q,
+                      long long q_row0) {
   const long long rows = static_cast<long long>(args.batch) * args.heads_q * args.seq_q;
   const long long bh_row = (static_cast<long long>(batch) * args.heads_q + head) * args.seq_q;
 #pragma unroll
@@ -269,7 +295,7 @@ store_split_and_merge(const AttnArgs& args, const float (&o)[k_m_tiles][k_d_tile
       const float sum = quad_sum(row_sum[mt][h]);
       const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
       const int row = m0 + warp_row0 + mt * 16 + g + h * 8;
-      if (row < args.seq_q) {
+      if (row < seq_q) {
         float* dst = args.ws_o + (split * rows + bh_row + row) * k_dim;
 #pragma unroll
         for (int dt = 0; dt < k_valid_chunks; ++dt) {
@@ -304,10 +330,11 @@ store_split_and_merge(const AttnArgs& args, const float (&o)[k_m_tiles][k_d_tile
   constexpr int k_cols = (k_dim + 31) / 32;
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  elem_t* o_g = args.o + batch * args.o_batch_stride + head * args.o_head_stride;
+  elem_t* o_g =
+      args.o + batch * args.o_batch_stride + head * args.o_head_stride + q_row0 * args.o_seq_stride;
   for (int r = warp; r < k_block_m; r += k_warps) {
     const int row = m0 + r;
-    if (row >= args.seq_q) {
+    if (row >= seq_q) {
       break;
     }
     float lse_s[k_splits];
@@ -344,7 +371,7 @@ store_split_and_merge(const AttnArgs& args, const float (&o)[k_m_tiles][k_d_tile
       }
     }
     if (k_lse && lane == 0) {
-      args.lse[bh_row + row] =
+      args.lse[lse_offset(args, batch, head, q_row0, row)] =
           wsum > 0.0f ? lse_max + at_log2_approx(wsum) * 0.6931471805599453f : at_neg_inf();
     }
   }
@@ -374,12 +401,25 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
   const int g = lane >> 2; // row within an 8-row group of an MMA fragment
   const int t = lane & 3;  // column pair within an MMA fragment
   const int m0 = m_block * k_block_m;
-  const int diag = args.seq_k - args.seq_q; // query i's diagonal key is i + diag
+  // This sequence's lengths and first packed rows (AT_VARLEN), else the problem's.
+  int seq_q = args.seq_q;
+  int seq_k = args.seq_k;
+  long long q_row0 = 0, k_row0 = 0;
+  if (k_varlen) {
+    q_row0 = args.cu_seqlens_q[batch];
+    seq_q = args.cu_seqlens_q[batch + 1] - static_cast<int>(q_row0);
+    k_row0 = args.cu_seqlens_k[batch];
+    seq_k = args.cu_seqlens_k[batch + 1] - static_cast<int>(k_row0);
+    if (m0 >= seq_q) {
+      return; // past this sequence's queries (an empty one included): nothing to do
+    }
+  }
+  const int diag = seq_k - seq_q; // query i's diagonal key is i + diag
   // The window around it: keys [i + diag - left, i + diag + right]; -1 is unbounded.
   const int right = k_causal ? 0 : (k_window ? args.window_right : -1);
   const int left = k_window ? args.window_left : -1;
 
-  int n_end = (args.seq_k + k_block_n - 1) / k_block_n; // key tiles [n_start, n_end)
+  int n_end = (seq_k + k_block_n - 1) / k_block_n; // key tiles [n_start, n_end)
   int n_start = 0;
   if (k_causal || k_window) {
     if (right >= 0) {
@@ -388,7 +428,7 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
         // Sq > Sk and no row of this block sees a key: no key loop, no workspace, no
         // arrival counter (with key splits, split 0 alone writes the rows).
         if (split == 0) {
-          store_rows_without_keys(args, batch, head, m0);
+          store_rows_without_keys(args, batch, head, m0, seq_q, q_row0);
         }
         return;
       }
@@ -401,6 +441,13 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
       n_start = first_key > 0 ? first_key / k_block_n : 0;
     }
   }
+  if (k_varlen && n_end <= n_start) {
+    // A sequence without keys (seq_k = 0): every row gets O = 0 and LSE = -inf.
+    if (split == 0) {
+      store_rows_without_keys(args, batch, head, m0, seq_q, q_row0);
+    }
+    return;
+  }
   // This split's key tiles: [n_first, n_first + n_blocks), visited last to first.
   const int n_range = n_end - n_start;
   const int per_split = (n_range + k_splits - 1) / k_splits;
@@ -411,24 +458,26 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
     alibi_slope = args.alibi_slopes[batch * args.alibi_batch_stride + head] * args.alibi_scale;
   }
 
-  const elem_t* q_g =
-      args.q + batch * args.q_batch_stride + head * args.q_head_stride + m0 * args.q_seq_stride;
-  const elem_t* k_g = args.k + batch * args.k_batch_stride + kv_head * args.k_head_stride;
-  const elem_t* v_g = args.v + batch * args.v_batch_stride + kv_head * args.v_head_stride;
+  const elem_t* q_g = args.q + batch * args.q_batch_stride + head * args.q_head_stride +
+                      (q_row0 + m0) * args.q_seq_stride;
+  const elem_t* k_g = args.k + batch * args.k_batch_stride + kv_head * args.k_head_stride +
+                      k_row0 * args.k_seq_stride;
+  const elem_t* v_g = args.v + batch * args.v_batch_stride + kv_head * args.v_head_stride +
+                      k_row0 * args.v_seq_stride;
 
   auto load_k = [&](int n_block, int buffer) {
     const int n0 = n_block * k_block_n;
     load_tile<k_block_n>(k_base + buffer * k_kv_tile_bytes, k_g + n0 * args.k_seq_stride,
-                         args.k_seq_stride, args.seq_k - n0);
+                         args.k_seq_stride, seq_k - n0);
   };
   auto load_v = [&](int n_block, int buffer) {
     const int n0 = n_block * k_block_n;
     load_tile<k_block_n>(v_base + buffer * k_kv_tile_bytes, v_g + n0 * args.v_seq_stride,
-                         args.v_seq_stride, args.seq_k - n0);
+                         args.v_seq_stride, seq_k - n0);
   };
 
   // Prologue: Q, then the first key tiles (the last ones in key order).
-  load_tile<k_block_m>(q_base, q_g, args.q_seq_stride, args.seq_q - m0);
+  load_tile<k_block_m>(q_base, q_g, args.q_seq_stride, seq_q - m0);
   if (k_stages == 1) {
     if (n_blocks > 0) {
       load_k(n_first + n_blocks - 1, 0);
@@ -566,7 +615,7 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
     // Keys past the end, and keys outside each row's window (causal: after its
     // diagonal). Only tiles that cross a bound pay for the mask.
     const bool need_mask =
-        n0 + k_block_n > args.seq_k ||
+        n0 + k_block_n > seq_k ||
         ((k_causal || k_window) && right >= 0 && n0 + k_block_n - 1 > m0 + diag + right) ||
         (k_window && left >= 0 && n0 < m0 + k_block_m - 1 + diag - left);
     if (need_mask) {
@@ -578,7 +627,7 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
           for (int e = 0; e < 4; ++e) {
             const int row = m0 + warp_row0 + mt * 16 + g + (e >> 1) * 8;
             const int col = n0 + nt * 8 + 2 * t + (e & 1);
-            if (col >= args.seq_k ||
+            if (col >= seq_k ||
                 ((k_causal || k_window) && right >= 0 && col > row + diag + right) ||
                 (k_window && left >= 0 && col < row + diag - left)) {
               s[mt][nt][e] = at_neg_inf();
@@ -694,7 +743,7 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
 
   if constexpr (k_splits > 1) {
     store_split_and_merge(args, o, row_max, row_sum, batch, head, m_blocks, m_block, m0, split,
-                          warp_row0, g, t, reinterpret_cast<unsigned*>(q_s));
+                          warp_row0, g, t, reinterpret_cast<unsigned*>(q_s), seq_q, q_row0);
     return;
   }
 
@@ -715,21 +764,21 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
             at_pack2(o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv, elem_t{});
         *reinterpret_cast<unsigned*>(q_s + tile_offset(local_row, dt) + 2 * t) = packed;
       }
-      if (k_lse && t == 0 && m0 + local_row < args.seq_q) {
+      if (k_lse && t == 0 && m0 + local_row < seq_q) {
         const float lse = row_lse(row_max[mt][h], sum, args.scale_log2);
-        args.lse[(static_cast<long long>(batch) * args.heads_q + head) * args.seq_q + m0 +
-                 local_row] = lse;
+        args.lse[lse_offset(args, batch, head, q_row0, m0 + local_row)] = lse;
       }
     }
   }
   __syncwarp();
-  elem_t* o_g = args.o + batch * args.o_batch_stride + head * args.o_head_stride;
+  elem_t* o_g =
+      args.o + batch * args.o_batch_stride + head * args.o_head_stride + q_row0 * args.o_seq_stride;
 #pragma unroll
   for (int i = lane; i < k_warp_m * k_valid_chunks; i += 32) {
     const int local_row = warp_row0 + i / k_valid_chunks;
     const int chunk = i % k_valid_chunks;
     const int row = m0 + local_row;
-    if (row < args.seq_q) {
+    if (row < seq_q) {
       *reinterpret_cast<uint4*>(o_g + row * args.o_seq_stride + chunk * 8) =
           *reinterpret_cast<const uint4*>(q_s + tile_offset(local_row, chunk));
     }

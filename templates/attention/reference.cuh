@@ -8,6 +8,10 @@
 // row that sees no key gives O = 0 and LSE = -inf, the op's definition. softcap > 0
 // turns the logit x into softcap * tanh(x / softcap); alibi (slopes non-null) then
 // subtracts slope * |i + Sk - Sq - j|. Any head dim up to 256 (lanes past it idle).
+// Variable-length batches (cu_q non-null): sequence b's rows start at packed row
+// cu_q[b] (keys at cu_k[b]), its lengths replace Sq and Sk (seq_q, seq_k are the
+// longest; rows past a sequence's length are skipped), the batch strides are unused
+// and LSE is [Hq, Tq] with head stride lse_hs.
 #include "common/numeric.cuh"
 
 constexpr int k_ref_max_dim = 256;
@@ -19,7 +23,8 @@ constexpr int k_ref_warps = 8; // query rows per block
       int heads_kv, int seq_q, int seq_k, int dim, int causal, float scale, long long qbs,         \
       long long qhs, long long qss, long long kbs, long long khs, long long kss, long long vbs,    \
       long long vhs, long long vss, long long obs, long long ohs, long long oss, int left,         \
-      int right, float softcap, const float* slopes, long long slope_bs) {                         \
+      int right, float softcap, const float* slopes, long long slope_bs, const int* cu_q,          \
+      const int* cu_k, long long lse_hs) {                                                         \
     const int lane = threadIdx.x % 32;                                                             \
     const int per = (dim + 31) / 32;                                                               \
     const long long rows = static_cast<long long>(batch) * heads_q * seq_q;                        \
@@ -29,21 +34,33 @@ constexpr int k_ref_warps = 8; // query rows per block
       const int h = static_cast<int>((r / seq_q) % heads_q);                                       \
       const int b = static_cast<int>(r / (static_cast<long long>(seq_q) * heads_q));               \
       const int hk = h / (heads_q / heads_kv);                                                     \
+      long long q0 = static_cast<long long>(b) * qbs, k0 = static_cast<long long>(b) * kbs;        \
+      long long v0 = static_cast<long long>(b) * vbs, o0 = static_cast<long long>(b) * obs;        \
+      int sq = seq_q, sk = seq_k;                                                                  \
+      if (cu_q) {                                                                                  \
+        sq = cu_q[b + 1] - cu_q[b];                                                                \
+        sk = cu_k[b + 1] - cu_k[b];                                                                \
+        if (i >= sq) {                                                                             \
+          continue;                                                                                \
+        }                                                                                          \
+        q0 = cu_q[b] * qss;                                                                        \
+        o0 = cu_q[b] * oss;                                                                        \
+        k0 = cu_k[b] * kss;                                                                        \
+        v0 = cu_k[b] * vss;                                                                        \
+      }                                                                                            \
       float qv[k_ref_max_dim / 32];                                                                \
       float acc[k_ref_max_dim / 32];                                                               \
       for (int e = 0; e < per; ++e) {                                                              \
         const int c = lane + 32 * e;                                                               \
-        qv[e] = c < dim ? at_to_float(q[b * qbs + h * qhs + i * qss + c]) : 0.0f;                  \
+        qv[e] = c < dim ? at_to_float(q[q0 + h * qhs + i * qss + c]) : 0.0f;                       \
         acc[e] = 0.0f;                                                                             \
       }                                                                                            \
-      const int diag = i + seq_k - seq_q;                                                          \
+      const int diag = i + sk - sq;                                                                \
       int first = 0;                                                                               \
-      int last = seq_k - 1;                                                                        \
-      if (causal) {                                                                                \
-        right = 0;                                                                                 \
-      }                                                                                            \
-      if (right >= 0) {                                                                            \
-        last = min(last, diag + right);                                                            \
+      int last = sk - 1;                                                                           \
+      const int row_right = causal ? 0 : right;                                                    \
+      if (row_right >= 0) {                                                                        \
+        last = min(last, diag + row_right);                                                        \
       }                                                                                            \
       if (left >= 0) {                                                                             \
         first = max(first, diag - left);                                                           \
@@ -52,7 +69,7 @@ constexpr int k_ref_warps = 8; // query rows per block
       float m = at_neg_inf();                                                                      \
       float l = 0.0f;                                                                              \
       for (int j = first; j <= last; ++j) {                                                        \
-        const T* kr = k + b * kbs + hk * khs + j * kss;                                            \
+        const T* kr = k + k0 + hk * khs + j * kss;                                                 \
         float dot = 0.0f;                                                                          \
         for (int e = 0; e < per; ++e) {                                                            \
           const int c = lane + 32 * e;                                                             \
@@ -70,7 +87,7 @@ constexpr int k_ref_warps = 8; // query rows per block
         const float corr = m == at_neg_inf() ? 0.0f : expf(m - m_new);                             \
         const float p = expf(x - m_new);                                                           \
         l = l * corr + p;                                                                          \
-        const T* vr = v + b * vbs + hk * vhs + j * vss;                                            \
+        const T* vr = v + v0 + hk * vhs + j * vss;                                                 \
         for (int e = 0; e < per; ++e) {                                                            \
           const int c = lane + 32 * e;                                                             \
           acc[e] = fmaf(p, c < dim ? at_to_float(vr[c]) : 0.0f, acc[e] * corr);                    \
@@ -79,11 +96,11 @@ constexpr int k_ref_warps = 8; // query rows per block
       }                                                                                            \
       for (int e = 0; e < per; ++e) {                                                              \
         if (lane + 32 * e < dim) {                                                                 \
-          o[b * obs + h * ohs + i * oss + lane + 32 * e] = l > 0.0f ? acc[e] / l : 0.0f;           \
+          o[o0 + h * ohs + i * oss + lane + 32 * e] = l > 0.0f ? acc[e] / l : 0.0f;                \
         }                                                                                          \
       }                                                                                            \
       if (lse && lane == 0) {                                                                      \
-        lse[r] = l > 0.0f ? m + logf(l) : at_neg_inf();                                            \
+        lse[cu_q ? h * lse_hs + cu_q[b] + i : r] = l > 0.0f ? m + logf(l) : at_neg_inf();          \
       }                                                                                            \
     }                                                                                              \
   }

@@ -110,7 +110,8 @@ class TestArgsLayouts(unittest.TestCase):
                               "silu"],
             "attention": ["q", "k", "v", "o", "lse", "causal", "scale", "workspace",
                           "workspace_bytes", "window", "window_left", "window_right", "softcap",
-                          "alibi_slopes"],
+                          "alibi_slopes", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q",
+                          "max_seqlen_k"],
             "selective_scan": ["u", "delta", "A", "B", "C", "D", "z", "delta_bias", "out",
                                "last_state", "delta_softplus"],
         }
@@ -252,8 +253,11 @@ class TestAttentionFeatures(unittest.TestCase):
     def test_slopes_pack_as_a_tensor_after_the_scalars(self):
         slopes = FakeTensor((8,), dtype=self.f32)
         fields = _runtime.attention_features((-1, -1), 0.0, slopes)
-        self.assertEqual(fields[4:], _runtime.tensor_fields(slopes, "alibi_slopes"))
-        self.assertEqual(_runtime.attention_features()[4:], _runtime._ABSENT)
+        n = len(_runtime._ABSENT)
+        self.assertEqual(fields[4:4 + n], _runtime.tensor_fields(slopes, "alibi_slopes"))
+        self.assertEqual(_runtime.attention_features()[4:4 + n], _runtime._ABSENT)
+        # then the varlen fields: absent offsets and max_seqlen 0
+        self.assertEqual(_runtime.attention_features()[4 + n:], _runtime.NO_VARLEN)
 
     def test_the_features_fill_the_described_struct(self):
         path = library_path()
