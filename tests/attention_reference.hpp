@@ -92,6 +92,59 @@ inline Reference attention_reference(const HostTensor& q, const HostTensor& k, c
   return r;
 }
 
+// Variable-length batches (flash-attn's varlen): q [Tq, Hq, D], k and v [Tk, Hkv, D]
+// packed and contiguous, sequence b's rows from cu_q[b] (keys from cu_k[b]); each
+// sequence is its own problem (its own bottom-right corner). O is [Tq, Hq, D] and LSE
+// [Hq, Tq], as the kernel stores them.
+inline Reference attention_reference_varlen(const HostTensor& q, const HostTensor& k,
+                                            const HostTensor& v, const std::vector<int>& cu_q,
+                                            const std::vector<int>& cu_k, int Hq, int Hkv, int D,
+                                            bool causal, double scale, const Features& f = {}) {
+  const int B = int(cu_q.size()) - 1;
+  const int Tq = cu_q.back();
+  Reference r;
+  r.o.assign(size_t(Tq) * Hq * D, 0.0);
+  r.lse.assign(size_t(Hq) * Tq, -std::numeric_limits<double>::infinity());
+  for (int b = 0; b < B; ++b) {
+    const int lq = cu_q[size_t(b) + 1] - cu_q[size_t(b)];
+    const int lk = cu_k[size_t(b) + 1] - cu_k[size_t(b)];
+    if (lq == 0) {
+      continue;
+    }
+    HostTensor qb(q.type, size_t(lq) * Hq * D), kb(k.type, size_t(lk) * Hkv * D),
+        vb(v.type, size_t(lk) * Hkv * D);
+    for (size_t i = 0; i < qb.n; ++i) {
+      qb.set(i, q.get(size_t(cu_q[size_t(b)]) * Hq * D + i));
+    }
+    for (size_t i = 0; i < kb.n; ++i) {
+      kb.set(i, k.get(size_t(cu_k[size_t(b)]) * Hkv * D + i));
+      vb.set(i, v.get(size_t(cu_k[size_t(b)]) * Hkv * D + i));
+    }
+    // ALiBi slopes of this batch: [Hq] rows at b * stride, read as [Hq].
+    std::vector<float> slopes;
+    Features fb = f;
+    if (f.slopes) {
+      slopes.assign(f.slopes->begin() + b * f.slope_batch_stride,
+                    f.slopes->begin() + b * f.slope_batch_stride + Hq);
+      fb.slopes = &slopes;
+      fb.slope_batch_stride = 0;
+    }
+    const Reference one =
+        attention_reference(qb, kb, vb, {0, D, Hq * D}, {0, D, Hkv * D}, {0, D, Hkv * D}, 1, Hq,
+                            Hkv, lq, lk, D, causal, scale, fb);
+    for (int h = 0; h < Hq; ++h) {
+      for (int i = 0; i < lq; ++i) {
+        const size_t row = size_t(cu_q[size_t(b)] + i);
+        for (int d = 0; d < D; ++d) {
+          r.o[(row * Hq + size_t(h)) * D + size_t(d)] = one.o[((size_t(h) * lq) + i) * D + d];
+        }
+        r.lse[size_t(h) * Tq + row] = one.lse[size_t(h) * lq + size_t(i)];
+      }
+    }
+  }
+  return r;
+}
+
 // ||out - ref|| / ||ref|| over the finite elements; an infinity must be matched exactly
 // (a row that sees no key must say so: LSE -inf), and a NaN gives +inf.
 inline double rel_err(const std::vector<double>& out, const std::vector<double>& ref) {
