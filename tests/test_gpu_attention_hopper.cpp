@@ -61,7 +61,7 @@ TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference ov
   std::vector<Config> wgmma;
   for (const Config& c : space.enumerate()) {
     const std::string* f = find_field(c, "family");
-    if (f && f->rfind("wgmma", 0) == 0) { // wgmma and wgmma_pingpong
+    if (f && f->rfind("wgmma", 0) == 0) { // every wgmma family, plain and persistent
       wgmma.push_back(c);
     }
   }
@@ -92,6 +92,10 @@ TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference ov
       {"B=2,H=2,Sq=200,Sk=199,D=64,causal=1,dtype=bf16,lse=1", 2},       // row 0 sees none
       {"B=1,H=2,S=700,D=128,dtype=fp16,lse=1", 2},                       // many key tiles
       {"B=3,Hq=6,Hkv=3,Sq=1,Sk=1000,D=128,dtype=bf16", 4},               // decoding
+      // More query tiles than persistent blocks (132 per SM slot): each persistent
+      // block runs several, carrying its K/V ring and Q buffers from one to the next.
+      {"B=8,H=20,S=200,D=64,causal=1,dtype=bf16,lse=1", 2},
+      {"B=4,Hq=24,Hkv=8,Sq=150,Sk=300,D=128,dtype=fp16,layout=bhsd", 2},
   };
   size_t shape_index = 0;
   for (const Shape& sh : shapes) {

@@ -249,6 +249,35 @@ TEST_CASE("the Hopper attention family (family=wgmma) is valid on sm_90a only, f
                                      d128);
     CHECK(std::find(defs.begin(), defs.end(), "-DAT_OVERLAP=1") != defs.end());
   }
+  SUBCASE("persistent: a Hopper schedule, one block per SM slot looping over the tiles") {
+    const Problem big = problem("B=4,H=16,S=4096,D=128");
+    const Config c = config("block_m=128,block_n=96,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+                            "family=wgmma_persistent");
+    CHECK(attn().check(c, big, "sm_90a"));
+    CHECK(attn().worth_measuring(c, big));
+    const LaunchGeometry g = attn().geometry(c, big);
+    CHECK(g.grid[0] == 132); // 32 query blocks x 16 heads x 4 batches = 2048 tiles
+    CHECK(g.grid[1] == 1);
+    CHECK(g.grid[2] == 1);
+    const LaunchGeometry plain = attn().geometry(
+        config("block_m=128,block_n=96,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma"),
+        big);
+    // A second Q tile and its two barriers.
+    CHECK(g.dynamic_smem == plain.dynamic_smem + 128 * 128 * 2 + 16);
+    const auto defs = attn().defines(c, big);
+    CHECK(std::find(defs.begin(), defs.end(), "-DAT_PERSISTENT=1") != defs.end());
+    CHECK(std::find(defs.begin(), defs.end(), "-DAT_OVERLAP=0") != defs.end());
+    // The tile loop's registers: D=128 block_n=96 overlapped fits without it, not with it.
+    refused("block_m=128,block_n=96,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+            "family=wgmma_overlap_persistent",
+            big, "sm_90a", "registers per consumer");
+    CHECK(attn().check(config("block_m=128,block_n=64,warps=4,stages=2,swizzle=xor,q=smem,"
+                              "splits=1,family=wgmma_overlap_persistent"),
+                       big, "sm_90a"));
+    // No more tiles than blocks: the plain schedule already runs it.
+    const Problem small = problem("B=1,H=4,S=1024,D=128");
+    CHECK_FALSE(attn().worth_measuring(c, small));
+  }
   SUBCASE("tiles") {
     refused("block_m=256,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma",
             d128, "sm_90a", "64 per consumer");
@@ -268,7 +297,8 @@ TEST_CASE("the Hopper attention family (family=wgmma) is valid on sm_90a only, f
     CHECK(std::find(defs.begin(), defs.end(), "-DAT_WGMMA=1") == defs.end());
     CHECK_THROWS_WITH_AS(
         attn().check(config(std::string(k_fa2) + ",family=tma"), d128, "sm_90a"),
-        doctest::Contains("family must be 'mma', 'wgmma', 'wgmma_pingpong' or 'wgmma_overlap'"),
+        doctest::Contains("family must be 'mma', 'wgmma', 'wgmma_pingpong', 'wgmma_overlap', "
+                          "'wgmma_persistent' or 'wgmma_overlap_persistent'"),
         Error);
   }
   SUBCASE("geometry: a producer warpgroup beside block_m / 64 consumers; tiles, 1 KiB of "
@@ -276,7 +306,7 @@ TEST_CASE("the Hopper attention family (family=wgmma) is valid on sm_90a only, f
     LaunchGeometry g = attn().geometry(config(k_wg), d128);
     CHECK(g.block[0] == 384);
     CHECK(g.grid[0] == 16);
-    CHECK(g.dynamic_smem == (128 + 2 * 2 * 128) * 128 * 2 + 8 * (1 + 3 * 2) + 1024);
+    CHECK(g.dynamic_smem == (128 + 2 * 2 * 128) * 128 * 2 + 8 * (2 + 3 * 2) + 1024);
     const auto defs = attn().defines(config(k_wg), d128);
     CHECK(std::find(defs.begin(), defs.end(), "-DAT_WGMMA=1") != defs.end());
     CHECK(std::find(defs.begin(), defs.end(), "-DAT_BF16=1") != defs.end());

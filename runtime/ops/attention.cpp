@@ -140,7 +140,16 @@ struct Params {
   // family=wgmma_overlap: each consumer issues S = Q K^T of a tile before the previous
   // tile's O += P V, and runs the softmax of the one under the other.
   bool overlap = false;
+  // family=wgmma_persistent, wgmma_overlap_persistent: one block per SM slot, each
+  // looping over query tiles, so that one tile's loads run under the previous one's
+  // epilogue.
+  bool persistent = false;
 };
+
+// Persistent Hopper blocks per SM slot: the grid is sized for 132 SMs (H100 SXM, H200);
+// a GPU with fewer runs the extra blocks when the first ones finish (correct, a little
+// less balanced).
+constexpr long long k_persistent_sms = 132;
 
 // Split-KV variants are for problems with few query blocks (decoding, small
 // batch x heads); the tuner sizes one workspace for the most splits, which this
@@ -202,14 +211,17 @@ Params params(const Config& c) {
     } else if (k == "splits") {
       p.splits = int(parse_int(v, "splits"));
     } else if (k == "family") {
-      if (v != "mma" && v != "wgmma" && v != "wgmma_pingpong" && v != "wgmma_overlap") {
-        throw Error(ErrorKind::config, "attention: family must be 'mma', 'wgmma', "
-                                       "'wgmma_pingpong' or 'wgmma_overlap', not '" +
-                                           v + "'");
+      if (v != "mma" && v != "wgmma" && v != "wgmma_pingpong" && v != "wgmma_overlap" &&
+          v != "wgmma_persistent" && v != "wgmma_overlap_persistent") {
+        throw Error(ErrorKind::config,
+                    "attention: family must be 'mma', 'wgmma', 'wgmma_pingpong', "
+                    "'wgmma_overlap', 'wgmma_persistent' or 'wgmma_overlap_persistent', not '" +
+                        v + "'");
       }
       p.wgmma = v != "mma";
       p.pingpong = v == "wgmma_pingpong";
-      p.overlap = v == "wgmma_overlap";
+      p.overlap = v == "wgmma_overlap" || v == "wgmma_overlap_persistent";
+      p.persistent = v == "wgmma_persistent" || v == "wgmma_overlap_persistent";
     } else {
       throw Error(ErrorKind::config, "attention: unknown parameter '" + k + "'");
     }
@@ -226,9 +238,11 @@ Params params(const Config& c) {
 
 // family=wgmma (templates/attention/hopper.cuh): what its tiles and barriers take,
 // plus 1 KiB to align the 128-byte-swizzled tiles to 1024 bytes.
+// Persistent blocks hold two Q tiles (the next one loads while this one is read).
 long long wgmma_smem_bytes(const Params& p, const Dims& d) {
-  long long tiles = (p.block_m + 2LL * p.stages * p.block_n) * d.D * 2;
-  return tiles + 8 * (1 + 3LL * p.stages) + 1024;
+  const long long q_bufs = p.persistent ? 2 : 1;
+  long long tiles = (q_bufs * p.block_m + 2LL * p.stages * p.block_n) * d.D * 2;
+  return tiles + 8 * (2 * q_bufs + 3LL * p.stages) + 1024;
 }
 
 // What a consumer thread keeps live: O (D/2 floats), S (block_n/2), P as 16-bit pairs
@@ -236,10 +250,13 @@ long long wgmma_smem_bytes(const Params& p, const Dims& d) {
 // next is built while the last is read) and the softmax temporaries overlap them: 64
 // is the margin below which ptxas did not spill on sm_90a (CUDA 13.0, every tile).
 long long wgmma_register_estimate(const Params& p, const Dims& d) {
+  // The tile loop of a persistent block keeps its position and counters live (about 24
+  // more; every tile that spilled with them is over this).
+  const long long loop = p.persistent ? 24 : 0;
   if (p.overlap) {
-    return d.D / 2 + p.block_n / 2 + 2 * (p.block_n / 4) + 64;
+    return d.D / 2 + p.block_n / 2 + 2 * (p.block_n / 4) + 64 + loop;
   }
-  return d.D / 2 + p.block_n / 2 + p.block_n / 4 + 32;
+  return d.D / 2 + p.block_n / 2 + p.block_n / 4 + 32 + loop;
 }
 
 int wgmma_min_blocks(const Params& p, const Dims& d) {
@@ -526,6 +543,10 @@ Result<bool> AttentionOp::worth_measuring(const Config& config, const Problem& p
   if (p.block_m == 128 && d.Sq <= 64) {
     return fail("block_m=128 leaves over half of each block idle at Sq=" + std::to_string(d.Sq));
   }
+  if (p.persistent && (d.Sq + p.block_m - 1) / p.block_m * d.Hq * d.B <=
+                          k_persistent_sms * wgmma_min_blocks(p, d)) {
+    return fail("a persistent schedule with no more tiles than blocks is the plain one");
+  }
   if (p.stages == 3 && (d.Sk + p.block_n - 1) / p.block_n < 4) {
     return fail("three stages for fewer than four key tiles");
   }
@@ -552,6 +573,7 @@ std::vector<std::string> AttentionOp::defines(const Config& config, const Proble
             std::string("-DAT_BF16=") + (d.dtype == DType::bf16 ? "1" : "0"),
             std::string("-DAT_PINGPONG=") + (p.pingpong ? "1" : "0"),
             std::string("-DAT_OVERLAP=") + (p.overlap ? "1" : "0"),
+            std::string("-DAT_PERSISTENT=") + (p.persistent ? "1" : "0"),
             "-DAT_MIN_BLOCKS=" + std::to_string(wgmma_min_blocks(p, d)),
             std::string("-DAT_T=") + template_type(d.dtype)};
   }
@@ -586,6 +608,11 @@ LaunchGeometry AttentionOp::geometry(const Config& config, const Problem& proble
   g.grid[0] = unsigned((d.Sq + p.block_m - 1) / p.block_m * p.splits);
   g.grid[1] = unsigned(d.Hq);
   g.grid[2] = unsigned(d.B);
+  if (p.persistent) {
+    const long long tiles = (d.Sq + p.block_m - 1) / p.block_m * d.Hq * d.B;
+    g.grid[0] = unsigned(std::min(tiles, k_persistent_sms * wgmma_min_blocks(p, d)));
+    g.grid[1] = g.grid[2] = 1;
+  }
   g.dynamic_smem = unsigned(smem_bytes(p, d));
   return g;
 }

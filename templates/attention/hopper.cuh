@@ -73,6 +73,11 @@ constexpr bool k_pingpong = AT_PINGPONG != 0;
 constexpr bool k_overlap = AT_OVERLAP != 0;
 static_assert(!(k_overlap && (k_pingpong || k_stages < 2)),
               "overlap: no ping-pong, and a second stage for the next K");
+#ifndef AT_PERSISTENT
+#define AT_PERSISTENT 0
+#endif
+constexpr bool k_persistent = AT_PERSISTENT != 0;
+static_assert(!(k_persistent && k_pingpong), "persistent: no ping-pong");
 
 #ifndef AT_MIN_BLOCKS
 #define AT_MIN_BLOCKS 1
@@ -95,7 +100,9 @@ constexpr int k_q_slab_bytes = k_block_m * 128;
 constexpr int k_kv_slab_bytes = k_block_n * 128;
 constexpr int k_q_bytes = k_slabs * k_q_slab_bytes;
 constexpr int k_kv_bytes = k_slabs * k_kv_slab_bytes;
-constexpr int k_k_offset = k_q_bytes;
+// Persistent blocks double-buffer Q: the next tile's Q loads while this one's is read.
+constexpr int k_q_bufs = k_persistent ? 2 : 1;
+constexpr int k_k_offset = k_q_bufs * k_q_bytes;
 constexpr int k_v_offset = k_k_offset + k_stages * k_kv_bytes;
 constexpr int k_bar_offset = k_v_offset + k_stages * k_kv_bytes;
 constexpr int k_s_regs = k_block_n / 2; // S accumulator floats per thread
@@ -277,32 +284,67 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
   extern __shared__ unsigned char smem_raw[];
   // 128-byte swizzle atoms must start 1024-byte aligned (the op asks for 1 KiB more).
   const unsigned base = (at_smem_addr(smem_raw) + 1023u) & ~1023u;
-  const unsigned q_tile = base;
-  const unsigned q_full = base + k_bar_offset;
-  const unsigned k_full = q_full + 8;              // [k_stages]
+  const unsigned q_full = base + k_bar_offset;     // [k_q_bufs]
+  const unsigned q_empty = q_full + 8 * k_q_bufs;  // [k_q_bufs]
+  const unsigned k_full = q_empty + 8 * k_q_bufs;  // [k_stages]
   const unsigned v_full = k_full + 8 * k_stages;   // [k_stages]
   const unsigned kv_empty = v_full + 8 * k_stages; // [k_stages]
 
-  // Causal: the last query blocks see the most keys; they go first so that the short
-  // ones fill the tail of the grid (blocks start roughly in index order).
-  const int m_block =
-      k_causal ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
-  const int head = static_cast<int>(blockIdx.y);
-  const int batch = static_cast<int>(blockIdx.z);
-  const int kv_head = head / (args.heads_q / args.heads_kv);
-  const int m0 = m_block * k_block_m;
+  const int m_blocks = (args.seq_q + k_block_m - 1) / k_block_m;
   const int n_tiles = (args.seq_k + k_block_n - 1) / k_block_n;
-  // Causal: the last key any row of this block sees is (m0 + block_m - 1) + Sk - Sq.
-  int n_end = n_tiles;
-  if (k_causal) {
-    const long long last = static_cast<long long>(m0) + k_block_m - 1 + args.seq_k - args.seq_q;
-    n_end =
-        last < 0 ? 0 : static_cast<int>(min(static_cast<long long>(n_tiles), last / k_block_n + 1));
-  }
+  // The work of one tile: its query block, head, batch, and how many key tiles it reads.
+  struct Tile {
+    int m0, head, batch, n_end;
+  };
+  auto tile_at = [&](int index) {
+    Tile w;
+    int m_block;
+    if (k_persistent) {
+      // Causal: query blocks from the last (the longest) down, over all heads and
+      // batches, so that the short ones fill the end; else the query blocks of one head
+      // one after another, so that blocks running together share its K and V in L2.
+      const int heads = args.heads_q * args.batch;
+      if (k_causal) {
+        m_block = m_blocks - 1 - index / heads;
+        w.head = index % heads % args.heads_q;
+        w.batch = index % heads / args.heads_q;
+      } else {
+        m_block = index % m_blocks;
+        w.head = index / m_blocks % args.heads_q;
+        w.batch = index / m_blocks / args.heads_q;
+      }
+    } else {
+      // Causal: the last query blocks see the most keys; they go first so that the short
+      // ones fill the tail of the grid (blocks start roughly in index order).
+      m_block =
+          k_causal ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
+      w.head = static_cast<int>(blockIdx.y);
+      w.batch = static_cast<int>(blockIdx.z);
+    }
+    w.m0 = m_block * k_block_m;
+    // Causal: the last key any row of this block sees is (m0 + block_m - 1) + Sk - Sq.
+    w.n_end = n_tiles;
+    if (k_causal) {
+      const long long last = static_cast<long long>(w.m0) + k_block_m - 1 + args.seq_k - args.seq_q;
+      w.n_end = last < 0
+                    ? 0
+                    : static_cast<int>(min(static_cast<long long>(n_tiles), last / k_block_n + 1));
+    }
+    return w;
+  };
+  // Persistent: this block takes tiles blockIdx.x, + gridDim.x, ...; else the one tile
+  // of its grid position.
+  const int tiles = k_persistent ? m_blocks * args.heads_q * args.batch : 1;
+  const int first_tile = k_persistent ? static_cast<int>(blockIdx.x) : 0;
+  const int tile_step = k_persistent ? static_cast<int>(gridDim.x) : 1;
 
   const int warpgroup = static_cast<int>(threadIdx.x) / 128;
   if (threadIdx.x == 0) {
-    mbar_init(q_full, 1);
+#pragma unroll
+    for (int b = 0; b < k_q_bufs; ++b) {
+      mbar_init(q_full + 8 * b, 1);
+      mbar_init(q_empty + 8 * b, 4 * k_consumers); // one arrival per consumer warp
+    }
 #pragma unroll
     for (int s = 0; s < k_stages; ++s) {
       mbar_init(k_full + 8 * s, 1);
@@ -314,23 +356,34 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
   __syncthreads();
 
   if (warpgroup == 0) {
-    // Producer.
+    // Producer. Key tiles are counted over all of this block's tiles (it), so that the
+    // ring's stages and barrier phases run on from one tile to the next: the first K/V
+    // of the next tile load while the consumers finish this one.
     setmaxnreg_dec<k_producer_regs>();
-    if (threadIdx.x == 0 && n_end > 0) {
-      mbar_arrive_expect_tx(q_full, k_q_bytes);
-      load_rows(q_tile, k_q_slab_bytes, &args.q_map, args.q_seq_inner, q_full, m0, head, batch);
-      for (int n = 0; n < n_end; ++n) {
-        const int s = n % k_stages;
-        const unsigned parity = static_cast<unsigned>(n / k_stages) & 1u;
-        mbar_wait(kv_empty + 8 * s, parity ^ 1u);
-        const unsigned k_tile = base + k_k_offset + s * k_kv_bytes;
-        const unsigned v_tile = base + k_v_offset + s * k_kv_bytes;
-        mbar_arrive_expect_tx(k_full + 8 * s, k_kv_bytes);
-        load_rows(k_tile, k_kv_slab_bytes, &args.k_map, args.k_seq_inner, k_full + 8 * s,
-                  n * k_block_n, kv_head, batch);
-        mbar_arrive_expect_tx(v_full + 8 * s, k_kv_bytes);
-        load_rows(v_tile, k_kv_slab_bytes, &args.v_map, args.v_seq_inner, v_full + 8 * s,
-                  n * k_block_n, kv_head, batch);
+    if (threadIdx.x == 0) {
+      int it = 0;
+      int local = 0;
+      for (int index = first_tile; index < tiles; index += tile_step, ++local) {
+        const Tile w = tile_at(index);
+        const int kv_head = w.head / (args.heads_q / args.heads_kv);
+        const int qb = local % k_q_bufs;
+        mbar_wait(q_empty + 8 * qb, (static_cast<unsigned>(local / k_q_bufs) & 1u) ^ 1u);
+        mbar_arrive_expect_tx(q_full + 8 * qb, k_q_bytes);
+        load_rows(base + qb * k_q_bytes, k_q_slab_bytes, &args.q_map, args.q_seq_inner,
+                  q_full + 8 * qb, w.m0, w.head, w.batch);
+        for (int n = 0; n < w.n_end; ++n, ++it) {
+          const int s = it % k_stages;
+          const unsigned parity = static_cast<unsigned>(it / k_stages) & 1u;
+          mbar_wait(kv_empty + 8 * s, parity ^ 1u);
+          const unsigned k_tile = base + k_k_offset + s * k_kv_bytes;
+          const unsigned v_tile = base + k_v_offset + s * k_kv_bytes;
+          mbar_arrive_expect_tx(k_full + 8 * s, k_kv_bytes);
+          load_rows(k_tile, k_kv_slab_bytes, &args.k_map, args.k_seq_inner, k_full + 8 * s,
+                    n * k_block_n, kv_head, w.batch);
+          mbar_arrive_expect_tx(v_full + 8 * s, k_kv_bytes);
+          load_rows(v_tile, k_kv_slab_bytes, &args.v_map, args.v_seq_inner, v_full + 8 * s,
+                    n * k_block_n, kv_head, w.batch);
+        }
       }
     }
   } else {
@@ -341,185 +394,199 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
     const int warp = (static_cast<int>(threadIdx.x) / 32) % 4;
     const int g = lane / 4;
     const int t = lane % 4;
-    const int row0 = m0 + consumer * 64 + warp * 16 + g; // rows row0 and row0 + 8
-    const unsigned my_q = q_tile + static_cast<unsigned>(consumer) * 64 * 128;
+    // The ring position of a key tile (counted over this block's tiles, as the producer
+    // counts them) and the phase its barriers complete in.
+    auto stage = [](int i) { return i % k_stages; };
+    auto phase = [](int i) { return static_cast<unsigned>(i / k_stages) & 1u; };
+    int it0 = 0; // key tiles of this block's earlier tiles
+    int local = 0;
+    for (int index = first_tile; index < tiles; index += tile_step, ++local) {
+      const Tile w = tile_at(index);
+      const int m0 = w.m0;
+      const int n_end = w.n_end;
+      const int qb = local % k_q_bufs;
+      const int row0 = m0 + consumer * 64 + warp * 16 + g; // rows row0 and row0 + 8
+      const unsigned my_q =
+          base + static_cast<unsigned>(qb * k_q_bytes) + static_cast<unsigned>(consumer) * 64 * 128;
 
-    float o[k_o_regs];
+      float o[k_o_regs];
 #pragma unroll
-    for (int i = 0; i < k_o_regs; ++i) {
-      o[i] = 0.0f;
-    }
-    float row_max[2] = {at_neg_inf(), at_neg_inf()};
-    float row_sum[2] = {0.0f, 0.0f}; // this thread's share; the quad's sum at the end
+      for (int i = 0; i < k_o_regs; ++i) {
+        o[i] = 0.0f;
+      }
+      float row_max[2] = {at_neg_inf(), at_neg_inf()};
+      float row_sum[2] = {0.0f, 0.0f}; // this thread's share; the quad's sum at the end
 
-    if (n_end > 0) {
-      mbar_wait(q_full, 0);
-    }
-    if (k_pingpong && consumer == k_consumers - 1 && n_end > 0) {
-      // The first turn is consumer 0's: the last consumer opens it.
-      named_barrier_arrive(1, 256);
-    }
-    // P of the previous key tile (its O += P V is issued with the next S = Q K^T).
-    unsigned p[k_block_n / 16][4];
-    if (k_overlap) {
-      // Tile n: S = Q K^T of n and O += P V of n - 1 go out as two groups; the softmax
-      // of n starts when the first is done and runs under the second. P alternates
-      // between two register sets (p, p2), since the P V in flight still reads the
-      // last one: the loop runs two tiles per trip so that each set keeps its
-      // registers (a copy between them would let the compiler merge the two, and ptxas
-      // then serialises the products). The first tile has no P V and is peeled.
-      unsigned p2[k_block_n / 16][4];
-      if (n_end > 0) {
-        float sc[k_s_regs];
-        float alpha[2];
-        mbar_wait(k_full, 0);
-        wgmma_fence();
-        qk_product(sc, my_q, base + k_k_offset);
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_pin(sc);
-        softmax_tile(sc, row_max, row_sum, alpha, args, 0, m0, row0, t);
-        pack_p(p, sc);
+      mbar_wait(q_full + 8 * qb, static_cast<unsigned>(local / k_q_bufs) & 1u);
+      if (k_pingpong && consumer == k_consumers - 1 && n_end > 0) {
+        // The first turn is consumer 0's: the last consumer opens it.
+        named_barrier_arrive(1, 256);
       }
-      auto step = [&](int n, const unsigned(&p_last)[k_block_n / 16][4],
-                      unsigned(&p_new)[k_block_n / 16][4]) {
-        const int s = n % k_stages;
-        const int ps = (n - 1) % k_stages;
-        mbar_wait(k_full + 8 * s, static_cast<unsigned>(n / k_stages) & 1u);
-        mbar_wait(v_full + 8 * ps, static_cast<unsigned>((n - 1) / k_stages) & 1u);
-        float sc[k_s_regs];
-        wgmma_pin(o);
-        wgmma_fence();
-        qk_product(sc, my_q, base + k_k_offset + s * k_kv_bytes);
-        wgmma_commit();
-        pv_product(o, p_last, base + k_v_offset + ps * k_kv_bytes);
-        wgmma_commit();
-        wgmma_wait<1>();
-        wgmma_pin(sc);
-        float alpha[2];
-        softmax_tile(sc, row_max, row_sum, alpha, args, n * k_block_n, m0, row0, t);
-        pack_p(p_new, sc);
-        wgmma_wait<0>();
-        wgmma_pin(o);
-        release_stage(kv_empty + 8 * ps, lane);
-        rescale_o(o, alpha); // O held P V of n - 1 at the max before tile n
-      };
-      int n = 1;
-      for (; n + 1 < n_end; n += 2) {
-        step(n, p, p2);
-        step(n + 1, p2, p);
-      }
-      const bool last_in_p2 = n < n_end;
-      if (last_in_p2) {
-        step(n, p, p2);
-      }
-      if (n_end > 0) {
-        // The last tile's O += P V.
-        const int ls = (n_end - 1) % k_stages;
-        mbar_wait(v_full + 8 * ls, static_cast<unsigned>((n_end - 1) / k_stages) & 1u);
-        wgmma_pin(o);
-        wgmma_fence();
-        if (last_in_p2) {
-          pv_product(o, p2, base + k_v_offset + ls * k_kv_bytes);
-        } else {
-          pv_product(o, p, base + k_v_offset + ls * k_kv_bytes);
-        }
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_pin(o);
-      }
-    } else {
-      for (int n = 0; n < n_end; ++n) {
-        const int s = n % k_stages;
-        const unsigned parity = static_cast<unsigned>(n / k_stages) & 1u;
-        const int ps = (n + k_stages - 1) % k_stages; // the previous tile's stage
-        const unsigned p_parity = static_cast<unsigned>((n - 1) / k_stages) & 1u;
-        const unsigned k_tile = base + k_k_offset + s * k_kv_bytes;
-        const unsigned pv_tile = base + k_v_offset + ps * k_kv_bytes;
-
-        float sc[k_s_regs];
-        if (k_stages == 1 && n > 0) {
-          // One buffer: the previous tile's P V must finish before this K can land.
-          mbar_wait(v_full + 8 * ps, p_parity);
+      // P of the previous key tile (its O += P V is issued with the next S = Q K^T).
+      unsigned p[k_block_n / 16][4];
+      if (k_overlap) {
+        // Tile n: S = Q K^T of n and O += P V of n - 1 go out as two groups; the softmax
+        // of n starts when the first is done and runs under the second. P alternates
+        // between two register sets (p, p2), since the P V in flight still reads the
+        // last one: the loop runs two tiles per trip so that each set keeps its
+        // registers (a copy between them would let the compiler merge the two, and
+        // ptxas then serialises the products). The first tile has no P V and is peeled.
+        unsigned p2[k_block_n / 16][4];
+        if (n_end > 0) {
+          float sc[k_s_regs];
+          float alpha[2];
+          mbar_wait(k_full + 8 * stage(it0), phase(it0));
           wgmma_fence();
-          pv_product(o, p, pv_tile);
+          qk_product(sc, my_q, base + k_k_offset + stage(it0) * k_kv_bytes);
           wgmma_commit();
           wgmma_wait<0>();
-          release_stage(kv_empty + 8 * ps, lane);
+          wgmma_pin(sc);
+          softmax_tile(sc, row_max, row_sum, alpha, args, 0, m0, row0, t);
+          pack_p(p, sc);
         }
-        mbar_wait(k_full + 8 * s, parity);
-        if (k_stages > 1 && n > 0) {
-          mbar_wait(v_full + 8 * ps, p_parity);
+        auto step = [&](int n, const unsigned(&p_last)[k_block_n / 16][4],
+                        unsigned(&p_new)[k_block_n / 16][4]) {
+          const int i = it0 + n;
+          mbar_wait(k_full + 8 * stage(i), phase(i));
+          mbar_wait(v_full + 8 * stage(i - 1), phase(i - 1));
+          float sc[k_s_regs];
+          wgmma_pin(o);
+          wgmma_fence();
+          qk_product(sc, my_q, base + k_k_offset + stage(i) * k_kv_bytes);
+          wgmma_commit();
+          pv_product(o, p_last, base + k_v_offset + stage(i - 1) * k_kv_bytes);
+          wgmma_commit();
+          wgmma_wait<1>();
+          wgmma_pin(sc);
+          float alpha[2];
+          softmax_tile(sc, row_max, row_sum, alpha, args, n * k_block_n, m0, row0, t);
+          pack_p(p_new, sc);
+          wgmma_wait<0>();
+          wgmma_pin(o);
+          release_stage(kv_empty + 8 * stage(i - 1), lane);
+          rescale_o(o, alpha); // O held P V of n - 1 at the max before tile n
+        };
+        int n = 1;
+        for (; n + 1 < n_end; n += 2) {
+          step(n, p, p2);
+          step(n + 1, p2, p);
         }
-        if (k_pingpong) {
-          named_barrier_sync(1 + consumer, 256); // this consumer's turn on the tensor cores
+        const bool last_in_p2 = n < n_end;
+        if (last_in_p2) {
+          step(n, p, p2);
         }
-        wgmma_fence();
-        if (k_stages > 1 && n > 0) {
-          pv_product(o, p, pv_tile); // the previous tile's O += P V, then this S
+        if (n_end > 0) {
+          // The last tile's O += P V.
+          const int i = it0 + n_end - 1;
+          mbar_wait(v_full + 8 * stage(i), phase(i));
+          wgmma_pin(o);
+          wgmma_fence();
+          if (last_in_p2) {
+            pv_product(o, p2, base + k_v_offset + stage(i) * k_kv_bytes);
+          } else {
+            pv_product(o, p, base + k_v_offset + stage(i) * k_kv_bytes);
+          }
+          wgmma_commit();
+          wgmma_wait<0>();
+          wgmma_pin(o);
+          release_stage(kv_empty + 8 * stage(i), lane);
         }
-        qk_product(sc, my_q, k_tile);
-        wgmma_commit();
-        if (k_pingpong && !(consumer == k_consumers - 1 && n == n_end - 1)) {
-          named_barrier_arrive(1 + (consumer + 1) % k_consumers, 256); // the next one's turn
-        }
-        wgmma_wait<0>();
-        if (k_stages > 1 && n > 0) {
-          release_stage(kv_empty + 8 * ps, lane);
-        }
-        // O already holds the previous tile's P V, so its rescale comes after it.
-        float alpha[2];
-        softmax_tile(sc, row_max, row_sum, alpha, args, n * k_block_n, m0, row0, t);
-        rescale_o(o, alpha);
-        pack_p(p, sc);
-      }
-    }
-    if (!k_overlap && n_end > 0) {
-      // The last tile's O += P V.
-      const int ls = (n_end - 1) % k_stages;
-      mbar_wait(v_full + 8 * ls, static_cast<unsigned>((n_end - 1) / k_stages) & 1u);
-      wgmma_fence();
-      pv_product(o, p, base + k_v_offset + ls * k_kv_bytes);
-      wgmma_commit();
-      wgmma_wait<0>();
-    }
+      } else {
+        for (int n = 0; n < n_end; ++n) {
+          const int i = it0 + n;
+          const unsigned k_tile = base + k_k_offset + stage(i) * k_kv_bytes;
+          const unsigned pv_tile = base + k_v_offset + stage(i - 1) * k_kv_bytes;
 
-    // Epilogue: O / sum, staged through this consumer's own rows of the Q tile (its
-    // products are done; no other warpgroup reads them) in the same 128-byte swizzle,
-    // then stored as whole 16-byte chunks of rows below Sq.
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float sum = quad_sum(row_sum[h]);
-      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-      const int r = warp * 16 + g + 8 * h; // row within this consumer's 64
-#pragma unroll
-      for (int i = 0; i < k_o_regs / 4; ++i) {
-        // Columns 8 i + 2 t, + 1: slab i / 8, 16-byte chunk i % 8, bytes 4 t.
-        const unsigned addr = my_q + static_cast<unsigned>(i / 8) * k_q_slab_bytes +
-                              static_cast<unsigned>(r * 128 + (((i % 8) ^ (r % 8)) * 16) + 4 * t);
-        st_shared_u32(addr, at_pack2(o[4 * i + 2 * h] * inv, o[4 * i + 2 * h + 1] * inv, elem_t{}));
+          float sc[k_s_regs];
+          if (k_stages == 1 && n > 0) {
+            // One buffer: the previous tile's P V must finish before this K can land.
+            mbar_wait(v_full + 8 * stage(i - 1), phase(i - 1));
+            wgmma_fence();
+            pv_product(o, p, pv_tile);
+            wgmma_commit();
+            wgmma_wait<0>();
+            release_stage(kv_empty + 8 * stage(i - 1), lane);
+          }
+          mbar_wait(k_full + 8 * stage(i), phase(i));
+          if (k_stages > 1 && n > 0) {
+            mbar_wait(v_full + 8 * stage(i - 1), phase(i - 1));
+          }
+          if (k_pingpong) {
+            named_barrier_sync(1 + consumer, 256); // this consumer's turn on the tensor cores
+          }
+          wgmma_fence();
+          if (k_stages > 1 && n > 0) {
+            pv_product(o, p, pv_tile); // the previous tile's O += P V, then this S
+          }
+          qk_product(sc, my_q, k_tile);
+          wgmma_commit();
+          if (k_pingpong && !(consumer == k_consumers - 1 && n == n_end - 1)) {
+            named_barrier_arrive(1 + (consumer + 1) % k_consumers, 256); // the next one's turn
+          }
+          wgmma_wait<0>();
+          if (k_stages > 1 && n > 0) {
+            release_stage(kv_empty + 8 * stage(i - 1), lane);
+          }
+          // O already holds the previous tile's P V, so its rescale comes after it.
+          float alpha[2];
+          softmax_tile(sc, row_max, row_sum, alpha, args, n * k_block_n, m0, row0, t);
+          rescale_o(o, alpha);
+          pack_p(p, sc);
+        }
+        if (n_end > 0) {
+          // The last tile's O += P V.
+          const int i = it0 + n_end - 1;
+          mbar_wait(v_full + 8 * stage(i), phase(i));
+          wgmma_fence();
+          pv_product(o, p, base + k_v_offset + stage(i) * k_kv_bytes);
+          wgmma_commit();
+          wgmma_wait<0>();
+          release_stage(kv_empty + 8 * stage(i), lane);
+        }
       }
-      const int row = row0 + 8 * h;
-      if (k_lse && t == 0 && row < args.seq_q) {
-        args.lse[(static_cast<long long>(batch) * args.heads_q + head) * args.seq_q + row] =
-            sum > 0.0f ? (row_max[h] * args.scale_log2 + at_log2_approx(sum)) * 0.6931471805599453f
-                       : at_neg_inf();
-      }
-    }
-    named_barrier_sync(1 + k_consumers + consumer, 128);
-    elem_t* o_g = args.o + batch * args.o_batch_stride + head * args.o_head_stride;
-    constexpr int k_chunks = k_head_dim / 8; // 16-byte chunks per row
-    const int tid = static_cast<int>(threadIdx.x) % 128;
+      it0 += n_end;
+
+      // Epilogue: O / sum, staged through this consumer's own rows of the Q tile (its
+      // products are done; no other warpgroup reads them) in the same 128-byte swizzle,
+      // then stored as whole 16-byte chunks of rows below Sq.
 #pragma unroll
-    for (int i = tid; i < 64 * k_chunks; i += 128) {
-      const int r = i / k_chunks;
-      const int c = i % k_chunks;
-      const int row = m0 + consumer * 64 + r;
-      if (row < args.seq_q) {
-        const unsigned addr = my_q + static_cast<unsigned>(c / 8) * k_q_slab_bytes +
-                              static_cast<unsigned>(r * 128 + (((c % 8) ^ (r % 8)) * 16));
-        st_global_16(o_g + row * args.o_seq_stride + c * 8, ld_shared_16(addr));
+      for (int h = 0; h < 2; ++h) {
+        const float sum = quad_sum(row_sum[h]);
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        const int r = warp * 16 + g + 8 * h; // row within this consumer's 64
+#pragma unroll
+        for (int i = 0; i < k_o_regs / 4; ++i) {
+          // Columns 8 i + 2 t, + 1: slab i / 8, 16-byte chunk i % 8, bytes 4 t.
+          const unsigned addr = my_q + static_cast<unsigned>(i / 8) * k_q_slab_bytes +
+                                static_cast<unsigned>(r * 128 + (((i % 8) ^ (r % 8)) * 16) + 4 * t);
+          st_shared_u32(addr,
+                        at_pack2(o[4 * i + 2 * h] * inv, o[4 * i + 2 * h + 1] * inv, elem_t{}));
+        }
+        const int row = row0 + 8 * h;
+        if (k_lse && t == 0 && row < args.seq_q) {
+          args.lse[(static_cast<long long>(w.batch) * args.heads_q + w.head) * args.seq_q + row] =
+              sum > 0.0f
+                  ? (row_max[h] * args.scale_log2 + at_log2_approx(sum)) * 0.6931471805599453f
+                  : at_neg_inf();
+        }
       }
+      named_barrier_sync(1 + k_consumers + consumer, 128);
+      elem_t* o_g = args.o + w.batch * args.o_batch_stride + w.head * args.o_head_stride;
+      constexpr int k_chunks = k_head_dim / 8; // 16-byte chunks per row
+      const int tid = static_cast<int>(threadIdx.x) % 128;
+#pragma unroll
+      for (int i = tid; i < 64 * k_chunks; i += 128) {
+        const int r = i / k_chunks;
+        const int c = i % k_chunks;
+        const int row = m0 + consumer * 64 + r;
+        if (row < args.seq_q) {
+          const unsigned addr = my_q + static_cast<unsigned>(c / 8) * k_q_slab_bytes +
+                                static_cast<unsigned>(r * 128 + (((c % 8) ^ (r % 8)) * 16));
+          st_global_16(o_g + row * args.o_seq_stride + c * 8, ld_shared_16(addr));
+        }
+      }
+      // This warp has read its rows of the Q buffer: the producer may refill it.
+      release_stage(q_empty + 8 * qb, lane);
     }
   }
 }
