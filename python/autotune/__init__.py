@@ -27,6 +27,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AutotuneError", "LibraryNotFoundError", "POLICIES", "Runtime", "causal_conv1d_fn",
     "find_library", "flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func",
+    "flash_attn_varlen_func",
     "get_runtime", "selective_scan_fn", "set_database", "set_policy", "torch_available",
 ]
 
@@ -40,7 +41,7 @@ torch_available = _torch is not None
 
 if torch_available:
     from ._dropin import (causal_conv1d_fn, flash_attn_func, flash_attn_kvpacked_func,
-                          flash_attn_qkvpacked_func, selective_scan_fn)
+                          flash_attn_qkvpacked_func, flash_attn_varlen_func, selective_scan_fn)
     from ._ops import get_runtime
 else:
     def _needs_torch(name):
@@ -55,4 +56,5 @@ else:
     flash_attn_func = _needs_torch("flash_attn_func")
     flash_attn_qkvpacked_func = _needs_torch("flash_attn_qkvpacked_func")
     flash_attn_kvpacked_func = _needs_torch("flash_attn_kvpacked_func")
+    flash_attn_varlen_func = _needs_torch("flash_attn_varlen_func")
     get_runtime = _needs_torch("get_runtime")

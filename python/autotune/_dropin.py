@@ -334,3 +334,91 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
     k, v = kv.unbind(2)
     return _attend("flash_attn_kvpacked_func", q, k, v, softmax_scale, causal, return_attn_probs,
                    window, softcap, alibi_slopes)
+
+
+class _SeqlenK:
+    """What _features reads of the keys (shape[1], seqlen_k) for a varlen call: flash-attn
+    reads a window side >= max_seqlen_k as unbounded."""
+
+    def __init__(self, max_seqlen_k):
+        self.shape = (0, int(max_seqlen_k))
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           dropout_p=0.0, softmax_scale=None, causal=False,
+                           window_size=_NO_WINDOW, softcap=0.0, alibi_slopes=None,
+                           deterministic=False, return_attn_probs=False, block_table=None):
+    """flash-attn 2's flash_attn_varlen_func: variable-length sequences packed.
+
+    q: (total_q, nheads, headdim); k, v: (total_k, nheads_k, headdim), fp16/bf16, nheads a
+    multiple of nheads_k; headdim a multiple of 8 in 32..256; token and head strides
+    multiples of 8 elements (a strided last dimension is copied first).
+    cu_seqlens_q, cu_seqlens_k: (batch_size + 1,) torch.int32 CUDA tensors, the sequences'
+    cumulative lengths (sequence b is rows cu_seqlens[b] .. cu_seqlens[b+1] - 1). They are
+    read on the GPU, never checked there (flash-attn does not either): they must start at
+    0, not decrease and end within total_q (total_k). A sequence may be empty.
+    max_seqlen_q, max_seqlen_k: ints >= 1, the longest sequences; a longer one is computed
+    only up to max_seqlen_q rows (as in flash-attn). The tuning key buckets them and the
+    totals to powers of two.
+    causal (bottom-right aligned per sequence), window_size, softcap, alibi_slopes
+    ((nheads,) or (batch_size, nheads) fp32), softmax_scale, deterministic: as
+    flash_attn_func, per sequence. dropout_p != 0 and block_table (paged KV) raise
+    NotImplementedError.
+
+    out: (total_q, nheads, headdim); with return_attn_probs, (out, softmax_lse (nheads,
+    total_q) fp32, an empty S_dmask). Rows that see no key: O = 0 and LSE +inf, as
+    flash-attn 2 returns them. With ALiBi and causal, autotune's LSE is that of the
+    logits -slope * |i + Sk - Sq - j| (flash-attn 2's is larger by slope * (i + Sk - Sq)).
+    """
+    name = "flash_attn_varlen_func"
+    if block_table is not None:
+        raise NotImplementedError(f"autotune.{name}: block_table (a paged KV cache) is not "
+                                  "implemented")
+    for what, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, _Tensor):
+            raise TypeError(f"autotune.{name}: {what} must be a torch.Tensor, not "
+                            f"{type(t).__name__}")
+        if t.dim() != 3:
+            raise ValueError(f"autotune.{name}: {what} must be (total_tokens, nheads, headdim), "
+                             f"not {list(t.shape)}")
+    for what, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if not isinstance(t, _Tensor):
+            raise TypeError(f"autotune.{name}: {what} must be a torch.int32 tensor, not "
+                            f"{type(t).__name__}")
+        if t.dtype != torch.int32:
+            raise TypeError(f"autotune.{name}: {what} is {t.dtype}; flash-attn takes torch.int32 "
+                            "cumulative sequence lengths")
+        if t.dim() != 1 or t.shape[0] < 2:
+            raise ValueError(f"autotune.{name}: {what} must be (batch_size + 1,) with "
+                             f"batch_size >= 1, not {list(t.shape)}")
+        if t.device != q.device:
+            raise ValueError(f"autotune.{name}: {what} is on {t.device}, q on {q.device}; both "
+                             "must be on the same CUDA device")
+    if cu_seqlens_q.shape[0] != cu_seqlens_k.shape[0]:
+        raise ValueError(f"autotune.{name}: cu_seqlens_q has {cu_seqlens_q.shape[0]} entries, "
+                         f"cu_seqlens_k {cu_seqlens_k.shape[0]}: both are (batch_size + 1,)")
+    for what, n in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"autotune.{name}: {what} must be an int, not {type(n).__name__}")
+        if n < 1:
+            raise ValueError(f"autotune.{name}: {what}={n} must be >= 1")
+    causal, window, softcap, alibi_slopes = _features(
+        name, dropout_p, causal, window_size, softcap, alibi_slopes, _SeqlenK(max_seqlen_k))
+    if not q.is_cuda:
+        raise ValueError(f"autotune.{name}: q is on {q.device}; autotune's kernels take CUDA "
+                         "tensors")
+    q, k, v = _attn_copies(q, k, v) or (q, k, v)
+    rt = _ops.get_runtime(q.device.index)
+    with_lse = True if return_attn_probs else False
+    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), causal,
+            softmax_scale, with_lse, None, window, softcap, alibi_slopes)
+    if _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        result = _ForwardOnly.apply(name, rt.attention_varlen, *args)
+    else:
+        result = rt.attention_varlen(*args)
+    if not return_attn_probs:
+        return result
+    out, lse = result
+    if causal or window[1] >= 0:
+        lse = lse.masked_fill(lse == float("-inf"), float("inf"))
+    return out, lse, q.new_empty((0,))

@@ -158,8 +158,7 @@ def index_fields(t, what):
     except AttributeError:
         raise TypeError(f"autotune: {what} must be a torch.Tensor of int32, not "
                         f"{type(t).__name__}") from None
-    import torch
-    if dtype != torch.int32:
+    if str(dtype) != "torch.int32":
         raise TypeError(f"autotune: {what} has dtype {dtype}; expected torch.int32 (flash-attn's "
                         "cu_seqlens dtype)")
     if len(shape) != 1:
@@ -167,7 +166,7 @@ def index_fields(t, what):
     if getattr(device, "type", "cuda") != "cuda":
         raise ValueError(f"autotune: {what} is on {device}; it must be a CUDA tensor (the kernel "
                          "reads the offsets on the GPU)")
-    if shape[0] > 1 and t.stride(0) != 1:
+    if shape[0] > 1 and t.stride()[0] != 1:
         raise ValueError(f"autotune: {what} must be contiguous")
     ptr = t.data_ptr()
     if not ptr:
@@ -451,6 +450,42 @@ class Runtime:
         ws = self.attention_workspace(key, fields, q, features)
         args = self.attention_args(q, k, v, out, lse, causal, scale, layout, *ws, self._pack_call,
                                    window, softcap, alibi_slopes)
+        self.check(self.lib.autotune_attention(self.handle, args, self.stream(q)))
+        return (out, lse) if return_lse else out
+
+    def attention_varlen(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                         causal=False, scale=None, return_lse=False, out=None, window=NO_WINDOW,
+                         softcap=0.0, alibi_slopes=None):
+        """Variable-length batches (flash-attn's varlen): q, out (total_q, nheads, headdim),
+        k, v (total_k, nheads_k, headdim), packed sequences; cu_seqlens_q/k int32
+        (batch_size + 1,) CUDA offsets; max_seqlen_q/k the longest sequences (ints). With
+        return_lse also the fp32 log-sum-exp (nheads, total_q). The offsets are read on the
+        GPU, not checked: they must start at 0, not decrease and stay within the tensors,
+        and no sequence may be longer than its max_seqlen."""
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            shape = getattr(t, "shape", None)
+            if shape is None:
+                raise TypeError(f"autotune: {name} must be a torch.Tensor, not "
+                                f"{type(t).__name__}")
+            if len(shape) != 3:
+                raise ValueError(f"autotune: {name} must be (total_tokens, nheads, headdim) for "
+                                 f"variable-length batches, not {list(shape)}")
+            if not t.is_cuda:
+                raise ValueError(f"autotune: {name} is on {t.device}; autotune's kernels take "
+                                 "CUDA tensors")
+        varlen = varlen_fields(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+        import torch
+        if out is None:
+            out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        lse = None
+        if return_lse:
+            lse = torch.empty((q.shape[1], q.shape[0]), device=q.device, dtype=torch.float32)
+        fields = (*tensor_fields(q, "q"), *tensor_fields(k, "k"), *tensor_fields(v, "v"),
+                  *tensor_fields(out, "o"), *tensor_fields(lse, "lse"), int(causal),
+                  float(scale or 0.0))
+        features = attention_features(tuple(window), softcap, alibi_slopes, varlen)
+        ws = self.attention_workspace(None, fields, q, features)
+        args = self._pack_call("attention", *fields, *ws, *features)
         self.check(self.lib.autotune_attention(self.handle, args, self.stream(q)))
         return (out, lse) if return_lse else out
 

@@ -259,6 +259,26 @@ class TestAttentionFeatures(unittest.TestCase):
         # then the varlen fields: absent offsets and max_seqlen 0
         self.assertEqual(_runtime.attention_features()[4 + n:], _runtime.NO_VARLEN)
 
+    def test_varlen_fields_take_int32_offsets_and_positive_lengths(self):
+        class Int32:
+            def __str__(self):
+                return "torch.int32"
+        i32 = Int32()
+        cu = FakeTensor((5,), ptr=0xA000, dtype=i32)
+        fields = _runtime.varlen_fields(cu, cu, 300, 400)
+        self.assertEqual(fields[:4], (0xA000, _runtime.AUTOTUNE_INT32, 1, 5))
+        self.assertEqual(fields[-2:], (300, 400))
+        with self.assertRaisesRegex(TypeError, "cu_seqlens_q has dtype .*int32"):
+            _runtime.varlen_fields(FakeTensor((5,), dtype=self.f32), cu, 300, 400)
+        with self.assertRaisesRegex(ValueError, "cu_seqlens_k must be 1-d"):
+            _runtime.varlen_fields(cu, FakeTensor((2, 5), dtype=i32), 300, 400)
+        with self.assertRaisesRegex(ValueError, "max_seqlen_k=0"):
+            _runtime.varlen_fields(cu, cu, 300, 0)
+        with self.assertRaisesRegex(TypeError, "max_seqlen_q must be an int"):
+            _runtime.varlen_fields(cu, cu, 3.5, 4)
+        with self.assertRaisesRegex(TypeError, "cu_seqlens_q must be a torch.Tensor"):
+            _runtime.varlen_fields([0, 3], cu, 3, 4)
+
     def test_the_features_fill_the_described_struct(self):
         path = library_path()
         if not path:
