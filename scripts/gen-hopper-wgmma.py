@@ -6,8 +6,8 @@ out, so the operand lists are generated rather than typed).
 Usage: scripts/gen-hopper-wgmma.py > templates/common/wgmma.cuh
 """
 
-SS_N = [64, 96, 128, 176, 192]  # S = Q K^T: N = block_n
-RS_N = [64, 128, 256]           # O += P V: N = head dim
+SS_N = [64, 80, 96, 112, 128, 176, 192]  # S = Q K^T: N = block_n
+RS_N = [64, 128, 256]                     # O += P V: N = head dim
 
 
 def regs(n, first):

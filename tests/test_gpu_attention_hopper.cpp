@@ -1,11 +1,11 @@
 // GPU tests of attention's Hopper family (family=wgmma, templates/attention/hopper.cuh):
 // every valid wgmma variant of the space (plus the tiles the space leaves out, 176
-// and 192 keys; ping-pong on and off) against a float64 CPU reference over both dtypes, D 64 and
-// 128, causal and not, Sq != Sk both ways (rows that see no key: O exactly 0, LSE -inf), GQA/MQA,
-// both layouts, LSE, and sizes that are no multiple of any tile; then the runtime with a pinned
-// wgmma variant on strided views (a packed QKV tensor), launched twice through the same plan (its
-// cached tensor maps) and once more with new pointers. On GPUs that are not sm_90a the family is
-// invalid and the tests say so.
+// and 192 keys, 112 keys; ping-pong on and off) against a float64 CPU reference over both
+// dtypes, D 64, 128 and 256, causal and not, Sq != Sk both ways (rows that see no key: O exactly 0,
+// LSE -inf), GQA/MQA, both layouts, LSE, and sizes that are no multiple of any tile; then the
+// runtime with a pinned wgmma variant on strided views (a packed QKV tensor), launched twice
+// through the same plan (its cached tensor maps) and once more with new pointers. On GPUs that are
+// not sm_90a the family is invalid and the tests say so.
 #include "attention_reference.hpp"
 #include "gpu_support.hpp"
 
@@ -66,9 +66,10 @@ TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference ov
     }
   }
   REQUIRE(!wgmma.empty());
-  // Tiles the space does not list but check() accepts (FlashAttention-3's 176 and 192).
+  // Tiles the space does not list but check() accepts (FlashAttention-3's 176 and 192;
+  // 112).
   const Config base = wgmma.front();
-  for (const char* bn : {"176", "192"}) {
+  for (const char* bn : {"112", "176", "192"}) {
     for (const char* bm : {"64", "128"}) {
       wgmma.push_back(with(with(with(base, "block_n", bn), "block_m", bm), "stages", "2"));
     }
@@ -96,6 +97,11 @@ TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference ov
       // block runs several, carrying its K/V ring and Q buffers from one to the next.
       {"B=8,H=20,S=200,D=64,causal=1,dtype=bf16,lse=1", 2},
       {"B=4,Hq=24,Hkv=8,Sq=150,Sk=300,D=128,dtype=fp16,layout=bhsd", 2},
+      // D=256: O += P V as m64n256k16 over 4 slabs of V, S = Q K^T over 16 k-steps.
+      {"B=1,H=2,S=300,D=256,dtype=bf16", 1},                                           // tails
+      {"B=1,Hq=4,Hkv=2,Sq=200,Sk=333,D=256,causal=1,dtype=fp16,lse=1,layout=bhsd", 1}, // GQA
+      {"B=1,Hq=4,Hkv=1,Sq=257,Sk=100,D=256,causal=1,dtype=bf16,lse=1", 2}, // MQA, Sq > Sk
+      {"B=2,H=2,Sq=65,Sk=1000,D=256,dtype=fp16,lse=1", 2}, // many key tiles, ring wraps
   };
   size_t shape_index = 0;
   for (const Shape& sh : shapes) {

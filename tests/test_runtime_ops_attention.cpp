@@ -206,7 +206,58 @@ TEST_CASE("the Hopper attention family (family=wgmma) is valid on sm_90a only, f
     }
   }
   SUBCASE("head dims it lacks") {
-    refused(k_wg, problem("B=1,H=2,S=256,D=256"), "sm_90a", "head dims 64 and 128");
+    refused(k_wg, problem("B=1,H=2,S=256,D=96"), "sm_90a", "head dims 64, 128 and 256");
+    refused(k_wg, problem("B=1,H=2,S=256,D=80"), "sm_90a", "head dims 64, 128 and 256");
+  }
+  SUBCASE("D=256: O takes 128 registers of the 240, K/V stages 512 bytes a key") {
+    const Problem d256 = problem("B=2,H=8,S=4096,D=256");
+    // FlashAttention-3's D=256 tile: 128 x 80, 2 stages (Q 64 KiB + 4 x 40 KiB).
+    const Config fa3 = config("block_m=128,block_n=80,warps=4,stages=2,swizzle=xor,q=smem,"
+                              "splits=1,family=wgmma");
+    CHECK(attn().check(fa3, d256, "sm_90a"));
+    CHECK(
+        attn().check(fa3, problem("B=1,Hq=8,Hkv=2,Sq=300,Sk=200,D=256,causal=1,lse=1"), "sm_90a"));
+    const LaunchGeometry g = attn().geometry(fa3, d256);
+    CHECK(g.block[0] == 384);
+    CHECK(g.dynamic_smem == (128 + 2 * 2 * 80) * 256 * 2 + 8 * (2 + 3 * 2) + 1024);
+    CHECK(g.dynamic_smem <= 227 * 1024);
+    const auto defs = attn().defines(fa3, d256);
+    CHECK(std::find(defs.begin(), defs.end(), "-DAT_HEAD_DIM=256") != defs.end());
+    CHECK(std::find(defs.begin(), defs.end(), "-DAT_BLOCK_N=80") != defs.end());
+    CHECK(attn().check(config("block_m=128,block_n=96,warps=4,stages=1,swizzle=xor,q=smem,"
+                              "splits=1,family=wgmma"),
+                       d256, "sm_90a"));
+    CHECK(attn().check(config("block_m=128,block_n=80,warps=4,stages=2,swizzle=xor,q=smem,"
+                              "splits=1,family=wgmma_pingpong"),
+                       d256, "sm_90a"));
+    // One consumer: one block per SM even where the shared memory fits twice (two blocks
+    // of 256 threads cap the registers at 128 on entry; m64n256k16 does not compile).
+    const Config one = config("block_m=64,block_n=64,warps=4,stages=1,swizzle=xor,q=smem,"
+                              "splits=1,family=wgmma");
+    CHECK(attn().check(one, d256, "sm_90a"));
+    const auto one_defs = attn().defines(one, d256);
+    CHECK(std::find(one_defs.begin(), one_defs.end(), "-DAT_MIN_BLOCKS=1") != one_defs.end());
+    const auto one_d128 = attn().defines(one, problem("B=2,H=8,S=4096,D=128"));
+    CHECK(std::find(one_d128.begin(), one_d128.end(), "-DAT_MIN_BLOCKS=2") != one_d128.end());
+    // O (128) + S (64) + P (32): over 240.
+    refused("block_m=128,block_n=128,warps=4,stages=1,swizzle=xor,q=smem,splits=1,family=wgmma",
+            d256, "sm_90a", "registers per consumer");
+    // Three consumers get 160.
+    refused("block_m=192,block_n=64,warps=4,stages=1,swizzle=xor,q=smem,splits=1,family=wgmma",
+            d256, "sm_90a", "registers per consumer");
+    // Two P sets beside O spill (ptxas: 64 bytes at block_n=64).
+    refused("block_m=128,block_n=64,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+            "family=wgmma_overlap",
+            d256, "sm_90a", "registers per consumer");
+    // The persistent tile loop spills beside O (ptxas: 68 bytes at block_n=64).
+    refused("block_m=128,block_n=64,warps=4,stages=1,swizzle=xor,q=smem,splits=1,"
+            "family=wgmma_persistent",
+            d256, "sm_90a", "registers per consumer");
+    // Q 64 KiB + 2 x 2 x 48 KiB: over 227 KiB.
+    refused("block_m=128,block_n=96,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma",
+            d256, "sm_90a", "shared memory");
+    refused("block_m=128,block_n=80,warps=4,stages=3,swizzle=xor,q=smem,splits=1,family=wgmma",
+            d256, "sm_90a", "shared memory");
   }
   SUBCASE("one canonical value for the portable family's parameters") {
     refused("block_m=128,block_n=128,warps=8,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma",
@@ -337,7 +388,7 @@ TEST_CASE("the Hopper attention family (family=wgmma) is valid on sm_90a only, f
 }
 
 TEST_CASE("Hopper attention variants compile for sm_90a with wgmma, TMA and setmaxnreg") {
-  // Both dtypes, both head dims, the three consumer counts.
+  // Both dtypes, the three head dims, the three consumer counts.
   struct Case {
     const char* shape;
     const char* config;
@@ -354,6 +405,12 @@ TEST_CASE("Hopper attention variants compile for sm_90a with wgmma, TMA and setm
       {"B=2,Hq=4,Hkv=1,Sq=300,Sk=200,D=128,causal=1,dtype=bf16",
        "block_m=128,block_n=64,warps=4,stages=4,swizzle=xor,q=smem,splits=1,"
        "family=wgmma_pingpong"},
+      {"B=1,Hq=8,Hkv=2,Sq=300,Sk=200,D=256,causal=1,lse=1,dtype=bf16",
+       "block_m=128,block_n=80,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma"},
+      {"B=1,H=4,S=300,D=256,dtype=fp16",
+       "block_m=64,block_n=96,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma"},
+      {"B=1,H=4,S=300,D=128,dtype=bf16",
+       "block_m=128,block_n=112,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma"},
   };
   for (const Case& c : cases) {
     const std::string id = c.config;

@@ -251,16 +251,19 @@ long long wgmma_smem_bytes(const Params& p, const Dims& d) {
 // is the margin below which ptxas did not spill on sm_90a (CUDA 13.0, every tile).
 long long wgmma_register_estimate(const Params& p, const Dims& d) {
   // The tile loop of a persistent block keeps its position and counters live (about 24
-  // more; every tile that spilled with them is over this).
-  const long long loop = p.persistent ? 24 : 0;
+  // more; every tile that spilled with them is over this). At D=256 every persistent
+  // tile spilled (block_n 64-112, 68-156 bytes; 232 by the rule without this term).
+  const long long loop = p.persistent ? (d.D == 256 ? 48 : 24) : 0;
   if (p.overlap) {
     return d.D / 2 + p.block_n / 2 + 2 * (p.block_n / 4) + 64 + loop;
   }
   return d.D / 2 + p.block_n / 2 + p.block_n / 4 + 32 + loop;
 }
 
+// Not at D=256: two blocks of 256 threads cap the kernel at 128 registers on entry, and
+// ptxas needs about 158 to compile m64n256k16 (128 accumulators), setmaxnreg or not.
 int wgmma_min_blocks(const Params& p, const Dims& d) {
-  const bool two = p.block_m == 64 && wgmma_smem_bytes(p, d) <= 113 * 1024 &&
+  const bool two = p.block_m == 64 && d.D <= 128 && wgmma_smem_bytes(p, d) <= 113 * 1024 &&
                    wgmma_register_estimate(p, d) <= 232;
   return two ? 2 : 1;
 }
@@ -337,15 +340,16 @@ Result<bool> check_wgmma(const Params& p, const Dims& d, const std::string& arch
   if (d.window || d.softcap || d.alibi) {
     return fail("family=wgmma builds no sliding window, softcap or ALiBi (family=mma does)");
   }
-  if (d.D != 64 && d.D != 128) {
-    return fail("family=wgmma handles head dims 64 and 128, not " + std::to_string(d.D));
+  if (d.D != 64 && d.D != 128 && d.D != 256) {
+    return fail("family=wgmma handles head dims 64, 128 and 256, not " + std::to_string(d.D));
   }
   if (p.block_m != 64 && p.block_m != 128 && p.block_m != 192) {
     return fail("family=wgmma: block_m is 64 per consumer warpgroup (64, 128 or 192)");
   }
-  if (p.block_n != 64 && p.block_n != 96 && p.block_n != 128 && p.block_n != 176 &&
-      p.block_n != 192) {
-    return fail("family=wgmma: block_n must be 64, 96, 128, 176 or 192");
+  // The block_n that templates/common/wgmma.cuh has an S = Q K^T instruction for.
+  if (p.block_n != 64 && p.block_n != 80 && p.block_n != 96 && p.block_n != 112 &&
+      p.block_n != 128 && p.block_n != 176 && p.block_n != 192) {
+    return fail("family=wgmma: block_n must be 64, 80, 96, 112, 128, 176 or 192");
   }
   if (p.stages < 1 || p.stages > 4) {
     return fail("family=wgmma: stages must be 1 to 4");

@@ -31,8 +31,9 @@
 //                consumers reuse each K/V tile for more rows and hide each other's
 //                softmax, at fewer registers each (240 with 1-2, 160 with 3, 232
 //                with one consumer at two blocks per SM).
-//   AT_BLOCK_N   keys per tile (the N of S = Q K^T: 64..192): larger tiles amortise
-//                barriers and softmax bookkeeping, but the S tile lives in registers.
+//   AT_BLOCK_N   keys per tile (the N of S = Q K^T: 64, 80, 96, 112, 128, 176, 192):
+//                larger tiles amortise barriers and softmax bookkeeping, but the S tile
+//                lives in registers.
 //   AT_STAGES    K/V buffers in the ring (1-4): deeper rings hide load latency at the
 //                cost of shared memory.
 //   AT_PINGPONG  1 (family=wgmma_pingpong, 2-3 consumers, 2+ stages): consumers take
@@ -41,8 +42,13 @@
 //   AT_MIN_BLOCKS 2 (set by the op for one consumer whose shared memory fits twice):
 //                registers split for two blocks per SM, one block's prologue and
 //                epilogue under the other's products; else 1.
-//   AT_HEAD_DIM  64 or 128; AT_CAUSAL, AT_LSE: 0/1; AT_T: at_bf16 or at_f16 (AT_BF16
-//                says which to the wgmma instruction).
+//   AT_HEAD_DIM  64, 128 or 256: 1, 2 or 4 slabs of 64 columns; O += P V is one
+//                m64nDk16 per 16 keys (N = D spans the slabs of V, k_kv_slab_bytes
+//                apart). At 256, O alone takes 128 registers a consumer thread, so the
+//                tiles are FlashAttention-3's: 1-2 consumers, block_n <= 96, 1-2 stages
+//                (Q 64 KiB + 512 bytes per key and stage), one block per SM.
+//   AT_CAUSAL, AT_LSE: 0/1; AT_T: at_bf16 or at_f16 (AT_BF16 says which to the wgmma
+//                instruction).
 #pragma once
 
 #include "common/hopper.cuh"
@@ -91,6 +97,10 @@ constexpr int k_producer_regs = k_consumers == 3 ? 32 : 24;
 constexpr int k_consumer_regs = k_min_blocks == 2 ? 232 : k_consumers == 3 ? 160 : 240;
 static_assert(k_min_blocks == 1 || (k_min_blocks == 2 && k_consumers == 1),
               "two blocks per SM only with one consumer");
+// m64n256k16 (D=256) needs ~158 registers at the entry cap: 256 threads x 2 blocks and
+// 512 threads leave 128.
+static_assert(AT_HEAD_DIM != 256 || (k_min_blocks == 1 && k_consumers <= 2),
+              "D=256: one block per SM, 1-2 consumers");
 
 // Shared memory: tiles as 64-column slabs (128 bytes per row, the TMA 128-byte swizzle
 // span), each slab 1024-byte aligned: Q [d_slabs][block_m][64], then per stage K and V
@@ -110,7 +120,7 @@ constexpr int k_o_regs = k_head_dim / 2;
 
 static_assert(k_block_m % 64 == 0 && k_consumers >= 1 && k_consumers <= 3, "1-3 consumers");
 static_assert(k_block_n % 16 == 0 && k_block_n <= 256, "key tile");
-static_assert(k_head_dim == 64 || k_head_dim == 128, "head dim 64 or 128");
+static_assert(k_head_dim == 64 || k_head_dim == 128 || k_head_dim == 256, "head dim 64, 128, 256");
 static_assert(k_stages >= 1 && k_stages <= 4, "stages");
 static_assert(k_kv_slab_bytes % 1024 == 0, "slabs keep 1024-byte alignment");
 
@@ -159,8 +169,12 @@ __device__ __forceinline__ void qk_product(float (&s)[k_s_regs], unsigned q_tile
     const unsigned long long b = wgmma_desc(k_tile + slab * k_kv_slab_bytes + col, 16, 1024);
 #if AT_BLOCK_N == 64
     wgmma_ss_n64(s, a, b, ks > 0);
+#elif AT_BLOCK_N == 80
+    wgmma_ss_n80(s, a, b, ks > 0);
 #elif AT_BLOCK_N == 96
     wgmma_ss_n96(s, a, b, ks > 0);
+#elif AT_BLOCK_N == 112
+    wgmma_ss_n112(s, a, b, ks > 0);
 #elif AT_BLOCK_N == 128
     wgmma_ss_n128(s, a, b, ks > 0);
 #elif AT_BLOCK_N == 176
@@ -168,7 +182,7 @@ __device__ __forceinline__ void qk_product(float (&s)[k_s_regs], unsigned q_tile
 #elif AT_BLOCK_N == 192
     wgmma_ss_n192(s, a, b, ks > 0);
 #else
-#error "AT_BLOCK_N must be 64, 96, 128, 176 or 192 for family=wgmma"
+#error "AT_BLOCK_N must be 64, 80, 96, 112, 128, 176 or 192 for family=wgmma"
 #endif
   }
 }
@@ -182,8 +196,10 @@ pv_product(float (&o)[k_o_regs], const unsigned (&p)[k_block_n / 16][4], unsigne
         wgmma_desc(v_tile + static_cast<unsigned>(kk) * 16 * 128, k_kv_slab_bytes, 1024);
 #if AT_HEAD_DIM == 64
     wgmma_rs_n64(o, p[kk], b, 1);
-#else
+#elif AT_HEAD_DIM == 128
     wgmma_rs_n128(o, p[kk], b, 1);
+#else
+    wgmma_rs_n256(o, p[kk], b, 1); // 4 slabs of V, k_kv_slab_bytes apart (the lbo)
 #endif
   }
 }
