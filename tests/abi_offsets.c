@@ -37,6 +37,10 @@ int main(void) {
   FIELD(autotune_attention_args, cu_seqlens_k);
   FIELD(autotune_attention_args, max_seqlen_q);
   FIELD(autotune_attention_args, max_seqlen_k);
+  FIELD(autotune_attention_args, cache_seqlens);
+  FIELD(autotune_attention_args, block_table);
+  FIELD(autotune_attention_args, k_new);
+  FIELD(autotune_attention_args, v_new);
   first = 0;
   printf("}}, \"selective_scan\": {\"size\": %zu, \"fields\": {",
          sizeof(autotune_selective_scan_args));

@@ -189,7 +189,53 @@ def varlen_fields(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
             int(max_seqlen_q), int(max_seqlen_k))
 
 
-def attention_features(window=NO_WINDOW, softcap=0.0, alibi_slopes=None, varlen=NO_VARLEN):
+NO_KVCACHE = _ABSENT * 4  # a call without a KV cache (cache_seqlens, block_table, k_new, v_new)
+
+
+def kvcache_fields(cache_seqlens, block_table=None, k_new=None, v_new=None):
+    """The fields of a KV-cache call (flash-attn's flash_attn_with_kvcache): int32
+    cache_seqlens (B,) and block_table (B, max_blocks_per_seq) on the GPU (block_table None:
+    a contiguous cache), and the rows to append, k_new / v_new (B, Snew, Hkv, D) as
+    [B, Hkv, Snew, D] views, or None."""
+    if (k_new is None) != (v_new is None):
+        raise ValueError("autotune: k and v (the new keys and values) must be given together")
+    lengths = index_fields(cache_seqlens, "cache_seqlens")
+    table = _ABSENT
+    if block_table is not None:
+        table = table_fields(block_table, "block_table")
+    new = _ABSENT * 2
+    if k_new is not None:
+        new = (*attention_fields(k_new, "k", False), *attention_fields(v_new, "v", False))
+    return (*lengths, *table, *new)
+
+
+def table_fields(t, what):
+    """The autotune_tensor fields of an int32 2-d index tensor (block_table) on the GPU, its
+    last dimension contiguous."""
+    try:
+        dtype, shape, device = t.dtype, tuple(t.shape), t.device
+    except AttributeError:
+        raise TypeError(f"autotune: {what} must be a torch.Tensor of int32, not "
+                        f"{type(t).__name__}") from None
+    if str(dtype) != "torch.int32":
+        raise TypeError(f"autotune: {what} has dtype {dtype}; expected torch.int32")
+    if len(shape) != 2:
+        raise ValueError(f"autotune: {what} must be 2-d (batch_size, max_num_blocks_per_seq), "
+                         f"not {list(shape)}")
+    if getattr(device, "type", "cuda") != "cuda":
+        raise ValueError(f"autotune: {what} is on {device}; it must be a CUDA tensor (the kernel "
+                         "reads it on the GPU)")
+    strides = t.stride()
+    if shape[1] > 1 and strides[1] != 1:
+        raise ValueError(f"autotune: {what} must have a contiguous last dimension")
+    ptr = t.data_ptr()
+    if not ptr:
+        _refuse_fields(t, what, 2)
+    return (ptr, AUTOTUNE_INT32, 2, shape[0], shape[1], 0, 0, strides[0], 1, 0, 0)
+
+
+def attention_features(window=NO_WINDOW, softcap=0.0, alibi_slopes=None, varlen=NO_VARLEN,
+                       kvcache=NO_KVCACHE):
     """The fields an attention call's struct ends with: whether it has a window, the
     window's bounds (keys before and after each query's diagonal, -1 unbounded), softcap
     (0: off) and the ALiBi slopes' tensor fields (fp32 [Hq] or [B, Hq], or None). The
@@ -206,7 +252,7 @@ def attention_features(window=NO_WINDOW, softcap=0.0, alibi_slopes=None, varlen=
                              "(-1 for unbounded)")
     on = 0 if (left, right) == NO_WINDOW else 1
     return (on, left, right, float(softcap or 0.0), *tensor_fields(alibi_slopes, "alibi_slopes"),
-            *varlen)
+            *varlen, *kvcache)
 
 
 def _current_stream(t):

@@ -33,7 +33,7 @@ enum autotune_dtype {
   AUTOTUNE_FP32 = 0,
   AUTOTUNE_FP16 = 1,
   AUTOTUNE_BF16 = 2,
-  AUTOTUNE_INT32 = 3 /* index tensors only (attention's cu_seqlens) */
+  AUTOTUNE_INT32 = 3 /* index tensors only (attention's cu_seqlens, cache_seqlens, block_table) */
 };
 
 #define AUTOTUNE_MAX_DIMS 4
@@ -154,7 +154,28 @@ typedef struct autotune_attention_args {
   autotune_tensor cu_seqlens_q; /* int32 [B + 1] contiguous; optional (varlen iff given) */
   autotune_tensor cu_seqlens_k; /* int32 [B + 1] contiguous; given iff cu_seqlens_q is */
   int32_t max_seqlen_q;         /* varlen: the longest query sequence, >= 1; else 0 (or Sq) */
-  int32_t max_seqlen_k;         /* varlen: the longest key sequence, >= 1; else 0 (or Sk) */
+  int32_t max_seqlen_k;         /* varlen: the longest key sequence, >= 1; else 0 (or Sk;
+                                   with a KV cache: 0) */
+  /* Decoding with a KV cache (flash-attn 2's flash_attn_with_kvcache), appended later:
+     with cache_seqlens given, k and v are the cache and sequence b's keys are its first
+     cache_seqlens[b] rows, then the Snew rows of k_new / v_new when given (written into
+     the cache at rows cache_seqlens[b].. by the same launch, and attended). Causal, the
+     window and ALiBi are aligned to each sequence's bottom-right corner (Sk there is
+     cache_seqlens[b] + Snew). Paged (block_table given): k and v are [num_blocks, Hkv,
+     page, D] (flash-attn's [num_blocks, page, Hkv, D] with permuted strides) and key j
+     of sequence b is row j % page of page block_table[b][j / page]; page must be a
+     multiple of the variant's block_n (16..256 multiples of 16 are served; flash-attn
+     uses multiples of 256). Contiguous (no block_table): k and v are [B, Hkv, Scache, D].
+     The lengths and the table live on the GPU and are read, not checked: cache_seqlens[b]
+     + Snew must fit the sequence's cache (blocks_per_seq * page, or Scache) -- lengths
+     are clamped into it --, and table entries must be pages of the cache (they are
+     clamped into [0, num_blocks)). The cache is written only by the append. */
+  autotune_tensor cache_seqlens; /* int32 [B] contiguous; optional (a KV cache iff given) */
+  autotune_tensor block_table;   /* int32 [B, blocks_per_seq], contiguous last dimension;
+                                    optional (paged cache), only with cache_seqlens */
+  autotune_tensor k_new;         /* [B, Hkv, Snew, D], q's dtype; optional, only with
+                                    cache_seqlens; Snew <= the cache's size per sequence */
+  autotune_tensor v_new;         /* [B, Hkv, Snew, D], q's dtype; given iff k_new is */
 } autotune_attention_args;
 
 int autotune_attention(autotune_runtime* rt, const autotune_attention_args* args, void* stream);

@@ -25,6 +25,11 @@ struct Dims {
   // Tk the (bucketed) totals of tokens.
   bool varlen = false;
   long long Tq = 0, Tk = 0;
+  // paged=1 or kvcache=1: decoding against a KV cache (flash_attn_with_kvcache); Sk is
+  // then the (bucketed) size of one sequence's cache, page its block size (paged) or 0
+  // (one contiguous cache per sequence).
+  bool kvcache = false;
+  long long page = 0;
 };
 
 // The head dim kernel.cuh computes on: D rounded up to whole k=16 MMA steps.
@@ -59,7 +64,44 @@ Dims dims(const Problem& p) {
     d.Tq = p.get_int("Tq");
     d.Tk = p.get_int("Tk");
   }
+  if (feature(p, "paged")) {
+    d.kvcache = true;
+    d.page = p.get_int("page");
+  }
+  d.kvcache = d.kvcache || feature(p, "kvcache");
   return d;
+}
+
+// The tuner's KV cache of a kvcache problem, deterministic from the shape: cache lengths
+// pseudo-random in [1, Sk] (off every page and tile, one of them the full Sk), and a
+// block table that deals each sequence's pages out of order (a shuffled permutation of
+// the B * ceil(Sk / page) pages).
+std::vector<int> kvcache_lengths(long long B, long long Sk) {
+  std::vector<int> len(static_cast<size_t>(B));
+  unsigned long long x = 0x2545f4914f6cdd1dull ^ (unsigned long long)(B * 1000003 + Sk * 7919);
+  for (size_t b = 0; b < len.size(); ++b) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    len[b] = b == 0 ? int(Sk) : int(1 + (x >> 33) % (unsigned long long)Sk);
+  }
+  return len;
+}
+
+long long kvcache_pages_per_seq(const Dims& d) {
+  return (d.Sk + d.page - 1) / d.page;
+}
+
+std::vector<int> kvcache_block_table(const Dims& d) {
+  const long long n = d.B * kvcache_pages_per_seq(d);
+  std::vector<int> table(static_cast<size_t>(n));
+  for (long long i = 0; i < n; ++i) {
+    table[size_t(i)] = int(i);
+  }
+  unsigned long long x = 0x9e3779b97f4a7c15ull ^ (unsigned long long)(n * 31 + d.page);
+  for (long long i = n - 1; i > 0; --i) { // Fisher-Yates
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    std::swap(table[size_t(i)], table[size_t((x >> 33) % (unsigned long long)(i + 1))]);
+  }
+  return table;
 }
 
 // The tuning bucket of a variable-length batch's sizes (longest sequences, total
@@ -407,8 +449,31 @@ std::vector<std::string> AttentionOp::default_shapes() const {
 
 Problem AttentionOp::make_problem(const Fields& shape) const {
   const ShapeReader r(shape, "attention",
-                      {"B", "H", "Hq", "Hkv", "S", "Sq", "Sk", "D", "causal", "dtype", "lse",
-                       "layout", "window", "softcap", "alibi", "varlen", "Tq", "Tk"});
+                      {"B",
+                       "H",
+                       "Hq",
+                       "Hkv",
+                       "S",
+                       "Sq",
+                       "Sk",
+                       "D",
+                       "causal",
+                       "dtype",
+                       "lse",
+                       "layout",
+                       "window",
+                       "softcap",
+                       "alibi",
+                       "varlen",
+                       "Tq",
+                       "Tk",
+                       "kvcache",
+                       "paged",
+                       "page",
+                       "num_blocks",
+                       "blocks_per_seq",
+                       "append",
+                       "Snew"});
   // Hq and Sq/Sk may be given as H and S; a missing field is named by its own key.
   auto number = [&](const char* key, const char* alias, long long max) {
     if (alias && r.has(key) && r.has(alias) &&
@@ -441,6 +506,39 @@ Problem AttentionOp::make_problem(const Fields& shape) const {
       }
     }
   }
+  // A KV cache: kvcache=1 (contiguous) or paged=1 with page (the block size, default
+  // 256); Sk, one sequence's cache, is bucketed like varlen's lengths. A runtime call
+  // also gives num_blocks, blocks_per_seq, append and Snew, which are not part of the
+  // problem (the kernel reads them at run time).
+  const bool paged = r.flag("paged", "0") == "1";
+  const bool kvcache = paged || r.flag("kvcache", "0") == "1";
+  long long page = 0;
+  if (paged) {
+    page = r.has("page") ? r.ranged("page", nullptr, 1 << 20) : 256;
+    if (page % 16 != 0) {
+      r.fail("KV cache block size page=" + std::to_string(page) +
+             " is not supported: it must be a multiple of 16 (of a variant's block_n)");
+    }
+    Sk = varlen_bucket(Sk);
+  } else if (kvcache) {
+    Sk = varlen_bucket(Sk);
+    if (r.has("page") && r.get("page", nullptr) != "0") {
+      r.fail("page (a block size) is a field of paged=1 problems (block_table given)");
+    }
+  } else {
+    if (r.has("page") && r.get("page", nullptr) != "0") {
+      r.fail("page (a block size) is a field of paged=1 problems (block_table given)");
+    }
+    if (r.has("append") && r.get("append", nullptr) == "1") {
+      r.fail("k_new / v_new (append) are given without cache_seqlens");
+    }
+  }
+  if (kvcache && varlen) {
+    r.fail("a KV cache (cache_seqlens) with variable-length batches (cu_seqlens) is not built");
+  }
+  if (paged && r.has("kvcache") && r.flag("kvcache", "0") == "0") {
+    r.fail("block_table is given without cache_seqlens");
+  }
   long long D = number("D", nullptr, 256);
   if (D < 32 || D % 8 != 0) {
     r.fail("head dim D=" + std::to_string(D) + " is not supported (a multiple of 8 in 32..256)");
@@ -463,6 +561,10 @@ Problem AttentionOp::make_problem(const Fields& shape) const {
   if (varlen && layout != "bshd") {
     r.fail("varlen=1 packs tokens as [T, H, D] (layout bshd), not " + layout);
   }
+  if (kvcache && layout != "bshd") {
+    r.fail(std::string(paged ? "paged=1" : "kvcache=1") +
+           " tunes flash-attn's cache layout [.., S, H, D] (layout bshd), not " + layout);
+  }
   Problem p;
   p.op = name();
   p.fields = {{"B", std::to_string(B)},          {"Hq", std::to_string(Hq)},
@@ -483,6 +585,12 @@ Problem AttentionOp::make_problem(const Fields& shape) const {
     f.emplace_back("Tq", std::to_string(Tq));
     f.emplace_back("Tk", std::to_string(Tk));
   }
+  if (paged) {
+    f.emplace_back("paged", "1");
+    f.emplace_back("page", std::to_string(page));
+  } else if (kvcache) {
+    f.emplace_back("kvcache", "1");
+  }
   p.fields = std::move(f);
   return p;
 }
@@ -493,6 +601,9 @@ Result<bool> AttentionOp::check(const Config& config, const Problem& problem,
   Dims d = dims(problem);
   if (p.wgmma && d.varlen) {
     return fail("family=wgmma takes no variable-length batches (family=mma does)");
+  }
+  if (p.wgmma && d.kvcache) {
+    return fail("family=wgmma reads no KV cache (family=mma does)");
   }
   if (p.wgmma) {
     return check_wgmma(p, d, arch);
@@ -505,6 +616,11 @@ Result<bool> AttentionOp::check(const Config& config, const Problem& problem,
   }
   if (p.block_n < 16 || p.block_n % 16 != 0 || p.block_n > 256) {
     return fail("block_n must be a multiple of 16 in 16..256");
+  }
+  if (d.page > 0 && d.page % p.block_n != 0) {
+    return fail("block_n=" + std::to_string(p.block_n) +
+                " does not divide the KV cache's block size " + std::to_string(d.page) +
+                " (a key tile must lie in one page)");
   }
   if (p.stages < 1 || p.stages > 3) {
     return fail("stages must be 1, 2 or 3");
@@ -596,7 +712,8 @@ std::vector<std::string> AttentionOp::defines(const Config& config, const Proble
   // before they existed.
   for (const auto& [on, define] :
        {std::pair{d.window, "-DAT_WINDOW=1"}, std::pair{d.softcap, "-DAT_SOFTCAP=1"},
-        std::pair{d.alibi, "-DAT_ALIBI=1"}, std::pair{d.varlen, "-DAT_VARLEN=1"}}) {
+        std::pair{d.alibi, "-DAT_ALIBI=1"}, std::pair{d.varlen, "-DAT_VARLEN=1"},
+        std::pair{d.kvcache, "-DAT_KVCACHE=1"}}) {
     if (on) {
       out.push_back(define);
     }
@@ -634,7 +751,10 @@ std::vector<TensorSpec> AttentionOp::tensors(const Problem& problem) const {
   Dims d = dims(problem);
   // varlen: q, o [Tq, Hq, D], k, v [Tk, Hkv, D], lse [Hq, Tq] over the packed tokens.
   const long long rows_q = d.varlen ? varlen_tokens(d.Tq, d.B, d.Sq) : d.B * d.Sq;
-  const long long rows_k = d.varlen ? varlen_tokens(d.Tk, d.B, d.Sk) : d.B * d.Sk;
+  // kvcache: the cache, B * ceil(Sk / page) pages of page keys (paged), else B * Sk keys.
+  const long long rows_k = d.varlen     ? varlen_tokens(d.Tk, d.B, d.Sk)
+                           : d.page > 0 ? d.B * kvcache_pages_per_seq(d) * d.page
+                                        : d.B * d.Sk;
   size_t nq = size_t(rows_q * d.Hq * d.D);
   size_t nk = size_t(rows_k * d.Hkv * d.D);
   // Q drawn wider than K so that the softmax is far from flat (a check that
@@ -660,6 +780,16 @@ std::vector<TensorSpec> AttentionOp::tensors(const Problem& problem) const {
       TensorSpec s{name, DType::f32, size_t(d.B + 1), false};
       s.values = cumulative(varlen_lengths(d.B, longest, rows));
       t.push_back(std::move(s));
+    }
+  }
+  if (d.kvcache) {
+    TensorSpec lengths{"cache_seqlens", DType::f32, size_t(d.B), false};
+    lengths.values = kvcache_lengths(d.B, d.Sk);
+    t.push_back(std::move(lengths));
+    if (d.page > 0) {
+      TensorSpec table{"block_table", DType::f32, size_t(d.B * kvcache_pages_per_seq(d)), false};
+      table.values = kvcache_block_table(d);
+      t.push_back(std::move(table));
     }
   }
   return t;
@@ -703,7 +833,14 @@ struct AttnArgs {
   long long alibi_batch_stride;
   CUdeviceptr cu_seqlens_q, cu_seqlens_k;
   long long lse_head_stride;
+  CUdeviceptr cache_seqlens, block_table;
+  long long block_table_stride;
+  int page_size, num_pages, kv_capacity, seq_new;
+  CUdeviceptr k_new, v_new;
+  long long kn_batch_stride, kn_head_stride, kn_seq_stride;
+  long long vn_batch_stride, vn_head_stride, vn_seq_stride;
 };
+static_assert(sizeof(AttnArgs) <= k_kernel_args_capacity, "AttnArgs fits CallPlan::pack");
 
 // Refuses feature values the problem's kernel cannot take: a bad window bound, a
 // softcap that is not positive, no slopes for an ALiBi problem.
@@ -729,6 +866,29 @@ void check_features(const Dims& d, const AttentionCall& call) {
   if (d.varlen && (!call.cu_seqlens_q || !call.cu_seqlens_k)) {
     throw Error(ErrorKind::usage,
                 "attention: the problem has varlen=1 but cu_seqlens_q or cu_seqlens_k is NULL");
+  }
+  if (d.kvcache) {
+    if (!call.cache_seqlens) {
+      throw Error(ErrorKind::usage, "attention: a KV cache problem needs cache_seqlens");
+    }
+    if (d.page > 0 && !call.block_table) {
+      throw Error(ErrorKind::usage, "attention: the problem has paged=1 but block_table is NULL");
+    }
+    if (call.block_table && call.page_size != d.page) {
+      throw Error(ErrorKind::usage, "attention: the KV cache's block size is " +
+                                        std::to_string(call.page_size) + ", the problem's page " +
+                                        std::to_string(d.page));
+    }
+    if (call.kv_capacity < 1 || call.num_pages < 1) {
+      throw Error(ErrorKind::usage, "attention: the KV cache holds no keys");
+    }
+    if (call.seq_new < 0 || call.seq_new > call.kv_capacity ||
+        (call.seq_new > 0) != bool(call.k_new) || bool(call.k_new) != bool(call.v_new)) {
+      throw Error(ErrorKind::usage, "attention: k_new and v_new (given together) append Snew=" +
+                                        std::to_string(call.seq_new) + " rows, at most the " +
+                                        std::to_string(call.kv_capacity) +
+                                        " keys a sequence's cache holds");
+    }
   }
 }
 
@@ -794,6 +954,23 @@ AttnArgs attention_kernel_args(const Params& p, const Dims& d, const Config& con
     a.cu_seqlens_q = call.cu_seqlens_q;
     a.cu_seqlens_k = call.cu_seqlens_k;
     a.lse_head_stride = call.lse_head_stride;
+  }
+  if (d.kvcache) {
+    a.cache_seqlens = call.cache_seqlens;
+    a.block_table = call.block_table;
+    a.block_table_stride = call.block_table_stride;
+    a.page_size = call.block_table ? call.page_size : 0;
+    a.num_pages = call.num_pages;
+    a.kv_capacity = call.kv_capacity;
+    a.seq_new = call.seq_new;
+    a.k_new = call.k_new;
+    a.v_new = call.v_new;
+    a.kn_batch_stride = call.kn_batch_stride;
+    a.kn_head_stride = call.kn_head_stride;
+    a.kn_seq_stride = call.kn_seq_stride;
+    a.vn_batch_stride = call.vn_batch_stride;
+    a.vn_head_stride = call.vn_head_stride;
+    a.vn_seq_stride = call.vn_seq_stride;
   }
   return a;
 }
@@ -968,6 +1145,32 @@ struct AttentionPlan final : CallPlan {
       c.cu_seqlens_k = device_ptr(a.cu_seqlens_k);
       c.lse_head_stride = a.lse.data ? a.lse.shape[1] : 0;
     }
+    if (dims.kvcache) {
+      // k, v: [num_blocks, Hkv, page, D] with a block table (the batch strides step
+      // pages), else [B, Hkv, Scache, D]; k_new, v_new [B, Hkv, Snew, D].
+      c.cache_seqlens = device_ptr(a.cache_seqlens);
+      c.num_pages = int(a.k.shape[0]);
+      if (a.block_table.data) {
+        c.block_table = device_ptr(a.block_table);
+        c.block_table_stride = a.block_table.strides[0];
+        c.page_size = int(a.k.shape[2]);
+        const long long capacity = a.block_table.shape[1] * a.k.shape[2];
+        c.kv_capacity = int(std::min<long long>(capacity, 0x7fffffff));
+      } else {
+        c.kv_capacity = int(a.k.shape[2]);
+      }
+      if (a.k_new.data && a.v_new.data) {
+        c.k_new = device_ptr(a.k_new);
+        c.v_new = device_ptr(a.v_new);
+        c.seq_new = int(a.k_new.shape[2]);
+        c.kn_batch_stride = a.k_new.strides[0];
+        c.kn_head_stride = a.k_new.strides[1];
+        c.kn_seq_stride = a.k_new.strides[2];
+        c.vn_batch_stride = a.v_new.strides[0];
+        c.vn_head_stride = a.v_new.strides[1];
+        c.vn_seq_stride = a.v_new.strides[2];
+      }
+    }
     if (params.wgmma) {
       std::lock_guard<std::mutex> lock(maps_mutex);
       HopperArgs k = hopper_kernel_args(params, dims, c, maps);
@@ -990,6 +1193,10 @@ constexpr size_t k_softcap_field = 11;
 // that calls of one bucket share a signature (and a plan) as they share a tuning key.
 constexpr size_t k_sq_field = 3, k_sk_field = 4, k_varlen_field = 13, k_tq_field = 14,
                  k_tk_field = 15;
+// A KV cache's size per sequence (Sk) is bucketed the same way: the block table's
+// blocks_per_seq (20) times the page (18) when paged (17), else the cache's Scache.
+constexpr size_t k_kvcache_field = 16, k_paged_field = 17, k_page_field = 18,
+                 k_blocks_per_seq_field = 20;
 void derive_layout(const void* args, CallValues& values) {
   const auto& a = *static_cast<const autotune_attention_args*>(args);
   values[k_layout_field] = a.q.data && a.q.ndim == 4 && a.q.strides[1] > a.q.strides[2] ? 1 : 0;
@@ -1000,6 +1207,12 @@ void derive_layout(const void* args, CallValues& values) {
         values[f] = varlen_bucket(values[f]);
       }
     }
+  }
+  if (values[k_paged_field] == 1 && values[k_page_field] > 0 &&
+      values[k_blocks_per_seq_field] > 0) {
+    values[k_sk_field] = varlen_bucket(values[k_blocks_per_seq_field] * values[k_page_field]);
+  } else if (values[k_kvcache_field] == 1 && values[k_sk_field] > 0) {
+    values[k_sk_field] = varlen_bucket(values[k_sk_field]);
   }
 }
 
@@ -1023,7 +1236,14 @@ const ArgsDesc& AttentionOp::args_desc() const {
     alibi,
     varlen,
     Tq,
-    Tk
+    Tk,
+    kvcache,
+    paged,
+    page,
+    num_blocks,
+    blocks_per_seq,
+    append,
+    Snew
   };
   // Rows move as 16-byte chunks (cp.async, vector stores): 8 elements of 16 bits.
   constexpr int chunk = 8;
@@ -1044,7 +1264,14 @@ const ArgsDesc& AttentionOp::args_desc() const {
                               {"alibi", FieldKind::flag},
                               {"varlen", FieldKind::flag, 0},
                               {"Tq", FieldKind::size, 0},
-                              {"Tk", FieldKind::size, 0}},
+                              {"Tk", FieldKind::size, 0},
+                              {"kvcache", FieldKind::flag, 0},
+                              {"paged", FieldKind::flag, 0},
+                              {"page", FieldKind::size, 0},
+                              {"num_blocks", FieldKind::size, 0},
+                              {"blocks_per_seq", FieldKind::size, 0},
+                              {"append", FieldKind::flag, 0},
+                              {"Snew", FieldKind::size, 0}},
                              {{"q",
                                offsetof(A, q),
                                {{B}, {Hq}, {Sq}, {D}},
@@ -1087,6 +1314,20 @@ const ArgsDesc& AttentionOp::args_desc() const {
                                chunk,
                                {{varlen, 1}},
                                "varlen"},
+                              // A paged KV cache: [num_blocks, Hkv, page, D] with block_table.
+                              {"k",
+                               offsetof(A, k),
+                               {{num_blocks}, {Hkv}, {page}, {D}},
+                               dtype,
+                               k_fp16_bf16,
+                               -1,
+                               false,
+                               StrideRule::rows,
+                               chunk,
+                               {},
+                               "paged",
+                               AUTOTUNE_FP32,
+                               offsetof(A, block_table)},
                               {"v",
                                offsetof(A, v),
                                {{B}, {Hkv}, {Sk}, {D}},
@@ -1108,6 +1349,20 @@ const ArgsDesc& AttentionOp::args_desc() const {
                                chunk,
                                {{varlen, 1}},
                                "varlen"},
+                              // A paged KV cache: [num_blocks, Hkv, page, D] with block_table.
+                              {"v",
+                               offsetof(A, v),
+                               {{num_blocks}, {Hkv}, {page}, {D}},
+                               dtype,
+                               k_fp16_bf16,
+                               -1,
+                               false,
+                               StrideRule::rows,
+                               chunk,
+                               {},
+                               "paged",
+                               AUTOTUNE_FP32,
+                               offsetof(A, block_table)},
                               {"o",
                                offsetof(A, o),
                                {{B}, {Hq}, {Sq}, {D}},
@@ -1197,7 +1452,51 @@ const ArgsDesc& AttentionOp::args_desc() const {
                                1,
                                {},
                                nullptr,
-                               AUTOTUNE_INT32}},
+                               AUTOTUNE_INT32},
+                              // Appended after max_seqlen_k: the KV cache's lengths and
+                              // block table (int32) and the rows to append.
+                              {"cache_seqlens",
+                               offsetof(A, cache_seqlens),
+                               {{B}},
+                               -1,
+                               0,
+                               kvcache,
+                               false,
+                               StrideRule::contiguous,
+                               1,
+                               {},
+                               nullptr,
+                               AUTOTUNE_INT32},
+                              {"block_table",
+                               offsetof(A, block_table),
+                               {{B}, {blocks_per_seq}},
+                               -1,
+                               0,
+                               paged,
+                               false,
+                               StrideRule::rows,
+                               1,
+                               {},
+                               nullptr,
+                               AUTOTUNE_INT32},
+                              {"k_new",
+                               offsetof(A, k_new),
+                               {{B}, {Hkv}, {Snew}, {D}},
+                               dtype,
+                               k_fp16_bf16,
+                               append,
+                               false,
+                               StrideRule::rows,
+                               chunk},
+                              {"v_new",
+                               offsetof(A, v_new),
+                               {{B}, {Hkv}, {Snew}, {D}},
+                               dtype,
+                               k_fp16_bf16,
+                               append,
+                               false,
+                               StrideRule::rows,
+                               chunk}},
                              {{"causal", offsetof(A, causal), ScalarKind::i32, causal},
                               {"scale", offsetof(A, scale), ScalarKind::f64},
                               {"workspace", offsetof(A, workspace), ScalarKind::ptr},
@@ -1213,7 +1512,10 @@ const ArgsDesc& AttentionOp::args_desc() const {
       desc.field("layout") == int(k_layout_field) &&
       desc.field("softcap") == int(k_softcap_field) && desc.field("Sq") == int(k_sq_field) &&
       desc.field("Sk") == int(k_sk_field) && desc.field("varlen") == int(k_varlen_field) &&
-      desc.field("Tq") == int(k_tq_field) && desc.field("Tk") == int(k_tk_field);
+      desc.field("Tq") == int(k_tq_field) && desc.field("Tk") == int(k_tk_field) &&
+      desc.field("kvcache") == int(k_kvcache_field) && desc.field("paged") == int(k_paged_field) &&
+      desc.field("page") == int(k_page_field) &&
+      desc.field("blocks_per_seq") == int(k_blocks_per_seq_field);
   (void)layout_index_ok;
   return desc;
 }
@@ -1238,6 +1540,20 @@ void AttentionOp::pack_call(const Config& config, const Problem& problem, const 
   }
   args.add(attention_kernel_args(p, dims(problem), config, call));
 }
+
+namespace {
+
+// The tuner's k and v strides: contiguous in the problem's layout, or pages of
+// [num_blocks, page, Hkv, D] (the batch stride steps pages) for a paged cache.
+AttentionOp::Strides kvcache_strides(const Problem& problem) {
+  const Dims d = dims(problem);
+  if (d.page > 0) {
+    return {d.page * d.Hkv * d.D, d.D, d.Hkv * d.D};
+  }
+  return AttentionOp::contiguous_strides(problem, d.Hkv, d.Sk);
+}
+
+} // namespace
 
 void AttentionOp::pack(const Config& config, const Problem& problem,
                        const std::vector<CUdeviceptr>& t, ArgPack& args) const {
@@ -1273,7 +1589,19 @@ void AttentionOp::pack(const Config& config, const Problem& problem,
     return;
   }
   Strides qs = contiguous_strides(problem, d.Hq, d.Sq);
-  Strides ks = contiguous_strides(problem, d.Hkv, d.Sk);
+  Strides ks = kvcache_strides(problem);
+  if (d.kvcache) {
+    call.cache_seqlens = t.at(next++);
+    call.num_pages = int(d.B);
+    call.kv_capacity = int(d.Sk);
+    if (d.page > 0) {
+      call.block_table = t.at(next++);
+      call.block_table_stride = kvcache_pages_per_seq(d);
+      call.page_size = int(d.page);
+      call.num_pages = int(d.B * kvcache_pages_per_seq(d));
+      call.kv_capacity = int(kvcache_pages_per_seq(d) * d.page);
+    }
+  }
   call.q_batch_stride = call.o_batch_stride = qs.batch;
   call.q_head_stride = call.o_head_stride = qs.head;
   call.q_seq_stride = call.o_seq_stride = qs.seq;
@@ -1301,7 +1629,7 @@ void AttentionOp::pack_reference(const Problem& problem, const std::vector<CUdev
                                  const std::vector<CUdeviceptr>& ref, ArgPack& args) const {
   Dims d = dims(problem);
   Strides qs = contiguous_strides(problem, d.Hq, d.Sq);
-  Strides ks = contiguous_strides(problem, d.Hkv, d.Sk);
+  Strides ks = kvcache_strides(problem);
   if (d.varlen) {
     qs = {0, d.D, d.Hq * d.D};
     ks = {0, d.D, d.Hkv * d.D};
@@ -1335,6 +1663,12 @@ void AttentionOp::pack_reference(const Problem& problem, const std::vector<CUdev
   args.add(d.varlen ? t.at(cu) : CUdeviceptr(0));
   args.add(d.varlen ? t.at(cu + 1) : CUdeviceptr(0));
   args.add(d.varlen ? varlen_tokens(d.Tq, d.B, d.Sq) : 0LL); // lse [Hq, Tq]: head stride
+  // A KV cache: its lengths, then (paged) the block table, after the offsets' place.
+  const size_t cache = cu + (d.varlen ? 2 : 0);
+  args.add(d.kvcache ? t.at(cache) : CUdeviceptr(0));
+  args.add(d.page > 0 ? t.at(cache + 1) : CUdeviceptr(0));
+  args.add(d.page > 0 ? kvcache_pages_per_seq(d) : 0LL);
+  args.add(int(d.page));
 }
 
 double AttentionOp::tolerance(const Problem& problem) const {
@@ -1347,7 +1681,14 @@ double AttentionOp::bytes(const Problem& problem) const {
   Dims d = dims(problem);
   double e = double(dtype_size(d.dtype));
   const long long rows_q = d.varlen ? varlen_tokens(d.Tq, d.B, d.Sq) : d.B * d.Sq;
-  const long long rows_k = d.varlen ? varlen_tokens(d.Tk, d.B, d.Sk) : d.B * d.Sk;
+  long long rows_k = d.varlen ? varlen_tokens(d.Tk, d.B, d.Sk) : d.B * d.Sk;
+  if (d.kvcache) {
+    // The keys the tuner's cache lengths cover, each read once.
+    rows_k = 0;
+    for (int len : kvcache_lengths(d.B, d.Sk)) {
+      rows_k += len;
+    }
+  }
   double q = double(rows_q * d.Hq * d.D) * e;
   double kv = 2.0 * double(rows_k * d.Hkv * d.D) * e;
   double lse = d.lse ? double(rows_q * d.Hq) * 4.0 : 0.0;
@@ -1356,6 +1697,26 @@ double AttentionOp::bytes(const Problem& problem) const {
 
 double AttentionOp::flops(const Problem& problem) const {
   Dims d = dims(problem);
+  if (d.kvcache) {
+    // The tuner's cache lengths, each sequence as a problem of its own Sk.
+    double total = 0;
+    for (int len : kvcache_lengths(d.B, d.Sk)) {
+      Problem one = problem;
+      Fields f;
+      for (const auto& [k, v] : problem.fields.text()) {
+        if (k == "B") {
+          f.emplace_back(k, "1");
+        } else if (k == "Sk") {
+          f.emplace_back(k, std::to_string(len));
+        } else if (k != "paged" && k != "page" && k != "kvcache") {
+          f.emplace_back(k, v);
+        }
+      }
+      one.fields = std::move(f);
+      total += flops(one);
+    }
+    return total;
+  }
   if (d.varlen) {
     // The tuner's sequences (varlen_lengths), each as a problem of its own lengths.
     const std::vector<int> lq = varlen_lengths(d.B, d.Sq, varlen_tokens(d.Tq, d.B, d.Sq));

@@ -83,6 +83,17 @@ struct AttentionCall {
   // sequence strides step over packed tokens), and lse's head stride (Tq).
   CUdeviceptr cu_seqlens_q = 0, cu_seqlens_k = 0;
   long long lse_head_stride = 0;
+  // Problems with paged=1 or kvcache=1: int32 cache lengths [B]; the block table (int32
+  // [B, blocks per sequence], row stride block_table_stride; 0 for a contiguous cache,
+  // whose batch strides then step sequences, else they step pages) and its page size;
+  // the pages in the cache (num_blocks, or B) and the keys one sequence's cache holds;
+  // seq_new rows of k_new / v_new [B, Hkv, Snew, D] to append (0: none).
+  CUdeviceptr cache_seqlens = 0, block_table = 0;
+  long long block_table_stride = 0;
+  int page_size = 0, num_pages = 0, kv_capacity = 0, seq_new = 0;
+  CUdeviceptr k_new = 0, v_new = 0;
+  long long kn_batch_stride = 0, kn_head_stride = 0, kn_seq_stride = 0;
+  long long vn_batch_stride = 0, vn_head_stride = 0, vn_seq_stride = 0;
 };
 
 class AttentionOp final : public Op {

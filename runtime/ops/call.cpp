@@ -105,7 +105,8 @@ public:
     }
     const TensorRule* rule = nullptr;
     for (int i = 0; i < count; ++i) {
-      if (int(forms[i]->dims.size()) == t.ndim) {
+      if (int(forms[i]->dims.size()) == t.ndim &&
+          (forms[i]->when_given == SIZE_MAX || tensor_at(args, forms[i]->when_given).data)) {
         rule = forms[i];
       }
     }

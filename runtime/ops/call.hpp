@@ -82,6 +82,10 @@ struct TensorRule {
   std::vector<std::pair<int8_t, int8_t>> sets = {};
   const char* form = nullptr;         // the form's name in messages ("fixed", "variable")
   int8_t fixed_dtype = AUTOTUNE_FP32; // the dtype when dtype_field is -1 (AUTOTUNE_INT32: indices)
+  // A form that applies only when the struct's tensor at this offset is given
+  // (attention's paged k/v with block_table); SIZE_MAX: whatever is given. Forms of one
+  // ndim are then told apart by it: the last applicable one matches.
+  size_t when_given = SIZE_MAX;
 };
 
 enum class ScalarKind : uint8_t { i32, f64, ptr, u64 };

@@ -55,6 +55,18 @@
 //                (each sequence's own bottom-right corner), LSE is [Hq, Tq]; seq_q and
 //                seq_k of AttnArgs are then the grid's (bucketed) longest lengths, which
 //                also index the split workspace. Blocks past their sequence exit.
+//   AT_KVCACHE   1: decoding against a KV cache (flash-attn's flash_attn_with_kvcache):
+//                sequence b's keys are the first cache_seqlens[b] rows of its cache, then
+//                (append) the seq_new rows of k_new / v_new; its key count takes seq_k's
+//                place in every mask (bottom-right aligned against it). The cache is
+//                paged (block_table non-null: key j of sequence b is row j % page_size of
+//                page block_table[b][j / page_size], the batch strides stepping pages;
+//                page_size a multiple of AT_BLOCK_N, so a key tile lies in one page) or
+//                contiguous (one [Scache] cache per sequence). With append, the tiles read
+//                the new keys from k_new / v_new directly, and one block per (batch, kv
+//                head) -- the first query head of the group, query block 0, split 0 --
+//                copies them into the cache at cache_seqlens[b].. for the next call: no
+//                block of the launch reads those cache rows, so nothing races.
 //   AT_CAUSAL, AT_LSE, AT_WINDOW, AT_SOFTCAP, AT_ALIBI: 0/1; AT_T: at_bf16 or at_f16.
 #include "attention/mma.cuh"
 #include "common/numeric.cuh"
@@ -86,6 +98,9 @@ typedef AT_T elem_t;
 #ifndef AT_VARLEN
 #define AT_VARLEN 0
 #endif
+#ifndef AT_KVCACHE
+#define AT_KVCACHE 0
+#endif
 
 constexpr int k_dim = AT_HEAD_DIM;                 // the tensors' head dim D
 constexpr int k_head_dim = (k_dim + 15) / 16 * 16; // the head dim computed on
@@ -101,6 +116,7 @@ constexpr bool k_window = AT_WINDOW != 0;
 constexpr bool k_softcap = AT_SOFTCAP != 0;
 constexpr bool k_alibi = AT_ALIBI != 0;
 constexpr bool k_varlen = AT_VARLEN != 0;
+constexpr bool k_kvcache = AT_KVCACHE != 0;
 #ifndef AT_SPLITS
 #define AT_SPLITS 1
 #endif
@@ -175,7 +191,57 @@ struct AttnArgs {
   const int* cu_seqlens_q;
   const int* cu_seqlens_k;
   long long lse_head_stride;
+  // AT_KVCACHE: int32 cache lengths [B]; the block table (int32 [B, blocks per
+  // sequence] with this row stride; null: a contiguous cache per sequence, the batch
+  // strides stepping sequences) with its page size and the pages in the cache (entries
+  // are clamped into [0, num_pages)); the keys one sequence's cache holds (cache
+  // lengths are clamped to kv_capacity - seq_new); seq_new rows of k_new / v_new
+  // [B, Hkv, seq_new, D] (these strides) appended at each cache's end (0: none).
+  const int* cache_seqlens;
+  const int* block_table;
+  long long block_table_stride;
+  int page_size;
+  int num_pages;
+  int kv_capacity;
+  int seq_new;
+  const elem_t* k_new;
+  const elem_t* v_new;
+  long long kn_batch_stride, kn_head_stride, kn_seq_stride;
+  long long vn_batch_stride, vn_head_stride, vn_seq_stride;
 };
+
+// AT_KVCACHE: element offset of key `key` of sequence `batch` in the cache (head 0):
+// through the block table when there is one.
+__device__ __forceinline__ long long cache_row(const AttnArgs& args, int batch, int key,
+                                               long long batch_stride, long long seq_stride) {
+  if (args.block_table != nullptr) {
+    int page = args.block_table[batch * args.block_table_stride + key / args.page_size];
+    page = min(max(page, 0), args.num_pages - 1);
+    return page * batch_stride + (key % args.page_size) * seq_stride;
+  }
+  return batch * batch_stride + key * seq_stride;
+}
+
+// AT_KVCACHE with append: sequence `batch`'s new keys and values of kv head `kv_head`
+// into its cache at rows cache_len.., as 16-byte chunks over the block's threads.
+__device__ __forceinline__ void append_new_kv(const AttnArgs& args, int batch, int kv_head,
+                                              int cache_len) {
+#pragma unroll 1
+  for (int i = static_cast<int>(threadIdx.x); i < args.seq_new * k_valid_chunks; i += k_threads) {
+    const int r = i / k_valid_chunks;
+    const int c = (i % k_valid_chunks) * 8;
+    const elem_t* ks = args.k_new + batch * args.kn_batch_stride + kv_head * args.kn_head_stride +
+                       r * args.kn_seq_stride + c;
+    const elem_t* vs = args.v_new + batch * args.vn_batch_stride + kv_head * args.vn_head_stride +
+                       r * args.vn_seq_stride + c;
+    elem_t* kd = const_cast<elem_t*>(args.k) + kv_head * args.k_head_stride +
+                 cache_row(args, batch, cache_len + r, args.k_batch_stride, args.k_seq_stride) + c;
+    elem_t* vd = const_cast<elem_t*>(args.v) + kv_head * args.v_head_stride +
+                 cache_row(args, batch, cache_len + r, args.v_batch_stride, args.v_seq_stride) + c;
+    *reinterpret_cast<uint4*>(kd) = *reinterpret_cast<const uint4*>(ks);
+    *reinterpret_cast<uint4*>(vd) = *reinterpret_cast<const uint4*>(vs);
+  }
+}
 
 // Where row `row` of sequence `batch`'s query rows (starting at packed row q_row0)
 // keeps its LSE: [B, Hq, Sq], or [Hq, Tq] with AT_VARLEN.
@@ -222,6 +288,34 @@ __device__ __forceinline__ void load_tile(unsigned tile, const elem_t* src, long
     cp_async_16(tile + tile_offset(row, chunk) * static_cast<int>(sizeof(elem_t)), p,
                 column_valid && row < rows_valid);
     p += step;
+  }
+}
+
+// load_tile from two sources (AT_KVCACHE with append): rows before rows_first from src,
+// the rest from src2 (its own row stride; src2 points where row 0 would be).
+template <int ROWS>
+__device__ __forceinline__ void load_tile2(unsigned tile, const elem_t* src, long long row_stride,
+                                           int rows_first, const elem_t* src2,
+                                           long long row_stride2, int rows_valid) {
+  constexpr int k_row_step = k_threads / k_load_chunks;
+  constexpr int k_per_thread = ROWS / k_row_step;
+  const int chunk = static_cast<int>(threadIdx.x) % k_load_chunks;
+  const int row0 = static_cast<int>(threadIdx.x) / k_load_chunks;
+  if (k_load_chunks != k_chunks && chunk >= k_chunks) {
+    return; // no such column in the tile
+  }
+  const bool column_valid = k_valid_chunks == k_chunks || chunk < k_valid_chunks;
+  const elem_t* p = src + row0 * row_stride + chunk * 8;
+  const elem_t* p2 = src2 + row0 * row_stride2 + chunk * 8;
+  const long long step = k_row_step * row_stride;
+  const long long step2 = k_row_step * row_stride2;
+#pragma unroll
+  for (int i = 0; i < k_per_thread; ++i) {
+    const int row = row0 + i * k_row_step;
+    cp_async_16(tile + tile_offset(row, chunk) * static_cast<int>(sizeof(elem_t)),
+                row < rows_first ? p : p2, column_valid && row < rows_valid);
+    p += step;
+    p2 += step2;
   }
 }
 
@@ -414,6 +508,17 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
       return; // past this sequence's queries (an empty one included): nothing to do
     }
   }
+  // AT_KVCACHE: the sequence's cached keys, then the appended ones (copied into the
+  // cache by one block per (batch, kv head), before any return).
+  int cache_len = 0;
+  if (k_kvcache) {
+    cache_len = min(max(args.cache_seqlens[batch], 0), args.kv_capacity - args.seq_new);
+    seq_k = cache_len + args.seq_new;
+    if (args.seq_new > 0 && m_block == 0 && split == 0 &&
+        head % (args.heads_q / args.heads_kv) == 0) {
+      append_new_kv(args, batch, kv_head, cache_len);
+    }
+  }
   const int diag = seq_k - seq_q; // query i's diagonal key is i + diag
   // The window around it: keys [i + diag - left, i + diag + right]; -1 is unbounded.
   const int right = k_causal ? 0 : (k_window ? args.window_right : -1);
@@ -441,7 +546,7 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
       n_start = first_key > 0 ? first_key / k_block_n : 0;
     }
   }
-  if (k_varlen && n_end <= n_start) {
+  if ((k_varlen || k_kvcache) && n_end <= n_start) {
     // A sequence without keys (seq_k = 0): every row gets O = 0 and LSE = -inf.
     if (split == 0) {
       store_rows_without_keys(args, batch, head, m0, seq_q, q_row0);
@@ -467,11 +572,35 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
 
   auto load_k = [&](int n_block, int buffer) {
     const int n0 = n_block * k_block_n;
+    if (k_kvcache) {
+      // The tile's cached keys lie in one page (page_size % block_n == 0); the new ones
+      // (rows from cache_len - n0 on) come from k_new.
+      const elem_t* cache =
+          args.k + kv_head * args.k_head_stride +
+          (n0 < cache_len ? cache_row(args, batch, n0, args.k_batch_stride, args.k_seq_stride) : 0);
+      const elem_t* fresh = (args.k_new != nullptr ? args.k_new : args.k) +
+                            batch * args.kn_batch_stride + kv_head * args.kn_head_stride +
+                            (n0 - cache_len) * args.kn_seq_stride;
+      load_tile2<k_block_n>(k_base + buffer * k_kv_tile_bytes, cache, args.k_seq_stride,
+                            cache_len - n0, fresh, args.kn_seq_stride, seq_k - n0);
+      return;
+    }
     load_tile<k_block_n>(k_base + buffer * k_kv_tile_bytes, k_g + n0 * args.k_seq_stride,
                          args.k_seq_stride, seq_k - n0);
   };
   auto load_v = [&](int n_block, int buffer) {
     const int n0 = n_block * k_block_n;
+    if (k_kvcache) {
+      const elem_t* cache =
+          args.v + kv_head * args.v_head_stride +
+          (n0 < cache_len ? cache_row(args, batch, n0, args.v_batch_stride, args.v_seq_stride) : 0);
+      const elem_t* fresh = (args.v_new != nullptr ? args.v_new : args.v) +
+                            batch * args.vn_batch_stride + kv_head * args.vn_head_stride +
+                            (n0 - cache_len) * args.vn_seq_stride;
+      load_tile2<k_block_n>(v_base + buffer * k_kv_tile_bytes, cache, args.v_seq_stride,
+                            cache_len - n0, fresh, args.vn_seq_stride, seq_k - n0);
+      return;
+    }
     load_tile<k_block_n>(v_base + buffer * k_kv_tile_bytes, v_g + n0 * args.v_seq_stride,
                          args.v_seq_stride, seq_k - n0);
   };

@@ -12,6 +12,10 @@
 // cu_q[b] (keys at cu_k[b]), its lengths replace Sq and Sk (seq_q, seq_k are the
 // longest; rows past a sequence's length are skipped), the batch strides are unused
 // and LSE is [Hq, Tq] with head stride lse_hs.
+// A KV cache (cache_len non-null): sequence b's keys are its first cache_len[b] cache
+// rows (its length replaces Sk); with a block table (table non-null, row stride
+// table_stride), key j is row j % page of page table[b][j / page] (the batch strides
+// step pages), else row j of sequence b's own cache.
 #include "common/numeric.cuh"
 
 constexpr int k_ref_max_dim = 256;
@@ -24,7 +28,8 @@ constexpr int k_ref_warps = 8; // query rows per block
       long long qhs, long long qss, long long kbs, long long khs, long long kss, long long vbs,    \
       long long vhs, long long vss, long long obs, long long ohs, long long oss, int left,         \
       int right, float softcap, const float* slopes, long long slope_bs, const int* cu_q,          \
-      const int* cu_k, long long lse_hs) {                                                         \
+      const int* cu_k, long long lse_hs, const int* cache_len, const int* table,                   \
+      long long table_stride, int page) {                                                          \
     const int lane = threadIdx.x % 32;                                                             \
     const int per = (dim + 31) / 32;                                                               \
     const long long rows = static_cast<long long>(batch) * heads_q * seq_q;                        \
@@ -48,6 +53,9 @@ constexpr int k_ref_warps = 8; // query rows per block
         k0 = cu_k[b] * kss;                                                                        \
         v0 = cu_k[b] * vss;                                                                        \
       }                                                                                            \
+      if (cache_len) {                                                                             \
+        sk = cache_len[b];                                                                         \
+      }                                                                                            \
       float qv[k_ref_max_dim / 32];                                                                \
       float acc[k_ref_max_dim / 32];                                                               \
       for (int e = 0; e < per; ++e) {                                                              \
@@ -69,7 +77,13 @@ constexpr int k_ref_warps = 8; // query rows per block
       float m = at_neg_inf();                                                                      \
       float l = 0.0f;                                                                              \
       for (int j = first; j <= last; ++j) {                                                        \
-        const T* kr = k + k0 + hk * khs + j * kss;                                                 \
+        long long kj = k0 + j * kss, vj = v0 + j * vss;                                            \
+        if (table) {                                                                               \
+          const long long pg = table[b * table_stride + j / page];                                 \
+          kj = pg * kbs + (j % page) * kss;                                                        \
+          vj = pg * vbs + (j % page) * vss;                                                        \
+        }                                                                                          \
+        const T* kr = k + kj + hk * khs;                                                           \
         float dot = 0.0f;                                                                          \
         for (int e = 0; e < per; ++e) {                                                            \
           const int c = lane + 32 * e;                                                             \
@@ -87,7 +101,7 @@ constexpr int k_ref_warps = 8; // query rows per block
         const float corr = m == at_neg_inf() ? 0.0f : expf(m - m_new);                             \
         const float p = expf(x - m_new);                                                           \
         l = l * corr + p;                                                                          \
-        const T* vr = v + v0 + hk * vhs + j * vss;                                                 \
+        const T* vr = v + vj + hk * vhs;                                                           \
         for (int e = 0; e < per; ++e) {                                                            \
           const int c = lane + 32 * e;                                                             \
           acc[e] = fmaf(p, c < dim ? at_to_float(vr[c]) : 0.0f, acc[e] * corr);                    \

@@ -111,7 +111,7 @@ class TestArgsLayouts(unittest.TestCase):
             "attention": ["q", "k", "v", "o", "lse", "causal", "scale", "workspace",
                           "workspace_bytes", "window", "window_left", "window_right", "softcap",
                           "alibi_slopes", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q",
-                          "max_seqlen_k"],
+                          "max_seqlen_k", "cache_seqlens", "block_table", "k_new", "v_new"],
             "selective_scan": ["u", "delta", "A", "B", "C", "D", "z", "delta_bias", "out",
                                "last_state", "delta_softplus"],
         }
@@ -257,7 +257,10 @@ class TestAttentionFeatures(unittest.TestCase):
         self.assertEqual(fields[4:4 + n], _runtime.tensor_fields(slopes, "alibi_slopes"))
         self.assertEqual(_runtime.attention_features()[4:4 + n], _runtime._ABSENT)
         # then the varlen fields: absent offsets and max_seqlen 0
-        self.assertEqual(_runtime.attention_features()[4 + n:], _runtime.NO_VARLEN)
+        self.assertEqual(_runtime.attention_features()[4 + n:4 + n + len(_runtime.NO_VARLEN)],
+                         _runtime.NO_VARLEN)
+        self.assertEqual(_runtime.attention_features()[4 + n + len(_runtime.NO_VARLEN):],
+                         _runtime.NO_KVCACHE)
 
     def test_varlen_fields_take_int32_offsets_and_positive_lengths(self):
         class Int32:
