@@ -1,0 +1,221 @@
+// Attention against a KV cache (flash-attn's flash_attn_with_kvcache): its problems and
+// tuning buckets, the tuner's cache (lengths, shuffled block table), the variants a page
+// size admits, and binding a call of the C ABI with a paged or contiguous cache and
+// appended keys, with its refusals. No GPU.
+#include "runtime/base/error.hpp"
+#include "runtime/dispatch/autotune.hpp"
+#include "runtime/ops/attention.hpp"
+#include "runtime/ops/call.hpp"
+#include "runtime/ops/templates.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+
+using namespace autotune;
+
+namespace {
+
+const AttentionOp& attn() {
+  return static_cast<const AttentionOp&>(find_op("attention"));
+}
+Problem problem(const std::string& shape) {
+  return attn().make_problem(parse_fields(shape, "t"));
+}
+Config config(const std::string& text) {
+  return parse_fields(text, "config");
+}
+
+Tensor make(uintptr_t address, int32_t dtype, std::initializer_list<int64_t> shape,
+            std::initializer_list<int64_t> strides = {}) {
+  return tensor(reinterpret_cast<const void*>(address), ElementType(dtype), shape, strides);
+}
+
+// B = 3 sequences, Sq = 2 queries each, Hq = 8, Hkv = 2, D = 64; a paged cache of 40
+// pages of 256 keys ([num_blocks, page, Hkv, D] seen as [num_blocks, Hkv, page, D]),
+// block_table [3, 5].
+autotune_attention_args paged_call() {
+  autotune_attention_args a{};
+  const int64_t B = 3, Sq = 2, Hq = 8, Hkv = 2, D = 64, NB = 40, P = 256;
+  a.q = make(0x100000, AUTOTUNE_BF16, {B, Hq, Sq, D}, {Sq * Hq * D, D, Hq * D, 1});
+  a.k = make(0x200000, AUTOTUNE_BF16, {NB, Hkv, P, D}, {P * Hkv * D, D, Hkv * D, 1});
+  a.v = make(0x300000, AUTOTUNE_BF16, {NB, Hkv, P, D}, {P * Hkv * D, D, Hkv * D, 1});
+  a.o = make(0x400000, AUTOTUNE_BF16, {B, Hq, Sq, D}, {Sq * Hq * D, D, Hq * D, 1});
+  a.cache_seqlens = make(0x500000, AUTOTUNE_INT32, {B});
+  a.block_table = make(0x600000, AUTOTUNE_INT32, {B, 5});
+  a.causal = 1;
+  return a;
+}
+
+BoundCall bind(const autotune_attention_args& a) {
+  BoundCall b;
+  bind_call(attn().args_desc(), &a, b);
+  check_layout(attn().args_desc(), b);
+  return b;
+}
+
+std::string problem_of(const autotune_attention_args& a) {
+  return attn().make_problem(call_fields(attn().args_desc(), bind(a))).key();
+}
+
+void refused(const autotune_attention_args& a, const std::string& message) {
+  std::string what;
+  try {
+    problem_of(a);
+  } catch (const Error& e) {
+    what = e.what();
+    CHECK(e.kind() == ErrorKind::usage);
+  }
+  CHECK_MESSAGE(what.find(message) != std::string::npos,
+                "expected '" << message << "' in '" << what << "'");
+}
+
+} // namespace
+
+TEST_CASE("KV cache problems: paged=1 with its page, kvcache=1, Sk bucketed, only when on") {
+  CHECK(problem("B=8,Hq=32,Hkv=8,Sq=1,Sk=4096,D=128,paged=1,page=256").key() ==
+        "B=8,Hq=32,Hkv=8,Sq=1,Sk=4096,D=128,causal=0,dtype=bf16,lse=0,layout=bshd,paged=1,"
+        "page=256");
+  CHECK(problem("B=2,Hq=4,Sq=5,Sk=1000,D=64,causal=1,paged=1").key() ==
+        "B=2,Hq=4,Hkv=4,Sq=5,Sk=1024,D=64,causal=1,dtype=bf16,lse=0,layout=bshd,paged=1,"
+        "page=256");
+  CHECK(problem("B=2,Hq=4,Sq=1,Sk=300,D=64,kvcache=1").key() ==
+        "B=2,Hq=4,Hkv=4,Sq=1,Sk=512,D=64,causal=0,dtype=bf16,lse=0,layout=bshd,kvcache=1");
+  // Without a cache, the key is what it was.
+  CHECK(problem("B=2,Hq=4,Sq=1,Sk=300,D=64").key() ==
+        "B=2,Hq=4,Hkv=4,Sq=1,Sk=300,D=64,causal=0,dtype=bf16,lse=0,layout=bshd");
+  CHECK_THROWS_WITH_AS(problem("B=2,H=4,S=64,D=64,paged=1,page=40"),
+                       doctest::Contains("page=40 is not supported"), Error);
+  CHECK_THROWS_WITH_AS(problem("B=2,H=4,S=64,D=64,page=64"),
+                       doctest::Contains("page (a block size) is a field of paged=1"), Error);
+  CHECK_THROWS_WITH_AS(problem("B=2,H=4,S=64,D=64,paged=1,varlen=1"),
+                       doctest::Contains("is not built"), Error);
+  CHECK_THROWS_WITH_AS(problem("B=2,H=4,S=64,D=64,paged=1,layout=bhsd"),
+                       doctest::Contains("layout bshd"), Error);
+}
+
+TEST_CASE("the tuner's paged cache: lengths in [1, Sk] off the pages, a shuffled block table") {
+  const Problem p = problem("B=8,Hq=32,Hkv=8,Sq=1,Sk=4096,D=128,paged=1,page=256");
+  const std::vector<TensorSpec> t = attn().tensors(p);
+  const TensorSpec& lengths = t[t.size() - 2];
+  const TensorSpec& table = t[t.size() - 1];
+  REQUIRE(std::string(lengths.name) == "cache_seqlens");
+  REQUIRE(std::string(table.name) == "block_table");
+  CHECK(lengths.values.size() == 8);
+  CHECK(lengths.values[0] == 4096);
+  int off_page = 0;
+  for (int len : lengths.values) {
+    CHECK(len >= 1);
+    CHECK(len <= 4096);
+    off_page += len % 256 != 0;
+  }
+  CHECK(off_page >= 5);
+  // A permutation of the 8 * 16 pages, not the identity.
+  std::vector<int> sorted = table.values;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<int> iota(8 * 16);
+  std::iota(iota.begin(), iota.end(), 0);
+  CHECK(sorted == iota);
+  CHECK(table.values != iota);
+  // k and v hold every page.
+  CHECK(t[1].elements == size_t(8 * 16 * 256 * 8 * 128));
+  // Deterministic from the shape.
+  CHECK(attn().tensors(p)[t.size() - 1].values == table.values);
+  CHECK(attn().flops(p) > 0);
+}
+
+TEST_CASE("a page admits the variants whose block_n divides it; wgmma reads no cache") {
+  const Problem p = problem("B=2,Hq=8,Hkv=2,Sq=1,Sk=2048,D=128,paged=1,page=64");
+  auto ok = [&](const std::string& c) { return attn().check(config(c), p, "sm_90a").ok(); };
+  CHECK(ok("block_m=64,block_n=64,warps=4,stages=1,swizzle=xor,q=smem,splits=4"));
+  CHECK(ok("block_m=64,block_n=32,warps=4,stages=2,swizzle=xor,q=smem"));
+  CHECK_FALSE(ok("block_m=64,block_n=128,warps=4,stages=1,swizzle=xor,q=smem"));
+  CHECK_FALSE(ok("block_m=64,block_n=48,warps=4,stages=1,swizzle=xor,q=smem"));
+  const auto r = attn().check(config("block_m=64,block_n=128,warps=4,stages=1,swizzle=xor,q=smem"),
+                              p, "sm_90a");
+  CHECK(r.failure().message.find("does not divide the KV cache's block size 64") !=
+        std::string::npos);
+  CHECK_FALSE(
+      ok("block_m=64,block_n=64,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma"));
+  const std::vector<std::string> d =
+      attn().defines(config("block_m=64,block_n=64,warps=4,stages=1,swizzle=xor,q=smem"), p);
+  CHECK(std::find(d.begin(), d.end(), "-DAT_KVCACHE=1") != d.end());
+}
+
+TEST_CASE("a paged call binds its cache, buckets Sk from the block table, and keys paged=1") {
+  autotune_attention_args a = paged_call();
+  CHECK(problem_of(a) == "B=3,Hq=8,Hkv=2,Sq=2,Sk=2048,D=64,causal=1,dtype=bf16,lse=0,"
+                         "layout=bshd,paged=1,page=256");
+  // A contiguous cache [B, Scache, Hkv, D].
+  autotune_attention_args c = paged_call();
+  c.block_table = Tensor{};
+  c.k = make(0x200000, AUTOTUNE_BF16, {3, 2, 1000, 64}, {1000 * 2 * 64, 64, 2 * 64, 1});
+  c.v = make(0x300000, AUTOTUNE_BF16, {3, 2, 1000, 64}, {1000 * 2 * 64, 64, 2 * 64, 1});
+  CHECK(problem_of(c) == "B=3,Hq=8,Hkv=2,Sq=2,Sk=1024,D=64,causal=1,dtype=bf16,lse=0,"
+                         "layout=bshd,kvcache=1");
+  // Appended keys change no key.
+  autotune_attention_args n = paged_call();
+  n.k_new = make(0x700000, AUTOTUNE_BF16, {3, 2, 2, 64}, {2 * 2 * 64, 64, 2 * 64, 1});
+  n.v_new = make(0x800000, AUTOTUNE_BF16, {3, 2, 2, 64}, {2 * 2 * 64, 64, 2 * 64, 1});
+  CHECK(problem_of(n) == problem_of(a));
+}
+
+TEST_CASE("KV cache calls are refused with the argument named") {
+  autotune_attention_args a = paged_call();
+  a.block_table.dtype = AUTOTUNE_FP32;
+  refused(a, "block_table is fp32; it must be int32");
+  a = paged_call();
+  a.cache_seqlens.dtype = AUTOTUNE_BF16;
+  refused(a, "cache_seqlens is bf16; it must be int32");
+  a = paged_call();
+  a.cache_seqlens = make(0x500000, AUTOTUNE_INT32, {4});
+  refused(a, "cache_seqlens has shape");
+  a = paged_call();
+  a.block_table = make(0x600000, AUTOTUNE_INT32, {2, 5});
+  refused(a, "block_table has shape");
+  a = paged_call();
+  a.cache_seqlens = Tensor{};
+  refused(a, "block_table is given without cache_seqlens");
+  a = paged_call();
+  a.k = make(0x200000, AUTOTUNE_BF16, {40, 2, 40, 64}, {40 * 2 * 64, 64, 2 * 64, 1});
+  a.v = make(0x300000, AUTOTUNE_BF16, {40, 2, 40, 64}, {40 * 2 * 64, 64, 2 * 64, 1});
+  refused(a, "page=40 is not supported");
+  a = paged_call();
+  a.v = make(0x300000, AUTOTUNE_BF16, {40, 2, 128, 64}, {128 * 2 * 64, 64, 2 * 64, 1});
+  refused(a, "v has shape");
+  a = paged_call();
+  a.k_new = make(0x700000, AUTOTUNE_BF16, {3, 2, 2, 64}, {2 * 2 * 64, 64, 2 * 64, 1});
+  refused(a, "v_new implies append=0");
+  a = paged_call();
+  a.k_new = make(0x700000, AUTOTUNE_BF16, {3, 2, 2, 64}, {2 * 2 * 64, 64, 2 * 64, 1});
+  a.v_new = make(0x800000, AUTOTUNE_FP16, {3, 2, 2, 64}, {2 * 2 * 64, 64, 2 * 64, 1});
+  refused(a, "v_new is fp16");
+  a = paged_call();
+  a.block_table = Tensor{};
+  a.cache_seqlens = Tensor{};
+  a.k_new = make(0x700000, AUTOTUNE_BF16, {3, 2, 2, 64}, {2 * 2 * 64, 64, 2 * 64, 1});
+  a.v_new = make(0x800000, AUTOTUNE_BF16, {3, 2, 2, 64}, {2 * 2 * 64, 64, 2 * 64, 1});
+  a.k = make(0x200000, AUTOTUNE_BF16, {3, 2, 100, 64}, {100 * 2 * 64, 64, 2 * 64, 1});
+  a.v = make(0x300000, AUTOTUNE_BF16, {3, 2, 100, 64}, {100 * 2 * 64, 64, 2 * 64, 1});
+  refused(a, "k_new / v_new (append) are given without cache_seqlens");
+}
+
+TEST_CASE("the packed kernel arguments of a paged call: Snew past the cache is refused") {
+  autotune_attention_args a = paged_call();
+  a.k_new = make(0x700000, AUTOTUNE_BF16, {3, 2, 2, 64}, {2 * 2 * 64, 64, 2 * 64, 1});
+  a.v_new = make(0x800000, AUTOTUNE_BF16, {3, 2, 2, 64}, {2 * 2 * 64, 64, 2 * 64, 1});
+  const BoundCall b = bind(a);
+  const Problem p = attn().make_problem(call_fields(attn().args_desc(), b));
+  const Config c = config("block_m=64,block_n=64,warps=4,stages=1,swizzle=xor,q=smem");
+  auto plan = attn().plan(c, p);
+  alignas(16) unsigned char out[k_kernel_args_capacity];
+  CHECK(plan->pack(&a, b, out) > 0);
+  // 2000 new rows do not fit 5 pages of 256 keys.
+  autotune_attention_args big = a;
+  big.k_new = make(0x700000, AUTOTUNE_BF16, {3, 2, 2000, 64}, {2000 * 2 * 64, 64, 2 * 64, 1});
+  big.v_new = make(0x800000, AUTOTUNE_BF16, {3, 2, 2000, 64}, {2000 * 2 * 64, 64, 2 * 64, 1});
+  const BoundCall bb = bind(big);
+  CHECK_THROWS_WITH_AS(plan->pack(&big, bb, out), doctest::Contains("Snew=2000"), Error);
+}
