@@ -145,6 +145,59 @@ inline Reference attention_reference_varlen(const HostTensor& q, const HostTenso
   return r;
 }
 
+// A KV cache (flash-attn's flash_attn_with_kvcache): q [B, Sq, Hq, D] contiguous, the
+// cache k/v [num_pages, page, Hkv, D] contiguous, sequence b's key j is row j % page of
+// page table[b * pages_per_seq + j / page] for j < len[b], then the rows of k_new / v_new
+// [B, Snew, Hkv, D] (null: none). Each sequence is attended as a problem of Sq queries
+// and len[b] + Snew keys. O [B, Hq, Sq, D] in logical order, LSE [B, Hq, Sq].
+inline Reference attention_reference_paged(const HostTensor& q, const HostTensor& k,
+                                           const HostTensor& v, const HostTensor* k_new,
+                                           const HostTensor* v_new, int snew,
+                                           const std::vector<int>& len,
+                                           const std::vector<int>& table, int pages_per_seq,
+                                           int page, int Hq, int Hkv, int Sq, int D, bool causal,
+                                           double scale, const Features& f = {}) {
+  const int B = int(len.size());
+  Reference r;
+  r.o.assign(size_t(B) * Hq * Sq * D, 0.0);
+  r.lse.assign(size_t(B) * Hq * Sq, -std::numeric_limits<double>::infinity());
+  const size_t row = size_t(Hkv) * D;
+  for (int b = 0; b < B; ++b) {
+    const int sk = len[size_t(b)] + (k_new ? snew : 0);
+    HostTensor qb(q.type, size_t(Sq) * Hq * D), kb(k.type, std::max<size_t>(1, size_t(sk) * row)),
+        vb(v.type, std::max<size_t>(1, size_t(sk) * row));
+    for (size_t i = 0; i < qb.n; ++i) {
+      qb.set(i, q.get(size_t(b) * Sq * Hq * D + i));
+    }
+    for (int j = 0; j < sk; ++j) {
+      const bool cached = j < len[size_t(b)];
+      const size_t src = cached
+                             ? (size_t(table[size_t(b) * pages_per_seq + size_t(j / page)]) * page +
+                                size_t(j % page)) *
+                                   row
+                             : (size_t(b) * snew + size_t(j - len[size_t(b)])) * row;
+      for (size_t e = 0; e < row; ++e) {
+        kb.set(size_t(j) * row + e, (cached ? k : *k_new).get(src + e));
+        vb.set(size_t(j) * row + e, (cached ? v : *v_new).get(src + e));
+      }
+    }
+    std::vector<float> slopes;
+    Features fb = f;
+    if (f.slopes) {
+      slopes.assign(f.slopes->begin() + b * f.slope_batch_stride,
+                    f.slopes->begin() + b * f.slope_batch_stride + Hq);
+      fb.slopes = &slopes;
+      fb.slope_batch_stride = 0;
+    }
+    const Reference one =
+        attention_reference(qb, kb, vb, {0, D, Hq * D}, {0, D, Hkv * D}, {0, D, Hkv * D}, 1, Hq,
+                            Hkv, Sq, sk, D, causal, scale, fb);
+    std::copy(one.o.begin(), one.o.end(), r.o.begin() + ptrdiff_t(size_t(b) * Hq * Sq * D));
+    std::copy(one.lse.begin(), one.lse.end(), r.lse.begin() + ptrdiff_t(size_t(b) * Hq * Sq));
+  }
+  return r;
+}
+
 // ||out - ref|| / ||ref|| over the finite elements; an infinity must be matched exactly
 // (a row that sees no key must say so: LSE -inf), and a NaN gives +inf.
 inline double rel_err(const std::vector<double>& out, const std::vector<double>& ref) {

@@ -1,0 +1,220 @@
+// GPU tests for attention against a KV cache (flash-attn's flash_attn_with_kvcache):
+// a paged cache with an out-of-order block table, GQA, cache lengths off every page and
+// tile (one empty), Sq = 1 and 5, causal and not, appended keys (attended, and written
+// into the cache), split-KV, against the float64 reference (attention_reference_paged),
+// through the runtime from the C struct; and the GPU reference kernel on the tuner's
+// paged inputs.
+#include "attention_reference.hpp"
+#include "gpu_support.hpp"
+
+#include "runtime/dispatch/autotune.hpp"
+#include "runtime/ops/attention.hpp"
+#include "runtime/ops/templates.hpp"
+#include "tuner/compile.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <numeric>
+
+using namespace autotune;
+using namespace autotune::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+const AttentionOp& attn() {
+  return static_cast<const AttentionOp&>(find_op("attention"));
+}
+
+std::vector<double> values(const HostTensor& t) {
+  std::vector<double> out(t.n);
+  for (size_t i = 0; i < t.n; ++i) {
+    out[i] = t.get(i);
+  }
+  return out;
+}
+
+// O [B, Sq, Hq, D] as the logical [B, Hq, Sq, D] of the reference.
+std::vector<double> logical(const HostTensor& o, int B, int Sq, int Hq, int D) {
+  std::vector<double> out(o.n);
+  for (int b = 0; b < B; ++b) {
+    for (int i = 0; i < Sq; ++i) {
+      for (int h = 0; h < Hq; ++h) {
+        for (int d = 0; d < D; ++d) {
+          out[((size_t(b) * Hq + h) * Sq + i) * D + d] =
+              o.get(((size_t(b) * Sq + i) * Hq + h) * D + d);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+Tensor dev(CUdeviceptr p, ElementType t, std::initializer_list<int64_t> shape,
+           std::initializer_list<int64_t> strides = {}) {
+  return tensor(reinterpret_cast<const void*>(p), t, shape, strides);
+}
+
+void launch(CUfunction f, const LaunchGeometry& g, ArgPack& args) {
+  cuda::allow_dynamic_smem(f, g.dynamic_smem);
+  AUTOTUNE_CU(cuda::driver().cuLaunchKernel(f, g.grid[0], g.grid[1], g.grid[2], g.block[0],
+                                            g.block[1], g.block[2], g.dynamic_smem, nullptr,
+                                            args.pointers(), nullptr));
+  AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+}
+
+struct Case {
+  int Sq;
+  bool causal;
+  int snew; // 0: no append
+  std::string pinned;
+};
+
+} // namespace
+
+TEST_CASE("paged KV cache attention from the C struct: GQA, shuffled pages, append, split-KV") {
+  context();
+  const int B = 4, Hq = 8, Hkv = 2, D = 128, page = 64, pages_per_seq = 6;
+  const int num_pages = B * pages_per_seq + 3;    // a few pages nobody uses
+  const std::vector<int> len0 = {300, 1, 0, 383}; // off the page (64) and every tile
+  const std::string split8 = "block_m=64,block_n=64,warps=4,stages=2,swizzle=xor,q=smem,splits=8";
+  const std::string plain = "block_m=64,block_n=32,warps=4,stages=1,swizzle=xor,q=smem,splits=1";
+  for (const Case& c :
+       {Case{1, false, 0, plain}, Case{1, true, 1, split8}, Case{5, true, 0, split8},
+        Case{5, true, 5, plain}, Case{5, false, 3, split8}}) {
+    CAPTURE(c.Sq);
+    CAPTURE(c.causal);
+    CAPTURE(c.snew);
+    CAPTURE(c.pinned);
+    std::mt19937_64 rng(1234 + c.Sq * 10 + c.snew);
+    std::vector<int> table(size_t(B) * pages_per_seq);
+    std::iota(table.begin(), table.end(), 3);
+    std::shuffle(table.begin(), table.end(), rng);
+    HostTensor q(DType::bf16, size_t(B) * c.Sq * Hq * D);
+    HostTensor kc(DType::bf16, size_t(num_pages) * page * Hkv * D), vc(kc.type, kc.n);
+    HostTensor kn(DType::bf16, size_t(B) * std::max(1, c.snew) * Hkv * D), vn(kn.type, kn.n);
+    q.randomize(rng, -2, 2);
+    kc.randomize(rng, -1, 1);
+    vc.randomize(rng, -1, 1);
+    kn.randomize(rng, -1, 1);
+    vn.randomize(rng, -1, 1);
+    const double scale = 1.0 / std::sqrt(double(D));
+    const Reference ref = attention_reference_paged(
+        q, kc, vc, c.snew ? &kn : nullptr, c.snew ? &vn : nullptr, c.snew, len0, table,
+        pages_per_seq, page, Hq, Hkv, c.Sq, D, c.causal, scale);
+    DeviceTensor qd(q), kd(kc), vd(vc), knd(kn), vnd(vn);
+    HostTensor out(DType::bf16, q.n), lse(DType::f32, size_t(B) * Hq * c.Sq);
+    out.poison();
+    DeviceTensor od(out), ld(lse);
+    cuda::DeviceBuffer lens(len0.size() * 4), tab(table.size() * 4);
+    lens.upload(len0.data(), len0.size() * 4);
+    tab.upload(table.data(), table.size() * 4);
+
+    AttentionArgs a{};
+    const int64_t qs = int64_t(c.Sq) * Hq * D, ps = int64_t(page) * Hkv * D;
+    a.q = dev(qd.get(), ElementType::bf16, {B, Hq, c.Sq, D}, {qs, D, Hq * D, 1});
+    a.o = dev(od.get(), ElementType::bf16, {B, Hq, c.Sq, D}, {qs, D, Hq * D, 1});
+    a.k = dev(kd.get(), ElementType::bf16, {num_pages, Hkv, page, D}, {ps, D, Hkv * D, 1});
+    a.v = dev(vd.get(), ElementType::bf16, {num_pages, Hkv, page, D}, {ps, D, Hkv * D, 1});
+    a.lse = dev(ld.get(), ElementType::fp32, {B, Hq, c.Sq});
+    a.causal = c.causal ? 1 : 0;
+    a.cache_seqlens = dev(lens.get(), ElementType::int32, {B});
+    a.block_table = dev(tab.get(), ElementType::int32, {B, pages_per_seq});
+    if (c.snew > 0) {
+      const int64_t ns = int64_t(c.snew) * Hkv * D;
+      a.k_new = dev(knd.get(), ElementType::bf16, {B, Hkv, c.snew, D}, {ns, D, Hkv * D, 1});
+      a.v_new = dev(vnd.get(), ElementType::bf16, {B, Hkv, c.snew, D}, {ns, D, Hkv * D, 1});
+    }
+    RuntimeOptions ro;
+    ro.database = (fs::temp_directory_path() / "autotune-does-not-exist.db").string();
+    ro.policy = Policy::pin;
+    ro.pinned = c.pinned;
+    Runtime rt(ro);
+    const uint64_t ws_bytes = rt.attention_workspace_size(a);
+    cuda::DeviceBuffer ws(std::max<uint64_t>(ws_bytes, 16));
+    std::vector<unsigned char> zeros(std::max<uint64_t>(ws_bytes, 16), 0);
+    ws.upload(zeros.data(), zeros.size());
+    a.workspace = reinterpret_cast<void*>(ws.get());
+    a.workspace_bytes = ws_bytes;
+    rt.attention(a);
+    AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+    od.download(out);
+    ld.download(lse);
+    CHECK(rel_err(logical(out, B, c.Sq, Hq, D), ref.o) <= 1e-2);
+    CHECK(rel_err(values(lse), ref.lse) <= 1e-3);
+    if (c.snew > 0) {
+      // The new rows are in the cache at cache_seqlens[b].., through the table.
+      HostTensor kafter(kc.type, kc.n);
+      kd.download(kafter);
+      size_t wrong = 0;
+      for (int b = 0; b < B; ++b) {
+        for (int r = 0; r < c.snew; ++r) {
+          const int j = len0[size_t(b)] + r;
+          const size_t dst =
+              (size_t(table[size_t(b) * pages_per_seq + size_t(j / page)]) * page + j % page) *
+              Hkv * D;
+          for (size_t e = 0; e < size_t(Hkv) * D; ++e) {
+            wrong += kafter.get(dst + e) != kn.get((size_t(b) * c.snew + r) * Hkv * D + e);
+          }
+        }
+      }
+      CHECK(wrong == 0);
+      // A second launch of the same call (the workspace's counters back at zero).
+      rt.attention(a);
+      AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+      od.download(out);
+      CHECK(rel_err(logical(out, B, c.Sq, Hq, D), ref.o) <= 1e-2);
+    }
+  }
+}
+
+TEST_CASE("the GPU reference reads the tuner's paged cache as the float64 one does") {
+  context();
+  const Problem p = attn().make_problem(
+      parse_fields("B=3,Hq=4,Hkv=2,Sq=5,Sk=300,D=72,causal=1,lse=1,paged=1,page=64", "shape"));
+  const std::vector<TensorSpec> specs = attn().tensors(p);
+  std::vector<cuda::DeviceBuffer> buffers;
+  std::vector<CUdeviceptr> ptrs;
+  std::vector<HostTensor> hosts;
+  std::mt19937_64 rng(11);
+  for (const TensorSpec& s : specs) {
+    buffers.emplace_back(s.bytes());
+    ptrs.push_back(buffers.back().get());
+    HostTensor h(s.dtype, s.elements);
+    if (!s.values.empty()) {
+      std::memcpy(h.bytes.data(), s.values.data(), s.values.size() * 4);
+    } else if (!s.output) {
+      h.randomize(rng, s.lo, s.hi);
+    }
+    buffers.back().upload(h.bytes.data(), h.bytes.size());
+    hosts.push_back(std::move(h));
+  }
+  const std::vector<int>& lengths = specs[specs.size() - 2].values;
+  const std::vector<int>& table = specs[specs.size() - 1].values;
+  const int pages_per_seq = int(table.size() / 3);
+  const Reference ref =
+      attention_reference_paged(hosts[0], hosts[1], hosts[2], nullptr, nullptr, 0, lengths, table,
+                                pages_per_seq, 64, 4, 2, 5, 72, true, 1.0 / std::sqrt(72.0));
+  cuda::DeviceBuffer ro(ref.o.size() * 4), rl(ref.lse.size() * 4);
+  cuda::CompileRequest r;
+  r.source = template_source(attn().reference_path());
+  r.name = attn().reference_path();
+  r.arch = cuda::query_device(0).arch();
+  r.options = base_compile_options();
+  auto compiled = cuda::compile(r);
+  REQUIRE_MESSAGE(compiled.ok(), (compiled.ok() ? "" : compiled.failure().detail));
+  cuda::Module m = cuda::load_module(compiled->binary);
+  ArgPack args;
+  attn().pack_reference(p, ptrs, {ro.get(), rl.get()}, args);
+  launch(cuda::get_function(m, attn().reference_kernel(p).c_str()), attn().reference_geometry(p),
+         args);
+  HostTensor o(DType::f32, ref.o.size()), l(DType::f32, ref.lse.size());
+  ro.download(o.bytes.data(), o.bytes.size());
+  rl.download(l.bytes.data(), l.bytes.size());
+  // The reference writes O in q's layout [B, Sq, Hq, D].
+  CHECK(rel_err(logical(o, 3, 5, 4, 72), ref.o) <= 1e-5);
+  CHECK(rel_err(values(l), ref.lse) <= 1e-5);
+}
