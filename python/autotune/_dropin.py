@@ -422,3 +422,66 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     if causal or window[1] >= 0:
         lse = lse.masked_fill(lse == float("-inf"), float("inf"))
     return out, lse, q.new_empty((0,))
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
+                            rotary_sin=None, cache_seqlens=None, cache_batch_idx=None,
+                            cache_leftpad=None, block_table=None, softmax_scale=None,
+                            causal=False, window_size=_NO_WINDOW, softcap=0.0,
+                            rotary_interleaved=True, alibi_slopes=None, num_splits=0,
+                            return_softmax_lse=False):
+    """flash-attn 2's flash_attn_with_kvcache: decoding against a KV cache.
+
+    q: (batch_size, seqlen_q, nheads, headdim). k_cache, v_cache: (batch_size_cache,
+    seqlen_cache, nheads_k, headdim), or paged (num_blocks, page_block_size, nheads_k,
+    headdim) with block_table (batch_size, max_num_blocks_per_seq) torch.int32;
+    page_block_size a multiple of 16 that a variant's block_n divides (flash-attn uses
+    multiples of 256). cache_seqlens: int or (batch_size,) torch.int32, each sequence's
+    cached keys (read on the GPU, clamped into the cache). k, v: (batch_size, seqlen_new,
+    nheads_k, headdim) appended at cache_seqlens[b].. (written into the cache, in place, by
+    the same launch) and attended. causal is bottom-right aligned against cache_seqlens +
+    seqlen_new; window_size, softcap, alibi_slopes, softmax_scale as flash_attn_func.
+    num_splits is the tuner's choice (split-KV variants) and ignored. rotary_cos/sin,
+    cache_batch_idx and cache_leftpad raise NotImplementedError.
+
+    out: (batch_size, seqlen_q, nheads, headdim); with return_softmax_lse also the fp32
+    softmax_lse (batch_size, nheads, seqlen_q).
+    """
+    name = "flash_attn_with_kvcache"
+    for what, given in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin),
+                        ("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad)):
+        if given is not None:
+            raise NotImplementedError(f"autotune.{name}: {what} is not implemented")
+    for what, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if not isinstance(t, _Tensor):
+            raise TypeError(f"autotune.{name}: {what} must be a torch.Tensor, not "
+                            f"{type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"autotune.{name}: {what} must be 4-d, not {list(t.shape)}")
+    if (k is None) != (v is None):
+        raise ValueError(f"autotune.{name}: k and v (the new keys and values) go together")
+    if not q.is_cuda:
+        raise ValueError(f"autotune.{name}: q is on {q.device}; autotune's kernels take CUDA "
+                         "tensors")
+    B = q.shape[0]
+    if cache_seqlens is None:
+        raise ValueError(f"autotune.{name}: cache_seqlens is required (an int or a "
+                         "(batch_size,) torch.int32 tensor)")
+    if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
+        cache_seqlens = torch.full((B,), cache_seqlens, dtype=torch.int32, device=q.device)
+    if not isinstance(cache_seqlens, _Tensor) or cache_seqlens.dtype != torch.int32:
+        raise TypeError(f"autotune.{name}: cache_seqlens must be an int or a torch.int32 "
+                        "tensor")
+    if block_table is not None:
+        if not isinstance(block_table, _Tensor) or block_table.dtype != torch.int32:
+            raise TypeError(f"autotune.{name}: block_table must be a torch.int32 tensor")
+        capacity = block_table.shape[1] * k_cache.shape[1]
+    else:
+        capacity = k_cache.shape[1]
+    causal, window, softcap, alibi_slopes = _features(
+        name, 0.0, causal, window_size, softcap, alibi_slopes, _SeqlenK(capacity))
+    rt = _ops.get_runtime(q.device.index)
+    result = rt.attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, k, v, causal,
+                                  softmax_scale, bool(return_softmax_lse), window, softcap,
+                                  alibi_slopes)
+    return result

@@ -535,6 +535,30 @@ class Runtime:
         self.check(self.lib.autotune_attention(self.handle, args, self.stream(q)))
         return (out, lse) if return_lse else out
 
+    def attention_kvcache(self, q, k_cache, v_cache, cache_seqlens, block_table=None, k_new=None,
+                          v_new=None, causal=False, scale=None, return_lse=False,
+                          window=NO_WINDOW, softcap=0.0, alibi_slopes=None):
+        """Decoding against a KV cache (flash-attn's flash_attn_with_kvcache): q
+        (B, Sq, Hq, D); k_cache, v_cache (B, Scache, Hkv, D) or paged (num_blocks, page,
+        Hkv, D) with block_table int32 (B, blocks_per_seq); cache_seqlens int32 (B,) on the
+        GPU; k_new, v_new (B, Snew, Hkv, D) appended into the cache and attended. With
+        return_lse also the fp32 log-sum-exp (B, Hq, Sq)."""
+        import torch
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        lse = None
+        if return_lse:
+            lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), device=q.device,
+                              dtype=torch.float32)
+        fields = (*attention_fields(q, "q"), *attention_fields(k_cache, "k_cache"),
+                  *attention_fields(v_cache, "v_cache"), *attention_fields(out, "o"),
+                  *tensor_fields(lse, "lse"), int(causal), float(scale or 0.0))
+        kvcache = kvcache_fields(cache_seqlens, block_table, k_new, v_new)
+        features = attention_features(tuple(window), softcap, alibi_slopes, NO_VARLEN, kvcache)
+        ws = self.attention_workspace(None, fields, q, features)
+        args = self._pack_call("attention", *fields, *ws, *features)
+        self.check(self.lib.autotune_attention(self.handle, args, self.stream(q)))
+        return (out, lse) if return_lse else out
+
     # ---- selective_scan -----------------------------------------------------------------
     def selective_scan_args(self, u, delta, A, B, C, out, D=None, z=None, delta_bias=None,
                             delta_softplus=True, last_state=None, _pack=None):

@@ -282,6 +282,26 @@ class TestAttentionFeatures(unittest.TestCase):
         with self.assertRaisesRegex(TypeError, "cu_seqlens_q must be a torch.Tensor"):
             _runtime.varlen_fields([0, 3], cu, 3, 4)
 
+    def test_kvcache_fields(self):
+        class Int32:
+            def __str__(self):
+                return "torch.int32"
+        i32 = Int32()
+        lens = FakeTensor((3,), ptr=0x5000, dtype=i32)
+        table = FakeTensor((3, 4), ptr=0x6000, dtype=i32)
+        fields = _runtime.kvcache_fields(lens, table)
+        n = len(_runtime._ABSENT)
+        self.assertEqual(len(fields), 4 * n)
+        self.assertEqual(fields[0], 0x5000)
+        self.assertEqual(fields[n:n + 5], (0x6000, _runtime.AUTOTUNE_INT32, 2, 3, 4))
+        self.assertEqual(fields[2 * n:], _runtime._ABSENT * 2)
+        with self.assertRaisesRegex(TypeError, "block_table has dtype"):
+            _runtime.kvcache_fields(lens, FakeTensor((3, 4), dtype=self.f32))
+        with self.assertRaisesRegex(ValueError, "block_table must be 2-d"):
+            _runtime.kvcache_fields(lens, FakeTensor((12,), dtype=i32))
+        with self.assertRaisesRegex(ValueError, "k and v .* together"):
+            _runtime.kvcache_fields(lens, table, FakeTensor((3, 1, 2, 64), dtype=self.bf16))
+
     def test_the_features_fill_the_described_struct(self):
         path = library_path()
         if not path:
