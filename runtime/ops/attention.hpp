@@ -42,6 +42,31 @@
 // sequences of pseudo-random lengths in [0, Sq], deterministic from (B, Sq, Tq), that
 // sum to it; a shape without Tq (Tk) takes half of B * Sq (B * Sk).
 //
+// Decoding against a KV cache (paged=1 or kvcache=1, flash-attn 2's
+// flash_attn_with_kvcache): q and o [B, Sq, Hq, D]; k and v the cache, paged
+// [num_blocks, page, Hkv, D] with an int32 block_table [B, blocks_per_seq] (key j of
+// sequence b is row j % page of page block_table[b][j / page]), or contiguous
+// [B, Scache, Hkv, D]; int32 cache_seqlens [B] on the GPU. Sequence b's keys are its
+// first cache_seqlens[b] cache rows, then the Snew rows of k_new / v_new when given;
+// causal, the window and ALiBi are aligned to its bottom-right corner (Sk there is
+// cache_seqlens[b] + Snew). The append happens inside the attention launch, not in a
+// kernel of its own: key tiles read the new rows straight from k_new / v_new, and one
+// block per (batch, kv head) copies them into the cache at cache_seqlens[b].. -- no block
+// of the launch reads those cache rows, so nothing races, and the call stays one kernel
+// that the tuner, the worker and the dispatcher launch like any other. A variant's
+// block_n must divide page (a key tile lies in one page): check() refuses the others,
+// and a page that is not a multiple of 16 is refused when the problem is made. The
+// lengths and the table are read, never checked: lengths are clamped into the cache
+// (blocks_per_seq * page, or Scache, less Snew) and table entries into [0, num_blocks).
+//   Tuning bucket: Sk is one sequence's cache size (blocks_per_seq * page, or Scache)
+// rounded up to a power of two (at least 16); page is kept as it is (it decides which
+// variants run). The fields paged=1 and page=P (or kvcache=1 for a contiguous cache)
+// join the problem after the features, only when on; num_blocks, blocks_per_seq and
+// Snew are call values, not problem fields. The tuner builds a cache of B * ceil(Sk /
+// page) pages dealt to the sequences by a shuffled block table, with cache lengths
+// pseudo-random in [1, Sk] (the first one Sk), deterministic from the shape; it tunes
+// without append. The Hopper family reads no cache.
+//
 // Problem fields: B, Hq, Hkv, Sq, Sk, D (a multiple of 8 in 32..256), causal, dtype,
 // lse, layout, then window, softcap and alibi (0/1 each: whether the call has the
 // feature; each is in the problem, and its key, only when 1, so a problem without
