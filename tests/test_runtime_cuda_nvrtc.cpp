@@ -71,3 +71,23 @@ TEST_CASE("templates need no toolkit headers") {
   auto out = cuda::compile(r);
   CHECK_MESSAGE(out.ok(), (out.ok() ? "" : out.failure().detail));
 }
+
+TEST_CASE("every op's reference kernels compile with NVRTC for sm_80 and sm_90 without a GPU") {
+  // The tuner's correctness gate launches these; a compile error would surface only on a
+  // GPU machine, after every variant compiled.
+  for (const char* name : {"causal_conv1d", "attention", "selective_scan"}) {
+    const Op& op = find_op(name);
+    for (const char* arch : {"sm_80", "sm_90"}) {
+      CAPTURE(name);
+      CAPTURE(arch);
+      cuda::CompileRequest r;
+      r.source = template_source(op.reference_path());
+      r.name = op.reference_path();
+      r.arch = arch;
+      r.options = base_compile_options();
+      auto out = cuda::compile(r);
+      REQUIRE_MESSAGE(out.ok(), (out.ok() ? "" : out.failure().message + out.failure().detail));
+      CHECK(out->binary.substr(1, 3) == "ELF");
+    }
+  }
+}
