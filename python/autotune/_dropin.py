@@ -229,9 +229,40 @@ def _features(name, dropout_p, causal, window_size, softcap, alibi_slopes, keys)
     return causal, window, softcap, alibi_slopes
 
 
+def _pad_head_dim(q, k, v, softmax_scale):
+    """A head dim the kernels do not build (not a multiple of 8, or under 32), handled as
+    flash-attn handles one it does not build: q, k and v zero-padded in the last dimension
+    to the next size the kernels build (the zeros add nothing to q.k and give output
+    columns that are cut off afterwards), the softmax scale kept at 1/sqrt(the real head
+    dim). Copies q, k and v. Returns (q, k, v, softmax_scale, the real head dim, or None
+    when nothing was padded)."""
+    try:
+        d = q.shape[-1]
+        same = k.shape[-1] == d and v.shape[-1] == d
+    except AttributeError:
+        return q, k, v, softmax_scale, None
+    if not same or (d % 8 == 0 and d >= 32) or not 1 <= d <= 256:
+        return q, k, v, softmax_scale, None  # as built, or refused by the library
+    pad = [0, max(32, (d + 7) // 8 * 8) - d]
+    scale = d ** -0.5 if softmax_scale is None else softmax_scale
+    F = torch.nn.functional
+    return F.pad(q, pad), F.pad(k, pad), F.pad(v, pad), scale, d
+
+
+def _cut_head_dim(result, head_dim, with_lse):
+    """The output of padded q, k, v back to the real head dim (a view, as flash-attn
+    returns it)."""
+    if head_dim is None:
+        return result
+    if with_lse:
+        return (result[0][..., :head_dim],) + tuple(result[1:])
+    return result[..., :head_dim]
+
+
 def _attend(name, q, k, v, softmax_scale, causal, return_attn_probs, window=_NO_WINDOW,
             softcap=0.0, alibi_slopes=None):
     causal = True if causal else False
+    q, k, v, softmax_scale, head_dim = _pad_head_dim(q, k, v, softmax_scale)
     with_lse = True if return_attn_probs else False
     if type(q) is _Tensor and not _is_compiling():
         fn, args = _ops.attend, (q, k, v, causal, softmax_scale, with_lse, _attn_copies, window,
@@ -245,6 +276,7 @@ def _attend(name, q, k, v, softmax_scale, causal, return_attn_probs, window=_NO_
         result = _ForwardOnly.apply(name, fn, *args)
     else:
         result = fn(*args)
+    result = _cut_head_dim(result, head_dim, with_lse)
     if not return_attn_probs:
         return result
     out, lse = result
@@ -281,8 +313,9 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     """flash-attn 2's flash_attn_func.
 
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim),
-    fp16/bf16 (one dtype), nheads a multiple of nheads_k (MQA/GQA); headdim a multiple
-    of 8 in 32..256; any batch/seq/head strides (multiples of 8 elements).
+    fp16/bf16 (one dtype), nheads a multiple of nheads_k (MQA/GQA); headdim up to 256
+    (the kernels build multiples of 8 from 32; other head dims run on zero-padded copies,
+    as flash-attn runs them); any batch/seq/head strides (multiples of 8 elements).
     causal: bottom-right aligned when seqlen_q != seqlen_k (a row that sees no key is 0).
     window_size: (left, right), -1 unbounded: query i sees keys i + seqlen_k - seqlen_q -
     left ..= i + seqlen_k - seqlen_q + right (sliding-window / local attention), read as
@@ -408,6 +441,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         raise ValueError(f"autotune.{name}: q is on {q.device}; autotune's kernels take CUDA "
                          "tensors")
     q, k, v = _attn_copies(q, k, v) or (q, k, v)
+    q, k, v, softmax_scale, head_dim = _pad_head_dim(q, k, v, softmax_scale)
     rt = _ops.get_runtime(q.device.index)
     with_lse = True if return_attn_probs else False
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), causal,
@@ -416,6 +450,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         result = _ForwardOnly.apply(name, rt.attention_varlen, *args)
     else:
         result = rt.attention_varlen(*args)
+    result = _cut_head_dim(result, head_dim, with_lse)
     if not return_attn_probs:
         return result
     out, lse = result
