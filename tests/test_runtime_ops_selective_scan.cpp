@@ -400,3 +400,44 @@ TEST_CASE("NVRTC compiles selective_scan for sm_80, sm_89, sm_90a and sm_120 wit
                     (mixed.ok() ? "" : mixed.failure().message + mixed.failure().detail));
   }
 }
+
+TEST_CASE("a state-form configuration borrowed for a small batch gets more lanes per channel "
+          "until the problem fills 256 blocks and 768 warps") {
+  const auto field = [](const Config& c, const char* key) {
+    const std::string* v = find_field(c, key);
+    REQUIRE(v != nullptr);
+    return *v;
+  };
+  // The B=8, D=2048 point's configuration: 32 blocks of 64 channels at B=2.
+  const Config grid_point = config("threads=128,items=32,cpb=64,nsplit=2,scan=state,vec=8,poly=0,"
+                                   "minblocks=1,tsplit=1,bc=f32,cpl=1,ystore=after,yred=1");
+  SUBCASE("too few blocks: cpb halves while nsplit doubles, threads stay") {
+    const Problem small = problem("B=2,D=2048,L=512,N=16");
+    const Config c = scan().adapt(grid_point, small);
+    CHECK(field(c, "nsplit") == "8");
+    CHECK(field(c, "cpb") == "16"); // 2 x 128 = 256 blocks of 4 warps
+    CHECK(field(c, "threads") == "128");
+    CHECK(scan().check(c, small, "sm_90a"));
+  }
+  SUBCASE("then, with enough blocks but too few warps, threads double and cpb stays") {
+    // One warp of 16 channels x 2 lanes: 128 blocks at B=1, D=2048.
+    const Config narrow = config("threads=32,items=32,cpb=16,nsplit=2,scan=state,vec=8,poly=0,"
+                                 "minblocks=1,tsplit=1,bc=f32,cpl=1,ystore=after,yred=1");
+    const Problem p = problem("B=1,D=2048,L=4096,N=16");
+    const Config c = scan().adapt(narrow, p);
+    // cpb 16 -> 8 (256 blocks), then threads 32 -> 64 -> 128 (1024 warps).
+    CHECK(field(c, "cpb") == "8");
+    CHECK(field(c, "threads") == "128");
+    CHECK(field(c, "nsplit") == "16");
+    CHECK(scan().check(c, p, "sm_90a"));
+  }
+  SUBCASE("a problem that already fills the GPU keeps the configuration") {
+    const Problem big = problem("B=16,D=1536,L=1024,N=16");
+    CHECK(scan().adapt(grid_point, big) == grid_point);
+  }
+  SUBCASE("N caps the lanes per channel") {
+    const Problem few_states = problem("B=1,D=256,L=2048,N=4");
+    const Config c = scan().adapt(grid_point, few_states);
+    CHECK(field(c, "nsplit") == "4");
+  }
+}
