@@ -816,30 +816,7 @@ void fill_output_and_sizes(Args& a, const Dims& d, const AttentionCall& call) {
   a.scale_log2 = float(scale * 1.4426950408889634);
 }
 
-// Must match struct AttnArgs in templates/attention/kernel.cuh.
-struct AttnArgs {
-  CUdeviceptr q, k, v, o, lse;
-  long long q_batch_stride, q_head_stride, q_seq_stride;
-  long long k_batch_stride, k_head_stride, k_seq_stride;
-  long long v_batch_stride, v_head_stride, v_seq_stride;
-  long long o_batch_stride, o_head_stride, o_seq_stride;
-  int heads_q, heads_kv, seq_q, seq_k;
-  float scale_log2;
-  CUdeviceptr ws_o, ws_lse, ws_count;
-  int batch;
-  int window_left, window_right;
-  float softcap_scale, alibi_scale;
-  CUdeviceptr alibi_slopes;
-  long long alibi_batch_stride;
-  CUdeviceptr cu_seqlens_q, cu_seqlens_k;
-  long long lse_head_stride;
-  CUdeviceptr cache_seqlens, block_table;
-  long long block_table_stride;
-  int page_size, num_pages, kv_capacity, seq_new;
-  CUdeviceptr k_new, v_new;
-  long long kn_batch_stride, kn_head_stride, kn_seq_stride;
-  long long vn_batch_stride, vn_head_stride, vn_seq_stride;
-};
+using AttnArgs = AttentionKernelArgs;
 static_assert(sizeof(AttnArgs) <= k_kernel_args_capacity, "AttnArgs fits CallPlan::pack");
 
 // Refuses feature values the problem's kernel cannot take: a bad window bound, a
@@ -975,16 +952,7 @@ AttnArgs attention_kernel_args(const Params& p, const Dims& d, const Config& con
   return a;
 }
 
-// Must match struct AttnArgs in templates/attention/hopper.cuh (family=wgmma).
-struct HopperArgs {
-  CUtensorMap q_map, k_map, v_map;
-  CUdeviceptr o, lse;
-  long long o_batch_stride, o_head_stride, o_seq_stride;
-  int heads_q, heads_kv, seq_q, seq_k;
-  float scale_log2;
-  int batch;
-  int q_seq_inner, k_seq_inner, v_seq_inner;
-};
+using HopperArgs = AttentionHopperKernelArgs;
 static_assert(sizeof(HopperArgs) <= k_kernel_args_capacity, "HopperArgs fits CallPlan::pack");
 
 // A tensor's tensor map: what it was built from, and the map.

@@ -121,6 +121,45 @@ struct AttentionCall {
   long long vn_batch_stride = 0, vn_head_stride = 0, vn_seq_stride = 0;
 };
 
+// The portable kernel's by-value argument: struct AttnArgs of templates/attention/kernel.cuh,
+// field for field (tests/test_runtime_ops_kernel_args.cpp compiles the kernel with NVRTC
+// and checks every offset and the size against this).
+struct AttentionKernelArgs {
+  CUdeviceptr q, k, v, o, lse;
+  long long q_batch_stride, q_head_stride, q_seq_stride;
+  long long k_batch_stride, k_head_stride, k_seq_stride;
+  long long v_batch_stride, v_head_stride, v_seq_stride;
+  long long o_batch_stride, o_head_stride, o_seq_stride;
+  int heads_q, heads_kv, seq_q, seq_k;
+  float scale_log2;
+  CUdeviceptr ws_o, ws_lse, ws_count;
+  int batch;
+  int window_left, window_right;
+  float softcap_scale, alibi_scale;
+  CUdeviceptr alibi_slopes;
+  long long alibi_batch_stride;
+  CUdeviceptr cu_seqlens_q, cu_seqlens_k;
+  long long lse_head_stride;
+  CUdeviceptr cache_seqlens, block_table;
+  long long block_table_stride;
+  int page_size, num_pages, kv_capacity, seq_new;
+  CUdeviceptr k_new, v_new;
+  long long kn_batch_stride, kn_head_stride, kn_seq_stride;
+  long long vn_batch_stride, vn_head_stride, vn_seq_stride;
+};
+
+// The Hopper kernel's by-value argument: struct AttnArgs of templates/attention/hopper.cuh
+// (family=wgmma), checked the same way.
+struct AttentionHopperKernelArgs {
+  CUtensorMap q_map, k_map, v_map;
+  CUdeviceptr o, lse;
+  long long o_batch_stride, o_head_stride, o_seq_stride;
+  int heads_q, heads_kv, seq_q, seq_k;
+  float scale_log2;
+  int batch;
+  int q_seq_inner, k_seq_inner, v_seq_inner;
+};
+
 class AttentionOp final : public Op {
 public:
   const char* name() const override { return "attention"; }

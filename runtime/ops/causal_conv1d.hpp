@@ -28,8 +28,9 @@ struct CausalConv1dShape {
   static CausalConv1dShape of(const Problem& problem);
 };
 
-// The kernel's by-value argument; must match struct ConvArgs in
-// templates/causal_conv1d/kernel.cuh field for field.
+// The kernel's by-value argument: struct ConvArgs of templates/causal_conv1d/kernel.cuh,
+// field for field (tests/test_runtime_ops_kernel_args.cpp compiles the kernel with NVRTC
+// and checks every offset and the size against this).
 struct CausalConv1dKernelArgs {
   CUdeviceptr x, weight, bias, out, initial_states, final_states;
   int batch, channels, length;

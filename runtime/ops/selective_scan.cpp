@@ -623,14 +623,7 @@ std::vector<TensorSpec> SelectiveScanOp::tensors(const Problem& problem) const {
 
 namespace {
 
-// Must match struct ScanArgs in templates/selective_scan/kernel.cuh.
-struct ScanArgs {
-  CUdeviceptr u, delta, A, B, C, D, z, delta_bias, out, last_state;
-  int batch, dim, length, groups;
-  long long u_bs, u_ds, delta_bs, delta_ds, z_bs, z_ds, out_bs, out_ds;
-  long long b_bs, b_gs, b_ns, c_bs, c_gs, c_ns;
-  int vector_ok;
-};
+using ScanArgs = SelectiveScanKernelArgs;
 
 ScanArgs scan_kernel_args(const Params& p, const Dims& d, const SelectiveScanCall& call) {
   ScanArgs a{};

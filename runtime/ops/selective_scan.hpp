@@ -28,6 +28,17 @@ struct SelectiveScanCall {
   long long c_batch_stride = 0, c_group_stride = 0, c_state_stride = 0;
 };
 
+// The kernel's by-value argument: struct ScanArgs of templates/selective_scan/kernel.cuh,
+// field for field (tests/test_runtime_ops_kernel_args.cpp compiles the kernel with NVRTC
+// and checks every offset and the size against this).
+struct SelectiveScanKernelArgs {
+  CUdeviceptr u, delta, A, B, C, D, z, delta_bias, out, last_state;
+  int batch, dim, length, groups;
+  long long u_bs, u_ds, delta_bs, delta_ds, z_bs, z_ds, out_bs, out_ds;
+  long long b_bs, b_gs, b_ns, c_bs, c_gs, c_ns;
+  int vector_ok;
+};
+
 class SelectiveScanOp final : public Op {
 public:
   const char* name() const override { return "selective_scan"; }

@@ -124,7 +124,8 @@ static_assert(k_head_dim == 64 || k_head_dim == 128 || k_head_dim == 256, "head 
 static_assert(k_stages >= 1 && k_stages <= 4, "stages");
 static_assert(k_kv_slab_bytes % 1024 == 0, "slabs keep 1024-byte alignment");
 
-// Must match struct HopperArgs in runtime/ops/attention.cpp.
+// The host side is AttentionHopperKernelArgs in runtime/ops/attention.hpp (checked field
+// for field by tests/test_runtime_ops_kernel_args.cpp).
 // Each map is 4-d with D innermost and B outermost; the sequence and head dimensions
 // come in the order of their strides (a map's strides must grow), which *_seq_inner
 // says: 1: {D, S, H, B} with box {64, rows, 1, 1}; 0: {D, H, S, B}, box {64, 1, rows, 1}.
