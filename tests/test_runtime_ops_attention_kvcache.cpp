@@ -2,11 +2,7 @@
 // tuning buckets, the tuner's cache (lengths, shuffled block table), the variants a page
 // size admits, and binding a call of the C ABI with a paged or contiguous cache and
 // appended keys, with its refusals. No GPU.
-#include "runtime/base/error.hpp"
-#include "runtime/dispatch/autotune.hpp"
-#include "runtime/ops/attention.hpp"
-#include "runtime/ops/call.hpp"
-#include "runtime/ops/templates.hpp"
+#include "attention_call_support.hpp"
 
 #include <doctest/doctest.h>
 
@@ -15,23 +11,9 @@
 #include <string>
 
 using namespace autotune;
+using namespace autotune::testing;
 
 namespace {
-
-const AttentionOp& attn() {
-  return static_cast<const AttentionOp&>(find_op("attention"));
-}
-Problem problem(const std::string& shape) {
-  return attn().make_problem(parse_fields(shape, "t"));
-}
-Config config(const std::string& text) {
-  return parse_fields(text, "config");
-}
-
-Tensor make(uintptr_t address, int32_t dtype, std::initializer_list<int64_t> shape,
-            std::initializer_list<int64_t> strides = {}) {
-  return tensor(reinterpret_cast<const void*>(address), ElementType(dtype), shape, strides);
-}
 
 // B = 3 sequences, Sq = 2 queries each, Hq = 8, Hkv = 2, D = 64; a paged cache of 40
 // pages of 256 keys ([num_blocks, page, Hkv, D] seen as [num_blocks, Hkv, page, D]),
@@ -47,29 +29,6 @@ autotune_attention_args paged_call() {
   a.block_table = make(0x600000, AUTOTUNE_INT32, {B, 5});
   a.causal = 1;
   return a;
-}
-
-BoundCall bind(const autotune_attention_args& a) {
-  BoundCall b;
-  bind_call(attn().args_desc(), &a, b);
-  check_layout(attn().args_desc(), b);
-  return b;
-}
-
-std::string problem_of(const autotune_attention_args& a) {
-  return attn().make_problem(call_fields(attn().args_desc(), bind(a))).key();
-}
-
-void refused(const autotune_attention_args& a, const std::string& message) {
-  std::string what;
-  try {
-    problem_of(a);
-  } catch (const Error& e) {
-    what = e.what();
-    CHECK(e.kind() == ErrorKind::usage);
-  }
-  CHECK_MESSAGE(what.find(message) != std::string::npos,
-                "expected '" << message << "' in '" << what << "'");
 }
 
 } // namespace

@@ -1,11 +1,7 @@
 // Variable-length attention batches (varlen=1, flash-attn's flash_attn_varlen_func):
 // their problems and tuning buckets, the tuner's packed inputs, and binding a call of
 // the C ABI with packed q/k/v and int32 cu_seqlens. No GPU.
-#include "runtime/base/error.hpp"
-#include "runtime/dispatch/autotune.hpp"
-#include "runtime/ops/attention.hpp"
-#include "runtime/ops/call.hpp"
-#include "runtime/ops/templates.hpp"
+#include "attention_call_support.hpp"
 
 #include <doctest/doctest.h>
 
@@ -13,23 +9,9 @@
 #include <string>
 
 using namespace autotune;
+using namespace autotune::testing;
 
 namespace {
-
-const AttentionOp& attn() {
-  return static_cast<const AttentionOp&>(find_op("attention"));
-}
-Problem problem(const std::string& shape) {
-  return attn().make_problem(parse_fields(shape, "t"));
-}
-Config config(const std::string& text) {
-  return parse_fields(text, "config");
-}
-
-Tensor make(uintptr_t address, int32_t dtype, std::initializer_list<int64_t> shape,
-            std::initializer_list<int64_t> strides = {}) {
-  return tensor(reinterpret_cast<const void*>(address), ElementType(dtype), shape, strides);
-}
 
 // B = 3 sequences packed: Tq = 1000 query tokens, Tk = 1500 keys, Hq = 8, Hkv = 2.
 autotune_attention_args varlen_call() {
@@ -45,29 +27,6 @@ autotune_attention_args varlen_call() {
   a.max_seqlen_k = 700;
   a.causal = 1;
   return a;
-}
-
-BoundCall bind(const autotune_attention_args& a) {
-  BoundCall b;
-  bind_call(attn().args_desc(), &a, b);
-  check_layout(attn().args_desc(), b);
-  return b;
-}
-
-std::string problem_of(const autotune_attention_args& a) {
-  return attn().make_problem(call_fields(attn().args_desc(), bind(a))).key();
-}
-
-void refused(const autotune_attention_args& a, const std::string& message) {
-  std::string what;
-  try {
-    bind(a);
-  } catch (const Error& e) {
-    what = e.what();
-    CHECK(e.kind() == ErrorKind::usage);
-  }
-  CHECK_MESSAGE(what.find(message) != std::string::npos,
-                "expected '" << message << "' in '" << what << "'");
 }
 
 } // namespace
