@@ -1075,18 +1075,16 @@ struct AttentionPlan final : CallPlan {
     c.v = device_ptr(a.v);
     c.o = device_ptr(a.o);
     c.lse = device_ptr(a.lse);
-    c.q_batch_stride = a.q.strides[0];
-    c.q_head_stride = a.q.strides[1];
-    c.q_seq_stride = a.q.strides[2];
-    c.k_batch_stride = a.k.strides[0];
-    c.k_head_stride = a.k.strides[1];
-    c.k_seq_stride = a.k.strides[2];
-    c.v_batch_stride = a.v.strides[0];
-    c.v_head_stride = a.v.strides[1];
-    c.v_seq_stride = a.v.strides[2];
-    c.o_batch_stride = a.o.strides[0];
-    c.o_head_stride = a.o.strides[1];
-    c.o_seq_stride = a.o.strides[2];
+    // A [batch, head, seq, D] tensor's three outer strides.
+    const auto strides = [](const TensorArg& t, long long& batch, long long& head, long long& seq) {
+      batch = t.strides[0];
+      head = t.strides[1];
+      seq = t.strides[2];
+    };
+    strides(a.q, c.q_batch_stride, c.q_head_stride, c.q_seq_stride);
+    strides(a.k, c.k_batch_stride, c.k_head_stride, c.k_seq_stride);
+    strides(a.v, c.v_batch_stride, c.v_head_stride, c.v_seq_stride);
+    strides(a.o, c.o_batch_stride, c.o_head_stride, c.o_seq_stride);
     c.scale = a.scale <= 0 ? 0.0 : a.scale; // NaN stays NaN and is refused
     c.workspace = reinterpret_cast<CUdeviceptr>(a.workspace);
     c.workspace_bytes = size_t(a.workspace_bytes);
@@ -1131,12 +1129,8 @@ struct AttentionPlan final : CallPlan {
         c.k_new = device_ptr(a.k_new);
         c.v_new = device_ptr(a.v_new);
         c.seq_new = int(a.k_new.shape[2]);
-        c.kn_batch_stride = a.k_new.strides[0];
-        c.kn_head_stride = a.k_new.strides[1];
-        c.kn_seq_stride = a.k_new.strides[2];
-        c.vn_batch_stride = a.v_new.strides[0];
-        c.vn_head_stride = a.v_new.strides[1];
-        c.vn_seq_stride = a.v_new.strides[2];
+        strides(a.k_new, c.kn_batch_stride, c.kn_head_stride, c.kn_seq_stride);
+        strides(a.v_new, c.vn_batch_stride, c.vn_head_stride, c.vn_seq_stride);
       }
     }
     if (params.wgmma) {
