@@ -92,6 +92,19 @@ inline Reference attention_reference(const HostTensor& q, const HostTensor& k, c
   return r;
 }
 
+// The features of batch b alone: its ALiBi slopes ([Hq] at b * stride) copied into
+// `slopes` and read as [Hq]; the rest as given.
+inline Features batch_features(const Features& f, int b, int Hq, std::vector<float>& slopes) {
+  Features fb = f;
+  if (f.slopes) {
+    slopes.assign(f.slopes->begin() + b * f.slope_batch_stride,
+                  f.slopes->begin() + b * f.slope_batch_stride + Hq);
+    fb.slopes = &slopes;
+    fb.slope_batch_stride = 0;
+  }
+  return fb;
+}
+
 // Variable-length batches (flash-attn's varlen): q [Tq, Hq, D], k and v [Tk, Hkv, D]
 // packed and contiguous, sequence b's rows from cu_q[b] (keys from cu_k[b]); each
 // sequence is its own problem (its own bottom-right corner). O is [Tq, Hq, D] and LSE
@@ -120,15 +133,8 @@ inline Reference attention_reference_varlen(const HostTensor& q, const HostTenso
       kb.set(i, k.get(size_t(cu_k[size_t(b)]) * Hkv * D + i));
       vb.set(i, v.get(size_t(cu_k[size_t(b)]) * Hkv * D + i));
     }
-    // ALiBi slopes of this batch: [Hq] rows at b * stride, read as [Hq].
     std::vector<float> slopes;
-    Features fb = f;
-    if (f.slopes) {
-      slopes.assign(f.slopes->begin() + b * f.slope_batch_stride,
-                    f.slopes->begin() + b * f.slope_batch_stride + Hq);
-      fb.slopes = &slopes;
-      fb.slope_batch_stride = 0;
-    }
+    const Features fb = batch_features(f, b, Hq, slopes);
     const Reference one =
         attention_reference(qb, kb, vb, {0, D, Hq * D}, {0, D, Hkv * D}, {0, D, Hkv * D}, 1, Hq,
                             Hkv, lq, lk, D, causal, scale, fb);
@@ -182,13 +188,7 @@ inline Reference attention_reference_paged(const HostTensor& q, const HostTensor
       }
     }
     std::vector<float> slopes;
-    Features fb = f;
-    if (f.slopes) {
-      slopes.assign(f.slopes->begin() + b * f.slope_batch_stride,
-                    f.slopes->begin() + b * f.slope_batch_stride + Hq);
-      fb.slopes = &slopes;
-      fb.slope_batch_stride = 0;
-    }
+    const Features fb = batch_features(f, b, Hq, slopes);
     const Reference one =
         attention_reference(qb, kb, vb, {0, D, Hq * D}, {0, D, Hkv * D}, {0, D, Hkv * D}, 1, Hq,
                             Hkv, Sq, sk, D, causal, scale, fb);
