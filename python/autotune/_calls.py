@@ -111,13 +111,23 @@ def _remember(cache, key, plan):
         cache[key] = plan
 
 
+# The tensor fields whose data pointers a warm call rewrites, by name and in the order the
+# warm paths below unpack their words (fields the structs gain later shift nothing).
+POINTERS = {
+    "causal_conv1d": ("x", "weight", "bias", "initial_states", "out", "final_states"),
+    "selective_scan": ("u", "delta", "A", "B", "C", "D", "z", "delta_bias", "out",
+                       "last_state"),
+    "attention": ("q", "k", "v", "o", "lse", "alibi_slopes"),
+}
+
+
 def _new_args(rt, op, values):
     """The plan's args struct packed with values, a view of it as 64-bit words and the
-    words of the op's tensor pointers (in field order)."""
+    words of the data pointers of POINTERS[op]."""
     layout = rt.layouts[op]
     buf = ctypes.create_string_buffer(layout.size)
     layout.struct.pack_into(buf, 0, *values)
-    return buf, memoryview(buf).cast("B").cast("Q"), layout.pointer_slots
+    return buf, memoryview(buf).cast("B").cast("Q"), layout.pointer_slots_of(POINTERS[op])
 
 
 def _fail(library, status):

@@ -76,6 +76,15 @@ class ArgsLayout:
                                    if kind == "tensor")
         if any(offset % 8 for name, kind, offset in self.fields if kind == "tensor"):
             raise RuntimeError("autotune: a tensor field is not 8-byte aligned")
+        self.kinds = {name: kind for name, kind, _ in self.fields}
+
+    def pointer_slots_of(self, names):
+        """The 8-byte words of the data pointers of the named tensor fields, in that order
+        (a KeyError or ValueError names a field the library does not describe as a tensor)."""
+        for name in names:
+            if self.kinds[name] != "tensor":
+                raise ValueError(f"autotune: field {name} is a {self.kinds[name]}, not a tensor")
+        return tuple(self.offsets[name] // 8 for name in names)
 
 
 _CODES = {}

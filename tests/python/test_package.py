@@ -27,7 +27,7 @@ sys.path.insert(0, PACKAGE)
 sys.path.insert(0, HERE)
 
 import autotune  # noqa: E402
-from autotune import _config, _library, _runtime  # noqa: E402
+from autotune import _calls, _config, _library, _runtime  # noqa: E402
 import harness  # noqa: E402
 
 try:
@@ -320,6 +320,25 @@ class TestAttentionFeatures(unittest.TestCase):
         self.assertEqual(int.from_bytes(buf[at["alibi_slopes"]:at["alibi_slopes"] + 8],
                                         sys.byteorder), 0x9000)
         self.assertIn(at["alibi_slopes"] // 8, layout.pointer_slots)
+
+    def test_warm_calls_rewrite_the_pointers_of_named_tensor_fields(self):
+        # A warm call writes each data pointer into the word of the field it names; the
+        # structs gained tensor fields (varlen, KV cache) after the ones a plan rewrites.
+        path = library_path()
+        if not path:
+            self.skipTest("no built libautotune.so")
+        layouts = _runtime.Library.load(path).layouts
+        for op, names in _calls.POINTERS.items():
+            layout = layouts[op]
+            slots = layout.pointer_slots_of(names)
+            self.assertEqual(slots, tuple(layout.offsets[n] // 8 for n in names))
+            self.assertTrue(set(slots) <= set(layout.pointer_slots), op)
+        self.assertGreater(len(layouts["attention"].pointer_slots),
+                           len(_calls.POINTERS["attention"]))
+        with self.assertRaises(ValueError):
+            layouts["attention"].pointer_slots_of(("q", "causal"))
+        with self.assertRaises(KeyError):
+            layouts["attention"].pointer_slots_of(("query",))
 
 
 class TestConfig(unittest.TestCase):
