@@ -21,6 +21,29 @@ export AUTOTUNE_DB=${AUTOTUNE_DB:-/tmp/autotune-bench-$op.db}
 export PYTHONUNBUFFERED=1
 step=${STEP:-all}
 commit=$(cat .device/COMMIT 2>/dev/null || echo unknown)
+# attention_features (flash-attn's features: head dims 96/256, a sliding window, varlen,
+# paged decode) tunes its own shapes: bench/bench_attention_features.py runs `autotune --op
+# attention --shape ...` with the options given here, STEP as above (tune|resume:
+# --tune-only, bench: --bench-only), SECTIONS=a,b,c,d (default all) picks its sections.
+# All of it outlasts one call: STEP=tune SECTIONS=a, then STEP=resume SECTIONS=b,c,d,
+# then STEP=bench (the script's docstring has the times).
+if [ "$op" = attention_features ]; then
+  [ "$step" = resume ] || [ "$step" = bench ] || rm -f "$AUTOTUNE_DB"
+  mode=""
+  case "$step" in
+    tune | resume) mode=--tune-only ;;
+    bench) mode=--bench-only ;;
+  esac
+  # shellcheck disable=SC2086 # BENCH_ARGS is a list of options
+  python3 bench/bench_attention_features.py --lib .device/libautotune.so \
+    --autotune .device/autotune --db "$AUTOTUNE_DB" --out "$out" --commit "$commit" \
+    ${SECTIONS:+--only "$SECTIONS"} ${mode:+"$mode"} --tune-args="$*" ${BENCH_ARGS:-} \
+    --command "STEP=$step SECTIONS=${SECTIONS:-} BENCH_ARGS=\"${BENCH_ARGS:-}\" bash bench/run_on_device.sh $op $*"
+  if [ -z "$mode" ] || [ "$mode" = --bench-only ]; then
+    tail -n 80 "$out"/*-attention-features.md || true
+  fi
+  exit 0
+fi
 if [ "$step" != bench ]; then
   [ "$step" = resume ] || rm -f "$AUTOTUNE_DB"
   start=$(date +%s)
