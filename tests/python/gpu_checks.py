@@ -5,7 +5,8 @@ test_gpu.py; torch and a CUDA GPU needed):
   parameter lists, inputs and pass criteria, against float32 references written here
   (causal-conv1d tests/test_causal_conv1d.py::test_causal_conv1d, mamba-ssm
   tests/ops/test_selective_scan.py::test_selective_scan, flash-attn
-  tests/test_flash_attn.py::test_flash_attn_output and ::test_flash_attn_qkvpacked);
+  tests/test_flash_attn.py::test_flash_attn_output, ::test_flash_attn_qkvpacked,
+  ::test_flash_attn_varlen_output and ::test_flash_attn_kvcache);
 - the registered operators: torch.library.opcheck (schema, fake implementation against
   the real one, AOT dispatch with dynamic shapes), torch.compile(fullgraph=True) with
   inductor and with dynamic shapes, CUDA graph capture and replay;
@@ -342,10 +343,9 @@ ATTN_OUTPUT_GRID = dict(
     dropout_p=[0.0, 0.17], softcap=[0.0, 50.0])
 
 
-def attn_output_cases():
-    # The peer skips softcap with dropout.
-    return [c for c in product(**ATTN_OUTPUT_GRID)
-            if not (c["softcap"] > 0.0 and c["dropout_p"] > 0.0)]
+def attn_output_cases(grid=ATTN_OUTPUT_GRID):
+    # The peer skips softcap with dropout (test_flash_attn_output and _varlen_output).
+    return [c for c in product(**grid) if not (c["softcap"] > 0.0 and c["dropout_p"] > 0.0)]
 
 
 def _lse_ok(lse, lse_ref):
@@ -384,12 +384,19 @@ def attn_output_run(c):
     return _attn_judge(q, k, v, causal, out, lse, s_dmask, window_size, softcap, alibi_slopes)
 
 
-def _attn_judge(q, k, v, causal, out, lse, s_dmask, window_size=(-1, -1), softcap=0.0,
-                alibi_slopes=None):
+def _attn_refs(q, k, v, causal, window_size=(-1, -1), softcap=0.0, alibi_slopes=None):
+    """The fp32 reference's output and LSE, and the peer's out_pt: PyTorch in q's dtype
+    (no upcast, operations reordered), whose error sets the bar."""
     features = dict(window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes)
     out_ref, lse_ref = attention_ref(q, k, v, causal=causal, **features)
     out_pt, _ = attention_ref(q, k, v, causal=causal, upcast=False, reorder_ops=True,
                               **features)
+    return out_ref, out_pt, lse_ref
+
+
+def _attn_judge(q, k, v, causal, out, lse, s_dmask, window_size=(-1, -1), softcap=0.0,
+                alibi_slopes=None):
+    out_ref, out_pt, lse_ref = _attn_refs(q, k, v, causal, window_size, softcap, alibi_slopes)
     err = (out - out_ref).abs().max().item()
     err_pt = (out_pt - out_ref).abs().max().item()
     # flash-attn's criterion: at most twice the error of PyTorch in the same dtype.
@@ -428,28 +435,229 @@ def attn_qkv_key(c):
     return (str(c["dtype"]), c["causal"], c["d"], c["seqlen"])
 
 
+# =====================================================================================
+# flash-attn: tests/test_flash_attn.py::test_flash_attn_varlen_output, ::test_flash_attn_kvcache
+# =====================================================================================
+def _attn_judge_seqs(seqs, causal, window_size, softcap=0.0, mult=2, slack=0.0):
+    """The peers' criterion against a reference per sequence (varlen, KV cache): the
+    largest output error over all sequences at most mult x PyTorch's (+ slack), then
+    each sequence's LSE (_lse_ok). seqs: (out [Sq, H, D], lse [H, Sq], q, k, v,
+    alibi_slopes) per sequence, the last four with a batch dimension of 1. The LSE is the
+    logits' (causal passed as the window's right bound 0): autotune's varlen and KV cache
+    calls return it so, without flash_attn_func's flash-attn 2 causal-ALiBi offset."""
+    window = (window_size[0], 0) if causal else tuple(window_size)
+    err = err_pt = 0.0
+    lses = []
+    for out, lse, q, k, v, slopes in seqs:
+        out_ref, out_pt, lse_ref = _attn_refs(q, k, v, False, window, softcap, slopes)
+        err = max(err, (out - out_ref[0]).abs().max().item())
+        err_pt = max(err_pt, (out_pt[0] - out_ref[0]).abs().max().item())
+        lses.append((lse, lse_ref[0]))
+    if not err <= mult * err_pt + slack:
+        return False, f"output max diff {err:.3g} > {mult} x PyTorch's {err_pt:.3g} + {slack:g}"
+    for i, (lse, lse_ref) in enumerate(lses):
+        ok, detail = _lse_ok(lse, lse_ref)
+        if not ok:
+            return False, f"sequence {i}: {detail}"
+    return True, ""
+
+
+ATTN_VARLEN_GRID = dict(
+    kvpacked=[True, False], dtype=[torch.float16, torch.bfloat16], mha_type=["mha", "mqa", "gqa"],
+    deterministic=[False, True], alibi=[False, True], local=[False, True], causal=[False, True],
+    d=[32, 59, 64, 80, 96, 111, 128, 160, 192, 224, 256],
+    seqlens=[(1, 147), (113, 203), (128, 217), (113, 211), (108, 256), (256, 512), (512, 256),
+             (1024, 1024), (1023, 1024), (1024, 1023), (2048, 2048)],
+    dropout_p=[0.0, 0.17], softcap=[0.0, 50.0])
+
+
+def attn_varlen_unsupported(c):
+    # autotune has no flash_attn_varlen_kvpacked_func.
+    return attention_unsupported(c) or ("kvpacked_varlen" if c["kvpacked"] else None)
+
+
+def _random_lengths(max_seqlen, batch_size):
+    """The peer's generate_random_padding_mask(mode="random") as lengths: each sequence
+    max(1, max_seqlen - 20) .. max_seqlen long."""
+    return torch.randint(max(1, max_seqlen - 20), max_seqlen + 1, (batch_size,)).tolist()
+
+
+def _cu_seqlens(lengths):
+    return torch.tensor([0] + lengths, device=DEV).cumsum(0).to(torch.int32)
+
+
+def attn_varlen_run(c):
+    seqlen_q, seqlen_k = c["seqlens"]
+    d, dtype, causal = c["d"], c["dtype"], c["causal"]
+    torch.random.manual_seed(0)
+    batch_size = 4
+    nheads = 6 if c["softcap"] == 0.0 else 4
+    nheads_k = nheads if c["mha_type"] == "mha" else (1 if c["mha_type"] == "mqa" else 2)
+    window_size, alibi_slopes, softcap = _attn_features(c, batch_size, nheads, seqlen_k)
+    q = torch.randn(batch_size, seqlen_q, nheads, d, device=DEV, dtype=dtype)
+    if softcap > 0.0:
+        q = q * softcap  # the peer's: logits within the cap's range
+    k, v = (torch.randn(batch_size, seqlen_k, nheads_k, d, device=DEV, dtype=dtype)
+            for _ in range(2))
+    lens_q, lens_k = _random_lengths(seqlen_q, batch_size), _random_lengths(seqlen_k, batch_size)
+
+    def unpad(x, lens):
+        return torch.cat([x[b, :n] for b, n in enumerate(lens)])
+
+    out, lse, s_dmask = autotune.flash_attn_varlen_func(
+        unpad(q, lens_q), unpad(k, lens_k), unpad(v, lens_k), _cu_seqlens(lens_q),
+        _cu_seqlens(lens_k), max(lens_q), max(lens_k), 0.0, causal=causal,
+        window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+        deterministic=c["deterministic"], return_attn_probs=True)
+    if s_dmask.numel() != 0:
+        return False, "S_dmask is not empty"
+    # flash-attn reads a window side of max_seqlen_k or more as unbounded.
+    window = tuple(-1 if w >= max(lens_k) else w for w in window_size)
+    seqs = [(o, lse_b, q[b:b + 1, :lens_q[b]], k[b:b + 1, :lens_k[b]], v[b:b + 1, :lens_k[b]],
+             None if alibi_slopes is None else alibi_slopes[b:b + 1])
+            for b, (o, lse_b) in enumerate(zip(out.split(lens_q), lse.split(lens_q, dim=1)))]
+    return _attn_judge_seqs(seqs, causal, window, softcap)
+
+
+ATTN_KVCACHE_GRID = dict(
+    dtype=[torch.float16], num_splits=[1, 0], mha_type=["mha", "mqa", "gqa"],
+    new_kv=[False, True], alibi=[False, True], local=[False, True], causal=[False, True],
+    seqlen_new_eq_seqlen_q=[True, False], rotary_interleaved=[False, True],
+    rotary_fraction=[0.0, 0.5, 1.0], paged_kv_block_size=[None, 256],
+    has_leftpad=[False, True],
+    has_batch_idx=[False],  # the peer's active list ([False, True] is commented out there)
+    d=[32, 59, 64, 80, 128, 256],
+    seqlens=[(1, 128), (1, 339), (3, 1024), (64, 800), (64, 256), (3, 799), (64, 2048),
+             (16, 20000), (1, 128 * 1024), (16, 128 * 1024), (128, 128)])
+
+
+def attn_kvcache_cases():
+    # The peer's skips: new keys with seqlen_q > seqlen_k, rotary without new keys,
+    # cache_batch_idx or cache_leftpad with a paged cache.
+    return [c for c in product(**ATTN_KVCACHE_GRID)
+            if not ((c["new_kv"] and c["seqlens"][0] > c["seqlens"][1]) or
+                    (not c["new_kv"] and c["rotary_fraction"] > 0.0) or
+                    ((c["has_batch_idx"] or c["has_leftpad"]) and
+                     c["paged_kv_block_size"] is not None))]
+
+
+# flash_attn_with_kvcache takes the head dims the kernels build (a cache is not padded).
+KVCACHE_HEAD_DIMS = tuple(range(32, 257, 8))
+
+
+def attn_kvcache_unsupported(c):
+    """What autotune.flash_attn_with_kvcache refuses (rotary_cos/sin, cache_leftpad and
+    cache_batch_idx raise NotImplementedError; the library refuses the head dim), each
+    case counted once under the first: head_dim, rotary (the peer's rotary_dim, rounded
+    down to a multiple of 16, > 0), cache_leftpad, cache_batch_idx."""
+    if c["d"] not in KVCACHE_HEAD_DIMS:
+        return "head_dim"
+    if int(c["rotary_fraction"] * c["d"]) // 16 * 16 > 0:
+        return "rotary"
+    if c["has_leftpad"]:
+        return "cache_leftpad"
+    if c["has_batch_idx"]:
+        return "cache_batch_idx"
+    return None
+
+
+def _appended(cache, new, lengths, block_table):
+    """A copy of cache with sequence b's new rows at lengths[b]..: what the call leaves."""
+    out, page = cache.clone(), cache.shape[1]
+    for b, n in enumerate(lengths):
+        pos = torch.arange(n, n + new.shape[1], device=cache.device)
+        if block_table is None:
+            out[b, pos] = new[b]
+        else:
+            out[block_table[b, pos // page].long(), pos % page] = new[b]
+    return out
+
+
+def _cache_rows(cache, block_table, b, n):
+    """Sequence b's first n rows of a cache, [1, n, nheads_k, d]."""
+    if block_table is None:
+        return cache[b:b + 1, :n]
+    page = cache.shape[1]
+    return cache[block_table[b, :(n + page - 1) // page].long()].flatten(0, 1)[None, :n]
+
+
+def attn_kvcache_run(c):
+    seqlen_q, seqlen_k = c["seqlens"]
+    d, dtype, new_kv, page = c["d"], c["dtype"], c["new_kv"], c["paged_kv_block_size"]
+    torch.random.manual_seed(0)
+    batch_size, nheads = 2, 6
+    nheads_k = nheads if c["mha_type"] == "mha" else (1 if c["mha_type"] == "mqa" else 3)
+    window_size, alibi_slopes, _ = _attn_features(c, batch_size, nheads, seqlen_k)
+    q = torch.randn(batch_size, seqlen_q, nheads, d, device=DEV, dtype=dtype)
+    seqlen_new = seqlen_q if c["seqlen_new_eq_seqlen_q"] else int(
+        torch.randint(1, seqlen_q + 1, (1,)))
+    k, v = (torch.randn(batch_size, seqlen_new, nheads_k, d, device=DEV, dtype=dtype)
+            if new_kv else None for _ in range(2))
+    block_table = None
+    if page is None:
+        shape = (batch_size, seqlen_k, nheads_k, d)
+    else:  # the peer's paged cache: 3x the blocks needed, dealt by a random table
+        num_blocks = math.ceil(seqlen_k / page) * batch_size * 3
+        shape = (num_blocks, page, nheads_k, d)
+        block_table = torch.randperm(num_blocks, dtype=torch.int32, device=DEV).view(
+            batch_size, -1)
+    k_cache, v_cache = (torch.randn(*shape, device=DEV, dtype=dtype) for _ in range(2))
+    # Cached keys per sequence, leaving room for the new ones (the peer's other bound is
+    # for rotary, which does not run here).
+    cache_seqlens = torch.randint(0 if new_kv else 1,
+                                  seqlen_k - seqlen_new + 1 if new_kv else seqlen_k + 1,
+                                  (batch_size,), dtype=torch.int32, device=DEV)
+    lengths = cache_seqlens.tolist()
+    k_want, v_want = k_cache, v_cache  # what the call must leave in the caches
+    if new_kv:
+        k_want, v_want = (_appended(cache, new, lengths, block_table)
+                          for cache, new in ((k_cache, k), (v_cache, v)))
+    out, lse = autotune.flash_attn_with_kvcache(
+        q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens, block_table=block_table,
+        causal=c["causal"], window_size=window_size, alibi_slopes=alibi_slopes,
+        num_splits=c["num_splits"], return_softmax_lse=True)
+    # The peer's check of the cache: the new rows appended in place (the peer allows k
+    # 1e-3 for rotary; without it k is copied, as v is), and here every other row kept.
+    for name, cache, want in (("k", k_cache, k_want), ("v", v_cache, v_want)):
+        if new_kv and not torch.equal(cache, want):
+            return False, (f"{name} cache after appending: max diff "
+                           f"{(cache - want).abs().max().item():.3g}")
+    seen = [n + (seqlen_new if new_kv else 0) for n in lengths]
+    seqs = [(out[b], lse[b], q[b:b + 1], _cache_rows(k_want, block_table, b, n),
+             _cache_rows(v_want, block_table, b, n),
+             None if alibi_slopes is None else alibi_slopes[b:b + 1])
+            for b, n in enumerate(seen)]
+    return _attn_judge_seqs(seqs, c["causal"], window_size, mult=5 if c["alibi"] else 3,
+                            slack=1e-5)
+
+
+def attn_kvcache_key(c):
+    return (str(c["dtype"]), c["mha_type"], c["causal"], c["d"], c["seqlens"],
+            c["paged_kv_block_size"], c["new_kv"])
+
+
 # name: (op, peer test, cases, unsupported, group key, run, share of the budget, notes)
 GRIDS = {
     "causal_conv1d": (
         "causal_conv1d", "causal-conv1d tests/test_causal_conv1d.py::test_causal_conv1d",
-        conv_cases, lambda c: None, conv_key, conv_run, 0.20,
+        conv_cases, lambda c: None, conv_key, conv_run, 0.16,
         "the peer's lists (channel-first x with states skipped, as the peer skips them), "
         "tolerances and fp32 weights; x is a channel slice of a wider tensor (channel-first) "
         "or a transposed view (channel-last, which autotune copies); reference in float32."),
     "selective_scan": (
         "selective_scan", "mamba-ssm tests/ops/test_selective_scan.py::test_selective_scan",
-        lambda: scan_cases(SCAN_GRID), scan_unsupported, scan_key, scan_run, 0.20,
+        lambda: scan_cases(SCAN_GRID), scan_unsupported, scan_key, scan_run, 0.16,
         "the active parametrize lists, tolerances (rtol/atol by itype) and inputs; "
         "reference: the peer's selective_scan_ref in float32."),
     "selective_scan_full": (
         "selective_scan", "mamba-ssm tests/ops/test_selective_scan.py::test_selective_scan "
         "(the commented-out full parameter lists)",
-        lambda: scan_cases(SCAN_GRID_FULL), scan_unsupported, scan_key, scan_run, 0.10,
+        lambda: scan_cases(SCAN_GRID_FULL), scan_unsupported, scan_key, scan_run, 0.08,
         "every list the test file names (fixed B/C, no z/D/bias, softplus off, ...), "
         "sampled."),
     "attention_output": (
         "attention", "flash-attn tests/test_flash_attn.py::test_flash_attn_output",
-        attn_output_cases, attention_unsupported, attn_output_key, attn_output_run, 0.32,
+        attn_output_cases, attention_unsupported, attn_output_key, attn_output_run, 0.24,
         "the peer's lists (batch 4, nheads 6, nheads_k 6/1/2 for mha/mqa/gqa, kvpacked and "
         "not); pass: the peer's criterion (max error <= 2x PyTorch's in the same dtype) and "
         "the returned softmax_lse against the fp32 reference on rows with a key; each "
@@ -459,7 +667,26 @@ GRIDS = {
     "attention_qkvpacked": (
         "attention", "flash-attn tests/test_flash_attn.py::test_flash_attn_qkvpacked",
         lambda: product(**ATTN_QKV_GRID), attention_unsupported, attn_qkv_key, attn_qkv_run,
-        0.18, "batch 4, nheads 9; criterion and unsupported features as test_flash_attn_output."),
+        0.12, "batch 4, nheads 9; criterion and unsupported features as test_flash_attn_output."),
+    "attention_varlen": (
+        "attention", "flash-attn tests/test_flash_attn.py::test_flash_attn_varlen_output",
+        lambda: attn_output_cases(ATTN_VARLEN_GRID), attn_varlen_unsupported, attn_output_key,
+        attn_varlen_run, 0.12,
+        "autotune.flash_attn_varlen_func on the peer's lists and inputs (batch 4 of "
+        "max(1, seqlen - 20) .. seqlen tokens each, q scaled by softcap); reference per "
+        "sequence; criterion and head_dim/dropout as test_flash_attn_output, then "
+        "kvpacked_varlen (no flash_attn_varlen_kvpacked_func); the LSE checked is the "
+        "logits' (autotune's varlen convention: no flash-attn 2 causal-ALiBi offset)."),
+    "attention_kvcache": (
+        "attention", "flash-attn tests/test_flash_attn.py::test_flash_attn_kvcache",
+        attn_kvcache_cases, attn_kvcache_unsupported, attn_kvcache_key, attn_kvcache_run, 0.12,
+        "autotune.flash_attn_with_kvcache on the peer's active lists and skips (batch 2, "
+        "nheads 6, nheads_k 6/1/3, contiguous and paged caches of 256-row blocks, random "
+        "cache_seqlens); pass: the peer's criterion (max error <= 3x PyTorch's, 5x with "
+        "ALiBi, + 1e-5; reference per sequence on its cached and new keys), new k/v "
+        "appended in place with every other cache row unchanged, and the logits' LSE on "
+        "rows with a key; unsupported counted under the first of head_dim (not a multiple "
+        "of 8: a cache is not padded), rotary, cache_leftpad, cache_batch_idx."),
 }
 
 
