@@ -78,7 +78,7 @@ struct Case {
 TEST_CASE("paged KV cache attention from the C struct: GQA, shuffled pages, append, split-KV") {
   context();
   const int B = 4, Hq = 8, Hkv = 2, D = 128, page = 64, pages_per_seq = 6;
-  const int num_pages = B * pages_per_seq + 3;    // a few pages nobody uses
+  const int num_pages = B * pages_per_seq + 3; // a few pages nobody uses
   // Off the page (64) and every tile, one empty; each leaves room for the appended rows
   // (the kernel clamps a length past kv_capacity - Snew, flash-attn leaves it undefined).
   const std::vector<int> len0 = {300, 1, 0, 378};

@@ -104,10 +104,13 @@ TEST_CASE("split-KV variants serve problems with few query blocks, with a sized 
   Config split4 = config("block_m=64,block_n=64,warps=4,stages=1,swizzle=xor,q=smem,splits=4");
   REQUIRE(attn().check(split4, decode, "sm_90a"));
   CHECK(attn().worth_measuring(split4, decode));
-  // One query block per (batch, head), four splits of it.
+  // The 4 query heads of a K/V head run as 4 rows of it: one query block per (batch,
+  // K/V head), four splits of it.
   CHECK(attn().geometry(split4, decode).grid[0] == 4);
-  // Partial O and LSE per split and row, then a counter per query block.
-  CHECK(attn().workspace_bytes(split4, decode) == size_t((4 * 16 * 1 * 129 + 16) * 4));
+  CHECK(attn().geometry(split4, decode).grid[1] == 2);
+  // A counter per query block (4, padded to 16 bytes), then partial O and LSE per split
+  // and row (2 x 8 rows).
+  CHECK(attn().workspace_bytes(split4, decode) == size_t((4 + 4 * 16 * 1 * 129) * 4));
   CHECK(attn().workspace_bytes(config(k_fa2), decode) == 0);
   // The tuner's tensors carry a zero-filled workspace for the most splits.
   auto t = attn().tensors(decode);
@@ -131,7 +134,38 @@ TEST_CASE("split-KV variants serve problems with few query blocks, with a sized 
     call.q = call.k = call.v = call.o = 256;
     ArgPack args;
     CHECK_THROWS_WITH_AS(attn().pack_call(split4, decode, call, args),
-                         doctest::Contains("workspace of 33088 bytes"), Error);
+                         doctest::Contains("workspace of 33040 bytes"), Error);
+  }
+}
+
+TEST_CASE("decoding with grouped heads runs each group's query heads as rows of its K/V head") {
+  const auto has = [](const std::vector<std::string>& defines, const std::string& d) {
+    return std::find(defines.begin(), defines.end(), d) != defines.end();
+  };
+  const Config c = config(k_fa2);
+  SUBCASE("one query row, Hq = 4 Hkv: Hkv heads of 4 rows, causal a no-op") {
+    const Problem p = problem("B=3,Hq=32,Hkv=8,Sq=1,Sk=4096,D=128,causal=1,lse=1");
+    const LaunchGeometry g = attn().geometry(c, p);
+    CHECK(g.grid[0] == 1);
+    CHECK(g.grid[1] == 8);
+    CHECK(g.grid[2] == 3);
+    CHECK(has(attn().defines(c, p), "-DAT_CAUSAL=0"));
+    // The tensors are the described ones: q, o [3, 32, 1, 128], lse [3, 32, 1].
+    const auto t = attn().tensors(p);
+    CHECK(t[0].elements == size_t(3 * 32 * 128));
+    CHECK(t[4].elements == size_t(3 * 32));
+  }
+  SUBCASE("not with more query rows, a window, ALiBi or one query head per K/V head") {
+    for (const auto& [shape, heads] :
+         {std::pair{"B=3,Hq=32,Hkv=8,Sq=2,Sk=4096,D=128", 32u},
+          std::pair{"B=3,Hq=32,Hkv=8,Sq=1,Sk=4096,D=128,window=1", 32u},
+          std::pair{"B=3,Hq=32,Hkv=8,Sq=1,Sk=4096,D=128,alibi=1", 32u},
+          std::pair{"B=3,Hq=8,Hkv=8,Sq=1,Sk=4096,D=128,causal=1", 8u}}) {
+      CAPTURE(shape);
+      CHECK(attn().geometry(c, problem(shape)).grid[1] == heads);
+    }
+    CHECK(has(attn().defines(c, problem("B=3,Hq=8,Hkv=8,Sq=1,Sk=4096,D=128,causal=1")),
+              "-DAT_CAUSAL=1"));
   }
 }
 

@@ -30,6 +30,10 @@ struct Dims {
   // (one contiguous cache per sequence).
   bool kvcache = false;
   long long page = 0;
+  // Decoding with grouped heads runs the g query heads that share a K/V head as g query
+  // rows of that head (see dims()): g, or 0 when the problem runs as it is described.
+  // Hq, Sq and causal then describe what the kernel runs (Hkv heads of g rows).
+  long long heads_as_rows = 0;
 };
 
 // The head dim kernel.cuh computes on: D rounded up to whole k=16 MMA steps.
@@ -44,7 +48,8 @@ bool feature(const Problem& p, const char* name) {
   return i >= 0 && p.fields.integer(size_t(i)) != 0;
 }
 
-Dims dims(const Problem& p) {
+// The problem as described: the shapes of the call's tensors.
+Dims described_dims(const Problem& p) {
   Dims d{p.get_int("B"),
          p.get_int("Hq"),
          p.get_int("Hkv"),
@@ -69,6 +74,25 @@ Dims dims(const Problem& p) {
     d.page = p.get_int("page");
   }
   d.kvcache = d.kvcache || feature(p, "kvcache");
+  return d;
+}
+
+// The problem as the kernel runs it. One query row per head and g = Hq / Hkv > 1 query
+// heads per K/V head (decoding with GQA/MQA): the group's heads become g rows of one head
+// (flash-attn's seqlenq_ngroups_swapped), so that one block reads each K/V tile once for
+// all g of them instead of g blocks reading it, and there are B * Hkv query blocks to
+// split the keys of instead of B * Hq. Exact: q head h * g + i is row i of head h, at the
+// same address (rows_from_heads rewrites the call's strides), the LSE [B, Hq, 1] is
+// [B, Hkv, g], and a single row sees every key when causal (bottom-right aligned). Not
+// with a window or ALiBi (they depend on the row or the q head) or varlen.
+Dims dims(const Problem& p) {
+  Dims d = described_dims(p);
+  if (d.Sq == 1 && d.Hq > d.Hkv && !d.window && !d.alibi && !d.varlen) {
+    d.heads_as_rows = d.Hq / d.Hkv;
+    d.Sq = d.heads_as_rows;
+    d.Hq = d.Hkv;
+    d.causal = false;
+  }
   return d;
 }
 
@@ -1060,6 +1084,15 @@ HopperArgs hopper_kernel_args(const Params& p, const Dims& d, const AttentionCal
   return a;
 }
 
+// A call of a problem whose query heads run as rows (Dims::heads_as_rows = g): q and o
+// [B, Hq, 1, D] seen as [B, Hkv, g, D], row i of head h being q head h * g + i.
+void rows_from_heads(AttentionCall& c, long long g) {
+  c.q_seq_stride = c.q_head_stride;
+  c.q_head_stride *= g;
+  c.o_seq_stride = c.o_head_stride;
+  c.o_head_stride *= g;
+}
+
 struct AttentionPlan final : CallPlan {
   Params params;
   Dims dims;
@@ -1132,6 +1165,9 @@ struct AttentionPlan final : CallPlan {
         strides(a.k_new, c.kn_batch_stride, c.kn_head_stride, c.kn_seq_stride);
         strides(a.v_new, c.vn_batch_stride, c.vn_head_stride, c.vn_seq_stride);
       }
+    }
+    if (dims.heads_as_rows > 0) {
+      rows_from_heads(c, dims.heads_as_rows);
     }
     if (params.wgmma) {
       std::lock_guard<std::mutex> lock(maps_mutex);
@@ -1389,15 +1425,20 @@ std::unique_ptr<CallPlan> AttentionOp::plan(const Config& config, const Problem&
   return p;
 }
 
-void AttentionOp::pack_call(const Config& config, const Problem& problem, const AttentionCall& call,
-                            ArgPack& args) const {
+void AttentionOp::pack_call(const Config& config, const Problem& problem,
+                            const AttentionCall& described, ArgPack& args) const {
   const Params p = params(config);
+  const Dims d = dims(problem);
+  AttentionCall call = described;
+  if (d.heads_as_rows > 0) {
+    rows_from_heads(call, d.heads_as_rows);
+  }
   if (p.wgmma) {
     MapCache maps;
-    args.add(hopper_kernel_args(p, dims(problem), call, maps));
+    args.add(hopper_kernel_args(p, d, call, maps));
     return;
   }
-  args.add(attention_kernel_args(p, dims(problem), config, call));
+  args.add(attention_kernel_args(p, d, config, call));
 }
 
 namespace {
@@ -1447,7 +1488,10 @@ void AttentionOp::pack(const Config& config, const Problem& problem,
     pack_call(config, problem, call, args);
     return;
   }
-  Strides qs = contiguous_strides(problem, d.Hq, d.Sq);
+  // q and o as described ([B, Hq, 1, D] when the kernel runs heads as rows: pack_call
+  // rewrites their strides as it does a user's call).
+  const Dims described = described_dims(problem);
+  Strides qs = contiguous_strides(problem, described.Hq, described.Sq);
   Strides ks = kvcache_strides(problem);
   if (d.kvcache) {
     call.cache_seqlens = t.at(next++);
@@ -1486,7 +1530,8 @@ LaunchGeometry AttentionOp::reference_geometry(const Problem& problem) const {
 
 void AttentionOp::pack_reference(const Problem& problem, const std::vector<CUdeviceptr>& t,
                                  const std::vector<CUdeviceptr>& ref, ArgPack& args) const {
-  Dims d = dims(problem);
+  // The reference computes the problem as described, whatever the kernel runs.
+  Dims d = described_dims(problem);
   Strides qs = contiguous_strides(problem, d.Hq, d.Sq);
   Strides ks = kvcache_strides(problem);
   if (d.varlen) {
@@ -1515,7 +1560,7 @@ void AttentionOp::pack_reference(const Problem& problem, const std::vector<CUdev
   args.add(f.left);
   args.add(f.right);
   args.add(float(f.softcap));
-  size_t slopes = 4 + (d.lse ? 1 : 0) + (split_eligible(d) ? 1 : 0);
+  size_t slopes = 4 + (d.lse ? 1 : 0) + (split_eligible(dims(problem)) ? 1 : 0); // as tensors()
   args.add(d.alibi ? t.at(slopes) : CUdeviceptr(0));
   args.add(0LL); // the slopes' batch stride: [Hq]
   const size_t cu = slopes + (d.alibi ? 1 : 0);
