@@ -657,7 +657,9 @@ def cell(x):
     return "n/a" if x is None else str(x)
 
 
-def table_writer(rows):
+def table_writer(rows, runs=None):
+    runs = runs or {}
+
     def table(f):
         f.write("All measured in one run per section (do_bench median, L2 flushed), bf16, "
                 "flash-attn's layout [.., S, H, D]; ours: the tuned winner through the C ABI. "
@@ -668,6 +670,9 @@ def table_writer(rows):
                 continue
             peers = PEERS[sec]
             f.write(f"\n## {sec}\n\n")
+            if sec in runs:
+                f.write(f"Run at commit `{runs[sec]['commit']}`, {runs[sec]['date']}: "
+                        f"`{runs[sec]['command']}`\n\n")
             if sec == "head_dim":
                 f.write("TFLOP/s = 4*B*Hq*Sq*Sk*D / time, halved when causal (as "
                         "<gpu>-attention.md). B = 16384 // S, Hq = Hkv = 2048 // D (21 at "
@@ -740,7 +745,7 @@ def write(args, name, rows, selected, merged):
                      "command": args.command}
     runs = {k: runs[k] for k in order if k in runs}
     return common.write_results(args, "attention-features", name, all_rows, CEILINGS, "TFLOPs",
-                                table_writer(all_rows), sections=SECTION_INFO,
+                                table_writer(all_rows, runs), sections=SECTION_INFO,
                                 section_runs=runs)
 
 
