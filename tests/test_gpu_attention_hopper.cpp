@@ -102,6 +102,11 @@ TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference ov
       {"B=1,Hq=4,Hkv=2,Sq=200,Sk=333,D=256,causal=1,dtype=fp16,lse=1,layout=bhsd", 1}, // GQA
       {"B=1,Hq=4,Hkv=1,Sq=257,Sk=100,D=256,causal=1,dtype=bf16,lse=1", 2}, // MQA, Sq > Sk
       {"B=2,H=2,Sq=65,Sk=1000,D=256,dtype=fp16,lse=1", 2}, // many key tiles, ring wraps
+      // Sliding windows (the tuner's: Sk/4 keys to the left, Sk/8 to the right or 0 when
+      // causal): blocks start past key tile 0 and mask both edges.
+      {"B=1,H=2,S=700,D=128,window=1,dtype=bf16,lse=1", 2},
+      {"B=2,Hq=4,Hkv=2,Sq=300,Sk=900,D=64,causal=1,window=1,dtype=fp16,lse=1", 2},
+      {"B=8,H=20,S=600,D=64,causal=1,window=1,dtype=bf16", 4}, // persistent: many tiles
   };
   size_t shape_index = 0;
   for (const Shape& sh : shapes) {
@@ -120,8 +125,13 @@ TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference ov
     q.randomize(rng, -2, 2);
     k.randomize(rng, -1, 1);
     v.randomize(rng, -1, 1);
+    Features window; // the tuner's window (AttentionOp's tuning_features)
+    if (problem.fields.index("window") >= 0 && problem.get_int("window") != 0) {
+      window.left = (Sk + 3) / 4;
+      window.right = causal ? 0 : (Sk + 7) / 8;
+    }
     const Reference ref = attention_reference(q, k, v, q3, k3, k3, B, Hq, Hkv, Sq, Sk, D, causal,
-                                              1.0 / std::sqrt(double(D)));
+                                              1.0 / std::sqrt(double(D)), window);
     const std::vector<double>& ref_o = ref.o;
     const std::vector<double>& ref_lse = ref.lse;
 

@@ -403,8 +403,8 @@ Result<bool> check_wgmma(const Params& p, const Dims& d, const std::string& arch
   if (p.splits != 1) {
     return fail("family=wgmma does not split the keys (splits=1)");
   }
-  if (d.window || d.softcap || d.alibi) {
-    return fail("family=wgmma builds no sliding window, softcap or ALiBi (family=mma does)");
+  if (d.softcap || d.alibi) {
+    return fail("family=wgmma builds no softcap or ALiBi (family=mma does)");
   }
   if (d.D != 64 && d.D != 128 && d.D != 256) {
     return fail("family=wgmma handles head dims 64, 128 and 256, not " + std::to_string(d.D));
@@ -707,19 +707,24 @@ std::vector<std::string> AttentionOp::defines(const Config& config, const Proble
   Params p = params(config);
   Dims d = dims(problem);
   if (p.wgmma) {
-    return {"-DAT_WGMMA=1",
-            "-DAT_BLOCK_M=" + std::to_string(p.block_m),
-            "-DAT_BLOCK_N=" + std::to_string(p.block_n),
-            "-DAT_STAGES=" + std::to_string(p.stages),
-            "-DAT_HEAD_DIM=" + std::to_string(d.D),
-            std::string("-DAT_CAUSAL=") + (d.causal ? "1" : "0"),
-            std::string("-DAT_LSE=") + (d.lse ? "1" : "0"),
-            std::string("-DAT_BF16=") + (d.dtype == DType::bf16 ? "1" : "0"),
-            std::string("-DAT_PINGPONG=") + (p.pingpong ? "1" : "0"),
-            std::string("-DAT_OVERLAP=") + (p.overlap ? "1" : "0"),
-            std::string("-DAT_PERSISTENT=") + (p.persistent ? "1" : "0"),
-            "-DAT_MIN_BLOCKS=" + std::to_string(wgmma_min_blocks(p, d)),
-            std::string("-DAT_T=") + template_type(d.dtype)};
+    std::vector<std::string> out = {"-DAT_WGMMA=1",
+                                    "-DAT_BLOCK_M=" + std::to_string(p.block_m),
+                                    "-DAT_BLOCK_N=" + std::to_string(p.block_n),
+                                    "-DAT_STAGES=" + std::to_string(p.stages),
+                                    "-DAT_HEAD_DIM=" + std::to_string(d.D),
+                                    std::string("-DAT_CAUSAL=") + (d.causal ? "1" : "0"),
+                                    std::string("-DAT_LSE=") + (d.lse ? "1" : "0"),
+                                    std::string("-DAT_BF16=") +
+                                        (d.dtype == DType::bf16 ? "1" : "0"),
+                                    std::string("-DAT_PINGPONG=") + (p.pingpong ? "1" : "0"),
+                                    std::string("-DAT_OVERLAP=") + (p.overlap ? "1" : "0"),
+                                    std::string("-DAT_PERSISTENT=") + (p.persistent ? "1" : "0"),
+                                    "-DAT_MIN_BLOCKS=" + std::to_string(wgmma_min_blocks(p, d)),
+                                    std::string("-DAT_T=") + template_type(d.dtype)};
+    if (d.window) { // only when on, as below
+      out.push_back("-DAT_WINDOW=1");
+    }
+    return out;
   }
   std::vector<std::string> out = {"-DAT_BLOCK_M=" + std::to_string(p.block_m),
                                   "-DAT_BLOCK_N=" + std::to_string(p.block_n),
@@ -1060,10 +1065,11 @@ HopperArgs hopper_kernel_args(const Params& p, const Dims& d, const AttentionCal
   if (!(call.scale >= 0) || !std::isfinite(call.scale)) {
     throw Error(ErrorKind::usage, "attention: scale must be positive and finite (0: 1/sqrt(D))");
   }
-  if (d.window || d.softcap || d.alibi) {
-    throw Error(ErrorKind::config, "attention: family=wgmma builds no sliding window, softcap "
-                                   "or ALiBi (family=mma does)");
+  if (d.softcap || d.alibi) {
+    throw Error(ErrorKind::config,
+                "attention: family=wgmma builds no softcap or ALiBi (family=mma does)");
   }
+  check_features(d, call);
   HopperArgs a{};
   const TensorMap& q = maps.get(0, "q", call.q, d, d.Hq, d.Sq, call.q_batch_stride,
                                 call.q_head_stride, call.q_seq_stride, p.block_m);
@@ -1081,6 +1087,8 @@ HopperArgs hopper_kernel_args(const Params& p, const Dims& d, const AttentionCal
   a.lse = call.lse;
   fill_output_and_sizes(a, d, call);
   a.batch = int(d.B);
+  a.window_left = d.window ? call.window_left : -1;
+  a.window_right = d.window ? call.window_right : -1;
   return a;
 }
 

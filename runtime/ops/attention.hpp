@@ -158,6 +158,7 @@ struct AttentionHopperKernelArgs {
   float scale_log2;
   int batch;
   int q_seq_inner, k_seq_inner, v_seq_inner;
+  int window_left, window_right; // keys before / after the diagonal (-1 unbounded)
 };
 
 class AttentionOp final : public Op {

@@ -69,6 +69,13 @@ constexpr int k_block_n = AT_BLOCK_N;
 constexpr int k_stages = AT_STAGES;
 constexpr bool k_causal = AT_CAUSAL != 0;
 constexpr bool k_lse = AT_LSE != 0;
+#ifndef AT_WINDOW
+#define AT_WINDOW 0
+#endif
+// A sliding window (args.window_left/right keys around each row's diagonal, -1
+// unbounded): key tiles wholly outside every row's window are neither loaded nor
+// computed, those crossing its edges are masked.
+constexpr bool k_window = AT_WINDOW != 0;
 #ifndef AT_PINGPONG
 #define AT_PINGPONG 0
 #endif
@@ -143,6 +150,7 @@ struct AttnArgs {
   float scale_log2; // softmax scale * log2(e)
   int batch;
   int q_seq_inner, k_seq_inner, v_seq_inner;
+  int window_left, window_right; // AT_WINDOW: keys before / after the diagonal, -1 unbounded
 };
 
 // One box of `rows` rows from sequence position `seq` of (head, batch), all 64-column
@@ -223,22 +231,27 @@ __device__ __forceinline__ float quad_sum(float x) {
 }
 
 // One consumer thread's part of a key tile's softmax: masks S where the tile crosses
-// the end of the keys or (causal) the diagonal, updates the running row max and sum of
-// its two rows (row0, row0 + 8), turns S into exponentials and returns in alpha the
-// factor the rows' O must be scaled by.
+// the end of the keys, (causal) the diagonal or (window) an edge of the window, updates the running
+// row max and sum of its two rows (row0, row0 + 8), turns S into exponentials and returns in alpha
+// the factor the rows' O must be scaled by.
 __device__ __forceinline__ void softmax_tile(float (&sc)[k_s_regs], float (&row_max)[2],
                                              float (&row_sum)[2], float (&alpha)[2],
                                              const AttnArgs& args, int n0, int m0, int row0,
                                              int t) {
   const int diag = args.seq_k - args.seq_q; // query i sees keys j <= i + diag
+  // The window around the diagonal: keys [i + diag - left, i + diag + right].
+  const int right = k_causal ? 0 : (k_window ? args.window_right : -1);
+  const int left = k_window ? args.window_left : -1;
   const bool past_end = n0 + k_block_n > args.seq_k;
-  const bool crosses = k_causal && n0 + k_block_n - 1 > m0 + diag;
-  if (past_end || crosses) {
+  const bool crosses_right = right >= 0 && n0 + k_block_n - 1 > m0 + diag + right;
+  const bool crosses_left = left >= 0 && n0 < m0 + k_block_m - 1 + diag - left;
+  if (past_end || crosses_right || crosses_left) {
 #pragma unroll
     for (int i = 0; i < k_s_regs; ++i) {
       const int col = n0 + (i / 4) * 8 + 2 * t + (i % 2);
       const int row = row0 + ((i / 2) % 2) * 8;
-      if (col >= args.seq_k || (k_causal && col > row + diag)) {
+      if (col >= args.seq_k || (right >= 0 && col > row + diag + right) ||
+          (left >= 0 && col < row + diag - left)) {
         sc[i] = at_neg_inf();
       }
     }
@@ -311,7 +324,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
   const int n_tiles = (args.seq_k + k_block_n - 1) / k_block_n;
   // The work of one tile: its query block, head, batch, and how many key tiles it reads.
   struct Tile {
-    int m0, head, batch, n_end;
+    int m0, head, batch, n_begin, n_end; // key tiles [n_begin, n_end)
   };
   auto tile_at = [&](int index) {
     Tile w;
@@ -339,13 +352,25 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
       w.batch = static_cast<int>(blockIdx.z);
     }
     w.m0 = m_block * k_block_m;
-    // Causal: the last key any row of this block sees is (m0 + block_m - 1) + Sk - Sq.
+    // Causal (right = 0) or a window's right edge: the last key any row of this block
+    // sees is (m0 + block_m - 1) + Sk - Sq + right; a window's left edge: the first is
+    // m0 + Sk - Sq - left.
+    const long long diag = static_cast<long long>(args.seq_k) - args.seq_q;
+    const int right = k_causal ? 0 : (k_window ? args.window_right : -1);
+    const int left = k_window ? args.window_left : -1;
     w.n_end = n_tiles;
-    if (k_causal) {
-      const long long last = static_cast<long long>(w.m0) + k_block_m - 1 + args.seq_k - args.seq_q;
+    if (right >= 0) {
+      const long long last = static_cast<long long>(w.m0) + k_block_m - 1 + diag + right;
       w.n_end = last < 0
                     ? 0
                     : static_cast<int>(min(static_cast<long long>(n_tiles), last / k_block_n + 1));
+    }
+    w.n_begin = 0;
+    if (left >= 0) {
+      const long long first = static_cast<long long>(w.m0) + diag - left;
+      w.n_begin = first <= 0
+                      ? 0
+                      : static_cast<int>(min(first / k_block_n, static_cast<long long>(w.n_end)));
     }
     return w;
   };
@@ -388,7 +413,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
         mbar_arrive_expect_tx(q_full + 8 * qb, k_q_bytes);
         load_rows(base + qb * k_q_bytes, k_q_slab_bytes, &args.q_map, args.q_seq_inner,
                   q_full + 8 * qb, w.m0, w.head, w.batch);
-        for (int n = 0; n < w.n_end; ++n, ++it) {
+        for (int n = w.n_begin; n < w.n_end; ++n, ++it) {
           const int s = it % k_stages;
           const unsigned parity = static_cast<unsigned>(it / k_stages) & 1u;
           mbar_wait(kv_empty + 8 * s, parity ^ 1u);
@@ -420,7 +445,9 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
     for (int index = first_tile; index < tiles; index += tile_step, ++local) {
       const Tile w = tile_at(index);
       const int m0 = w.m0;
-      const int n_end = w.n_end;
+      // Key tiles n_first .. n_first + n_count - 1, counted from 0 for the ring.
+      const int n_first = w.n_begin;
+      const int n_count = w.n_end - w.n_begin;
       const int qb = local % k_q_bufs;
       const int row0 = m0 + consumer * 64 + warp * 16 + g; // rows row0 and row0 + 8
       const unsigned my_q =
@@ -435,7 +462,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
       float row_sum[2] = {0.0f, 0.0f}; // this thread's share; the quad's sum at the end
 
       mbar_wait(q_full + 8 * qb, static_cast<unsigned>(local / k_q_bufs) & 1u);
-      if (k_pingpong && consumer == k_consumers - 1 && n_end > 0) {
+      if (k_pingpong && consumer == k_consumers - 1 && n_count > 0) {
         // The first turn is consumer 0's: the last consumer opens it.
         named_barrier_arrive(1, 256);
       }
@@ -449,7 +476,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
         // registers (a copy between them would let the compiler merge the two, and
         // ptxas then serialises the products). The first tile has no P V and is peeled.
         unsigned p2[k_block_n / 16][4];
-        if (n_end > 0) {
+        if (n_count > 0) {
           float sc[k_s_regs];
           float alpha[2];
           mbar_wait(k_full + 8 * stage(it0), phase(it0));
@@ -458,7 +485,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
           wgmma_commit();
           wgmma_wait<0>();
           wgmma_pin(sc);
-          softmax_tile(sc, row_max, row_sum, alpha, args, 0, m0, row0, t);
+          softmax_tile(sc, row_max, row_sum, alpha, args, n_first * k_block_n, m0, row0, t);
           pack_p(p, sc);
         }
         auto step = [&](int n, const unsigned(&p_last)[k_block_n / 16][4],
@@ -476,7 +503,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
           wgmma_wait<1>();
           wgmma_pin(sc);
           float alpha[2];
-          softmax_tile(sc, row_max, row_sum, alpha, args, n * k_block_n, m0, row0, t);
+          softmax_tile(sc, row_max, row_sum, alpha, args, (n_first + n) * k_block_n, m0, row0, t);
           pack_p(p_new, sc);
           wgmma_wait<0>();
           wgmma_pin(o);
@@ -484,17 +511,17 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
           rescale_o(o, alpha); // O held P V of n - 1 at the max before tile n
         };
         int n = 1;
-        for (; n + 1 < n_end; n += 2) {
+        for (; n + 1 < n_count; n += 2) {
           step(n, p, p2);
           step(n + 1, p2, p);
         }
-        const bool last_in_p2 = n < n_end;
+        const bool last_in_p2 = n < n_count;
         if (last_in_p2) {
           step(n, p, p2);
         }
-        if (n_end > 0) {
+        if (n_count > 0) {
           // The last tile's O += P V.
-          const int i = it0 + n_end - 1;
+          const int i = it0 + n_count - 1;
           mbar_wait(v_full + 8 * stage(i), phase(i));
           wgmma_pin(o);
           wgmma_fence();
@@ -509,7 +536,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
           release_stage(kv_empty + 8 * stage(i), lane);
         }
       } else {
-        for (int n = 0; n < n_end; ++n) {
+        for (int n = 0; n < n_count; ++n) {
           const int i = it0 + n;
           const unsigned k_tile = base + k_k_offset + stage(i) * k_kv_bytes;
           const unsigned pv_tile = base + k_v_offset + stage(i - 1) * k_kv_bytes;
@@ -537,7 +564,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
           }
           qk_product(sc, my_q, k_tile);
           wgmma_commit();
-          if (k_pingpong && !(consumer == k_consumers - 1 && n == n_end - 1)) {
+          if (k_pingpong && !(consumer == k_consumers - 1 && n == n_count - 1)) {
             named_barrier_arrive(1 + (consumer + 1) % k_consumers, 256); // the next one's turn
           }
           wgmma_wait<0>();
@@ -546,13 +573,13 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
           }
           // O already holds the previous tile's P V, so its rescale comes after it.
           float alpha[2];
-          softmax_tile(sc, row_max, row_sum, alpha, args, n * k_block_n, m0, row0, t);
+          softmax_tile(sc, row_max, row_sum, alpha, args, (n_first + n) * k_block_n, m0, row0, t);
           rescale_o(o, alpha);
           pack_p(p, sc);
         }
-        if (n_end > 0) {
+        if (n_count > 0) {
           // The last tile's O += P V.
-          const int i = it0 + n_end - 1;
+          const int i = it0 + n_count - 1;
           mbar_wait(v_full + 8 * stage(i), phase(i));
           wgmma_fence();
           pv_product(o, p, base + k_v_offset + stage(i) * k_kv_bytes);
@@ -561,7 +588,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
           release_stage(kv_empty + 8 * stage(i), lane);
         }
       }
-      it0 += n_end;
+      it0 += n_count;
 
       // Epilogue: O / sum, staged through this consumer's own rows of the Q tile (its
       // products are done; no other warpgroup reads them) in the same 128-byte swizzle,
