@@ -384,8 +384,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     """flash-attn 2's flash_attn_varlen_func: variable-length sequences packed.
 
     q: (total_q, nheads, headdim); k, v: (total_k, nheads_k, headdim), fp16/bf16, nheads a
-    multiple of nheads_k; headdim a multiple of 8 in 32..256; token and head strides
-    multiples of 8 elements (a strided last dimension is copied first).
+    multiple of nheads_k; headdim up to 256 (the kernels build multiples of 8 from 32;
+    other head dims run on zero-padded copies, as in flash_attn_func); token and head
+    strides multiples of 8 elements (a strided last dimension is copied first).
     cu_seqlens_q, cu_seqlens_k: (batch_size + 1,) torch.int32 CUDA tensors, the sequences'
     cumulative lengths (sequence b is rows cu_seqlens[b] .. cu_seqlens[b+1] - 1). They are
     read on the GPU, never checked there (flash-attn does not either): they must start at
@@ -400,8 +401,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 
     out: (total_q, nheads, headdim); with return_attn_probs, (out, softmax_lse (nheads,
     total_q) fp32, an empty S_dmask). Rows that see no key: O = 0 and LSE +inf, as
-    flash-attn 2 returns them. With ALiBi and causal, autotune's LSE is that of the
-    logits -slope * |i + Sk - Sq - j| (flash-attn 2's is larger by slope * (i + Sk - Sq)).
+    flash-attn 2 returns them; with ALiBi under causal (no left bound) the LSE carries
+    flash-attn 2's offset slope * (i + Sk - Sq), as in flash_attn_func.
     """
     name = "flash_attn_varlen_func"
     if block_table is not None:
@@ -456,7 +457,21 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     out, lse = result
     if causal or window[1] >= 0:
         lse = lse.masked_fill(lse == float("-inf"), float("inf"))
+    if alibi_slopes is not None and causal and window[0] < 0:
+        lse = lse + _varlen_alibi_offset(alibi_slopes, cu_seqlens_q, cu_seqlens_k, lse.shape[1])
     return out, lse, q.new_empty((0,))
+
+
+def _varlen_alibi_offset(slopes, cu_seqlens_q, cu_seqlens_k, total_q):
+    """flash-attn 2's causal-ALiBi LSE offset (see _attend) of a varlen call's packed rows,
+    [heads, total_q]: slope * (i + seqlen_k - seqlen_q), i the row within its sequence."""
+    t = torch.arange(total_q, device=cu_seqlens_q.device, dtype=cu_seqlens_q.dtype)
+    seq = torch.searchsorted(cu_seqlens_q[1:].contiguous(), t, right=True)
+    seq = seq.clamp(max=cu_seqlens_q.shape[0] - 2)
+    shift = (t - cu_seqlens_q[seq] + (cu_seqlens_k[seq + 1] - cu_seqlens_k[seq])
+             - (cu_seqlens_q[seq + 1] - cu_seqlens_q[seq])).float()
+    per_row = slopes.unsqueeze(1) if slopes.dim() == 1 else slopes[seq].t()
+    return per_row * shift
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
@@ -480,7 +495,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     cache_batch_idx and cache_leftpad raise NotImplementedError.
 
     out: (batch_size, seqlen_q, nheads, headdim); with return_softmax_lse also the fp32
-    softmax_lse (batch_size, nheads, seqlen_q).
+    softmax_lse (batch_size, nheads, seqlen_q) as flash-attn 2 returns it (+inf on rows
+    that see no key, its causal-ALiBi offset as in flash_attn_func).
     """
     name = "flash_attn_with_kvcache"
     for what, given in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin),
@@ -519,4 +535,20 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     result = rt.attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, k, v, causal,
                                   softmax_scale, bool(return_softmax_lse), window, softcap,
                                   alibi_slopes)
-    return result
+    if not return_softmax_lse:
+        return result
+    # softmax_lse as flash-attn 2 returns it: +inf on rows that see no key, and under
+    # causal ALiBi without a left bound larger by slope * (i + seqlen_k - seqlen_q) (see
+    # _attend), seqlen_k being each sequence's cached keys (clamped into the cache as the
+    # kernel clamps them) plus the new ones.
+    out, lse = result
+    lse = lse.masked_fill(lse == float("-inf"), float("inf"))
+    if alibi_slopes is not None and causal and window[0] < 0:
+        seqlen_new = 0 if k is None else k.shape[1]
+        seqlen_q = q.shape[1]
+        seqlen_k = cache_seqlens.clamp(0, max(capacity - seqlen_new, 0)) + seqlen_new
+        shift = (torch.arange(seqlen_q, device=lse.device, dtype=torch.float32)[None, :]
+                 + (seqlen_k - seqlen_q).float()[:, None])
+        slopes = alibi_slopes if alibi_slopes.dim() == 2 else alibi_slopes.unsqueeze(0)
+        lse = lse + slopes[:, :, None] * shift[:, None, :]
+    return out, lse

@@ -442,14 +442,14 @@ def _attn_judge_seqs(seqs, causal, window_size, softcap=0.0, mult=2, slack=0.0):
     """The peers' criterion against a reference per sequence (varlen, KV cache): the
     largest output error over all sequences at most mult x PyTorch's (+ slack), then
     each sequence's LSE (_lse_ok). seqs: (out [Sq, H, D], lse [H, Sq], q, k, v,
-    alibi_slopes) per sequence, the last four with a batch dimension of 1. The LSE is the
-    logits' (causal passed as the window's right bound 0): autotune's varlen and KV cache
-    calls return it so, without flash_attn_func's flash-attn 2 causal-ALiBi offset."""
-    window = (window_size[0], 0) if causal else tuple(window_size)
+    alibi_slopes) per sequence, the last four with a batch dimension of 1. The LSE is
+    flash-attn 2's (attention_ref: with its causal-ALiBi offset), as every drop-in returns
+    it."""
     err = err_pt = 0.0
     lses = []
     for out, lse, q, k, v, slopes in seqs:
-        out_ref, out_pt, lse_ref = _attn_refs(q, k, v, False, window, softcap, slopes)
+        out_ref, out_pt, lse_ref = _attn_refs(q, k, v, causal, tuple(window_size), softcap,
+                                              slopes)
         err = max(err, (out - out_ref[0]).abs().max().item())
         err_pt = max(err_pt, (out_pt[0] - out_ref[0]).abs().max().item())
         lses.append((lse, lse_ref[0]))

@@ -793,10 +793,12 @@ class TestCallPlans(unittest.TestCase):
         values = layout.struct.unpack_from(got)
         self.assertEqual(values[:len(expected_prefix)], expected_prefix)
         # q, k, v, o, lse (11 fields each), then causal, scale, the workspace, and the
-        # features: no window, no softcap, no slopes.
+        # features: no window, no softcap, no slopes; then every varlen and KV cache field
+        # absent (zero).
         self.assertEqual(values[55:59], (1, 0.5, 0xABC000, 4096))
         self.assertEqual(values[59:63], (0, -1, -1, 0.0))
-        self.assertEqual(values[63:], _runtime._ABSENT)
+        self.assertEqual(values[63:63 + len(_runtime._ABSENT)], _runtime._ABSENT)
+        self.assertFalse(any(values[63 + len(_runtime._ABSENT):]))
         self.assertEqual(values[33], out.data_ptr())
         self.assertEqual(values[44], lse.data_ptr())
         # With a window, softcap and slopes: a warm call writes the new slopes' pointer.
@@ -807,7 +809,7 @@ class TestCallPlans(unittest.TestCase):
                                            0.5, False, None, (16, -1), 5.0, slopes)
         values = layout.struct.unpack_from(self.seen[0])
         self.assertEqual(values[59:63], (1, 16, -1, 5.0))
-        self.assertEqual(values[63:], f(slopes, "alibi_slopes"))
+        self.assertEqual(values[63:74], f(slopes, "alibi_slopes"))
         self.assertEqual(values[33], out.data_ptr())
         self.op = "selective_scan"
         u = torch.randn(2, 8, 16, dtype=torch.bfloat16)
