@@ -95,6 +95,25 @@ TEST_CASE("the heuristic picks the nearest point of the GPU's family that can ru
     }
     CHECK(hopper_points == 8);
   }
+  SUBCASE("attention: a decoding step takes a decoding point, split-KV at a small batch") {
+    const Op& op = find_op("attention");
+    for (const char* cache : {",paged=1,page=256", ",kvcache=1", ""}) {
+      CAPTURE(cache);
+      auto c = heuristic_config(
+          op,
+          problem("attention",
+                  (std::string("B=6,Hq=32,Hkv=8,Sq=1,Sk=20000,D=128") + cache).c_str()),
+          "sm_90a");
+      REQUIRE(c);
+      CHECK(c->second.find("Sq=1") != std::string::npos);
+      CHECK(format_fields(c->first).find("splits=8") != std::string::npos);
+    }
+    // A page that the nearest point's block_n does not divide: the next point that fits.
+    auto small_page = heuristic_config(
+        op, problem("attention", "B=60,Hq=32,Hkv=8,Sq=1,Sk=3000,D=128,paged=1,page=64"), "sm_90a");
+    REQUIRE(small_page);
+    CHECK(format_fields(small_page->first).find("block_n=64") != std::string::npos);
+  }
   SUBCASE("selective_scan") {
     auto c = heuristic_config(find_op("selective_scan"),
                               problem("selective_scan", "B=2,D=3072,L=1500,N=16"), "sm_90a");
