@@ -27,8 +27,8 @@ __version__ = "0.1.0"
 __all__ = [
     "AutotuneError", "LibraryNotFoundError", "POLICIES", "Runtime", "causal_conv1d_fn",
     "find_library", "flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func",
-    "flash_attn_varlen_func",
-    "flash_attn_with_kvcache",
+    "flash_attn_varlen_func", "flash_attn_varlen_kvpacked_func",
+    "flash_attn_varlen_qkvpacked_func", "flash_attn_with_kvcache",
     "get_runtime", "selective_scan_fn", "set_database", "set_policy", "torch_available",
 ]
 
@@ -42,8 +42,9 @@ torch_available = _torch is not None
 
 if torch_available:
     from ._dropin import (causal_conv1d_fn, flash_attn_func, flash_attn_kvpacked_func,
-                          flash_attn_qkvpacked_func, flash_attn_varlen_func, flash_attn_with_kvcache,
-                          selective_scan_fn)
+                          flash_attn_qkvpacked_func, flash_attn_varlen_func,
+                          flash_attn_varlen_kvpacked_func, flash_attn_varlen_qkvpacked_func,
+                          flash_attn_with_kvcache, selective_scan_fn)
     from ._ops import get_runtime
 else:
     def _needs_torch(name):
@@ -59,5 +60,7 @@ else:
     flash_attn_qkvpacked_func = _needs_torch("flash_attn_qkvpacked_func")
     flash_attn_kvpacked_func = _needs_torch("flash_attn_kvpacked_func")
     flash_attn_varlen_func = _needs_torch("flash_attn_varlen_func")
+    flash_attn_varlen_qkvpacked_func = _needs_torch("flash_attn_varlen_qkvpacked_func")
+    flash_attn_varlen_kvpacked_func = _needs_torch("flash_attn_varlen_kvpacked_func")
     flash_attn_with_kvcache = _needs_torch("flash_attn_with_kvcache")
     get_runtime = _needs_torch("get_runtime")

@@ -404,10 +404,56 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     flash-attn 2 returns them; with ALiBi under causal (no left bound) the LSE carries
     flash-attn 2's offset slope * (i + Sk - Sq), as in flash_attn_func.
     """
-    name = "flash_attn_varlen_func"
     if block_table is not None:
-        raise NotImplementedError(f"autotune.{name}: block_table (a paged KV cache) is not "
-                                  "implemented")
+        raise NotImplementedError("autotune.flash_attn_varlen_func: block_table (a paged KV "
+                                  "cache) is not implemented")
+    return _attend_varlen("flash_attn_varlen_func", q, k, v, cu_seqlens_q, cu_seqlens_k,
+                          max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
+                          window_size, softcap, alibi_slopes, return_attn_probs)
+
+
+def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
+                                     softmax_scale=None, causal=False, window_size=_NO_WINDOW,
+                                     softcap=0.0, alibi_slopes=None, deterministic=False,
+                                     return_attn_probs=False):
+    """flash-attn 2's flash_attn_varlen_qkvpacked_func: qkv (total, 3, nheads, headdim),
+    read in place (q, k and v are views of it), one cu_seqlens and max_seqlen for queries
+    and keys; otherwise as flash_attn_varlen_func."""
+    name = "flash_attn_varlen_qkvpacked_func"
+    if not isinstance(qkv, _Tensor) or qkv.dim() != 4 or qkv.shape[1] != 3:
+        raise ValueError(f"autotune.{name}: qkv must be a (total_tokens, 3, nheads, headdim) "
+                         f"tensor, not {_describe(qkv)}")
+    q, k, v = qkv.unbind(1)
+    return _attend_varlen(name, q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
+                          dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                          return_attn_probs)
+
+
+def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                    max_seqlen_k, dropout_p=0.0, softmax_scale=None,
+                                    causal=False, window_size=_NO_WINDOW, softcap=0.0,
+                                    alibi_slopes=None, deterministic=False,
+                                    return_attn_probs=False):
+    """flash-attn 2's flash_attn_varlen_kvpacked_func: q (total_q, nheads, headdim), kv
+    (total_k, 2, nheads_k, headdim) read in place; otherwise as flash_attn_varlen_func."""
+    name = "flash_attn_varlen_kvpacked_func"
+    if not isinstance(kv, _Tensor) or kv.dim() != 4 or kv.shape[1] != 2:
+        raise ValueError(f"autotune.{name}: kv must be a (total_k, 2, nheads_k, headdim) "
+                         f"tensor, not {_describe(kv)}")
+    k, v = kv.unbind(1)
+    return _attend_varlen(name, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                          dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                          return_attn_probs)
+
+
+def _describe(x):
+    return list(x.shape) if isinstance(x, _Tensor) else type(x).__name__
+
+
+def _attend_varlen(name, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                   dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                   return_attn_probs):
+    """flash_attn_varlen_func and its packed forms, name naming the one called."""
     for what, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, _Tensor):
             raise TypeError(f"autotune.{name}: {what} must be a torch.Tensor, not "

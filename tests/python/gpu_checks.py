@@ -472,8 +472,7 @@ ATTN_VARLEN_GRID = dict(
 
 
 def attn_varlen_unsupported(c):
-    # autotune has no flash_attn_varlen_kvpacked_func.
-    return attention_unsupported(c) or ("kvpacked_varlen" if c["kvpacked"] else None)
+    return attention_unsupported(c)
 
 
 def _random_lengths(max_seqlen, batch_size):
@@ -504,11 +503,18 @@ def attn_varlen_run(c):
     def unpad(x, lens):
         return torch.cat([x[b, :n] for b, n in enumerate(lens)])
 
-    out, lse, s_dmask = autotune.flash_attn_varlen_func(
-        unpad(q, lens_q), unpad(k, lens_k), unpad(v, lens_k), _cu_seqlens(lens_q),
-        _cu_seqlens(lens_k), max(lens_q), max(lens_k), 0.0, causal=causal,
-        window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
-        deterministic=c["deterministic"], return_attn_probs=True)
+    features = dict(causal=causal, window_size=window_size, softcap=softcap,
+                    alibi_slopes=alibi_slopes, deterministic=c["deterministic"],
+                    return_attn_probs=True)
+    cu_q, cu_k = _cu_seqlens(lens_q), _cu_seqlens(lens_k)
+    if c["kvpacked"]:  # the peer's kvpacked case: k and v read from one packed tensor
+        kv = unpad(torch.stack([k, v], dim=2), lens_k)
+        out, lse, s_dmask = autotune.flash_attn_varlen_kvpacked_func(
+            unpad(q, lens_q), kv, cu_q, cu_k, max(lens_q), max(lens_k), 0.0, **features)
+    else:
+        out, lse, s_dmask = autotune.flash_attn_varlen_func(
+            unpad(q, lens_q), unpad(k, lens_k), unpad(v, lens_k), cu_q, cu_k, max(lens_q),
+            max(lens_k), 0.0, **features)
     if s_dmask.numel() != 0:
         return False, "S_dmask is not empty"
     # flash-attn reads a window side of max_seqlen_k or more as unbounded.

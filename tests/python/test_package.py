@@ -391,7 +391,9 @@ class TestShimAndEntryPoints(unittest.TestCase):
             self.skipTest("torch imports here")
         self.assertFalse(autotune.torch_available)
         for name in ("flash_attn_func", "causal_conv1d_fn", "selective_scan_fn",
-                     "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func"):
+                     "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func",
+                     "flash_attn_varlen_func", "flash_attn_varlen_qkvpacked_func",
+                     "flash_attn_varlen_kvpacked_func", "flash_attn_with_kvcache"):
             with self.assertRaisesRegex(ModuleNotFoundError, f"autotune.{name} needs PyTorch"):
                 getattr(autotune, name)(None)
 
@@ -416,6 +418,21 @@ class TestShimAndEntryPoints(unittest.TestCase):
             "flash_attn_kvpacked_func": "q, kv, dropout_p=0.0, softmax_scale=None, causal=False, "
                                         "window_size=(-1, -1), softcap=0.0, alibi_slopes=None, "
                                         "deterministic=False, return_attn_probs=False",
+            "flash_attn_varlen_func": "q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, "
+                                      "max_seqlen_k, dropout_p=0.0, softmax_scale=None, "
+                                      "causal=False, window_size=(-1, -1), softcap=0.0, "
+                                      "alibi_slopes=None, deterministic=False, "
+                                      "return_attn_probs=False, block_table=None",
+            "flash_attn_varlen_qkvpacked_func": "qkv, cu_seqlens, max_seqlen, dropout_p=0.0, "
+                                                "softmax_scale=None, causal=False, "
+                                                "window_size=(-1, -1), softcap=0.0, "
+                                                "alibi_slopes=None, deterministic=False, "
+                                                "return_attn_probs=False",
+            "flash_attn_varlen_kvpacked_func": "q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, "
+                                               "max_seqlen_k, dropout_p=0.0, softmax_scale=None, "
+                                               "causal=False, window_size=(-1, -1), "
+                                               "softcap=0.0, alibi_slopes=None, "
+                                               "deterministic=False, return_attn_probs=False",
         }
         path = os.path.join(PACKAGE, "autotune", "_dropin.py")
         with open(path) as f:
