@@ -520,6 +520,68 @@ def _varlen_alibi_offset(slopes, cu_seqlens_q, cu_seqlens_k, total_q):
     return per_row * shift
 
 
+def _rotary(x, cos, sin, positions, interleaved):
+    """x (batch, seqlen, nheads, headdim) with its first rotary_dim = 2 * cos.shape[1]
+    dimensions rotated by the angles of rows `positions` (batch, seqlen) of cos and sin:
+    pairs (2i, 2i + 1) when interleaved (GPT-J), else (i, i + rotary_dim / 2) (GPT-NeoX);
+    in float32, rounded to x's dtype once, as flash-attn 2 rotates. A new tensor."""
+    half = cos.shape[1]
+    c = cos[positions].float().unsqueeze(2)  # (batch, seqlen, 1, half)
+    s = sin[positions].float().unsqueeze(2)
+    rotated = x[..., :2 * half].float()
+    if interleaved:
+        x1, x2 = rotated[..., 0::2], rotated[..., 1::2]
+        rotated = torch.stack((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1).flatten(-2)
+    else:
+        x1, x2 = rotated[..., :half], rotated[..., half:]
+        rotated = torch.cat((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1)
+    return torch.cat((rotated.to(x.dtype), x[..., 2 * half:]), dim=-1)
+
+
+def _kvcache_rotary(name, q, k, cos, sin, interleaved, cache_seqlens, capacity, per_row):
+    """flash_attn_with_kvcache's rotary embedding of q and the new keys k (see its
+    docstring), every argument checked first; per_row: causal or windowed (query i at
+    cache_seqlens + i, else every query at cache_seqlens)."""
+    if cos is None or sin is None:
+        raise ValueError(f"autotune.{name}: rotary_cos and rotary_sin go together")
+    if k is None:
+        raise ValueError(f"autotune.{name}: rotary_cos/rotary_sin rotate the new keys: k and v "
+                         "must be given with them")
+    for what, t in (("rotary_cos", cos), ("rotary_sin", sin)):
+        if not isinstance(t, _Tensor) or t.dim() != 2:
+            raise ValueError(f"autotune.{name}: {what} must be a (seqlen_ro, rotary_dim / 2) "
+                             f"tensor, not {_describe(t)}")
+        if t.dtype != q.dtype or t.device != q.device:
+            raise ValueError(f"autotune.{name}: {what} is {t.dtype} on {t.device}; it must be "
+                             f"q's dtype and device ({q.dtype} on {q.device})")
+    if not isinstance(k, _Tensor) or k.dim() != 4 or k.shape[0] != q.shape[0]:
+        raise ValueError(f"autotune.{name}: k must be (batch_size, seqlen_new, nheads_k, "
+                         f"headdim) with q's batch size {q.shape[0]}, not {_describe(k)}")
+    if tuple(cache_seqlens.shape) != (q.shape[0],) or cache_seqlens.device != q.device:
+        raise ValueError(f"autotune.{name}: cache_seqlens must be ({q.shape[0]},) on {q.device}, "
+                         f"not {list(cache_seqlens.shape)} on {cache_seqlens.device}")
+    if cos.shape != sin.shape:
+        raise ValueError(f"autotune.{name}: rotary_cos is {list(cos.shape)}, rotary_sin "
+                         f"{list(sin.shape)}: the same shape")
+    rotary_dim = 2 * cos.shape[1]
+    if rotary_dim % 16 or not 0 < rotary_dim <= q.shape[-1]:
+        raise ValueError(f"autotune.{name}: rotary_dim = 2 * rotary_cos.shape[1] = {rotary_dim} "
+                         f"must be a multiple of 16 in 16..headdim ({q.shape[-1]})")
+    if cos.shape[0] < capacity:
+        raise ValueError(f"autotune.{name}: rotary_cos has {cos.shape[0]} positions, fewer than "
+                         f"the {capacity} keys the cache holds")
+    seqlen_new, seqlen_q = k.shape[1], q.shape[1]
+    # Each sequence's first new row, as the kernel clamps the cache length; positions are
+    # kept inside the table (a position past it would fault the GPU).
+    start = cache_seqlens.clamp(0, max(capacity - seqlen_new, 0)).long()[:, None]
+    last = cos.shape[0] - 1
+    k_pos = (start + torch.arange(seqlen_new, device=q.device)).clamp_(max=last)
+    q_pos = (start + torch.arange(seqlen_q, device=q.device)) if per_row else \
+        start.expand(-1, seqlen_q)
+    return (_rotary(q, cos, sin, q_pos.clamp(max=last), interleaved),
+            _rotary(k, cos, sin, k_pos, interleaved))
+
+
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
                             rotary_sin=None, cache_seqlens=None, cache_batch_idx=None,
                             cache_leftpad=None, block_table=None, softmax_scale=None,
@@ -537,7 +599,13 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     nheads_k, headdim) appended at cache_seqlens[b].. (written into the cache, in place, by
     the same launch) and attended. causal is bottom-right aligned against cache_seqlens +
     seqlen_new; window_size, softcap, alibi_slopes, softmax_scale as flash_attn_func.
-    num_splits is the tuner's choice (split-KV variants) and ignored. rotary_cos/sin,
+    num_splits is the tuner's choice (split-KV variants) and ignored. rotary_cos,
+    rotary_sin (seqlen_ro, rotary_dim / 2) in q's dtype, rotary_dim a multiple of 16 up
+    to headdim, seqlen_ro covering the cache, with k and v given: the new keys are rotated
+    at positions cache_seqlens, cache_seqlens + 1, ... and written rotated; the queries at
+    cache_seqlens + i when causal or windowed, else all at cache_seqlens (flash-attn 2's
+    convention), pairs (2i, 2i + 1) when rotary_interleaved, else (i, i + rotary_dim / 2);
+    here by torch operations in float32 before the attention launch, not fused into it.
     cache_batch_idx and cache_leftpad raise NotImplementedError.
 
     out: (batch_size, seqlen_q, nheads, headdim); with return_softmax_lse also the fp32
@@ -545,8 +613,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     that see no key, its causal-ALiBi offset as in flash_attn_func).
     """
     name = "flash_attn_with_kvcache"
-    for what, given in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin),
-                        ("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad)):
+    for what, given in (("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad)):
         if given is not None:
             raise NotImplementedError(f"autotune.{name}: {what} is not implemented")
     for what, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
@@ -577,6 +644,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         capacity = k_cache.shape[1]
     causal, window, softcap, alibi_slopes = _features(
         name, 0.0, causal, window_size, softcap, alibi_slopes, _SeqlenK(capacity))
+    if rotary_cos is not None or rotary_sin is not None:
+        q, k = _kvcache_rotary(name, q, k, rotary_cos, rotary_sin, rotary_interleaved,
+                               cache_seqlens, capacity, causal or window != _NO_WINDOW)
     rt = _ops.get_runtime(q.device.index)
     result = rt.attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, k, v, causal,
                                   softmax_scale, bool(return_softmax_lse), window, softcap,

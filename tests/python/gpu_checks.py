@@ -552,14 +552,11 @@ KVCACHE_HEAD_DIMS = tuple(range(32, 257, 8))
 
 
 def attn_kvcache_unsupported(c):
-    """What autotune.flash_attn_with_kvcache refuses (rotary_cos/sin, cache_leftpad and
-    cache_batch_idx raise NotImplementedError; the library refuses the head dim), each
-    case counted once under the first: head_dim, rotary (the peer's rotary_dim, rounded
-    down to a multiple of 16, > 0), cache_leftpad, cache_batch_idx."""
+    """What autotune.flash_attn_with_kvcache refuses (cache_leftpad and cache_batch_idx
+    raise NotImplementedError; the library refuses the head dim), each case counted once
+    under the first: head_dim, cache_leftpad, cache_batch_idx."""
     if c["d"] not in KVCACHE_HEAD_DIMS:
         return "head_dim"
-    if int(c["rotary_fraction"] * c["d"]) // 16 * 16 > 0:
-        return "rotary"
     if c["has_leftpad"]:
         return "cache_leftpad"
     if c["has_batch_idx"]:
@@ -587,6 +584,22 @@ def _cache_rows(cache, block_table, b, n):
     return cache[block_table[b, :(n + page - 1) // page].long()].flatten(0, 1)[None, :n]
 
 
+def _rotary_ref(x, cos, sin, positions, interleaved):
+    """The rotary embedding in float64 as complex multiplications (independent of the
+    package's): pairs (2i, 2i + 1) when interleaved, else (i, i + rotary_dim / 2), rotated
+    by row positions[b, s] of cos + i sin; rounded to x's dtype."""
+    half = cos.shape[1]
+    xr = x[..., :2 * half].double()
+    if interleaved:
+        z = torch.complex(xr[..., 0::2], xr[..., 1::2])
+    else:
+        z = torch.complex(xr[..., :half], xr[..., half:])
+    z = z * torch.complex(cos.double(), sin.double())[positions].unsqueeze(2)
+    rot = (torch.stack((z.real, z.imag), dim=-1).flatten(-2) if interleaved
+           else torch.cat((z.real, z.imag), dim=-1))
+    return torch.cat((rot.to(x.dtype), x[..., 2 * half:]), dim=-1)
+
+
 def attn_kvcache_run(c):
     seqlen_q, seqlen_k = c["seqlens"]
     d, dtype, new_kv, page = c["d"], c["dtype"], c["new_kv"], c["paged_kv_block_size"]
@@ -608,28 +621,52 @@ def attn_kvcache_run(c):
         block_table = torch.randperm(num_blocks, dtype=torch.int32, device=DEV).view(
             batch_size, -1)
     k_cache, v_cache = (torch.randn(*shape, device=DEV, dtype=dtype) for _ in range(2))
-    # Cached keys per sequence, leaving room for the new ones (the peer's other bound is
-    # for rotary, which does not run here).
+    # The peer's rotary: rotary_dim the fraction of d rounded down to 16, a table as long
+    # as the cache, the queries rotated per row when causal or windowed.
+    rotary_dim = int(c["rotary_fraction"] * d) // 16 * 16
+    per_row = c["causal"] or c["local"]
+    rotary = {}
+    if rotary_dim > 0:
+        angle = torch.rand(seqlen_k if page is None else shape[0] * page, rotary_dim // 2,
+                           device=DEV) * 2 * math.pi
+        rotary = dict(rotary_cos=angle.cos().to(dtype), rotary_sin=angle.sin().to(dtype),
+                      rotary_interleaved=c["rotary_interleaved"])
+    # Cached keys per sequence, leaving room for the new ones (and, rotating queries per
+    # row, for seqlen_q positions: the peer's bound).
+    room = seqlen_q if per_row and rotary_dim > 0 else seqlen_new
     cache_seqlens = torch.randint(0 if new_kv else 1,
-                                  seqlen_k - seqlen_new + 1 if new_kv else seqlen_k + 1,
+                                  seqlen_k - room + 1 if new_kv else seqlen_k + 1,
                                   (batch_size,), dtype=torch.int32, device=DEV)
     lengths = cache_seqlens.tolist()
+    q_ref, k_ref = q, k
+    if rotary_dim > 0:
+        start = cache_seqlens.long()[:, None]
+        cos, sin = rotary["rotary_cos"], rotary["rotary_sin"]
+        q_pos = start + torch.arange(seqlen_q, device=DEV) if per_row else \
+            start.expand(-1, seqlen_q)
+        q_ref = _rotary_ref(q, cos, sin, q_pos, c["rotary_interleaved"])
+        k_ref = _rotary_ref(k, cos, sin, start + torch.arange(seqlen_new, device=DEV),
+                            c["rotary_interleaved"])
     k_want, v_want = k_cache, v_cache  # what the call must leave in the caches
     if new_kv:
         k_want, v_want = (_appended(cache, new, lengths, block_table)
-                          for cache, new in ((k_cache, k), (v_cache, v)))
+                          for cache, new in ((k_cache, k_ref), (v_cache, v)))
     out, lse = autotune.flash_attn_with_kvcache(
         q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens, block_table=block_table,
         causal=c["causal"], window_size=window_size, alibi_slopes=alibi_slopes,
-        num_splits=c["num_splits"], return_softmax_lse=True)
-    # The peer's check of the cache: the new rows appended in place (the peer allows k
-    # 1e-3 for rotary; without it k is copied, as v is), and here every other row kept.
+        num_splits=c["num_splits"], return_softmax_lse=True, **rotary)
+    # The peer's check of the cache: the new rows appended in place (rotated keys within
+    # 1e-3, as the peer allows; otherwise copied exactly), and here every other row kept.
     for name, cache, want in (("k", k_cache, k_want), ("v", v_cache, v_want)):
-        if new_kv and not torch.equal(cache, want):
+        if not new_kv:
+            continue
+        same = (torch.allclose(cache, want, rtol=1e-3, atol=1e-3) if name == "k" and rotary
+                else torch.equal(cache, want))
+        if not same:
             return False, (f"{name} cache after appending: max diff "
                            f"{(cache - want).abs().max().item():.3g}")
     seen = [n + (seqlen_new if new_kv else 0) for n in lengths]
-    seqs = [(out[b], lse[b], q[b:b + 1], _cache_rows(k_want, block_table, b, n),
+    seqs = [(out[b], lse[b], q_ref[b:b + 1], _cache_rows(k_want, block_table, b, n),
              _cache_rows(v_want, block_table, b, n),
              None if alibi_slopes is None else alibi_slopes[b:b + 1])
             for b, n in enumerate(seen)]
@@ -678,11 +715,11 @@ GRIDS = {
         "attention", "flash-attn tests/test_flash_attn.py::test_flash_attn_varlen_output",
         lambda: attn_output_cases(ATTN_VARLEN_GRID), attn_varlen_unsupported, attn_output_key,
         attn_varlen_run, 0.12,
-        "autotune.flash_attn_varlen_func on the peer's lists and inputs (batch 4 of "
-        "max(1, seqlen - 20) .. seqlen tokens each, q scaled by softcap); reference per "
-        "sequence; criterion and head_dim/dropout as test_flash_attn_output, then "
-        "kvpacked_varlen (no flash_attn_varlen_kvpacked_func); the LSE checked is the "
-        "logits' (autotune's varlen convention: no flash-attn 2 causal-ALiBi offset)."),
+        "autotune.flash_attn_varlen_func (kvpacked cases: flash_attn_varlen_kvpacked_func) "
+        "on the peer's lists and inputs (batch 4 of max(1, seqlen - 20) .. seqlen tokens "
+        "each, q scaled by softcap); reference per sequence; criterion, unsupported "
+        "features and the LSE (flash-attn 2's, its causal-ALiBi offset included) as "
+        "test_flash_attn_output."),
     "attention_kvcache": (
         "attention", "flash-attn tests/test_flash_attn.py::test_flash_attn_kvcache",
         attn_kvcache_cases, attn_kvcache_unsupported, attn_kvcache_key, attn_kvcache_run, 0.12,
@@ -690,9 +727,10 @@ GRIDS = {
         "nheads 6, nheads_k 6/1/3, contiguous and paged caches of 256-row blocks, random "
         "cache_seqlens); pass: the peer's criterion (max error <= 3x PyTorch's, 5x with "
         "ALiBi, + 1e-5; reference per sequence on its cached and new keys), new k/v "
-        "appended in place with every other cache row unchanged, and the logits' LSE on "
+        "appended in place with every other cache row unchanged, and flash-attn 2's LSE on "
         "rows with a key; unsupported counted under the first of head_dim (not a multiple "
-        "of 8: a cache is not padded), rotary, cache_leftpad, cache_batch_idx."),
+        "of 8: a cache is not padded), cache_leftpad, cache_batch_idx; rotary embeddings as "
+        "the peer draws them, checked against a float64 rotation."),
 }
 
 

@@ -620,6 +620,68 @@ class TestHarness(unittest.TestCase):
 
 
 @unittest.skipIf(torch is None, NO_TORCH)
+class TestKvcacheRotary(unittest.TestCase):
+    """flash_attn_with_kvcache's rotary embedding (applied before the launch) against an
+    independent float64 complex-number reference, on the CPU."""
+
+    @staticmethod
+    def reference(x, cos, sin, positions, interleaved):
+        half = cos.shape[1]
+        xr = x[..., :2 * half].double()
+        if interleaved:
+            z = torch.complex(xr[..., 0::2], xr[..., 1::2])
+        else:
+            z = torch.complex(xr[..., :half], xr[..., half:])
+        turn = torch.complex(cos.double(), sin.double())[positions].unsqueeze(2)
+        z = z * turn
+        if interleaved:
+            rot = torch.stack((z.real, z.imag), dim=-1).flatten(-2)
+        else:
+            rot = torch.cat((z.real, z.imag), dim=-1)
+        return torch.cat((rot, x[..., 2 * half:].double()), dim=-1)
+
+    def test_rotation_of_both_pairings(self):
+        from autotune import _dropin
+        torch.manual_seed(0)
+        x = torch.randn(2, 5, 3, 64, dtype=torch.float16)
+        angle = torch.rand(40, 16) * 6.2832
+        cos, sin = angle.cos().half(), angle.sin().half()
+        positions = torch.tensor([[0, 1, 2, 3, 4], [30, 31, 32, 33, 34]])
+        for interleaved in (False, True):
+            got = _dropin._rotary(x, cos, sin, positions, interleaved)
+            want = self.reference(x, cos, sin, positions, interleaved)
+            self.assertEqual(got.dtype, x.dtype)
+            self.assertTrue(torch.equal(got[..., 32:], x[..., 32:]))  # past rotary_dim
+            self.assertLess((got.double() - want).abs().max().item(), 2e-3, interleaved)
+
+    def test_positions_follow_cache_lengths_and_the_causal_convention(self):
+        from autotune import _dropin
+        torch.manual_seed(1)
+        q = torch.randn(2, 3, 4, 32, dtype=torch.bfloat16)
+        k = torch.randn(2, 2, 2, 32, dtype=torch.bfloat16)
+        angle = torch.rand(100, 8) * 6.2832
+        cos, sin = angle.cos().bfloat16(), angle.sin().bfloat16()
+        lens = torch.tensor([7, 50], dtype=torch.int32)
+        start = lens.long()[:, None]
+        for per_row in (True, False):
+            q_ro, k_ro = _dropin._kvcache_rotary("f", q, k, cos, sin, False, lens, 100, per_row)
+            q_pos = start + torch.arange(3) if per_row else start.expand(-1, 3)
+            for got, x, pos in ((q_ro, q, q_pos), (k_ro, k, start + torch.arange(2))):
+                want = self.reference(x, cos, sin, pos, False)
+                self.assertLess((got.double() - want).abs().max().item(), 3e-2)
+        bad = {"no k": dict(k=None), "odd rotary_dim": dict(cos=cos[:, :4], sin=sin[:, :4]),
+               "short table": dict(cos=cos[:60], sin=sin[:60]),
+               "dtype": dict(cos=cos.float(), sin=sin.float()),
+               "batch": dict(k=k[:1])}
+        for what, change in bad.items():
+            args = dict(k=k, cos=cos, sin=sin)
+            args.update(change)
+            with self.assertRaises(ValueError, msg=what):
+                _dropin._kvcache_rotary("f", q, args["k"], args["cos"], args["sin"], False, lens,
+                                        100, True)
+
+
+@unittest.skipIf(torch is None, NO_TORCH)
 class TestTorchRegistration(unittest.TestCase):
     """The torch side without a GPU: registration, fake implementations (meta tensors),
     refusals that happen before any device work."""
