@@ -33,6 +33,8 @@ _SCAN = torch.ops.autotune.selective_scan.default
 _SCAN_STATE = torch.ops.autotune.selective_scan_with_state.default
 _ATTN = torch.ops.autotune.attention.default
 _ATTN_LSE = torch.ops.autotune.attention_with_lse.default
+_VARLEN = torch.ops.autotune.attention_varlen.default
+_VARLEN_LSE = torch.ops.autotune.attention_varlen_with_lse.default
 
 _ACTIVATIONS = (None, "silu", "swish")
 _NO_WINDOW = (-1, -1)
@@ -489,14 +491,19 @@ def _attend_varlen(name, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
                          "tensors")
     q, k, v = _attn_copies(q, k, v) or (q, k, v)
     q, k, v, softmax_scale, head_dim = _pad_head_dim(q, k, v, softmax_scale)
-    rt = _ops.get_runtime(q.device.index)
     with_lse = True if return_attn_probs else False
-    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), causal,
-            softmax_scale, with_lse, None, window, softcap, alibi_slopes)
+    if type(q) is _Tensor and not _is_compiling():
+        fn = _ops.get_runtime(q.device.index).attention_varlen
+        args = (q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
+                causal, softmax_scale, with_lse, None, window, softcap, alibi_slopes)
+    else:  # traced (torch.compile): the registered operator, one node of the graph
+        fn = _VARLEN_LSE if with_lse else _VARLEN
+        args = (q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
+                causal, softmax_scale, window[0], window[1], softcap, alibi_slopes)
     if _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        result = _ForwardOnly.apply(name, rt.attention_varlen, *args)
+        result = _ForwardOnly.apply(name, fn, *args)
     else:
-        result = rt.attention_varlen(*args)
+        result = fn(*args)
     result = _cut_head_dim(result, head_dim, with_lse)
     if not return_attn_probs:
         return result

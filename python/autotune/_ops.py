@@ -11,6 +11,9 @@ torch.compile(fullgraph=True) traces them as single nodes and CUDA graphs captur
                                  window_left=-1, window_right=-1, softcap=0.0,
                                  alibi_slopes=None)
     torch.ops.autotune.attention_with_lse(...)                   -> (out, lse)
+    torch.ops.autotune.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k,  # [T, H, D]
+                                        max_seqlen_q, max_seqlen_k, causal=False, ...)
+    torch.ops.autotune.attention_varlen_with_lse(...)            -> (out, lse [H, Tq])
 
 The operators are functional (they allocate and return their outputs; nothing is
 mutated) and strict: every tensor goes to the C ABI as it is, and the library refuses
@@ -138,6 +141,22 @@ def attention_with_lse(q, k, v, causal=False, softmax_scale=None, window_left=-1
                             (window_left, window_right), softcap, alibi_slopes)
 
 
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                     causal=False, softmax_scale=None, window_left=-1, window_right=-1,
+                     softcap=0.0, alibi_slopes=None):
+    return _device(q.get_device(), q, "q").attention_varlen(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
+        False, None, (window_left, window_right), softcap, alibi_slopes)
+
+
+def attention_varlen_with_lse(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                              causal=False, softmax_scale=None, window_left=-1, window_right=-1,
+                              softcap=0.0, alibi_slopes=None):
+    return _device(q.get_device(), q, "q").attention_varlen(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
+        True, None, (window_left, window_right), softcap, alibi_slopes)
+
+
 # ---- fake implementations: outputs of the right shape, dtype, device and strides ----------
 def _conv_fake(x, weight, bias=None, initial_states=None, silu=False):
     return torch.empty_like(x, memory_format=_contiguous)
@@ -167,6 +186,19 @@ def _attention_lse_fake(q, k, v, causal=False, softmax_scale=None, window_left=-
             q.new_empty(_lse_shape(q), dtype=_f32))
 
 
+def _attention_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           causal=False, softmax_scale=None, window_left=-1, window_right=-1,
+                           softcap=0.0, alibi_slopes=None):
+    return torch.empty_like(q, memory_format=_contiguous)
+
+
+def _attention_varlen_lse_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                               causal=False, softmax_scale=None, window_left=-1,
+                               window_right=-1, softcap=0.0, alibi_slopes=None):
+    return (torch.empty_like(q, memory_format=_contiguous),
+            q.new_empty((q.shape[1], q.shape[0]), dtype=_f32))
+
+
 # ---- registration ---------------------------------------------------------------------------
 _CONV_ARGS = "Tensor x, Tensor weight, Tensor? bias=None, Tensor? initial_states=None, " \
              "bool silu=False"
@@ -175,6 +207,11 @@ _SCAN_ARGS = "Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D=No
 _ATTN_ARGS = "Tensor q, Tensor k, Tensor v, bool causal=False, float? softmax_scale=None, " \
              "int window_left=-1, int window_right=-1, float softcap=0.0, " \
              "Tensor? alibi_slopes=None"
+
+_VARLEN_ARGS = "Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, " \
+               "int max_seqlen_q, int max_seqlen_k, bool causal=False, " \
+               "float? softmax_scale=None, int window_left=-1, int window_right=-1, " \
+               "float softcap=0.0, Tensor? alibi_slopes=None"
 
 # name: (arguments, returns, CUDA implementation, fake implementation)
 OPS = {
@@ -187,6 +224,9 @@ OPS = {
     "attention": (_ATTN_ARGS, "Tensor", attention, _attention_fake),
     "attention_with_lse": (_ATTN_ARGS, "(Tensor, Tensor)", attention_with_lse,
                            _attention_lse_fake),
+    "attention_varlen": (_VARLEN_ARGS, "Tensor", attention_varlen, _attention_varlen_fake),
+    "attention_varlen_with_lse": (_VARLEN_ARGS, "(Tensor, Tensor)", attention_varlen_with_lse,
+                                  _attention_varlen_lse_fake),
 }
 
 

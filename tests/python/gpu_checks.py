@@ -793,6 +793,12 @@ def check_opcheck():
         (OPS.selective_scan.default, (u, delta, A, Bm, Cm, Dv, z, dbias, True)),
         (OPS.selective_scan_with_state.default, (u, delta, A, Bm, Cm, None, None, None, False)),
     ]
+    # varlen: the batch packed as two sequences of 100 and 156 queries (keys likewise).
+    qp, kp, vp = (t.flatten(0, 1) for t in (q, k, v))
+    cu = torch.tensor([0, 100, qp.shape[0]], device=DEV, dtype=torch.int32)
+    calls += [(OPS.attention_varlen.default, (qp, kp, vp, cu, cu, 156, 156, True, None)),
+              (OPS.attention_varlen_with_lse.default, (qp, kp, vp, cu, cu, 156, 156, False,
+                                                       0.1))]
     utils = ("test_schema", "test_faketensor", "test_aot_dispatch_dynamic")
     for op, args in calls:
         torch.library.opcheck(op, args, test_utils=utils)
@@ -852,6 +858,40 @@ def check_compile_graph():
     if missing:
         raise AssertionError(f"not in the graph: {sorted(missing)}; it holds {sorted(targets)}")
     return "1 graph, 6 operators"
+
+
+def check_compile_varlen():
+    """torch.compile(fullgraph=True) of flash_attn_varlen_func (and its kvpacked form, with
+    ALiBi and the LSE): one graph holding the varlen operators, matching eager."""
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(gm)
+        return gm.forward
+
+    q, k, v = (t.flatten(0, 1) for t in _attn_inputs())
+    cu = torch.tensor([0, 100, q.shape[0]], device=DEV, dtype=torch.int32)
+    slopes = torch.rand(q.shape[1], device=DEV) * 0.1
+
+    def fn(q, k, v, cu, slopes):
+        o = autotune.flash_attn_varlen_func(q, k, v, cu, cu, 156, 156, causal=True)
+        o2, lse, _ = autotune.flash_attn_varlen_kvpacked_func(
+            q, torch.stack((k, v), dim=1), cu, cu, 156, 156, causal=True, alibi_slopes=slopes,
+            return_attn_probs=True)
+        return o, o2, lse
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        ref = fn(q, k, v, cu, slopes)
+        out = torch.compile(fn, fullgraph=True, backend=backend)(q, k, v, cu, slopes)
+    _same(out, ref, "varlen fullgraph")
+    if len(seen) != 1:
+        raise AssertionError(f"{len(seen)} graphs")
+    targets = {str(n.target) for n in seen[0].graph.nodes if n.op == "call_function"}
+    wanted = {"autotune.attention_varlen.default", "autotune.attention_varlen_with_lse.default"}
+    if wanted - targets:
+        raise AssertionError(f"not in the graph: {sorted(wanted - targets)}")
+    return "1 graph, 2 varlen operators"
 
 
 def check_compile_inductor():
@@ -1079,6 +1119,7 @@ OTHER_CHECKS = {
     "compile: fullgraph, one graph with the six operators": check_compile_graph,
     "compile: fullgraph with inductor matches eager": check_compile_inductor,
     "compile: fullgraph, dynamic shapes": check_compile_dynamic,
+    "compile: fullgraph, varlen operators": check_compile_varlen,
     "cuda graph: capture and replay": check_cuda_graph,
     "cuda graph: first attention call inside capture is refused": check_capture_first_call_refused,
     "drop-in: Mamba's strided views": check_mamba_views,

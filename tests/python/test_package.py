@@ -686,9 +686,10 @@ class TestTorchRegistration(unittest.TestCase):
     """The torch side without a GPU: registration, fake implementations (meta tensors),
     refusals that happen before any device work."""
 
-    def test_the_six_operators_are_registered(self):
+    def test_the_operators_are_registered(self):
         for name in ("causal_conv1d", "causal_conv1d_with_states", "selective_scan",
-                     "selective_scan_with_state", "attention", "attention_with_lse"):
+                     "selective_scan_with_state", "attention", "attention_with_lse",
+                     "attention_varlen", "attention_varlen_with_lse"):
             self.assertTrue(hasattr(torch.ops.autotune, name), name)
 
     def test_fake_implementations_give_shapes_dtypes_and_contiguous_strides(self):
@@ -707,6 +708,14 @@ class TestTorchRegistration(unittest.TestCase):
         s, last = torch.ops.autotune.selective_scan_with_state(x, x, A, A, A)
         self.assertEqual((s.shape, last.shape, last.dtype), ((3, 64, 40), (3, 64, 16),
                                                              torch.float32))
+        # varlen: packed [total, heads, headdim]; the LSE [heads, total_q].
+        qv = torch.empty(300, 4, 64, device=m, dtype=torch.float16)
+        kv = torch.empty(500, 2, 2, 64, device=m, dtype=torch.float16)
+        cu = torch.empty(4, device=m, dtype=torch.int32)
+        o, lse = torch.ops.autotune.attention_varlen_with_lse(qv, kv[:, 0], kv[:, 1], cu, cu,
+                                                              120, 200, True)
+        self.assertEqual((o.shape, o.is_contiguous(), lse.shape, lse.dtype),
+                         ((300, 4, 64), True, (4, 300), torch.float32))
 
     def test_cpu_tensors_are_refused_naming_the_argument(self):
         x = torch.zeros(1, 8, 16)
@@ -717,6 +726,11 @@ class TestTorchRegistration(unittest.TestCase):
         q = torch.zeros(1, 4, 2, 64, dtype=torch.bfloat16)
         with self.assertRaisesRegex(ValueError, "q is on cpu"):
             autotune.flash_attn_func(q, q, q)
+        cu = torch.zeros(2, dtype=torch.int32)
+        with self.assertRaisesRegex(ValueError, "q is on cpu"):
+            torch.ops.autotune.attention_varlen(q[0], q[0], q[0], cu, cu, 4, 4)
+        with self.assertRaisesRegex(ValueError, "q is on cpu"):
+            autotune.flash_attn_varlen_qkvpacked_func(torch.zeros(4, 3, 2, 64), cu, 4)
 
     def test_unsupported_features_are_refused_by_name(self):
         q = torch.zeros(1, 64, 2, 64, dtype=torch.bfloat16)
