@@ -35,6 +35,8 @@ _ATTN = torch.ops.autotune.attention.default
 _ATTN_LSE = torch.ops.autotune.attention_with_lse.default
 _VARLEN = torch.ops.autotune.attention_varlen.default
 _VARLEN_LSE = torch.ops.autotune.attention_varlen_with_lse.default
+_KVCACHE = torch.ops.autotune.attention_kvcache.default
+_KVCACHE_LSE = torch.ops.autotune.attention_kvcache_with_lse.default
 
 _ACTIVATIONS = (None, "silu", "swish")
 _NO_WINDOW = (-1, -1)
@@ -654,10 +656,14 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if rotary_cos is not None or rotary_sin is not None:
         q, k = _kvcache_rotary(name, q, k, rotary_cos, rotary_sin, rotary_interleaved,
                                cache_seqlens, capacity, causal or window != _NO_WINDOW)
-    rt = _ops.get_runtime(q.device.index)
-    result = rt.attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, k, v, causal,
-                                  softmax_scale, bool(return_softmax_lse), window, softcap,
-                                  alibi_slopes)
+    if type(q) is _Tensor and not _is_compiling():
+        result = _ops.get_runtime(q.device.index).attention_kvcache(
+            q, k_cache, v_cache, cache_seqlens, block_table, k, v, causal, softmax_scale,
+            bool(return_softmax_lse), window, softcap, alibi_slopes)
+    else:  # traced (torch.compile): the registered operator, which writes the caches
+        result = (_KVCACHE_LSE if return_softmax_lse else _KVCACHE)(
+            q, k_cache, v_cache, cache_seqlens, block_table, k, v, causal, softmax_scale,
+            window[0], window[1], softcap, alibi_slopes)
     if not return_softmax_lse:
         return result
     # softmax_lse as flash-attn 2 returns it: +inf on rows that see no key, and under

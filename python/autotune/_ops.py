@@ -14,9 +14,14 @@ torch.compile(fullgraph=True) traces them as single nodes and CUDA graphs captur
     torch.ops.autotune.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k,  # [T, H, D]
                                         max_seqlen_q, max_seqlen_k, causal=False, ...)
     torch.ops.autotune.attention_varlen_with_lse(...)            -> (out, lse [H, Tq])
+    torch.ops.autotune.attention_kvcache(q, k_cache, v_cache, cache_seqlens,
+                                         block_table=None, k_new=None, v_new=None, ...)
+    torch.ops.autotune.attention_kvcache_with_lse(...)           -> (out, lse [B, H, Sq])
 
-The operators are functional (they allocate and return their outputs; nothing is
-mutated) and strict: every tensor goes to the C ABI as it is, and the library refuses
+The KV cache operators write k_new/v_new into k_cache/v_cache (declared mutated in their
+schemas); every other operator is functional.
+
+The operators allocate and return their outputs and are strict: every tensor goes to the C ABI as it is, and the library refuses
 what its kernels cannot read (a strided last dimension, a non-contiguous weight, a
 wrong dtype or size), naming the argument. The drop-in functions (autotune.
 causal_conv1d_fn, ...) make the copies the peers make before calling them.
@@ -157,6 +162,22 @@ def attention_varlen_with_lse(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
         True, None, (window_left, window_right), softcap, alibi_slopes)
 
 
+def attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, k_new=None,
+                      v_new=None, causal=False, softmax_scale=None, window_left=-1,
+                      window_right=-1, softcap=0.0, alibi_slopes=None):
+    return _device(q.get_device(), q, "q").attention_kvcache(
+        q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, softmax_scale,
+        False, (window_left, window_right), softcap, alibi_slopes)
+
+
+def attention_kvcache_with_lse(q, k_cache, v_cache, cache_seqlens, block_table=None,
+                               k_new=None, v_new=None, causal=False, softmax_scale=None,
+                               window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=None):
+    return _device(q.get_device(), q, "q").attention_kvcache(
+        q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, softmax_scale,
+        True, (window_left, window_right), softcap, alibi_slopes)
+
+
 # ---- fake implementations: outputs of the right shape, dtype, device and strides ----------
 def _conv_fake(x, weight, bias=None, initial_states=None, silu=False):
     return torch.empty_like(x, memory_format=_contiguous)
@@ -199,6 +220,20 @@ def _attention_varlen_lse_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
             q.new_empty((q.shape[1], q.shape[0]), dtype=_f32))
 
 
+def _attention_kvcache_fake(q, k_cache, v_cache, cache_seqlens, block_table=None, k_new=None,
+                            v_new=None, causal=False, softmax_scale=None, window_left=-1,
+                            window_right=-1, softcap=0.0, alibi_slopes=None):
+    return torch.empty_like(q, memory_format=_contiguous)
+
+
+def _attention_kvcache_lse_fake(q, k_cache, v_cache, cache_seqlens, block_table=None,
+                                k_new=None, v_new=None, causal=False, softmax_scale=None,
+                                window_left=-1, window_right=-1, softcap=0.0,
+                                alibi_slopes=None):
+    return (torch.empty_like(q, memory_format=_contiguous),
+            q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=_f32))
+
+
 # ---- registration ---------------------------------------------------------------------------
 _CONV_ARGS = "Tensor x, Tensor weight, Tensor? bias=None, Tensor? initial_states=None, " \
              "bool silu=False"
@@ -212,6 +247,13 @@ _VARLEN_ARGS = "Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seq
                "int max_seqlen_q, int max_seqlen_k, bool causal=False, " \
                "float? softmax_scale=None, int window_left=-1, int window_right=-1, " \
                "float softcap=0.0, Tensor? alibi_slopes=None"
+
+# The caches are written (the new rows appended): declared mutated, so that functionalization
+# (torch.compile) orders them and keeps the writes.
+_KVCACHE_ARGS = "Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor cache_seqlens, " \
+                "Tensor? block_table=None, Tensor? k_new=None, Tensor? v_new=None, " \
+                "bool causal=False, float? softmax_scale=None, int window_left=-1, " \
+                "int window_right=-1, float softcap=0.0, Tensor? alibi_slopes=None"
 
 # name: (arguments, returns, CUDA implementation, fake implementation)
 OPS = {
@@ -227,6 +269,9 @@ OPS = {
     "attention_varlen": (_VARLEN_ARGS, "Tensor", attention_varlen, _attention_varlen_fake),
     "attention_varlen_with_lse": (_VARLEN_ARGS, "(Tensor, Tensor)", attention_varlen_with_lse,
                                   _attention_varlen_lse_fake),
+    "attention_kvcache": (_KVCACHE_ARGS, "Tensor", attention_kvcache, _attention_kvcache_fake),
+    "attention_kvcache_with_lse": (_KVCACHE_ARGS, "(Tensor, Tensor)", attention_kvcache_with_lse,
+                                   _attention_kvcache_lse_fake),
 }
 
 

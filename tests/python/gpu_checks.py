@@ -799,6 +799,16 @@ def check_opcheck():
     calls += [(OPS.attention_varlen.default, (qp, kp, vp, cu, cu, 156, 156, True, None)),
               (OPS.attention_varlen_with_lse.default, (qp, kp, vp, cu, cu, 156, 156, False,
                                                        0.1))]
+    # KV cache: one query row per sequence, one new key appended (the caches declared
+    # written), and a call without new keys.
+    k_cache, v_cache = (torch.randn(2, 256, 2, 64, device=DEV, dtype=torch.bfloat16)
+                        for _ in range(2))
+    lens = torch.tensor([100, 37], device=DEV, dtype=torch.int32)
+    q1 = torch.randn(2, 1, 4, 64, device=DEV, dtype=torch.bfloat16)
+    k1, v1 = (torch.randn(2, 1, 2, 64, device=DEV, dtype=torch.bfloat16) for _ in range(2))
+    calls += [(OPS.attention_kvcache.default, (q1, k_cache, v_cache, lens, None, k1, v1, True,
+                                               None)),
+              (OPS.attention_kvcache_with_lse.default, (q1, k_cache, v_cache, lens))]
     utils = ("test_schema", "test_faketensor", "test_aot_dispatch_dynamic")
     for op, args in calls:
         torch.library.opcheck(op, args, test_utils=utils)
@@ -892,6 +902,41 @@ def check_compile_varlen():
     if wanted - targets:
         raise AssertionError(f"not in the graph: {sorted(wanted - targets)}")
     return "1 graph, 2 varlen operators"
+
+
+def check_compile_kvcache():
+    """torch.compile(fullgraph=True) of a decoding step through flash_attn_with_kvcache
+    (new keys appended): one graph holding the KV cache operator; the output and the
+    caches it leaves match eager's."""
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(gm)
+        return gm.forward
+
+    torch.manual_seed(0)
+    caches = [torch.randn(2, 256, 2, 64, device=DEV, dtype=torch.bfloat16) for _ in range(2)]
+    lens = torch.tensor([100, 37], device=DEV, dtype=torch.int32)
+    q = torch.randn(2, 1, 4, 64, device=DEV, dtype=torch.bfloat16)
+    k, v = (torch.randn(2, 1, 2, 64, device=DEV, dtype=torch.bfloat16) for _ in range(2))
+
+    def step(q, k_cache, v_cache, k, v, lens):
+        return autotune.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=lens,
+                                                causal=True)
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        eager = [c.clone() for c in caches]
+        ref = step(q, *eager, k, v, lens)
+        compiled = [c.clone() for c in caches]
+        out = torch.compile(step, fullgraph=True, backend=backend)(q, *compiled, k, v, lens)
+    _same((out, *compiled), (ref, *eager), "kvcache fullgraph")
+    if len(seen) != 1:
+        raise AssertionError(f"{len(seen)} graphs")
+    targets = {str(n.target) for n in seen[0].graph.nodes if n.op == "call_function"}
+    if "autotune.attention_kvcache.default" not in targets:
+        raise AssertionError(f"autotune.attention_kvcache not in the graph: {sorted(targets)}")
+    return "1 graph; output and caches match eager"
 
 
 def check_compile_inductor():
@@ -1120,6 +1165,7 @@ OTHER_CHECKS = {
     "compile: fullgraph with inductor matches eager": check_compile_inductor,
     "compile: fullgraph, dynamic shapes": check_compile_dynamic,
     "compile: fullgraph, varlen operators": check_compile_varlen,
+    "compile: fullgraph, KV cache decoding step": check_compile_kvcache,
     "cuda graph: capture and replay": check_cuda_graph,
     "cuda graph: first attention call inside capture is refused": check_capture_first_call_refused,
     "drop-in: Mamba's strided views": check_mamba_views,

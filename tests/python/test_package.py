@@ -689,7 +689,8 @@ class TestTorchRegistration(unittest.TestCase):
     def test_the_operators_are_registered(self):
         for name in ("causal_conv1d", "causal_conv1d_with_states", "selective_scan",
                      "selective_scan_with_state", "attention", "attention_with_lse",
-                     "attention_varlen", "attention_varlen_with_lse"):
+                     "attention_varlen", "attention_varlen_with_lse", "attention_kvcache",
+                     "attention_kvcache_with_lse"):
             self.assertTrue(hasattr(torch.ops.autotune, name), name)
 
     def test_fake_implementations_give_shapes_dtypes_and_contiguous_strides(self):
@@ -716,6 +717,16 @@ class TestTorchRegistration(unittest.TestCase):
                                                               120, 200, True)
         self.assertEqual((o.shape, o.is_contiguous(), lse.shape, lse.dtype),
                          ((300, 4, 64), True, (4, 300), torch.float32))
+        # KV cache: out like q [B, Sq, H, D], the LSE [B, H, Sq]; the caches are declared
+        # written (the appended rows).
+        qd = torch.empty(3, 2, 8, 128, device=m, dtype=torch.bfloat16)
+        cache = torch.empty(3, 512, 2, 128, device=m, dtype=torch.bfloat16)
+        lens = torch.empty(3, device=m, dtype=torch.int32)
+        o, lse = torch.ops.autotune.attention_kvcache_with_lse(qd, cache, cache.clone(), lens)
+        self.assertEqual((o.shape, lse.shape), ((3, 2, 8, 128), (3, 8, 2)))
+        schema = torch.ops.autotune.attention_kvcache.default._schema
+        self.assertEqual([a.name for a in schema.arguments if a.is_write],
+                         ["k_cache", "v_cache"])
 
     def test_cpu_tensors_are_refused_naming_the_argument(self):
         x = torch.zeros(1, 8, 16)
