@@ -276,11 +276,7 @@ def _attend(name, q, k, v, softmax_scale, causal, return_attn_probs, window=_NO_
         fn, args = (_ATTN_LSE if with_lse else _ATTN), (q, k, v, causal, softmax_scale,
                                                         window[0], window[1], softcap,
                                                         alibi_slopes)
-    if _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        result = _ForwardOnly.apply(name, fn, *args)
-    else:
-        result = fn(*args)
-    result = _cut_head_dim(result, head_dim, with_lse)
+    result = _attention_forward(name, fn, args, q, k, v, head_dim, with_lse)
     if not return_attn_probs:
         return result
     out, lse = result
@@ -289,15 +285,31 @@ def _attend(name, q, k, v, softmax_scale, causal, return_attn_probs, window=_NO_
         # -inf (the log of an empty sum); flash-attn 2 returns +inf there.
         lse = lse.masked_fill(lse == float("-inf"), float("inf"))
     if alibi_slopes is not None and causal and window[0] < 0:
-        # flash-attn 2's causal kernel adds slope * j, not -slope * (i + Sk - Sq - j): the
-        # same O, and an LSE larger by slope * (i + Sk - Sq), which it returns.
         seqlen_q, seqlen_k = q.shape[1], k.shape[1]
         rows = torch.arange(seqlen_q, device=lse.device, dtype=torch.float32) + \
             (seqlen_k - seqlen_q)
-        slopes = alibi_slopes if alibi_slopes.dim() == 2 else alibi_slopes.unsqueeze(0)
-        lse = lse + slopes.unsqueeze(-1) * rows
+        lse = _alibi_lse(lse, alibi_slopes, rows[None, :])
     # flash-attn returns S_dmask only with dropout; without it, an empty tensor.
     return out, lse, q.new_empty((0,))
+
+
+def _attention_forward(name, fn, args, q, k, v, head_dim, with_lse):
+    """fn(*args) (forward only: a backward through it raises), its output cut back to
+    head_dim when the head dim was padded."""
+    if _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        result = _ForwardOnly.apply(name, fn, *args)
+    else:
+        result = fn(*args)
+    return _cut_head_dim(result, head_dim, with_lse)
+
+
+def _alibi_lse(lse, slopes, rows):
+    """An LSE [batch, nheads, seqlen_q] as flash-attn 2 returns it under causal ALiBi: its
+    causal kernel adds slope * j to the logits, not -slope * (i + Sk - Sq - j), which gives
+    the same O and an LSE larger by slope * (i + Sk - Sq). rows: i + Sk - Sq per batch and
+    row, [batch or 1, seqlen_q]; slopes [nheads] or [batch, nheads]."""
+    slopes = slopes if slopes.dim() == 2 else slopes.unsqueeze(0)
+    return lse + slopes[:, :, None] * rows[:, None, :]
 
 
 def _attn_copies(q, k, v):
@@ -502,11 +514,7 @@ def _attend_varlen(name, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
         fn = _VARLEN_LSE if with_lse else _VARLEN
         args = (q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
                 causal, softmax_scale, window[0], window[1], softcap, alibi_slopes)
-    if _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        result = _ForwardOnly.apply(name, fn, *args)
-    else:
-        result = fn(*args)
-    result = _cut_head_dim(result, head_dim, with_lse)
+    result = _attention_forward(name, fn, args, q, k, v, head_dim, with_lse)
     if not return_attn_probs:
         return result
     out, lse = result
@@ -676,8 +684,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         seqlen_new = 0 if k is None else k.shape[1]
         seqlen_q = q.shape[1]
         seqlen_k = cache_seqlens.clamp(0, max(capacity - seqlen_new, 0)) + seqlen_new
-        shift = (torch.arange(seqlen_q, device=lse.device, dtype=torch.float32)[None, :]
-                 + (seqlen_k - seqlen_q).float()[:, None])
-        slopes = alibi_slopes if alibi_slopes.dim() == 2 else alibi_slopes.unsqueeze(0)
-        lse = lse + slopes[:, :, None] * shift[:, None, :]
+        lse = _alibi_lse(lse, alibi_slopes,
+                         torch.arange(seqlen_q, device=lse.device, dtype=torch.float32)[None, :]
+                         + (seqlen_k - seqlen_q).float()[:, None])
     return out, lse
