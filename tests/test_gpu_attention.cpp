@@ -179,6 +179,18 @@ void launch(CUfunction f, const LaunchGeometry& g, ArgPack& args) {
   AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
 }
 
+// The split-KV arrival counters (the workspace's first words) that are not zero.
+size_t nonzero_counters(const DeviceTensor& ws, HostTensor& ws_host, const Problem& problem) {
+  ws.download(ws_host);
+  size_t nonzero = 0;
+  for (size_t j = 0; j < AttentionOp::split_counter_bytes(problem) / 4; ++j) {
+    uint32_t c;
+    std::memcpy(&c, &ws_host.bytes[j * 4], 4);
+    nonzero += c != 0;
+  }
+  return nonzero;
+}
+
 fs::path temp_db() {
   return fs::temp_directory_path() /
          ("autotune-gpu-attn-" + std::to_string(::getpid()) + "-" + std::to_string(rand()) + ".db");
@@ -294,15 +306,7 @@ TEST_CASE("attention variants match a float64 reference over every feature") {
       if (const std::string* sp = find_field(configs[i], "splits"); sp && *sp != "1") {
         // Every split-KV launch leaves the arrival counters (the workspace's first
         // words, shared by all variants) at zero for the next one.
-        const size_t counters = size_t(k.B) * k.Hq * ((size_t(k.Sq) + 63) / 64);
-        ws.download(ws_host);
-        size_t nonzero = 0;
-        for (size_t j = 0; j < counters; ++j) {
-          uint32_t c;
-          std::memcpy(&c, &ws_host.bytes[j * 4], 4);
-          nonzero += c != 0;
-        }
-        CHECK(nonzero == 0);
+        CHECK(nonzero_counters(ws, ws_host, k.problem) == 0);
       }
       CHECK(err <= attn().tolerance(k.problem));
       worst = std::max(worst, err);
@@ -425,15 +429,7 @@ TEST_CASE("causal attention with Sq > Sk: rows that see no key are exactly 0, ev
       CHECK(worst_lse <= 1e-4);
       CHECK(wrong_rows == 0);
       // The arrival counters are back at zero (blocks without keys never touch them).
-      const size_t counters = size_t(k.B) * k.Hq * ((size_t(k.Sq) + 63) / 64);
-      ws.download(ws_host);
-      size_t nonzero = 0;
-      for (size_t j = 0; j < counters; ++j) {
-        uint32_t c;
-        std::memcpy(&c, &ws_host.bytes[j * 4], 4);
-        nonzero += c != 0;
-      }
-      CHECK(nonzero == 0);
+      CHECK(nonzero_counters(ws, ws_host, k.problem) == 0);
     }
     MESSAGE(shape << ": " << runnable.size() << " variants x " << k_launches << " launches, "
                   << k.rows_without_keys() << " rows per head without keys");

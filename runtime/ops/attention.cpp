@@ -828,6 +828,10 @@ size_t AttentionOp::workspace_bytes(const Config& config, const Problem& problem
   return split_workspace_bytes(params(config), dims(problem));
 }
 
+size_t AttentionOp::split_counter_bytes(const Problem& problem) {
+  return size_t(split_counter_words(dims(problem))) * 4;
+}
+
 namespace {
 
 // The fields both kernel families' argument structs share: o's strides, the sizes and

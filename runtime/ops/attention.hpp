@@ -197,6 +197,9 @@ public:
 
   // Bytes of workspace a variant needs for a problem (0 unless it splits the keys).
   size_t workspace_bytes(const Config& config, const Problem& problem) const;
+  // Bytes at the front of a split-KV workspace that hold the arrival counters (one per
+  // query block as the kernel runs the problem): every launch leaves them zero.
+  static size_t split_counter_bytes(const Problem& problem);
 
   const ArgsDesc& args_desc() const override;
   std::unique_ptr<CallPlan> plan(const Config& config, const Problem& problem) const override;
