@@ -221,7 +221,7 @@ constexpr long long k_persistent_sms = 132;
 // batch x heads); the tuner sizes one workspace for the most splits, which this
 // bound keeps under 8 x 16384 rows x (D + 1) floats.
 constexpr long long k_split_max_query_blocks = 256; // counted in 64-row blocks
-constexpr int k_max_splits = 8;
+constexpr int k_max_splits = 16;
 
 bool split_eligible(const Dims& d) {
   return d.B * d.Hq * ((d.Sq + 63) / 64) <= k_split_max_query_blocks;
@@ -672,7 +672,7 @@ Result<bool> AttentionOp::check(const Config& config, const Problem& problem,
     return fail("grid too large");
   }
   if (p.splits < 1 || p.splits > k_max_splits || (p.splits & (p.splits - 1)) != 0) {
-    return fail("splits must be 1, 2, 4 or 8");
+    return fail("splits must be 1, 2, 4, 8 or 16");
   }
   if (p.splits > 1 && !split_eligible(d)) {
     return fail("split-KV is for problems of at most " + std::to_string(k_split_max_query_blocks) +
@@ -697,8 +697,10 @@ Result<bool> AttentionOp::worth_measuring(const Config& config, const Problem& p
   if (p.splits > 1 && (d.Sk + p.block_n - 1) / p.block_n < 2 * p.splits) {
     return fail("fewer than two key tiles per split");
   }
-  if (p.splits > 1 && d.B * d.Hq * ((d.Sq + p.block_m - 1) / p.block_m) >= 128) {
-    return fail("enough query blocks to fill the GPU without splitting the keys");
+  // 128 or more query blocks fill the GPU once; two splits may still hide more of the
+  // memory latency of blocks with few rows (decoding), more do not.
+  if (p.splits > 2 && d.B * d.Hq * ((d.Sq + p.block_m - 1) / p.block_m) >= 128) {
+    return fail("enough query blocks to fill the GPU with at most two key splits");
   }
   return true;
 }

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Every decode shape of bench_attention_features.py (section d: a paged KV cache, every
+sequence full) timed under a list of pinned variants, beside the copy of the same bytes:
+which schedule reads a full cache fastest, independent of what the tuner stored (it tunes
+on cache lengths drawn in [1, Sk]). For bench/notes/attention-features.md, not a results
+file.
+
+On the GPU machine (bundle in .device/):
+  python3 bench/decode_sweep.py --lib .device/libautotune.so --out $OUT
+prints one line per (shape, variant) and writes --out/decode-sweep.json.
+"""
+import argparse
+import itertools
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+
+import bench_attention_features as baf  # noqa: E402
+
+
+def variants(splits, block_ns, stages):
+    base = "block_m=64,warps=4,swizzle=xor,q=smem,family=mma"
+    return [f"{base},block_n={n},stages={st},splits={sp}"
+            for sp, n, st in itertools.product(splits, block_ns, stages)]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--shapes", default=os.path.join(HERE, "shapes.toml"))
+    ap.add_argument("--splits", default="1,2,4,8,16")
+    ap.add_argument("--block-n", default="64,128")
+    ap.add_argument("--stages", default="1,2,3")
+    ap.add_argument("--batch", default="", help="only these B (comma-separated)")
+    ap.add_argument("--context", default="", help="only these contexts (comma-separated)")
+    ap.add_argument("--rep", type=int, default=40)
+    ap.add_argument("--warmup", type=int, default=10)
+    args = ap.parse_args()
+    import torch
+    from autotune import Runtime
+    ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
+    configs = variants(ints(args.splits), ints(args.block_n), ints(args.stages))
+    cases = [c for c in baf.cases_of(args.shapes, ["decode"]) if not c["skip"]
+             and (not args.batch or c["shape"]["B"] in ints(args.batch))
+             and (not args.context or c["shape"]["context"] in ints(args.context))]
+    bench_args = argparse.Namespace(lib=args.lib, db=None, rep=args.rep, warmup=args.warmup)
+    rows = []
+    for cfg in configs:
+        b = baf.Bench.__new__(baf.Bench)
+        b.args = bench_args
+        b.rt = Runtime(args.lib, "/tmp/decode-sweep-no.db", policy="pin:" + cfg)  # no database
+        b.launch = b.rt.lib.autotune_attention
+        b.stream = torch.cuda.current_stream().cuda_stream
+        b._flex = None
+        b.peers = lambda row, fns, metric, digits=1: None  # ours only
+        for c in cases:
+            row = b.new_row(c)
+            baf.run_decode(b, c, row)
+            s = c["shape"]
+            pct = None if not row["ours"] else round(100 * row["ours"] / 2970, 1)
+            rows.append({"B": s["B"], "context": s["context"], "config": cfg,
+                         "us": row["ours_us"], "GBps": row["ours"], "pct_of_2.97": pct,
+                         "rel_err": row["rel_err"], "notes": row["notes"]})
+            print(f"B={s['B']:3d} ctx={s['context']:6d} {cfg:80s} {row['ours_us']} us "
+                  f"{pct}% err={row['rel_err']} {row['notes'] or ''}", flush=True)
+            torch.cuda.empty_cache()
+    best = {}
+    for r in rows:
+        k = (r["B"], r["context"])
+        if r["us"] and (k not in best or r["us"] < best[k]["us"]):
+            best[k] = r
+    print("best per shape:")
+    for k, r in sorted(best.items()):
+        print(f"  B={k[0]} ctx={k[1]}: {r['us']} us, {r['pct_of_2.97']}% -- {r['config']}")
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "decode-sweep.json"), "w") as f:
+        json.dump({"rows": rows, "best": [dict(B=k[0], context=k[1], **v)
+                                          for k, v in sorted(best.items())]}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
