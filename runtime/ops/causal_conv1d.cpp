@@ -33,11 +33,7 @@ Params params(const Config& c) {
     } else if (k == "cpb") {
       p.cpb = int(parse_int(v, "cpb")), have[3] = true;
     } else if (k == "load") {
-      if (v != "direct" && v != "smem") {
-        throw Error(ErrorKind::config,
-                    "causal_conv1d: load must be 'direct' or 'smem', not '" + v + "'");
-      }
-      p.smem = v == "smem", have[4] = true;
+      p.smem = parse_choice("causal_conv1d", k, v, "direct", "smem"), have[4] = true;
     } else {
       throw Error(ErrorKind::config, "causal_conv1d: unknown parameter '" + k + "'");
     }
@@ -134,8 +130,8 @@ Result<bool> CausalConv1dOp::check(const Config& config, const Problem& problem,
   Params p = params(config);
   Dims d = dims(problem);
   (void)arch; // every variant runs on sm_80 and newer
-  if (p.threads % 32 != 0 || p.threads < 32 || p.threads > 1024) {
-    return fail("threads must be a multiple of 32 in 32..1024");
+  if (auto threads = check_block_threads(p.threads); !threads) {
+    return threads;
   }
   if (p.threads % p.cpb != 0) {
     return fail("cpb must divide threads");
@@ -225,17 +221,7 @@ Config CausalConv1dOp::adapt(const Config& config, const Problem& problem) const
            double(std::min<long long>(p.vec * p.items * esize, cap));
   };
   auto with = [&](const Params& p) {
-    Config c = config;
-    for (auto& [k, v] : c) {
-      if (k == "items") {
-        v = std::to_string(p.items);
-      } else if (k == "vec") {
-        v = std::to_string(p.vec);
-      } else if (k == "cpb") {
-        v = std::to_string(p.cpb);
-      }
-    }
-    return c;
+    return with_values(config, {{"items", p.items}, {"vec", p.vec}, {"cpb", p.cpb}});
   };
   constexpr long long k_min_row_bytes = 64;
   Params best = src;
@@ -434,8 +420,9 @@ CausalConv1dKernelArgs conv_kernel_args(const CausalConv1dPlan& plan,
   a.x_channel_stride = call.x_channel_stride;
   a.out_batch_stride = call.out_batch_stride;
   a.out_channel_stride = call.out_channel_stride;
-  const long long esize = (long long)dtype_size(d.x);
-  const long long vbytes = std::min<long long>(16, plan.vec * esize);
+  const VectorAccess vector(d.x, plan.vec);
+  const long long esize = vector.esize;
+  const long long vbytes = vector.bytes;
   if (ragged(d, plan.vec)) {
     // Every row is read from its first aligned address (the kernel's "Ragged rows"),
     // so loads are always vectors; stores are where out's row b, c is as far from
@@ -447,11 +434,8 @@ CausalConv1dKernelArgs conv_kernel_args(const CausalConv1dPlan& plan,
     a.vector_mode = same_shift ? 1 : 2;
     return a;
   }
-  auto rows_aligned = [&](CUdeviceptr base, long long bs, long long cs) {
-    return base % vbytes == 0 && (bs * esize) % vbytes == 0 && (cs * esize) % vbytes == 0;
-  };
-  a.vector_mode = rows_aligned(call.x, call.x_batch_stride, call.x_channel_stride) &&
-                  rows_aligned(call.out, call.out_batch_stride, call.out_channel_stride);
+  a.vector_mode = vector.aligned(call.x, {call.x_batch_stride, call.x_channel_stride}) &&
+                  vector.aligned(call.out, {call.out_batch_stride, call.out_channel_stride});
   return a;
 }
 
@@ -507,15 +491,7 @@ void CausalConv1dOp::pack_reference(const Problem& problem, const std::vector<CU
 double CausalConv1dOp::tolerance(const Problem& problem) const {
   // One rounding of the output dominates: bf16 keeps 8 significant bits
   // (relative error up to 2^-9), fp16 11; fp32 outputs see only ex2.approx.
-  switch (dims(problem).x) {
-  case DType::bf16:
-    return 1e-2;
-  case DType::f16:
-    return 2e-3;
-  case DType::f32:
-    return 1e-5;
-  }
-  return 0;
+  return output_rounding_tolerance(dims(problem).x, 1e-5);
 }
 
 double CausalConv1dOp::bytes(const Problem& problem) const {

@@ -6,6 +6,7 @@
 #include "runtime/base/error.hpp"
 #include "types.hpp"
 
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -111,5 +112,36 @@ std::vector<std::string> base_compile_options();
 
 // The configuration with stable spelling, e.g. "threads=128,vec=8" (variant ids).
 std::string config_id(const Config& config);
+
+// Helpers the op descriptors share.
+
+// A two-valued string parameter of an op's configuration: whether `value` is `second`.
+// Throws Error(config) "OP: NAME must be 'FIRST' or 'SECOND', not 'VALUE'" for any
+// other value.
+bool parse_choice(const char* op, const std::string& name, const std::string& value,
+                  const char* first, const char* second);
+
+// The block size every kernel takes: whole warps, 32..1024 threads.
+Result<bool> check_block_threads(int threads);
+
+// The configuration with the named integer parameters set to new values (a name the
+// configuration lacks stays absent); the order of the parameters is kept.
+Config with_values(const Config& config,
+                   std::initializer_list<std::pair<const char*, long long>> values);
+
+// Vector accesses of `vec` elements of `dtype`, at most 16 bytes each.
+struct VectorAccess {
+  VectorAccess(DType dtype, long long vec);
+  // Whether a tensor's address and every stride (in elements) are multiples of one
+  // access, so every row it starts starts aligned.
+  bool aligned(CUdeviceptr base, std::initializer_list<long long> strides) const;
+
+  long long esize; // bytes of one element
+  long long bytes; // bytes of one access
+};
+
+// The tolerance of an op whose error is dominated by one rounding of its 16-bit
+// output (bf16 keeps 8 significant bits, fp16 11); `f32` for fp32 outputs.
+double output_rounding_tolerance(DType out, double f32);
 
 } // namespace autotune

@@ -5,6 +5,8 @@
 
 #include "runtime/base/strings.hpp"
 
+#include <algorithm>
+
 namespace autotune {
 
 namespace {
@@ -66,6 +68,63 @@ std::vector<std::string> base_compile_options() {
 
 std::string config_id(const Config& config) {
   return format_fields(config);
+}
+
+bool parse_choice(const char* op, const std::string& name, const std::string& value,
+                  const char* first, const char* second) {
+  if (value != first && value != second) {
+    throw Error(ErrorKind::config, std::string(op) + ": " + name + " must be '" + first + "' or '" +
+                                       second + "', not '" + value + "'");
+  }
+  return value == second;
+}
+
+Result<bool> check_block_threads(int threads) {
+  if (threads % 32 != 0 || threads < 32 || threads > 1024) {
+    return fail("threads must be a multiple of 32 in 32..1024");
+  }
+  return true;
+}
+
+Config with_values(const Config& config,
+                   std::initializer_list<std::pair<const char*, long long>> values) {
+  Config c = config;
+  for (auto& [k, v] : c) {
+    for (const auto& [name, value] : values) {
+      if (k == name) {
+        v = std::to_string(value);
+        break;
+      }
+    }
+  }
+  return c;
+}
+
+VectorAccess::VectorAccess(DType dtype, long long vec)
+    : esize((long long)dtype_size(dtype)), bytes(std::min<long long>(16, vec * esize)) {}
+
+bool VectorAccess::aligned(CUdeviceptr base, std::initializer_list<long long> strides) const {
+  if (base % bytes != 0) {
+    return false;
+  }
+  for (long long s : strides) {
+    if ((s * esize) % bytes != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+double output_rounding_tolerance(DType out, double f32) {
+  switch (out) {
+  case DType::bf16:
+    return 1e-2;
+  case DType::f16:
+    return 2e-3;
+  case DType::f32:
+    return f32;
+  }
+  return 0;
 }
 
 } // namespace autotune

@@ -82,19 +82,11 @@ Params params(const Config& c) {
       }
     }
     if (k == "bc") {
-      if (v != "f32" && v != "pair") {
-        throw Error(ErrorKind::config,
-                    "selective_scan: bc must be 'f32' or 'pair', not '" + v + "'");
-      }
-      p.bc_pair = v == "pair";
+      p.bc_pair = parse_choice("selective_scan", k, v, "f32", "pair");
       known = true;
     }
     if (k == "ystore") {
-      if (v != "after" && v != "during") {
-        throw Error(ErrorKind::config,
-                    "selective_scan: ystore must be 'after' or 'during', not '" + v + "'");
-      }
-      p.ystore_during = v == "during";
+      p.ystore_during = parse_choice("selective_scan", k, v, "after", "during");
       known = true;
     }
     if (k == "yred") {
@@ -386,8 +378,8 @@ Result<bool> SelectiveScanOp::check(const Config& config, const Problem& problem
   Params p = params(config);
   Dims d = dims(problem);
   (void)arch; // every variant runs on sm_80 and newer
-  if (p.threads % 32 != 0 || p.threads < 32 || p.threads > 1024) {
-    return fail("threads must be a multiple of 32 in 32..1024");
+  if (auto threads = check_block_threads(p.threads); !threads) {
+    return threads;
   }
   if (p.state()) {
     return check_state_form(p, d, arch);
@@ -506,16 +498,8 @@ Config SelectiveScanOp::adapt(const Config& config, const Problem& problem) cons
     } else {
       break;
     }
-    Config c = current;
-    for (auto& [k, v] : c) {
-      if (k == "nsplit") {
-        v = std::to_string(next.nsplit);
-      } else if (k == "threads") {
-        v = std::to_string(next.threads);
-      } else if (k == "cpb") {
-        v = std::to_string(next.cpb);
-      }
-    }
+    Config c = with_values(current,
+                           {{"nsplit", next.nsplit}, {"threads", next.threads}, {"cpb", next.cpb}});
     try {
       if (!check(c, problem, "sm_80")) {
         break;
@@ -655,29 +639,18 @@ ScanArgs scan_kernel_args(const Params& p, const Dims& d, const SelectiveScanCal
   a.c_bs = call.c_batch_stride;
   a.c_gs = call.c_group_stride;
   a.c_ns = call.c_state_stride;
-  const long long esize = (long long)dtype_size(d.x);
-  const long long vbytes = std::min<long long>(16, p.vec * esize);
-  auto ok = [&](CUdeviceptr base, std::initializer_list<long long> strides) {
-    if (base % vbytes != 0) {
-      return false;
-    }
-    for (long long s : strides) {
-      if ((s * esize) % vbytes != 0) {
-        return false;
-      }
-    }
-    return true;
-  };
-  bool vector_ok = d.L % p.vec == 0 && ok(call.u, {a.u_bs, a.u_ds}) &&
-                   ok(call.delta, {a.delta_bs, a.delta_ds}) && ok(call.out, {a.out_bs, a.out_ds});
+  const VectorAccess vector(d.x, p.vec);
+  bool vector_ok = d.L % p.vec == 0 && vector.aligned(call.u, {a.u_bs, a.u_ds}) &&
+                   vector.aligned(call.delta, {a.delta_bs, a.delta_ds}) &&
+                   vector.aligned(call.out, {a.out_bs, a.out_ds});
   if (d.has_z) {
-    vector_ok = vector_ok && ok(call.z, {a.z_bs, a.z_ds});
+    vector_ok = vector_ok && vector.aligned(call.z, {a.z_bs, a.z_ds});
   }
   if (d.var_b) {
-    vector_ok = vector_ok && ok(call.B, {a.b_bs, a.b_gs, a.b_ns});
+    vector_ok = vector_ok && vector.aligned(call.B, {a.b_bs, a.b_gs, a.b_ns});
   }
   if (d.var_c) {
-    vector_ok = vector_ok && ok(call.C, {a.c_bs, a.c_gs, a.c_ns});
+    vector_ok = vector_ok && vector.aligned(call.C, {a.c_bs, a.c_gs, a.c_ns});
   }
   a.vector_ok = vector_ok ? 1 : 0;
   return a;
@@ -907,15 +880,7 @@ double SelectiveScanOp::tolerance(const Problem& problem) const {
   // The output's rounding dominates for 16-bit outputs (bf16 keeps 8 significant
   // bits, fp16 11). fp32 sees ex2.approx / the polynomial (about 1e-7 per step),
   // compounded over the steps a slowly decaying state remembers.
-  switch (dims(problem).x) {
-  case DType::bf16:
-    return 1e-2;
-  case DType::f16:
-    return 2e-3;
-  case DType::f32:
-    return 1e-4;
-  }
-  return 0;
+  return output_rounding_tolerance(dims(problem).x, 1e-4);
 }
 
 double SelectiveScanOp::bytes(const Problem& problem) const {
