@@ -706,6 +706,48 @@ const ArgsDesc& SelectiveScanOp::args_desc() const {
   enum : int8_t { B, D, L, N, G, dtype, var_bc, bias, softplus, has_d, has_z, last };
   auto rows = StrideRule::rows;
   auto dense = StrideRule::contiguous;
+  // The tensors in struct order. B and C take the same three forms: fixed [D, N]
+  // fp32, variable [B, N, L] (one group) and variable, grouped [B, G, N, L] of u's
+  // dtype.
+  auto tensors = [&] {
+    std::vector<TensorRule> t = {
+        {"u", offsetof(A, u), {{B}, {D}, {L}}, dtype, k_any_float, -1, false, rows},
+        {"delta", offsetof(A, delta), {{B}, {D}, {L}}, dtype, k_any_float, -1, false, rows},
+        {"A", offsetof(A, A), {{D}, {N}}, -1, k_fp32, -1, false, dense}};
+    for (const auto& [name, offset] : {std::pair{"B", offsetof(A, B)}, {"C", offsetof(A, C)}}) {
+      t.push_back({name, offset, {{D}, {N}}, -1, k_fp32, -1, false, dense, 1, {}, "fixed"});
+      t.push_back({name,
+                   offset,
+                   {{B}, {N}, {L}},
+                   dtype,
+                   k_any_float,
+                   -1,
+                   false,
+                   rows,
+                   1,
+                   {{G, 1}},
+                   "variable"});
+      t.push_back({name,
+                   offset,
+                   {{B}, {G}, {N}, {L}},
+                   dtype,
+                   k_any_float,
+                   -1,
+                   false,
+                   rows,
+                   1,
+                   {},
+                   "variable, grouped"});
+    }
+    t.insert(
+        t.end(),
+        {{"D", offsetof(A, D), {{D}}, -1, k_fp32, has_d, false, dense},
+         {"z", offsetof(A, z), {{B}, {D}, {L}}, dtype, k_any_float, has_z, false, rows},
+         {"delta_bias", offsetof(A, delta_bias), {{D}}, -1, k_fp32, bias, false, dense},
+         {"out", offsetof(A, out), {{B}, {D}, {L}}, dtype, k_any_float, -1, true, rows},
+         {"last_state", offsetof(A, last_state), {{B}, {D}, {N}}, -1, k_fp32, last, true, dense}});
+    return t;
+  };
   static const ArgsDesc desc{
       "selective_scan",
       sizeof(A),
@@ -722,60 +764,7 @@ const ArgsDesc& SelectiveScanOp::args_desc() const {
        {"has_d", FieldKind::flag},
        {"has_z", FieldKind::flag},
        {"last_state", FieldKind::flag}},
-      {{"u", offsetof(A, u), {{B}, {D}, {L}}, dtype, k_any_float, -1, false, rows},
-       {"delta", offsetof(A, delta), {{B}, {D}, {L}}, dtype, k_any_float, -1, false, rows},
-       {"A", offsetof(A, A), {{D}, {N}}, -1, k_fp32, -1, false, dense},
-       {"B", offsetof(A, B), {{D}, {N}}, -1, k_fp32, -1, false, dense, 1, {}, "fixed"},
-       {"B",
-        offsetof(A, B),
-        {{B}, {N}, {L}},
-        dtype,
-        k_any_float,
-        -1,
-        false,
-        rows,
-        1,
-        {{G, 1}},
-        "variable"},
-       {"B",
-        offsetof(A, B),
-        {{B}, {G}, {N}, {L}},
-        dtype,
-        k_any_float,
-        -1,
-        false,
-        rows,
-        1,
-        {},
-        "variable, grouped"},
-       {"C", offsetof(A, C), {{D}, {N}}, -1, k_fp32, -1, false, dense, 1, {}, "fixed"},
-       {"C",
-        offsetof(A, C),
-        {{B}, {N}, {L}},
-        dtype,
-        k_any_float,
-        -1,
-        false,
-        rows,
-        1,
-        {{G, 1}},
-        "variable"},
-       {"C",
-        offsetof(A, C),
-        {{B}, {G}, {N}, {L}},
-        dtype,
-        k_any_float,
-        -1,
-        false,
-        rows,
-        1,
-        {},
-        "variable, grouped"},
-       {"D", offsetof(A, D), {{D}}, -1, k_fp32, has_d, false, dense},
-       {"z", offsetof(A, z), {{B}, {D}, {L}}, dtype, k_any_float, has_z, false, rows},
-       {"delta_bias", offsetof(A, delta_bias), {{D}}, -1, k_fp32, bias, false, dense},
-       {"out", offsetof(A, out), {{B}, {D}, {L}}, dtype, k_any_float, -1, true, rows},
-       {"last_state", offsetof(A, last_state), {{B}, {D}, {N}}, -1, k_fp32, last, true, dense}},
+      tensors(),
       {{"delta_softplus", offsetof(A, delta_softplus), ScalarKind::i32, softplus}},
       // var_bc from the forms that bound B and C ([D, N] fixed, 3 or 4 dimensions
       // variable): the two are independent, as in mamba-ssm.
