@@ -4,10 +4,7 @@
 
 #include "runtime/base/error.hpp"
 #include "templates.hpp"
-
-#define TOML_HEADER_ONLY 1
-#define TOML_EXCEPTIONS 1
-#include <toml++/toml.h>
+#include "toml_source.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -16,16 +13,6 @@
 #include <mutex>
 
 namespace autotune {
-namespace {
-
-[[noreturn]] void fail_at(const std::string& source, const toml::node& node,
-                          const std::string& message) {
-  const auto& r = node.source();
-  throw Error(ErrorKind::config, source + ":" + std::to_string(r.begin.line) + ":" +
-                                     std::to_string(r.begin.column) + ": " + message);
-}
-
-} // namespace
 
 std::vector<HeuristicPoint> parse_heuristics(const Op& op, const std::string& text,
                                              const std::string& source, const Space& space) {

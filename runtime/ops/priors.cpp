@@ -2,30 +2,13 @@
 
 #include "runtime/base/error.hpp"
 #include "runtime/base/strings.hpp"
-
-#define TOML_HEADER_ONLY 1
-#define TOML_EXCEPTIONS 1
-#include <toml++/toml.h>
+#include "toml_source.hpp"
 
 #include <algorithm>
 #include <cctype>
 
 namespace autotune {
 namespace {
-
-std::string where(const std::string& source, const toml::source_region& r) {
-  return source + ":" + std::to_string(r.begin.line) + ":" + std::to_string(r.begin.column);
-}
-
-[[noreturn]] void fail_at(const std::string& source, const toml::source_region& region,
-                          const std::string& message) {
-  throw Error(ErrorKind::config, where(source, region) + ": " + message);
-}
-
-[[noreturn]] void fail_at(const std::string& source, const toml::node& node,
-                          const std::string& message) {
-  fail_at(source, node.source(), message);
-}
 
 // An integer in canonical spelling, or nullopt.
 std::optional<long long> as_integer(const std::string& text) {

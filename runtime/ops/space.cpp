@@ -4,10 +4,7 @@
 #include "runtime/base/error.hpp"
 #include "runtime/base/strings.hpp"
 #include "templates.hpp"
-
-#define TOML_HEADER_ONLY 1
-#define TOML_EXCEPTIONS 1
-#include <toml++/toml.h>
+#include "toml_source.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -20,10 +17,6 @@
 
 namespace autotune {
 namespace {
-
-std::string where(const std::string& source, const toml::source_region& r) {
-  return source + ":" + std::to_string(r.begin.line) + ":" + std::to_string(r.begin.column);
-}
 
 [[noreturn]] void throw_config(const std::string& message) {
   throw Error(ErrorKind::config, message);
