@@ -41,6 +41,7 @@ def main():
     ap.add_argument("--rep", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=10)
     args = ap.parse_args()
+    baf.gpu_modules()
     import torch
     from autotune import Runtime
     ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
