@@ -736,6 +736,21 @@ std::variant<wp::Reply, Worker::Lost> Worker::call(const wp::Request& request, d
   return lost;
 }
 
+const wp::Reply& Worker::answered(const std::variant<wp::Reply, Lost>& answer,
+                                  const std::string& what) {
+  if (auto* lost = std::get_if<Lost>(&answer)) {
+    throw Error(ErrorKind::cuda, what + lost->message);
+  }
+  const wp::Reply& reply = std::get<wp::Reply>(answer);
+  if (auto* f = std::get_if<wp::Failed>(&reply)) {
+    if (f->exiting) {
+      retire();
+    }
+    throw Error(ErrorKind::cuda, what + f->message);
+  }
+  return reply;
+}
+
 void Worker::retire() {
   if (m_pid > 0) {
     waitpid(m_pid, nullptr, 0);
@@ -780,18 +795,8 @@ void Worker::ensure_ready() {
     throw Error(ErrorKind::internal, "Worker used before setup()");
   }
   auto answer = call(*m_setup_request, m_setup_timeout);
-  const std::string what = "a replacement worker could not be set up: ";
-  if (auto* lost = std::get_if<Lost>(&answer)) {
-    throw Error(ErrorKind::cuda, what + lost->message);
-  }
-  const wp::Reply& reply = std::get<wp::Reply>(answer);
-  if (auto* f = std::get_if<wp::Failed>(&reply)) {
-    if (f->exiting) {
-      retire();
-    }
-    throw Error(ErrorKind::cuda, what + f->message);
-  }
-  expect<wp::SetupDone>(reply, wp::ReplyKind::setup_done);
+  expect<wp::SetupDone>(answered(answer, "a replacement worker could not be set up: "),
+                        wp::ReplyKind::setup_done);
   m_ready = true;
 }
 
@@ -833,18 +838,7 @@ MeasureResult Worker::measure(const Config& config, const std::string& kernel,
 void Worker::reseed(unsigned long long seed) {
   ensure_ready();
   auto answer = call(wp::ReseedRequest{seed}, m_setup_timeout);
-  const std::string what = "worker: new inputs failed: ";
-  if (auto* lost = std::get_if<Lost>(&answer)) {
-    throw Error(ErrorKind::cuda, what + lost->message);
-  }
-  const wp::Reply& reply = std::get<wp::Reply>(answer);
-  if (auto* f = std::get_if<wp::Failed>(&reply)) {
-    if (f->exiting) {
-      retire();
-    }
-    throw Error(ErrorKind::cuda, what + f->message);
-  }
-  expect<wp::Reseeded>(reply, wp::ReplyKind::reseeded);
+  expect<wp::Reseeded>(answered(answer, "worker: new inputs failed: "), wp::ReplyKind::reseeded);
   // A replacement worker must draw the same inputs.
   m_setup_request->seed = seed;
 }

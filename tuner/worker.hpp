@@ -185,6 +185,10 @@ private:
                                                   double timeout_s);
   // A worker that announced its exit (`exiting`) is reaped; the next call starts anew.
   void retire();
+  // The reply in `answer`; no reply or a Failed one throws Error(cuda) `what` and the
+  // reason (a worker that announced its exit is retired first).
+  const worker_protocol::Reply& answered(const std::variant<worker_protocol::Reply, Lost>& answer,
+                                         const std::string& what);
   void ensure_ready();
 
   double m_setup_timeout;
