@@ -136,20 +136,11 @@ void publish(const std::string& staged, const std::string& out) {
               "cannot create " + out + ": " + std::strerror(err) + "; nothing written");
 }
 
-std::string num(double v, int precision = 2) {
-  if (std::isnan(v)) {
-    return "-";
-  }
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", precision, v);
-  return buf;
-}
-
 std::string spread_pct(const cache::Entry& e) {
   if (!e.result || e.result->samples <= 0 || !(e.result->median_us > 0)) {
     return "-";
   }
-  return num((e.result->p90_us - e.result->p10_us) / e.result->median_us * 100, 1) + "%";
+  return fixed_or_dash((e.result->p90_us - e.result->p10_us) / e.result->median_us * 100, 1) + "%";
 }
 
 int cache_ls(int argc, char** argv) {
@@ -168,7 +159,7 @@ int cache_ls(int argc, char** argv) {
                   json_escape(e.device ? e.device->name : "").c_str(),
                   json_escape(e.device ? e.device->arch : "").c_str(),
                   json_escape(w.config).c_str(),
-                  std::isnan(w.median_us) ? "null" : num(w.median_us, 3).c_str(),
+                  std::isnan(w.median_us) ? "null" : fixed_or_dash(w.median_us, 3).c_str(),
                   e.result ? e.result->samples : 0, json_escape(w.template_hash).c_str(),
                   json_escape(w.nvrtc_version).c_str(), w.updated_at.c_str());
     }
@@ -181,7 +172,7 @@ int cache_ls(int argc, char** argv) {
     std::printf("%-12s  %-14s  %-60s  %-22s  %10s  %7s  %-12s  %s\n", w.key.substr(0, 12).c_str(),
                 w.op.c_str(), w.problem.c_str(),
                 (e.device ? e.device->name : w.device_key.substr(0, 8).insert(0, 1, '?')).c_str(),
-                num(w.median_us).c_str(), spread_pct(e).c_str(),
+                fixed_or_dash(w.median_us).c_str(), spread_pct(e).c_str(),
                 w.template_hash.substr(0, 12).c_str(), w.config.c_str());
   }
   std::fprintf(stderr, "%zu of %zu winners in %s\n", entries.size(), db.winners().size(),
@@ -208,7 +199,7 @@ int cache_show(int argc, char** argv) {
     std::printf(
         "  op             %s\n  problem        %s\n  config         %s\n  kernel         %s\n",
         w.op.c_str(), w.problem.c_str(), w.config.c_str(), w.kernel.c_str());
-    std::printf("  median_us      %s\n  updated_at     %s\n", num(w.median_us, 3).c_str(),
+    std::printf("  median_us      %s\n  updated_at     %s\n", fixed_or_dash(w.median_us, 3).c_str(),
                 w.updated_at.c_str());
     if (e.device) {
       std::printf("device %s\n  name           %s\n  arch           %s\n  cc             %d\n"
@@ -228,11 +219,12 @@ int cache_show(int argc, char** argv) {
       std::printf("variant %s (NOT STORED)\n", w.variant_key.c_str());
     }
     if (e.result) {
-      std::printf("result %s\n  median_us      %s\n  p10..p90 us    %s..%s\n  samples        %d\n"
-                  "  sm_clock_mhz   %d\n  rel_err        %s\n",
-                  cache::to_string(e.result->outcome), num(e.result->median_us, 3).c_str(),
-                  num(e.result->p10_us, 3).c_str(), num(e.result->p90_us, 3).c_str(),
-                  e.result->samples, e.result->sm_clock_mhz, num(e.result->rel_err, 8).c_str());
+      std::printf(
+          "result %s\n  median_us      %s\n  p10..p90 us    %s..%s\n  samples        %d\n"
+          "  sm_clock_mhz   %d\n  rel_err        %s\n",
+          cache::to_string(e.result->outcome), fixed_or_dash(e.result->median_us, 3).c_str(),
+          fixed_or_dash(e.result->p10_us, 3).c_str(), fixed_or_dash(e.result->p90_us, 3).c_str(),
+          e.result->samples, e.result->sm_clock_mhz, fixed_or_dash(e.result->rel_err, 8).c_str());
     }
     std::string dump;
     cache::winner_key(w.device_key, w.op, w.problem, w.template_hash, w.nvrtc_version, &dump);

@@ -155,20 +155,11 @@ std::vector<TimedEntry> timings_of(const std::string& path, const cache::Selecto
   return cache::stored_timings(db, selector);
 }
 
-std::string num(double v, int precision = 2) {
-  if (std::isnan(v)) {
-    return "-";
-  }
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", precision, v);
-  return buf;
-}
-
 // "12.30 [12.10..12.60]": the median and its p10..p90 range.
 std::string timing_text(const TimedEntry& t) {
-  std::string text = num(t.median_us);
+  std::string text = fixed_or_dash(t.median_us);
   if (t.samples > 0) {
-    text += " [" + num(t.p10_us) + ".." + num(t.p90_us) + "]";
+    text += " [" + fixed_or_dash(t.p10_us) + ".." + fixed_or_dash(t.p90_us) + "]";
   }
   return text;
 }
@@ -215,13 +206,14 @@ std::string md_escape(const std::string& text) {
 std::string why(const Comparison& c, double threshold_pct) {
   switch (c.verdict) {
   case Verdict::regression:
-    return "slower by " + num(c.change_pct, 1) + "% (threshold " + num(threshold_pct, 1) +
-           "%) and beyond the noise of both sides (current p10 " + num(c.current.p10_us) +
-           " us > baseline p90 " + num(c.baseline.p90_us) + " us)";
+    return "slower by " + fixed_or_dash(c.change_pct, 1) + "% (threshold " +
+           fixed_or_dash(threshold_pct, 1) + "%) and beyond the noise of both sides (current p10 " +
+           fixed_or_dash(c.current.p10_us) + " us > baseline p90 " +
+           fixed_or_dash(c.baseline.p90_us) + " us)";
   case Verdict::failed:
     return "could not be re-timed: " + c.current.failure;
   case Verdict::improvement:
-    return "faster by " + num(-c.change_pct, 1) + "%";
+    return "faster by " + fixed_or_dash(-c.change_pct, 1) + "%";
   case Verdict::same:
     return "within threshold or noise";
   }
@@ -236,7 +228,7 @@ void print_table(const RegressReport& r) {
                 c.baseline.op.c_str(), c.baseline.problem.c_str(), c.baseline.gpu.c_str(),
                 timing_text(c.baseline).c_str(),
                 c.verdict == Verdict::failed ? "-" : timing_text(c.current).c_str(),
-                c.verdict == Verdict::failed ? "-" : num(c.change_pct, 1).c_str());
+                c.verdict == Verdict::failed ? "-" : fixed_or_dash(c.change_pct, 1).c_str());
   }
   for (const TimedEntry& t : r.only_baseline) {
     std::printf("missing in current: %s\n", describe(t).c_str());
@@ -248,7 +240,7 @@ void print_table(const RegressReport& r) {
               "baseline, %zu only in current (threshold %s%%)\n",
               r.compared.size(), r.count(Verdict::regression), r.count(Verdict::failed),
               r.count(Verdict::improvement), r.count(Verdict::same), r.only_baseline.size(),
-              r.only_current.size(), num(r.threshold_pct, 1).c_str());
+              r.only_current.size(), fixed_or_dash(r.threshold_pct, 1).c_str());
 }
 
 // Writes `text` to `path` through a file beside it, so that `path` is never
@@ -319,7 +311,8 @@ std::string markdown(const RegressReport& r) {
        std::to_string(r.count(Verdict::regression)) + " regressions**, " +
        std::to_string(r.count(Verdict::failed)) + " failed, " +
        std::to_string(r.count(Verdict::improvement)) + " faster; threshold " +
-       num(r.threshold_pct, 1) + "%, and a change counts only beyond both sides' p10..p90.\n\n";
+       fixed_or_dash(r.threshold_pct, 1) +
+       "%, and a change counts only beyond both sides' p10..p90.\n\n";
   m += "| verdict | op | problem | GPU | baseline µs [p10..p90] | current µs [p10..p90] | change "
        "|\n";
   m += "|---|---|---|---|---:|---:|---:|\n";
@@ -328,7 +321,7 @@ std::string markdown(const RegressReport& r) {
     m += "| " + std::string(cache::to_string(c.verdict)) + " | " + md_escape(c.baseline.op) +
          " | `" + md_escape(c.baseline.problem) + "` | " + md_escape(c.baseline.gpu) + " | " +
          timing_text(c.baseline) + " | " + (failed ? "-" : timing_text(c.current)) + " | " +
-         (failed ? md_escape(c.current.failure) : num(c.change_pct, 1) + "%") + " |\n";
+         (failed ? md_escape(c.current.failure) : fixed_or_dash(c.change_pct, 1) + "%") + " |\n";
   }
   if (!r.only_baseline.empty() || !r.only_current.empty()) {
     m += "\nMissing entries:\n\n";

@@ -62,15 +62,6 @@ struct ReportRow {
   std::optional<cache::ResultRecord> runner_up; // fastest other OK variant
 };
 
-std::string fixed(double v, int precision) {
-  if (std::isnan(v)) {
-    return "-";
-  }
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", precision, v);
-  return buf;
-}
-
 // The op's metric at the winner's median; NAN when the op is not built into this
 // binary or the stored problem no longer parses (an old key format).
 void judge(ReportRow& row) {
@@ -146,18 +137,19 @@ void print_markdown(const std::vector<ReportRow>& rows, const std::vector<std::s
     const cache::WinnerRecord& w = row.entry.winner;
     const double margin = margin_pct(row);
     const double spread = spread_pct(row.entry);
-    const std::string spread_text = std::isnan(spread) ? "-" : fixed(spread, 1).append("%");
+    const std::string spread_text = std::isnan(spread) ? "-" : fixed_or_dash(spread, 1).append("%");
     const std::string metric_text =
-        row.metric.empty() ? "-" : fixed(row.metric_value, 1).append(" ").append(row.metric);
+        row.metric.empty() ? "-"
+                           : fixed_or_dash(row.metric_value, 1).append(" ").append(row.metric);
     // A tie can go to a variant slightly slower than the runner-up: then the margin is
     // negative and printed with its own sign.
     const std::string margin_text =
         std::isnan(margin)
             ? "-"
-            : std::string(margin < 0 ? "" : "+").append(fixed(margin, 1)).append("%");
+            : std::string(margin < 0 ? "" : "+").append(fixed_or_dash(margin, 1)).append("%");
     std::printf("| %s | `%s` | %s | `%s` | %s | %s | %s | %d (%s) | %s |\n", w.op.c_str(),
                 w.problem.c_str(), row.entry.device ? row.entry.device->name.c_str() : "?",
-                w.config.c_str(), fixed(w.median_us, 2).c_str(), spread_text.c_str(),
+                w.config.c_str(), fixed_or_dash(w.median_us, 2).c_str(), spread_text.c_str(),
                 metric_text.c_str(), row.measured, outcome_text(row).c_str(), margin_text.c_str());
   }
 }
@@ -169,7 +161,7 @@ std::string quoted(const std::string& text) {
 
 void print_json(const std::vector<ReportRow>& rows) {
   auto number = [](double v, int precision) {
-    return std::isnan(v) ? std::string("null") : fixed(v, precision);
+    return std::isnan(v) ? std::string("null") : fixed_or_dash(v, precision);
   };
   for (const ReportRow& row : rows) {
     const cache::WinnerRecord& w = row.entry.winner;

@@ -3,6 +3,7 @@
 #include "error.hpp"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
@@ -44,6 +45,15 @@ std::string join(const std::vector<std::string>& parts, std::string_view sep) {
 
 bool starts_with(std::string_view text, std::string_view prefix) {
   return text.substr(0, prefix.size()) == prefix;
+}
+
+std::string fixed_or_dash(double v, int precision) {
+  if (std::isnan(v)) {
+    return "-";
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", precision, v);
+  return buf;
 }
 
 std::string json_escape(std::string_view text) {
