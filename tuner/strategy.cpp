@@ -84,34 +84,39 @@ double config_distance(const TypedConfig& a, const TypedConfig& b) {
   return d;
 }
 
+// ---- sampled, measured in full (exhaustive, random) --------------------------------
+
+SampledSearch::SampledSearch(TimingProtocol protocol, size_t count, unsigned long long seed)
+    : m_protocol(protocol), m_count(count), m_seed(seed) {}
+
+std::vector<Config> SampledSearch::draw(std::vector<Config> valid, ProblemReport& report) const {
+  return sample(std::move(valid), m_count, m_seed, report);
+}
+
+void SampledSearch::measure(Bench& bench, const SearchInput& input, ProblemReport&) const {
+  measure_in_full(bench, input.pending, m_protocol);
+}
+
 // ---- exhaustive -----------------------------------------------------------------
 
 ExhaustiveSearch::ExhaustiveSearch(TimingProtocol protocol, size_t cap, unsigned long long seed)
-    : m_protocol(protocol), m_cap(cap), m_seed(seed) {}
+    : SampledSearch(protocol, cap, seed) {}
 
 std::vector<Config> ExhaustiveSearch::select(std::vector<Config> valid,
                                              ProblemReport& report) const {
   if (valid.size() <= k_max_exhaustive) {
     return valid;
   }
-  return sample(std::move(valid), m_cap, m_seed, report);
-}
-
-void ExhaustiveSearch::measure(Bench& bench, const SearchInput& input, ProblemReport&) const {
-  measure_in_full(bench, input.pending, m_protocol);
+  return draw(std::move(valid), report);
 }
 
 // ---- random ---------------------------------------------------------------------
 
 RandomSearch::RandomSearch(TimingProtocol protocol, size_t samples, unsigned long long seed)
-    : m_protocol(protocol), m_samples(samples), m_seed(seed) {}
+    : SampledSearch(protocol, samples, seed) {}
 
 std::vector<Config> RandomSearch::select(std::vector<Config> valid, ProblemReport& report) const {
-  return sample(std::move(valid), m_samples, m_seed, report);
-}
-
-void RandomSearch::measure(Bench& bench, const SearchInput& input, ProblemReport&) const {
-  measure_in_full(bench, input.pending, m_protocol);
+  return draw(std::move(valid), report);
 }
 
 // ---- successive halving within a budget -------------------------------------------

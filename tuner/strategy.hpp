@@ -86,31 +86,37 @@ public:
   virtual bool transfers() const { return false; }
 };
 
-class ExhaustiveSearch final : public Strategy {
+// What the exhaustive and random searches share: every selected configuration is
+// measured in full with `protocol`, and a space is sampled down to `count`
+// configurations drawn with `seed`. They differ only in when they sample (select).
+class SampledSearch : public Strategy {
+public:
+  void measure(Bench& bench, const SearchInput& input, ProblemReport& report) const override;
+
+protected:
+  SampledSearch(TimingProtocol protocol, size_t count, unsigned long long seed);
+  // `count` of `valid` drawn with `seed` (recorded in report.sampled).
+  std::vector<Config> draw(std::vector<Config> valid, ProblemReport& report) const;
+
+private:
+  TimingProtocol m_protocol;
+  size_t m_count;
+  unsigned long long m_seed;
+};
+
+class ExhaustiveSearch final : public SampledSearch {
 public:
   // A space over k_max_exhaustive configurations is sampled down to `cap` with `seed`.
   ExhaustiveSearch(TimingProtocol protocol, size_t cap, unsigned long long seed);
   std::vector<Config> select(std::vector<Config> valid, ProblemReport& report) const override;
-  void measure(Bench& bench, const SearchInput& input, ProblemReport& report) const override;
-
-private:
-  TimingProtocol m_protocol;
-  size_t m_cap;
-  unsigned long long m_seed;
 };
 
-class RandomSearch final : public Strategy {
+class RandomSearch final : public SampledSearch {
 public:
   // `samples` configurations drawn with `seed`: every process (every rank of a
   // distributed session) with the same seed and space draws the same ones.
   RandomSearch(TimingProtocol protocol, size_t samples, unsigned long long seed);
   std::vector<Config> select(std::vector<Config> valid, ProblemReport& report) const override;
-  void measure(Bench& bench, const SearchInput& input, ProblemReport& report) const override;
-
-private:
-  TimingProtocol m_protocol;
-  size_t m_samples;
-  unsigned long long m_seed;
 };
 
 // Successive halving within a time budget per problem, starting from transfer seeds:
