@@ -593,8 +593,10 @@ void apply_migration(sqlite3* db, const std::string& path, int64_t from_version)
   }
 }
 
-ObjectSet expected_objects(int64_t version) {
-  const std::string name = "(expected schema)";
+// An in-memory database taken through the migrations up to `version`, the same steps
+// a new file goes through; errors name it `name`.
+std::unique_ptr<sqlite3, ConnectionCloser> migrated_in_memory(int64_t version,
+                                                              const std::string& name) {
   sqlite3* raw = nullptr;
   int rc = sqlite3_open_v2(":memory:", &raw, SQLITE_OPEN_READWRITE, nullptr);
   std::unique_ptr<sqlite3, ConnectionCloser> db(raw);
@@ -604,6 +606,12 @@ ObjectSet expected_objects(int64_t version) {
   for (int64_t v = 0; v < version; ++v) {
     apply_migration(db.get(), name, v);
   }
+  return db;
+}
+
+ObjectSet expected_objects(int64_t version) {
+  const std::string name = "(expected schema)";
+  auto db = migrated_in_memory(version, name);
   return read_schema_state(db.get(), name).objects;
 }
 
@@ -668,6 +676,8 @@ WinnerRecord read_winner(const Statement& stmt) {
   return w;
 }
 
+constexpr const char* k_device_columns = "key, name, arch, cc, sm_count, driver_version";
+
 DeviceRecord read_device(const Statement& stmt) {
   DeviceRecord d;
   d.name = stmt.text(1);
@@ -676,6 +686,24 @@ DeviceRecord read_device(const Statement& stmt) {
   d.sm_count = int(stmt.integer(4));
   d.driver_version = int(stmt.integer(5));
   return d;
+}
+
+// Every row `stmt` yields, each read with `read`.
+template <typename Read> auto read_rows(Statement& stmt, Read read) {
+  std::vector<decltype(read(stmt))> out;
+  while (stmt.step()) {
+    out.push_back(read(stmt));
+  }
+  return out;
+}
+
+// The first row `stmt` yields, read with `read`; nullopt when it yields none.
+template <typename Read>
+auto read_first(Statement& stmt, Read read) -> std::optional<decltype(read(stmt))> {
+  if (!stmt.step()) {
+    return std::nullopt;
+  }
+  return read(stmt);
 }
 
 constexpr const char* k_variant_columns =
@@ -697,6 +725,14 @@ std::string read_schema_text(sqlite3* db, const std::string& path) {
   return text;
 }
 
+// The key's hex digest, its hashed fields in `dump` when given.
+std::string key_text(KeyHasher& hasher, std::string* dump) {
+  if (dump) {
+    *dump = hasher.dump();
+  }
+  return hasher.hex();
+}
+
 } // namespace
 
 std::string DeviceRecord::key(std::string* dump) const {
@@ -706,10 +742,7 @@ std::string DeviceRecord::key(std::string* dump) const {
       .field("cc", int64_t(cc))
       .field("sm_count", int64_t(sm_count))
       .field("driver_version", int64_t(driver_version));
-  if (dump) {
-    *dump = hasher.dump();
-  }
-  return hasher.hex();
+  return key_text(hasher, dump);
 }
 
 std::string winner_key(const std::string& device_key, const std::string& op,
@@ -722,10 +755,7 @@ std::string winner_key(const std::string& device_key, const std::string& op,
       .field("problem", problem)
       .field("template_hash", template_hash)
       .field("nvrtc_version", nvrtc_version);
-  if (dump) {
-    *dump = hasher.dump();
-  }
-  return hasher.hex();
+  return key_text(hasher, dump);
 }
 
 std::string variant_key(const std::string& op, const std::string& template_hash,
@@ -739,10 +769,7 @@ std::string variant_key(const std::string& op, const std::string& template_hash,
       .field("arch", arch)
       .field("options", options)
       .field("kernel", kernel);
-  if (dump) {
-    *dump = hasher.dump();
-  }
-  return hasher.hex();
+  return key_text(hasher, dump);
 }
 
 const char* to_string(Outcome o) {
@@ -1055,13 +1082,9 @@ void Database::put_variant(const VariantRecord& variant, const std::string& cubi
 
 std::optional<VariantRecord> Database::find_variant(const std::string& key) const {
   Statement stmt(handle(), m_path,
-                 "SELECT key, op, arch, template_hash, nvrtc_version, options, config, kernel, "
-                 "cubin_sha256, compile_s, registers, static_smem FROM variants WHERE key = ?1");
+                 std::string("SELECT ") + k_variant_columns + " FROM variants WHERE key = ?1");
   stmt.bind_text(1, key);
-  if (!stmt.step()) {
-    return std::nullopt;
-  }
-  return read_variant(stmt);
+  return read_first(stmt, read_variant);
 }
 
 std::string Database::load_cubin(const std::string& sha256) const {
@@ -1110,10 +1133,7 @@ std::optional<ResultRecord> Database::find_result(const std::string& device_key,
                  std::string("SELECT ") + k_result_columns +
                      " FROM results WHERE device_key = ?1 AND variant_key = ?2 AND problem = ?3");
   stmt.bind_text(1, device_key).bind_text(2, variant_key).bind_text(3, problem);
-  if (!stmt.step()) {
-    return std::nullopt;
-  }
-  return read_result(stmt);
+  return read_first(stmt, read_result);
 }
 
 std::vector<ResultRecord> Database::results(const std::string& device_key, const std::string& op,
@@ -1124,11 +1144,7 @@ std::vector<ResultRecord> Database::results(const std::string& device_key, const
                      " FROM results WHERE device_key = ?1 AND op = ?2 AND problem = ?3"
                      " ORDER BY outcome <> 'OK', median_us IS NULL, median_us, variant_key");
   stmt.bind_text(1, device_key).bind_text(2, op).bind_text(3, problem);
-  std::vector<ResultRecord> out;
-  while (stmt.step()) {
-    out.push_back(read_result(stmt));
-  }
-  return out;
+  return read_rows(stmt, read_result);
 }
 
 void Database::put_winner(const WinnerRecord& winner) {
@@ -1167,10 +1183,7 @@ std::optional<WinnerRecord> Database::find_winner(const std::string& device_key,
   Statement stmt(handle(), m_path,
                  std::string("SELECT ") + k_winner_columns + " FROM winners WHERE key = ?1");
   stmt.bind_text(1, key);
-  if (!stmt.step()) {
-    return std::nullopt;
-  }
-  return read_winner(stmt);
+  return read_first(stmt, read_winner);
 }
 
 std::vector<WinnerRecord> Database::winners() const {
@@ -1178,53 +1191,33 @@ std::vector<WinnerRecord> Database::winners() const {
       handle(), m_path,
       std::string("SELECT ") + k_winner_columns +
           " FROM winners ORDER BY device_key, op, problem, template_hash, nvrtc_version");
-  std::vector<WinnerRecord> out;
-  while (stmt.step()) {
-    out.push_back(read_winner(stmt));
-  }
-  return out;
+  return read_rows(stmt, read_winner);
 }
 
 std::vector<DeviceRecord> Database::devices() const {
   Statement stmt(handle(), m_path,
-                 "SELECT key, name, arch, cc, sm_count, driver_version FROM devices ORDER BY key");
-  std::vector<DeviceRecord> out;
-  while (stmt.step()) {
-    out.push_back(read_device(stmt));
-  }
-  return out;
+                 std::string("SELECT ") + k_device_columns + " FROM devices ORDER BY key");
+  return read_rows(stmt, read_device);
 }
 
 std::optional<DeviceRecord> Database::find_device(const std::string& key) const {
-  Statement stmt(
-      handle(), m_path,
-      "SELECT key, name, arch, cc, sm_count, driver_version FROM devices WHERE key = ?1");
+  Statement stmt(handle(), m_path,
+                 std::string("SELECT ") + k_device_columns + " FROM devices WHERE key = ?1");
   stmt.bind_text(1, key);
-  if (!stmt.step()) {
-    return std::nullopt;
-  }
-  return read_device(stmt);
+  return read_first(stmt, read_device);
 }
 
 std::vector<VariantRecord> Database::variants() const {
   Statement stmt(handle(), m_path,
                  std::string("SELECT ") + k_variant_columns + " FROM variants ORDER BY key");
-  std::vector<VariantRecord> out;
-  while (stmt.step()) {
-    out.push_back(read_variant(stmt));
-  }
-  return out;
+  return read_rows(stmt, read_variant);
 }
 
 std::vector<ResultRecord> Database::all_results() const {
   Statement stmt(handle(), m_path,
                  std::string("SELECT ") + k_result_columns +
                      " FROM results ORDER BY device_key, op, problem, variant_key");
-  std::vector<ResultRecord> out;
-  while (stmt.step()) {
-    out.push_back(read_result(stmt));
-  }
-  return out;
+  return read_rows(stmt, read_result);
 }
 
 std::vector<std::string> Database::integrity_problems() const {
@@ -1325,17 +1318,9 @@ std::string Database::schema_text() const {
 
 std::string Database::expected_schema_text() {
   const std::string name = "(expected schema)";
-  sqlite3* raw = nullptr;
-  int rc = sqlite3_open_v2(":memory:", &raw, SQLITE_OPEN_READWRITE, nullptr);
-  std::unique_ptr<sqlite3, Closer> db(raw);
-  if (rc != SQLITE_OK) {
-    throw_sqlite(raw, name, "cannot open an in-memory database");
-  }
   // The same steps a new file goes through, so this is what a read-write open
   // of this build leaves in any file it created or migrated.
-  for (int64_t version = 0; version < k_schema_version; ++version) {
-    apply_migration(db.get(), name, version);
-  }
+  auto db = migrated_in_memory(k_schema_version, name);
   return read_schema_text(db.get(), name);
 }
 
