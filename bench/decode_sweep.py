@@ -80,8 +80,7 @@ def main():
         print(f"  B={k[0]} ctx={k[1]}: {r['us']} us, {r['pct_of_2.97']}% -- {r['config']}")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "decode-sweep.json"), "w") as f:
-        json.dump({"rows": rows, "best": [dict(B=k[0], context=k[1], **v)
-                                          for k, v in sorted(best.items())]}, f, indent=1)
+        json.dump({"rows": rows, "best": [best[k] for k in sorted(best)]}, f, indent=1)
     return 0
 
 

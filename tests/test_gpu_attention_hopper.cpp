@@ -107,6 +107,11 @@ TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference ov
       {"B=1,H=2,S=700,D=128,window=1,dtype=bf16,lse=1", 2},
       {"B=2,Hq=4,Hkv=2,Sq=300,Sk=900,D=64,causal=1,window=1,dtype=fp16,lse=1", 2},
       {"B=8,H=20,S=600,D=64,causal=1,window=1,dtype=bf16", 4}, // persistent: many tiles
+      // Head dims between 64 and 128: tiles of 128 columns, those from D on zero-filled by
+      // TMA; S = Q K^T over ceil(D / 16) k-steps, D columns stored.
+      {"B=2,Hq=6,Hkv=2,Sq=300,Sk=333,D=96,causal=1,dtype=bf16,lse=1", 2},
+      {"B=1,H=3,S=257,D=72,dtype=fp16,layout=bhsd", 2}, // the last k-step half past D
+      {"B=4,H=10,S=400,D=112,causal=1,window=1,dtype=bf16", 4},
   };
   size_t shape_index = 0;
   for (const Shape& sh : shapes) {

@@ -242,8 +242,19 @@ TEST_CASE("the Hopper attention family (family=wgmma) is valid on sm_90a only, f
     }
   }
   SUBCASE("head dims it lacks") {
-    refused(k_wg, problem("B=1,H=2,S=256,D=96"), "sm_90a", "head dims 64, 128 and 256");
-    refused(k_wg, problem("B=1,H=2,S=256,D=80"), "sm_90a", "head dims 64, 128 and 256");
+    const char* why = "head dims 64 to 128 (multiples of 8) and 256";
+    refused(k_wg, problem("B=1,H=2,S=256,D=56"), "sm_90a", why);
+    refused(k_wg, problem("B=1,H=2,S=256,D=136"), "sm_90a", why);
+    refused(k_wg, problem("B=1,H=2,S=256,D=192"), "sm_90a", why);
+  }
+  SUBCASE("head dims between 64 and 128 take the tiles of 128 (the columns past D zero)") {
+    for (int D : {72, 80, 96, 112}) {
+      CAPTURE(D);
+      const Problem pd = problem("B=1,H=2,S=256,D=" + std::to_string(D));
+      CHECK(attn().check(config(k_wg), pd, "sm_90a"));
+      CHECK(attn().geometry(config(k_wg), pd).dynamic_smem ==
+            attn().geometry(config(k_wg), problem("B=1,H=2,S=256,D=128")).dynamic_smem);
+    }
   }
   SUBCASE("D=256: O takes 128 registers of the 240, K/V stages 512 bytes a key") {
     const Problem d256 = problem("B=2,H=8,S=4096,D=256");
@@ -462,6 +473,11 @@ TEST_CASE("Hopper attention variants compile for sm_90a with wgmma, TMA and setm
        "block_m=64,block_n=96,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma"},
       {"B=1,H=4,S=300,D=128,dtype=bf16",
        "block_m=128,block_n=112,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma"},
+      {"B=1,Hq=6,Hkv=2,S=300,D=96,causal=1,lse=1,dtype=bf16",
+       "block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma"},
+      {"B=1,H=4,S=300,D=80,dtype=fp16",
+       "block_m=128,block_n=96,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+       "family=wgmma_overlap"},
   };
   for (const Case& c : cases) {
     const std::string id = c.config;

@@ -305,13 +305,18 @@ Params params(const Config& c) {
 // family=wgmma (templates/attention/hopper.cuh): what its tiles and barriers take,
 // plus 1 KiB to align the 128-byte-swizzled tiles to 1024 bytes.
 // Persistent blocks hold two Q tiles (the next one loads while this one is read).
+// Its tiles hold the head dim in whole 64-column slabs (the columns past D zero-filled).
+long long wgmma_pad_dim(const Dims& d) {
+  return (d.D + 63) / 64 * 64;
+}
+
 long long wgmma_smem_bytes(const Params& p, const Dims& d) {
   const long long q_bufs = p.persistent ? 2 : 1;
-  long long tiles = (q_bufs * p.block_m + 2LL * p.stages * p.block_n) * d.D * 2;
+  long long tiles = (q_bufs * p.block_m + 2LL * p.stages * p.block_n) * wgmma_pad_dim(d) * 2;
   return tiles + 8 * (2 * q_bufs + 3LL * p.stages) + 1024;
 }
 
-// What a consumer thread keeps live: O (D/2 floats), S (block_n/2), P as 16-bit pairs
+// What a consumer thread keeps live: O (padded D/2 floats), S (block_n/2), P as 16-bit pairs
 // (block_n/4), plus softmax state and addressing. Overlapped, two P sets are live (the
 // next is built while the last is read) and the softmax temporaries overlap them: 64
 // is the margin below which ptxas did not spill on sm_90a (CUDA 13.0, every tile).
@@ -320,10 +325,11 @@ long long wgmma_register_estimate(const Params& p, const Dims& d) {
   // more; every tile that spilled with them is over this). At D=256 every persistent
   // tile spilled (block_n 64-112, 68-156 bytes; 232 by the rule without this term).
   const long long loop = p.persistent ? (d.D == 256 ? 48 : 24) : 0;
+  const long long o = wgmma_pad_dim(d) / 2;
   if (p.overlap) {
-    return d.D / 2 + p.block_n / 2 + 2 * (p.block_n / 4) + 64 + loop;
+    return o + p.block_n / 2 + 2 * (p.block_n / 4) + 64 + loop;
   }
-  return d.D / 2 + p.block_n / 2 + p.block_n / 4 + 32 + loop;
+  return o + p.block_n / 2 + p.block_n / 4 + 32 + loop;
 }
 
 // Not at D=256: two blocks of 256 threads cap the kernel at 128 registers on entry, and
@@ -406,8 +412,9 @@ Result<bool> check_wgmma(const Params& p, const Dims& d, const std::string& arch
   if (d.softcap || d.alibi) {
     return fail("family=wgmma builds no softcap or ALiBi (family=mma does)");
   }
-  if (d.D != 64 && d.D != 128 && d.D != 256) {
-    return fail("family=wgmma handles head dims 64, 128 and 256, not " + std::to_string(d.D));
+  if (!(d.D >= 64 && d.D <= 128) && d.D != 256) {
+    return fail("family=wgmma handles head dims 64 to 128 (multiples of 8) and 256, not " +
+                std::to_string(d.D));
   }
   if (p.block_m != 64 && p.block_m != 128 && p.block_m != 192) {
     return fail("family=wgmma: block_m is 64 per consumer warpgroup (64, 128 or 192)");

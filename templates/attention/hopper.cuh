@@ -42,11 +42,17 @@
 //   AT_MIN_BLOCKS 2 (set by the op for one consumer whose shared memory fits twice):
 //                registers split for two blocks per SM, one block's prologue and
 //                epilogue under the other's products; else 1.
-//   AT_HEAD_DIM  64, 128 or 256: 1, 2 or 4 slabs of 64 columns; O += P V is one
-//                m64nDk16 per 16 keys (N = D spans the slabs of V, k_kv_slab_bytes
-//                apart). At 256, O alone takes 128 registers a consumer thread, so the
-//                tiles are FlashAttention-3's: 1-2 consumers, block_n <= 96, 1-2 stages
-//                (Q 64 KiB + 512 bytes per key and stage), one block per SM.
+//   AT_HEAD_DIM  D: a multiple of 8 in 64..128, or 256. Tiles hold D rounded up to
+//                whole 64-column slabs (k_pad_dim: 64, 128 or 256); the tensor maps'
+//                inner extent is D, so TMA fills the columns from D on with zeros.
+//                S = Q K^T takes ceil(D / 16) k=16 steps (the zero columns of the last
+//                one add nothing); O += P V is one m64nPk16 per 16 keys with N = P =
+//                k_pad_dim (V is read MN-major, whose 128-byte swizzle atom is 64
+//                columns wide: N must be whole slabs, k_kv_slab_bytes apart), and the
+//                epilogue stores D columns. At 256, O alone takes 128 registers a
+//                consumer thread, so the tiles are FlashAttention-3's: 1-2 consumers,
+//                block_n <= 96, 1-2 stages (Q 64 KiB + 512 bytes per key and stage),
+//                one block per SM.
 //   AT_CAUSAL, AT_LSE: 0/1; AT_T: at_bf16 or at_f16 (AT_BF16 says which to the wgmma
 //                instruction).
 #pragma once
@@ -64,6 +70,7 @@
 typedef AT_T elem_t;
 
 constexpr int k_head_dim = AT_HEAD_DIM;
+constexpr int k_pad_dim = (k_head_dim + 63) / 64 * 64; // whole 64-column slabs
 constexpr int k_block_m = AT_BLOCK_M;
 constexpr int k_block_n = AT_BLOCK_N;
 constexpr int k_stages = AT_STAGES;
@@ -112,7 +119,7 @@ static_assert(AT_HEAD_DIM != 256 || (k_min_blocks == 1 && k_consumers <= 2),
 // Shared memory: tiles as 64-column slabs (128 bytes per row, the TMA 128-byte swizzle
 // span), each slab 1024-byte aligned: Q [d_slabs][block_m][64], then per stage K and V
 // [d_slabs][block_n][64]; then the barriers.
-constexpr int k_slabs = k_head_dim / 64;
+constexpr int k_slabs = k_pad_dim / 64;
 constexpr int k_q_slab_bytes = k_block_m * 128;
 constexpr int k_kv_slab_bytes = k_block_n * 128;
 constexpr int k_q_bytes = k_slabs * k_q_slab_bytes;
@@ -123,11 +130,12 @@ constexpr int k_k_offset = k_q_bufs * k_q_bytes;
 constexpr int k_v_offset = k_k_offset + k_stages * k_kv_bytes;
 constexpr int k_bar_offset = k_v_offset + k_stages * k_kv_bytes;
 constexpr int k_s_regs = k_block_n / 2; // S accumulator floats per thread
-constexpr int k_o_regs = k_head_dim / 2;
+constexpr int k_o_regs = k_pad_dim / 2;
 
 static_assert(k_block_m % 64 == 0 && k_consumers >= 1 && k_consumers <= 3, "1-3 consumers");
 static_assert(k_block_n % 16 == 0 && k_block_n <= 256, "key tile");
-static_assert(k_head_dim == 64 || k_head_dim == 128 || k_head_dim == 256, "head dim 64, 128, 256");
+static_assert((k_head_dim % 8 == 0 && k_head_dim >= 64 && k_head_dim <= 128) || k_head_dim == 256,
+              "head dim: a multiple of 8 in 64..128, or 256");
 static_assert(k_stages >= 1 && k_stages <= 4, "stages");
 static_assert(k_kv_slab_bytes % 1024 == 0, "slabs keep 1024-byte alignment");
 
@@ -171,7 +179,7 @@ __device__ __forceinline__ void load_rows(unsigned dst, unsigned slab_bytes,
 // S = Q K^T for one consumer's 64 rows and one key tile.
 __device__ __forceinline__ void qk_product(float (&s)[k_s_regs], unsigned q_tile, unsigned k_tile) {
 #pragma unroll
-  for (int ks = 0; ks < k_head_dim / 16; ++ks) {
+  for (int ks = 0; ks < (k_head_dim + 15) / 16; ++ks) {
     const unsigned slab = static_cast<unsigned>(ks / 4);
     const unsigned col = static_cast<unsigned>(ks % 4) * 32;
     const unsigned long long a = wgmma_desc(q_tile + slab * k_q_slab_bytes + col, 16, 1024);
@@ -203,9 +211,9 @@ pv_product(float (&o)[k_o_regs], const unsigned (&p)[k_block_n / 16][4], unsigne
   for (int kk = 0; kk < k_block_n / 16; ++kk) {
     const unsigned long long b =
         wgmma_desc(v_tile + static_cast<unsigned>(kk) * 16 * 128, k_kv_slab_bytes, 1024);
-#if AT_HEAD_DIM == 64
+#if AT_HEAD_DIM <= 64
     wgmma_rs_n64(o, p[kk], b, 1);
-#elif AT_HEAD_DIM == 128
+#elif AT_HEAD_DIM <= 128
     wgmma_rs_n128(o, p[kk], b, 1);
 #else
     wgmma_rs_n256(o, p[kk], b, 1); // 4 slabs of V, k_kv_slab_bytes apart (the lbo)
