@@ -10,11 +10,13 @@ the library, which validates everything; only when the library accepted the call
 plan kept: the packed args struct (a ctypes buffer owned by the plan, with the
 workspace of a split-KV attention variant filled in), a view of it as 64-bit words
 with the words of the data pointers, the outputs' allocation, and the library's entry
-point. A warm call reads shape, strides and dtype of each tensor for the key, allocates
-its outputs, writes each data pointer into its word of the plan's buffer (the other
-bytes stay as the first call packed them) and calls the library; it creates
-nothing the cyclic garbage collector must later visit except the key, the outputs and
-the tuple it returns.
+point. A warm call reads shape, strides and dtype of each tensor for the key (one flat
+tuple: an absent optional tensor is three Nones, a present one adds no tuple of its own),
+drops the key once the plan is found, allocates its outputs, writes each data pointer into
+its word of the plan's buffer (the other bytes stay as the first call packed them) and
+calls the library. Nothing it creates outlives it but the outputs (and the tuple that
+returns two): a warm call leaves the garbage collector nothing to collect and starts no
+collection (tests/python/test_package.py, TestWarmCallsLeaveNothingToCollect).
 
 Plans are per thread (threading.local: two threads never write one buffer) and per
 owner (a Runtime, or the package's device table, which drops them all when the database
@@ -142,17 +144,20 @@ def conv(plans, runtime_for, x, weight, bias, initial_states, silu, with_final, 
     only; a signature the library accepted needs none)."""
     try:
         key = (x.get_device(), x.shape, x.stride(), x.dtype, weight.shape, weight.stride(),
-               weight.dtype, bias is not None and (bias.shape, bias.stride(), bias.dtype),
-               initial_states is not None and (initial_states.shape, initial_states.stride(),
-                                               initial_states.dtype), silu, with_final)
+               weight.dtype, None if bias is None else bias.shape,
+               None if bias is None else bias.stride(), None if bias is None else bias.dtype,
+               None if initial_states is None else initial_states.shape,
+               None if initial_states is None else initial_states.stride(),
+               None if initial_states is None else initial_states.dtype, silu, with_final)
         plan = plans.conv.get(key)
     except (AttributeError, TypeError):  # not tensors: the first-call path says which
         key = plan = None
     if plan is None:
         return _conv_first(plans, runtime_for, key, x, weight, bias, initial_states, silu,
                            with_final, copies)
-    buf, words, fn, handle, lib, dev, contiguous, final_shape, dtype, device, slots = plan
-    i_x, i_w, i_b, i_s, i_o, i_f = slots
+    del key  # its tuples go now: a warm call holds few new objects at once
+    (buf, words, fn, handle, lib, dev, contiguous, final_shape, dtype, device,
+     i_x, i_w, i_b, i_s, i_o, i_f) = plan
     out = _empty_like(x) if contiguous else _empty_like(x, memory_format=_contiguous)
     words[i_x] = x.data_ptr()
     words[i_w] = weight.data_ptr()
@@ -199,7 +204,7 @@ def _conv_first(plans, runtime_for, key, x, weight, bias, init, silu, with_final
     if status:
         _fail(lib, status)
     _remember(plans.conv, key, (buf, words, fn, handle, lib, dev, contiguous, final_shape,
-                                x.dtype, x.device, slots))
+                                x.dtype, x.device, *slots))
     return (out, final) if with_final else out
 
 
@@ -211,18 +216,22 @@ def scan(plans, runtime_for, u, delta, A, B, C, D, z, delta_bias, delta_softplus
     try:
         key = (u.get_device(), u.shape, u.stride(), u.dtype, delta.shape, delta.stride(),
                delta.dtype, A.shape, A.stride(), A.dtype, B.shape, B.stride(), B.dtype,
-               C.shape, C.stride(), C.dtype, D is not None and (D.shape, D.stride(), D.dtype),
-               z is not None and (z.shape, z.stride(), z.dtype),
-               delta_bias is not None and (delta_bias.shape, delta_bias.stride(),
-                                           delta_bias.dtype), delta_softplus, with_state)
+               C.shape, C.stride(), C.dtype, None if D is None else D.shape,
+               None if D is None else D.stride(), None if D is None else D.dtype,
+               None if z is None else z.shape, None if z is None else z.stride(),
+               None if z is None else z.dtype,
+               None if delta_bias is None else delta_bias.shape,
+               None if delta_bias is None else delta_bias.stride(),
+               None if delta_bias is None else delta_bias.dtype, delta_softplus, with_state)
         plan = plans.scan.get(key)
     except (AttributeError, TypeError):
         key = plan = None
     if plan is None:
         return _scan_first(plans, runtime_for, key, u, delta, A, B, C, D, z, delta_bias,
                            delta_softplus, with_state, copies)
-    buf, words, fn, handle, lib, dev, contiguous, state_shape, device, slots = plan
-    i_u, i_dt, i_a, i_b, i_c, i_d, i_z, i_db, i_o, i_s = slots
+    del key  # its tuples go now: a warm call holds few new objects at once
+    (buf, words, fn, handle, lib, dev, contiguous, state_shape, device,
+     i_u, i_dt, i_a, i_b, i_c, i_d, i_z, i_db, i_o, i_s) = plan
     out = _empty_like(u) if contiguous else _empty_like(u, memory_format=_contiguous)
     words[i_u] = u.data_ptr()
     words[i_dt] = delta.data_ptr()
@@ -277,7 +286,7 @@ def _scan_first(plans, runtime_for, key, u, delta, A, B, C, D, z, delta_bias, de
     if status:
         _fail(lib, status)
     _remember(plans.scan, key, (buf, words, fn, handle, lib, dev, contiguous, state_shape,
-                                u.device, slots))
+                                u.device, *slots))
     return (out, last) if with_state else out
 
 
@@ -291,17 +300,19 @@ def attention(plans, runtime_for, q, k, v, causal, scale, with_lse, copies=None,
     try:
         key = (q.get_device(), q.shape, q.stride(), q.dtype, k.shape, k.stride(), k.dtype,
                v.shape, v.stride(), v.dtype, causal, scale, with_lse, window, softcap,
-               None if alibi_slopes is None else
-               (alibi_slopes.shape, alibi_slopes.stride(), alibi_slopes.dtype,
-                alibi_slopes.get_device()))
+               None if alibi_slopes is None else alibi_slopes.shape,
+               None if alibi_slopes is None else alibi_slopes.stride(),
+               None if alibi_slopes is None else alibi_slopes.dtype,
+               None if alibi_slopes is None else alibi_slopes.get_device())
         plan = plans.attn.get(key)
     except (AttributeError, TypeError):
         key = plan = None
     if plan is None:
         return _attention_first(plans, runtime_for, key, q, k, v, causal, scale, with_lse,
                                 copies, window, softcap, alibi_slopes)
-    buf, words, fn, handle, lib, dev, contiguous, lse_shape, device, slots = plan
-    i_q, i_k, i_v, i_o, i_l, i_a = slots
+    del key  # its tuples go now: a warm call holds few new objects at once
+    (buf, words, fn, handle, lib, dev, contiguous, lse_shape, device,
+     i_q, i_k, i_v, i_o, i_l, i_a) = plan
     out = _empty_like(q) if contiguous else _empty_like(q, memory_format=_contiguous)
     words[i_q] = q.data_ptr()
     words[i_k] = k.data_ptr()
@@ -354,7 +365,7 @@ def _attention_first(plans, runtime_for, key, q, k, v, causal, scale, with_lse, 
     if status:
         _fail(lib, status)
     _remember(plans.attn, key, (buf, words, fn, handle, lib, dev, contiguous, lse_shape,
-                                q.device, slots))
+                                q.device, *slots))
     return (out, lse) if with_lse else out
 
 

@@ -22,7 +22,7 @@ peers do and autotune does not is refused by name (NotImplementedError), never i
 """
 import torch
 
-from . import _ops
+from . import _calls, _ops
 
 _is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
@@ -85,18 +85,21 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None,
     silu = activation is not None
     with_final = True if return_final_states else False
     if type(x) is _Tensor and not _is_compiling():
-        fn, args = _ops.conv, (x, weight, bias, initial_states, silu, with_final, _conv_copies)
+        if _grad_enabled() and _conv_records(x, weight, bias, initial_states):
+            result = _ForwardOnly.apply("causal_conv1d_fn", _ops.conv, x, weight, bias,
+                                        initial_states, silu, with_final, _conv_copies)
+        else:  # the warm path: the plan's call, nothing built on the way to it
+            result = _calls.conv(_ops._plans, _ops._device, x, weight, bias, initial_states,
+                                 silu, with_final, _conv_copies)
     else:
         x, weight, bias, initial_states = _conv_copies(x, weight, bias, initial_states) or \
             (x, weight, bias, initial_states)
         fn = _CONV_STATES if with_final else _CONV
-        args = (x, weight, bias, initial_states, silu)
-    if _grad_enabled() and (x.requires_grad or weight.requires_grad or
-                            (bias is not None and bias.requires_grad) or
-                            (initial_states is not None and initial_states.requires_grad)):
-        result = _ForwardOnly.apply("causal_conv1d_fn", fn, *args)
-    else:
-        result = fn(*args)
+        if _grad_enabled() and _conv_records(x, weight, bias, initial_states):
+            result = _ForwardOnly.apply("causal_conv1d_fn", fn, x, weight, bias, initial_states,
+                                        silu)
+        else:
+            result = fn(x, weight, bias, initial_states, silu)
     if not return_final_states:
         return result
     out, final = result
@@ -111,6 +114,12 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None,
         final_states_out.copy_(final)
         final = final_states_out
     return out, final
+
+
+def _conv_records(x, weight, bias, initial_states):
+    """Whether autograd would record a call on these (grad mode on)."""
+    return (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
+            or (initial_states is not None and initial_states.requires_grad))
 
 
 def _conv_copies(x, weight, bias, initial_states):
@@ -153,21 +162,27 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
     delta_softplus = True if delta_softplus else False
     with_state = True if return_last_state else False
     if type(u) is _Tensor and not _is_compiling():
-        fn = _ops.scan
-        args = (u, delta, A, B, C, D, z, delta_bias, delta_softplus, with_state, _scan_copies)
-    else:
-        u, delta, A, B, C, D, z, delta_bias = _scan_copies(u, delta, A, B, C, D, z,
-                                                           delta_bias) or \
-            (u, delta, A, B, C, D, z, delta_bias)
-        fn = _SCAN_STATE if with_state else _SCAN
-        args = (u, delta, A, B, C, D, z, delta_bias, delta_softplus)
-    if _grad_enabled() and (u.requires_grad or delta.requires_grad or A.requires_grad or
-                            B.requires_grad or C.requires_grad or
-                            (D is not None and D.requires_grad) or
-                            (z is not None and z.requires_grad) or
-                            (delta_bias is not None and delta_bias.requires_grad)):
-        return _ForwardOnly.apply("selective_scan_fn", fn, *args)
-    return fn(*args)
+        if _grad_enabled() and _scan_records(u, delta, A, B, C, D, z, delta_bias):
+            return _ForwardOnly.apply("selective_scan_fn", _ops.scan, u, delta, A, B, C, D, z,
+                                      delta_bias, delta_softplus, with_state, _scan_copies)
+        # the warm path: the plan's call, nothing built on the way to it
+        return _calls.scan(_ops._plans, _ops._device, u, delta, A, B, C, D, z, delta_bias,
+                           delta_softplus, with_state, _scan_copies)
+    u, delta, A, B, C, D, z, delta_bias = _scan_copies(u, delta, A, B, C, D, z, delta_bias) or \
+        (u, delta, A, B, C, D, z, delta_bias)
+    fn = _SCAN_STATE if with_state else _SCAN
+    if _grad_enabled() and _scan_records(u, delta, A, B, C, D, z, delta_bias):
+        return _ForwardOnly.apply("selective_scan_fn", fn, u, delta, A, B, C, D, z, delta_bias,
+                                  delta_softplus)
+    return fn(u, delta, A, B, C, D, z, delta_bias, delta_softplus)
+
+
+def _scan_records(u, delta, A, B, C, D, z, delta_bias):
+    """Whether autograd would record a call on these (grad mode on)."""
+    return (u.requires_grad or delta.requires_grad or A.requires_grad or B.requires_grad or
+            C.requires_grad or (D is not None and D.requires_grad) or
+            (z is not None and z.requires_grad) or
+            (delta_bias is not None and delta_bias.requires_grad))
 
 
 def _scan_copies(u, delta, A, B, C, D, z, delta_bias):
@@ -266,17 +281,27 @@ def _cut_head_dim(result, head_dim, with_lse):
 def _attend(name, q, k, v, softmax_scale, causal, return_attn_probs, window=_NO_WINDOW,
             softcap=0.0, alibi_slopes=None):
     causal = True if causal else False
-    q, k, v, softmax_scale, head_dim = _pad_head_dim(q, k, v, softmax_scale)
     with_lse = True if return_attn_probs else False
     if type(q) is _Tensor and not _is_compiling():
-        fn, args = _ops.attend, (q, k, v, causal, softmax_scale, with_lse, _attn_copies, window,
-                                 softcap, alibi_slopes)
+        d = q.shape[-1]
+        head_dim = None
+        if d % 8 or d < 32:  # a head dim the kernels do not build (else q, k, v as given)
+            q, k, v, softmax_scale, head_dim = _pad_head_dim(q, k, v, softmax_scale)
+        if _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+            result = _ForwardOnly.apply(name, _ops.attend, q, k, v, causal, softmax_scale,
+                                        with_lse, _attn_copies, window, softcap, alibi_slopes)
+        else:  # the warm path: the plan's call, nothing built on the way to it
+            result = _calls.attention(_ops._plans, _ops._device, q, k, v, causal, softmax_scale,
+                                      with_lse, _attn_copies, window, softcap, alibi_slopes)
+        if head_dim is not None:
+            result = _cut_head_dim(result, head_dim, with_lse)
     else:
+        q, k, v, softmax_scale, head_dim = _pad_head_dim(q, k, v, softmax_scale)
         q, k, v = _attn_copies(q, k, v) or (q, k, v)
         fn, args = (_ATTN_LSE if with_lse else _ATTN), (q, k, v, causal, softmax_scale,
                                                         window[0], window[1], softcap,
                                                         alibi_slopes)
-    result = _attention_forward(name, fn, args, q, k, v, head_dim, with_lse)
+        result = _attention_forward(name, fn, args, q, k, v, head_dim, with_lse)
     if not return_attn_probs:
         return result
     out, lse = result

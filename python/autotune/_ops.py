@@ -134,15 +134,21 @@ def selective_scan_with_state(u, delta, A, B, C, D=None, z=None, delta_bias=None
                        True)
 
 
+# No window (-1, -1) passes as the one NO_WINDOW tuple: a warm call builds no pair.
+_NO_WINDOW = _calls.NO_WINDOW
+
+
 def attention(q, k, v, causal=False, softmax_scale=None, window_left=-1, window_right=-1,
               softcap=0.0, alibi_slopes=None):
     return _calls.attention(_plans, _device, q, k, v, causal, softmax_scale, False, None,
+                            _NO_WINDOW if window_left == -1 and window_right == -1 else
                             (window_left, window_right), softcap, alibi_slopes)
 
 
 def attention_with_lse(q, k, v, causal=False, softmax_scale=None, window_left=-1,
                        window_right=-1, softcap=0.0, alibi_slopes=None):
     return _calls.attention(_plans, _device, q, k, v, causal, softmax_scale, True, None,
+                            _NO_WINDOW if window_left == -1 and window_right == -1 else
                             (window_left, window_right), softcap, alibi_slopes)
 
 

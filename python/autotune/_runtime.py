@@ -17,6 +17,7 @@ module loads (and describes the library) without it.
 import ctypes
 import struct
 import threading
+import weakref
 
 from . import _library
 
@@ -322,6 +323,19 @@ class Library:
             raise AutotuneError(status, self.dll.autotune_last_error().decode())
 
 
+class _ServedBy:
+    """runtime_for of a Runtime's plans (_calls.py): calls its _runtime_for through a weak
+    reference to it."""
+
+    __slots__ = ("_runtime",)
+
+    def __init__(self, runtime):
+        self._runtime = weakref.ref(runtime)
+
+    def __call__(self, index, t, what):
+        return self._runtime()._runtime_for(index, t, what)
+
+
 class Runtime:
     """One runtime of the C ABI: the tuning database (path, else $AUTOTUNE_DB, else the
     default path) opened read-only, on GPU `device` (an ordinal)."""
@@ -348,6 +362,10 @@ class Runtime:
         from . import _calls
         self._calls = _calls
         self.plans = _calls.Plans()  # this runtime's per-signature call plans
+        # What the plans' first calls ask for the runtime: one object made here (self.
+        # _runtime_for would make a bound method on every call), holding self weakly (one
+        # holding it strongly would be a cycle through self).
+        self._served_by = _ServedBy(self)
 
     def check(self, status):
         if status != 0:
@@ -440,7 +458,7 @@ class Runtime:
     def causal_conv1d(self, x, weight, bias=None, silu=True, initial_states=None,
                       final_states=None, out=None):
         if out is None and final_states is None:
-            return self._calls.conv(self.plans, self._runtime_for, x, weight, bias,
+            return self._calls.conv(self.plans, self._served_by, x, weight, bias,
                                     initial_states, silu, False)
         import torch
         if out is None:
@@ -480,9 +498,10 @@ class Runtime:
         (bias -slope * |i + Sk - Sq - j|)."""
         if layout not in ("bshd", "bhsd"):
             raise ValueError(f"autotune: layout must be 'bshd' or 'bhsd', not {layout!r}")
-        window = tuple(window)
+        if type(window) is not tuple:
+            window = tuple(window)
         if out is None and layout == "bshd":
-            return self._calls.attention(self.plans, self._runtime_for, q, k, v, causal, scale,
+            return self._calls.attention(self.plans, self._served_by, q, k, v, causal, scale,
                                          return_lse, None, window, softcap, alibi_slopes)
         import torch
         if out is None:
@@ -585,7 +604,7 @@ class Runtime:
                        delta_softplus=True, return_last_state=False, out=None):
         """Mamba-1 selective scan forward; with return_last_state also h_L fp32 [B, D, N]."""
         if out is None:
-            return self._calls.scan(self.plans, self._runtime_for, u, delta, A, B, C, D, z,
+            return self._calls.scan(self.plans, self._served_by, u, delta, A, B, C, D, z,
                                     delta_bias, delta_softplus, return_last_state)
         import torch
         last = None

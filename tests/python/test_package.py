@@ -10,6 +10,7 @@ GPU lives in test_gpu.py / run_gpu.py.
 import ast
 import contextlib
 import ctypes
+import gc
 import os
 import subprocess
 import sys
@@ -961,6 +962,166 @@ class TestCallPlans(unittest.TestCase):
                             _dropin._conv_copies)
         (key,) = self.plans.conv
         self.assertEqual((key[2], key[5]), ((1280, 40, 1), (4, 1)))  # the copies' strides
+
+
+@unittest.skipIf(torch is None, NO_TORCH)
+class TestWarmCallsLeaveNothingToCollect(unittest.TestCase):
+    """Warm calls through every entry point a model or a compiled graph uses (Runtime's
+    methods, the drop-ins, the registered operators' implementations) on CPU tensors, the
+    library's call function replaced by a C function that returns 0 without Python
+    (libc's memcmp: the warm path calls it as memcmp(handle, args, NULL) on the default
+    stream, which compares 0 bytes): no GC-tracked object survives a call, a run of calls
+    starts no garbage collection, and one call raises generation 0's count (what starts
+    a collection) by at most 2 per tensor of its signature (its shape and strides, read
+    for the plan's key) and 6 more (the key, the outputs, the argument tuples of torch's
+    and ctypes' calls), counted after a full collection has emptied the free lists
+    (with them filled, as in a loop of calls, it is less: 3 for conv and attention, 9
+    for the scan, at the time of writing)."""
+
+    CALLS = 1000
+
+    def setUp(self):
+        path = library_path()
+        if not path:
+            self.skipTest("no built libautotune.so (set AUTOTUNE_LIBRARY)")
+        from unittest import mock
+        from autotune import _ops
+        layouts = _runtime.Library.load(path).layouts
+        libc = ctypes.CDLL(None)
+        stub = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.cast(libc.memcmp, ctypes.c_void_p).value)
+        library = types.SimpleNamespace(calls={op: stub for op in _runtime.OPS}, check=None)
+
+        class FakeRuntime:
+            def attention_workspace(self, key, fields, q, features=None):
+                return (0, 0)
+
+        fake = FakeRuntime()
+        fake.library, fake.layouts, fake.handle = library, layouts, ctypes.c_void_p(0x1234)
+        # A Runtime as __init__ leaves it, on the stub (no driver here): its methods' warm
+        # path is what is measured.
+        rt = object.__new__(_runtime.Runtime)
+        rt.library, rt.layouts, rt.handle = library, layouts, ctypes.c_void_p(0x1234)
+        rt.lib = types.SimpleNamespace(autotune_runtime_destroy=lambda handle: None)
+        rt.attention_workspace = fake.attention_workspace
+        rt._calls, rt.plans, rt._served_by = _calls, _calls.Plans(), _runtime._ServedBy(rt)
+        self.rt = rt
+        _calls._load_torch()
+        for target, name, value in (
+                (_calls, "_raw_stream", lambda device: 0),
+                (_ops, "_device", lambda index, t, what: fake),
+                (_ops, "_plans", _calls.Plans()),  # the drop-ins' and operators' plans
+                (_runtime.Runtime, "_runtime_for", lambda self, index, t, what: self)):
+            patcher = mock.patch.object(target, name, value)
+            patcher.start()
+            self.addCleanup(patcher.stop)
+        threshold = gc.get_threshold()
+        self.addCleanup(gc.set_threshold, *threshold)
+        self.started = []
+
+        def count(phase, info):
+            if phase == "start":
+                self.started.append(info["generation"])
+
+        gc.callbacks.append(count)
+        self.addCleanup(gc.callbacks.remove, count)
+
+    def cases(self):
+        """(name, call, tensors in its signature)."""
+        from autotune import _ops
+        rt, bf16 = self.rt, torch.bfloat16
+        x, w, b = (torch.randn(1, 64, 256, dtype=bf16), torch.randn(64, 4, dtype=bf16),
+                   torch.randn(64, dtype=bf16))
+        q = torch.randn(1, 128, 4, 64, dtype=bf16)
+        k, v = torch.randn_like(q), torch.randn_like(q)
+        u, dt = torch.randn(1, 64, 256, dtype=bf16), torch.randn(1, 64, 256, dtype=bf16)
+        A, Bm, Cm = torch.randn(64, 16), torch.randn(1, 16, 256, dtype=bf16), \
+            torch.randn(1, 16, 256, dtype=bf16)
+        D, z, db = torch.rand(64), torch.randn(1, 64, 256, dtype=bf16), torch.rand(64)
+        return [
+            ("Runtime.causal_conv1d", lambda: rt.causal_conv1d(x, w, b, silu=True), 3),
+            ("Runtime.attention", lambda: rt.attention(q, k, v, causal=True), 3),
+            ("Runtime.selective_scan", lambda: rt.selective_scan(
+                u, dt, A, Bm, Cm, D=D, z=z, delta_bias=db, delta_softplus=True), 8),
+            ("causal_conv1d_fn", lambda: autotune.causal_conv1d_fn(x, w, b, activation="silu"),
+             3),
+            ("causal_conv1d_fn final states", lambda: autotune.causal_conv1d_fn(
+                x, w, b, activation="silu", return_final_states=True), 3),
+            ("flash_attn_func", lambda: autotune.flash_attn_func(q, k, v, causal=True), 3),
+            ("selective_scan_fn", lambda: autotune.selective_scan_fn(
+                u, dt, A, Bm, Cm, D, z=z, delta_bias=db, delta_softplus=True), 8),
+            ("selective_scan_fn last state", lambda: autotune.selective_scan_fn(
+                u, dt, A, Bm, Cm, D, z=z, delta_bias=db, delta_softplus=True,
+                return_last_state=True), 8),
+            ("causal_conv1d op", lambda: _ops.causal_conv1d(x, w, b, None, True), 3),
+            ("causal_conv1d_with_states op",
+             lambda: _ops.causal_conv1d_with_states(x, w, b, None, True), 3),
+            ("attention op", lambda: _ops.attention(q, k, v, True), 3),
+            ("attention_with_lse op", lambda: _ops.attention_with_lse(q, k, v, True), 3),
+            ("selective_scan op",
+             lambda: _ops.selective_scan(u, dt, A, Bm, Cm, D, z, db, True), 8),
+            ("selective_scan_with_state op",
+             lambda: _ops.selective_scan_with_state(u, dt, A, Bm, Cm, D, z, db, True), 8),
+        ]
+
+    def most_held(self, call):
+        """How far one call raises generation 0's count: the least threshold under which
+        it starts no collection."""
+        for limit in range(1, 100):
+            if self.starts_no_collection(call, limit):
+                return limit
+        return 100
+
+    def starts_no_collection(self, call, limit):
+        """Whether a call starts no collection with generation 0's count at 0 and its
+        threshold at limit. The full collection that zeroes the count also empties the
+        free lists, so that every tuple the call makes is a new object that counts (one
+        taken from a free list would not)."""
+        gc.collect()
+        self.started.clear()
+        gc.set_threshold(limit)
+        call()
+        gc.set_threshold(700)
+        return not self.started
+
+    def check(self, only=None):
+        for name, call, tensors in self.cases():
+            if only is not None and not name.startswith(only):
+                continue
+            with self.subTest(name):
+                for _ in range(3):  # the first call makes the plan
+                    call()
+                bound = 2 * tensors + 6
+                if not self.starts_no_collection(call, bound):
+                    self.fail(f"a warm call raises generation 0's count by "
+                              f"{self.most_held(call)}, more than {bound}")
+                gc.set_threshold(700, 10, 10)
+                gc.collect(0)  # generation 0's count back to 0
+                self.started.clear()
+                count0, objects0 = gc.get_count()[0], len(gc.get_objects())
+                for _ in range(self.CALLS):
+                    call()
+                count1, objects1 = gc.get_count()[0], len(gc.get_objects())
+                # One object left per call would be 1000 here, and a collection.
+                self.assertLess(objects1 - objects0, 20, "GC-tracked objects left behind")
+                self.assertLess(count1 - count0, 20, "generation 0 grows with the calls")
+                self.assertEqual(self.started, [], "collections during the warm calls")
+
+    def test_under_no_grad(self):
+        with torch.no_grad():
+            self.check()
+
+    def test_drop_ins_in_grad_mode_with_no_input_requiring_grad(self):
+        self.check(only=("causal_conv1d_fn", "flash_attn_func", "selective_scan_fn"))
+
+    def test_the_drop_ins_take_the_warm_path(self):
+        """The drop-ins' eager calls reach the plans (a plan per signature, reused)."""
+        from autotune import _ops
+        with torch.no_grad():
+            for name, call, _ in self.cases():
+                if name == "flash_attn_func":
+                    call()
+                    call()
+        self.assertEqual(len(_ops._plans.attn), 1)
 
 
 def ctypes_string_at(address, size):
