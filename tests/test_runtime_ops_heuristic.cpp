@@ -93,7 +93,17 @@ TEST_CASE("the heuristic picks the nearest point of the GPU's family that can ru
         CHECK(op.check(p.config, op.make_problem(f), "sm_90a"));
       }
     }
-    CHECK(hopper_points == 8);
+    CHECK(hopper_points == 25);
+    // A grid shape on sm_90a takes its own sm_90a point (the Hopper family's winner), not
+    // the portable point of the same shape listed for sm_90 and sm_90a.
+    auto grid = heuristic_config(
+        op, problem("attention", "B=8,Hq=16,Hkv=16,Sq=2048,Sk=2048,D=128,causal=1"), "sm_90a");
+    REQUIRE(grid);
+    CHECK(format_fields(grid->first).find("family=wgmma") != std::string::npos);
+    auto portable = heuristic_config(
+        op, problem("attention", "B=8,Hq=16,Hkv=16,Sq=2048,Sk=2048,D=128,causal=1"), "sm_90");
+    REQUIRE(portable);
+    CHECK(format_fields(portable->first).find("family=mma") != std::string::npos);
   }
   SUBCASE("attention: a decoding step takes a decoding point, split-KV at a small batch") {
     const Op& op = find_op("attention");
