@@ -35,12 +35,18 @@ sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import autotune_runtime  # noqa: E402
 
 
+SYNC_EVERY = 50  # calls between stream synchronizations (not timed)
+
+
 def host_times(fn, calls, repeats=3):
-    """(median, p99, collections): the median and p99 of single warm calls in
-    microseconds, each the best of `repeats` repetitions in this process (the garbage
-    collector emptied before each: a collection triggered by what an earlier row left is
-    not this row's jitter), and how many garbage collections started during the timed
-    loops of all repetitions (counted by a gc callback; the collector stays enabled)."""
+    """(median, p99, collections, after_sync_median, others_p99): the median and p99 of
+    single warm calls in microseconds, each the best of `repeats` repetitions in this
+    process (the garbage collector emptied before each: a collection triggered by what an
+    earlier row left is not this row's jitter), how many garbage collections started
+    during the timed loops of all repetitions (counted by a gc callback; the collector
+    stays enabled), and, to tell where a tail comes from, the median of the calls made
+    right after a synchronization (1 in SYNC_EVERY) and the p99 of the other calls (best
+    of the repetitions too)."""
     for _ in range(50):
         fn()
     torch.cuda.synchronize()
@@ -63,16 +69,20 @@ def host_times(fn, calls, repeats=3):
                 t0 = clock()
                 fn()
                 samples[i] = clock() - t0
-                if i % 50 == 49:
+                if i % SYNC_EVERY == SYNC_EVERY - 1:
                     torch.cuda.synchronize()
         finally:
             gc.callbacks.remove(count)
         collections += started[0]
         torch.cuda.synchronize()
+        after = sorted(samples[i] for i in range(0, calls, SYNC_EVERY))
+        others = sorted(samples[i] for i in range(calls) if i % SYNC_EVERY)
         samples.sort()
-        med, p99 = samples[len(samples) // 2] * 1e6, samples[int(len(samples) * 0.99)] * 1e6
-        best = (med, p99) if best is None else (min(best[0], med), min(best[1], p99))
-    return (*best, collections)
+        stats = (samples[len(samples) // 2], samples[int(len(samples) * 0.99)],
+                 after[len(after) // 2], others[int(len(others) * 0.99)])
+        best = stats if best is None else tuple(map(min, best, stats))
+    med, p99, after_med, others_p99 = (x * 1e6 for x in best)
+    return med, p99, collections, after_med, others_p99
 
 
 def main():
@@ -132,7 +142,7 @@ def main():
              "selective_scan_fn": "the package's drop-in"}
     with torch.no_grad():
         rows = {op: host_times(fn, args.calls, args.repeats) for op, fn in cases.items()}
-    for op, (med, p99, collections) in rows.items():
+    for op, (med, p99, collections, after_med, others_p99) in rows.items():
         notes = kinds.get(op, "the registered operator through torch's dispatcher"
                           if op.startswith("torch.ops") else "autotune_runtime over the C ABI")
         print(json.dumps({"name": "python_call_us", "op": op, "value": round(med, 2),
@@ -141,7 +151,9 @@ def main():
         print(json.dumps({"name": "python_call_p99_us", "op": op, "value": round(p99, 2),
                           "unit": "us", "notes": f"99th percentile, best of {args.repeats} "
                           f"repetitions of {args.calls} calls; {collections} garbage "
-                          "collections during the timed calls"}))
+                          f"collections during the timed calls; the calls right after a "
+                          f"stream synchronization (1 in {SYNC_EVERY}): median "
+                          f"{after_med:.2f} us; p99 of the others: {others_p99:.2f} us"}))
 
 
 if __name__ == "__main__":
