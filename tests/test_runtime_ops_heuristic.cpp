@@ -62,20 +62,24 @@ TEST_CASE("the heuristic picks the nearest point of the GPU's family that can ru
   }
   SUBCASE("attention on sm_90a takes the Hopper family where it can run") {
     const Op& op = find_op("attention");
-    // Nearest to B=4,H=16,S=4096,D=128,causal=1, where a wgmma point comes first.
-    auto hopper = heuristic_config(
-        op, problem("attention", "B=4,Hq=16,Hkv=16,Sq=3500,Sk=3500,D=128,causal=1"), "sm_90a");
-    REQUIRE(hopper);
-    CHECK(format_fields(hopper->first).find("family=wgmma") != std::string::npos);
-    // sm_90 without the `a` features, and D=256 (the wgmma family builds 64 and 128):
-    // the portable points.
-    auto plain = heuristic_config(
-        op, problem("attention", "B=4,Hq=16,Hkv=16,Sq=3500,Sk=3500,D=128,causal=1"), "sm_90");
+    auto config_on = [&](const char* shape, const char* arch) {
+      auto c = heuristic_config(op, problem("attention", shape), arch);
+      REQUIRE(c);
+      return format_fields(c->first);
+    };
+    // Nearest to B=4,H=16,S=4096,D=128,causal=1, where a wgmma point comes first; sm_90
+    // without the `a` features takes the portable points.
+    const char* near = "B=4,Hq=16,Hkv=16,Sq=3500,Sk=3500,D=128,causal=1";
+    CHECK(config_on(near, "sm_90a").find("family=wgmma") != std::string::npos);
+    CHECK(config_on(near, "sm_90").find("family=mma") != std::string::npos);
+    // A grid shape on sm_90a takes its own sm_90a point (the Hopper family's winner), not
+    // the portable point of the same shape listed for sm_90 and sm_90a.
+    const char* grid = "B=8,Hq=16,Hkv=16,Sq=2048,Sk=2048,D=128,causal=1";
+    CHECK(config_on(grid, "sm_90a").find("family=wgmma") != std::string::npos);
+    CHECK(config_on(grid, "sm_90").find("family=mma") != std::string::npos);
+    // D=256: no point's tiles fit its shared memory, the runtime then takes [default].
     auto d256 = heuristic_config(
         op, problem("attention", "B=2,Hq=16,Hkv=16,Sq=3000,Sk=3000,D=256,causal=0"), "sm_90a");
-    REQUIRE(plain);
-    CHECK(format_fields(plain->first).find("family=mma") != std::string::npos);
-    // (No point's tiles fit D=256's shared memory: the runtime then takes [default].)
     CHECK((!d256 || format_fields(d256->first).find("family=mma") != std::string::npos));
     // Every wgmma point can run the problem it was measured on, in both dtypes.
     auto points =
@@ -94,16 +98,6 @@ TEST_CASE("the heuristic picks the nearest point of the GPU's family that can ru
       }
     }
     CHECK(hopper_points == 25);
-    // A grid shape on sm_90a takes its own sm_90a point (the Hopper family's winner), not
-    // the portable point of the same shape listed for sm_90 and sm_90a.
-    auto grid = heuristic_config(
-        op, problem("attention", "B=8,Hq=16,Hkv=16,Sq=2048,Sk=2048,D=128,causal=1"), "sm_90a");
-    REQUIRE(grid);
-    CHECK(format_fields(grid->first).find("family=wgmma") != std::string::npos);
-    auto portable = heuristic_config(
-        op, problem("attention", "B=8,Hq=16,Hkv=16,Sq=2048,Sk=2048,D=128,causal=1"), "sm_90");
-    REQUIRE(portable);
-    CHECK(format_fields(portable->first).find("family=mma") != std::string::npos);
   }
   SUBCASE("attention: a decoding step takes a decoding point, split-KV at a small batch") {
     const Op& op = find_op("attention");
