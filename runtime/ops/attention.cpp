@@ -219,7 +219,7 @@ constexpr long long k_persistent_sms = 132;
 
 // Split-KV variants are for problems with few query blocks (decoding, small
 // batch x heads); the tuner sizes one workspace for the most splits, which this
-// bound keeps under 8 x 16384 rows x (D + 1) floats.
+// bound keeps under 16 x 16384 rows x (D + 1) floats.
 constexpr long long k_split_max_query_blocks = 256; // counted in 64-row blocks
 constexpr int k_max_splits = 16;
 
@@ -302,14 +302,15 @@ Params params(const Config& c) {
   return p;
 }
 
-// family=wgmma (templates/attention/hopper.cuh): what its tiles and barriers take,
-// plus 1 KiB to align the 128-byte-swizzled tiles to 1024 bytes.
-// Persistent blocks hold two Q tiles (the next one loads while this one is read).
-// Its tiles hold the head dim in whole 64-column slabs (the columns past D zero-filled).
+// family=wgmma (templates/attention/hopper.cuh) holds the head dim in whole 64-column
+// slabs (the columns past D zero-filled).
 long long wgmma_pad_dim(const Dims& d) {
   return (d.D + 63) / 64 * 64;
 }
 
+// What its tiles and barriers take, plus 1 KiB to align the 128-byte-swizzled tiles to
+// 1024 bytes. Persistent blocks hold two Q tiles (the next one loads while this one is
+// read).
 long long wgmma_smem_bytes(const Params& p, const Dims& d) {
   const long long q_bufs = p.persistent ? 2 : 1;
   long long tiles = (q_bufs * p.block_m + 2LL * p.stages * p.block_n) * wgmma_pad_dim(d) * 2;
