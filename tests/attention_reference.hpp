@@ -4,12 +4,19 @@
 
 #include "gpu_support.hpp"
 
+#include "runtime/ops/attention.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 namespace autotune::test {
+
+// The attention op, as the GPU tests call it.
+inline const AttentionOp& attn() {
+  return static_cast<const AttentionOp&>(find_op("attention"));
+}
 
 // Element strides of a [B, H, S, D] tensor (D contiguous).
 struct Layout {

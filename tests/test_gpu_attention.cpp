@@ -31,10 +31,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const AttentionOp& attn() {
-  return static_cast<const AttentionOp&>(find_op("attention"));
-}
-
 // One shape with contiguous tensors in its problem's layout.
 struct AttnCase {
   Problem problem;

@@ -27,10 +27,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const AttentionOp& hopper_attn() {
-  return static_cast<const AttentionOp&>(find_op("attention"));
-}
-
 bool on_hopper(const cuda::DeviceInfo& dev) {
   if (dev.arch() != "sm_90a") {
     MESSAGE("family=wgmma needs sm_90a; this GPU is " << dev.arch() << ": nothing to run");
@@ -57,7 +53,7 @@ TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference ov
   if (!on_hopper(dev)) {
     return;
   }
-  Space space = parse_space(template_file(hopper_attn().space_path()), hopper_attn().space_path());
+  Space space = parse_space(template_file(attn().space_path()), attn().space_path());
   std::vector<Config> wgmma;
   for (const Config& c : space.enumerate()) {
     const std::string* f = find_field(c, "family");
@@ -116,7 +112,7 @@ TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference ov
   size_t shape_index = 0;
   for (const Shape& sh : shapes) {
     CAPTURE(sh.text);
-    const Problem problem = hopper_attn().make_problem(parse_fields(sh.text, "shape"));
+    const Problem problem = attn().make_problem(parse_fields(sh.text, "shape"));
     const int B = int(problem.get_int("B")), Hq = int(problem.get_int("Hq")),
               Hkv = int(problem.get_int("Hkv")), Sq = int(problem.get_int("Sq")),
               Sk = int(problem.get_int("Sk")), D = int(problem.get_int("D"));
@@ -144,14 +140,14 @@ TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference ov
     std::vector<VariantSource> sources;
     size_t candidate = 0;
     for (const Config& c : wgmma) {
-      if (!hopper_attn().check(c, problem, dev.arch())) {
+      if (!attn().check(c, problem, dev.arch())) {
         continue;
       }
       if (candidate++ % size_t(sh.share) != shape_index % size_t(sh.share)) {
         continue;
       }
       configs.push_back(c);
-      sources.push_back(describe_variant(hopper_attn(), c, problem, dev.arch()));
+      sources.push_back(describe_variant(attn(), c, problem, dev.arch()));
     }
     ++shape_index;
     REQUIRE(!configs.empty());
@@ -162,7 +158,7 @@ TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference ov
     compile_all(jobs, default_jobs(), [](CompileJob&, size_t) {});
     DeviceTensor qd(q), kd(k), vd(v);
     HostTensor out(dtype, q.n), lse(DType::f32, size_t(B) * Hq * Sq);
-    std::vector<TensorSpec> specs = hopper_attn().tensors(problem);
+    std::vector<TensorSpec> specs = attn().tensors(problem);
     HostTensor ws_host(DType::f32, specs.back().name == "workspace" ? specs.back().elements : 1);
     DeviceTensor ws(ws_host);
     double worst = 0;
@@ -171,7 +167,7 @@ TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference ov
       REQUIRE_MESSAGE(jobs[i].output.ok(),
                       (jobs[i].output.ok() ? "" : jobs[i].output.failure().detail));
       cuda::Module m = cuda::load_module(jobs[i].output->binary);
-      CUfunction f = cuda::get_function(m, hopper_attn().kernel_name());
+      CUfunction f = cuda::get_function(m, attn().kernel_name());
       // Twice per variant, outputs poisoned each time: nothing carries over between
       // launches (barrier phases, stages).
       for (int launch = 0; launch < 2; ++launch) {
@@ -186,8 +182,8 @@ TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference ov
           ptrs.push_back(ws.get());
         }
         ArgPack args;
-        hopper_attn().pack(configs[i], problem, ptrs, args);
-        const LaunchGeometry g = hopper_attn().geometry(configs[i], problem);
+        attn().pack(configs[i], problem, ptrs, args);
+        const LaunchGeometry g = attn().geometry(configs[i], problem);
         cuda::allow_dynamic_smem(f, g.dynamic_smem);
         AUTOTUNE_CU(cuda::driver().cuLaunchKernel(f, g.grid[0], g.grid[1], g.grid[2], g.block[0],
                                                   g.block[1], g.block[2], g.dynamic_smem, nullptr,
@@ -206,7 +202,7 @@ TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference ov
           }
         }
         const double err = rel_err(got, ref_o);
-        CHECK(err <= hopper_attn().tolerance(problem));
+        CHECK(err <= attn().tolerance(problem));
         worst = std::max(worst, err);
         // Rows that see no key: O exactly 0.
         size_t nonzero = 0;

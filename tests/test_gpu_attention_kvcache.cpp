@@ -25,10 +25,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const AttentionOp& attn() {
-  return static_cast<const AttentionOp&>(find_op("attention"));
-}
-
 std::vector<double> values(const HostTensor& t) {
   std::vector<double> out(t.n);
   for (size_t i = 0; i < t.n; ++i) {

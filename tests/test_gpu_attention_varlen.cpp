@@ -24,10 +24,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const AttentionOp& attn() {
-  return static_cast<const AttentionOp&>(find_op("attention"));
-}
-
 std::vector<int> cumulative(const std::vector<int>& len) {
   std::vector<int> cu(len.size() + 1, 0);
   for (size_t b = 0; b < len.size(); ++b) {
