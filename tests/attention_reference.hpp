@@ -18,6 +18,15 @@ inline const AttentionOp& attn() {
   return static_cast<const AttentionOp&>(find_op("attention"));
 }
 
+// A host tensor's elements as doubles, in storage order.
+inline std::vector<double> values(const HostTensor& t) {
+  std::vector<double> out(t.n);
+  for (size_t i = 0; i < t.n; ++i) {
+    out[i] = t.get(i);
+  }
+  return out;
+}
+
 // Element strides of a [B, H, S, D] tensor (D contiguous).
 struct Layout {
   long long batch, head, seq;

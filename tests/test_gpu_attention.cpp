@@ -308,10 +308,7 @@ TEST_CASE("attention variants match a float64 reference over every feature") {
       worst = std::max(worst, err);
       if (k.lse) {
         l.download(lse);
-        std::vector<double> got(lse.n);
-        for (size_t j = 0; j < lse.n; ++j) {
-          got[j] = lse.get(j);
-        }
+        std::vector<double> got = values(lse);
         CHECK(rel_err(got, k.ref.lse) <= 1e-4);
       }
       // Rows that see no key: O exactly 0 and LSE -inf, not merely close.
@@ -413,10 +410,7 @@ TEST_CASE("causal attention with Sq > Sk: rows that see no key are exactly 0, ev
         const std::vector<double> got_o = k.logical(out);
         worst = std::max(worst, rel_err(got_o, k.ref.o));
         if (k.lse) {
-          std::vector<double> got(lse.n);
-          for (size_t j = 0; j < lse.n; ++j) {
-            got[j] = lse.get(j);
-          }
+          std::vector<double> got = values(lse);
           worst_lse = std::max(worst_lse, rel_err(got, k.ref.lse));
         }
         wrong_rows += k.rows_without_keys_wrong(got_o, k.lse ? &lse : nullptr);
@@ -468,10 +462,7 @@ TEST_CASE("the attention GPU reference kernel agrees with the float64 CPU refere
     l.download(lse_ref);
     const std::vector<double> got_o = k.logical(o_ref);
     CHECK(rel_err(got_o, k.ref.o) <= 1e-4);
-    std::vector<double> got_lse(lse_ref.n);
-    for (size_t j = 0; j < lse_ref.n; ++j) {
-      got_lse[j] = lse_ref.get(j);
-    }
+    std::vector<double> got_lse = values(lse_ref);
     CHECK(rel_err(got_lse, k.ref.lse) <= 1e-5);
     CHECK(k.rows_without_keys_wrong(got_o, &lse_ref) == 0);
   }
@@ -516,10 +507,7 @@ TEST_CASE("the runtime runs causal attention with Sq > Sk as flash-attn defines 
       l.download(lse);
       const std::vector<double> got_o = k.logical(out);
       CHECK(rel_err(got_o, k.ref.o) <= attn().tolerance(k.problem));
-      std::vector<double> got_lse(lse.n);
-      for (size_t j = 0; j < lse.n; ++j) {
-        got_lse[j] = lse.get(j);
-      }
+      std::vector<double> got_lse = values(lse);
       CHECK(rel_err(got_lse, k.ref.lse) <= 1e-4);
       CHECK(k.rows_without_keys_wrong(got_o, &lse) == 0);
     }
@@ -599,16 +587,10 @@ TEST_CASE("the runtime's default attention variant takes arbitrary strides") {
   rt.attention(a);
   AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
   o.download(out);
-  std::vector<double> got(out.n);
-  for (size_t i = 0; i < out.n; ++i) {
-    got[i] = out.get(i);
-  }
+  std::vector<double> got = values(out);
   CHECK(rel_err(got, ref.o) <= 1e-2);
   ld.download(lse);
-  std::vector<double> got_lse(lse.n);
-  for (size_t i = 0; i < lse.n; ++i) {
-    got_lse[i] = lse.get(i);
-  }
+  std::vector<double> got_lse = values(lse);
   CHECK(rel_err(got_lse, ref.lse) <= 1e-4);
 
   SUBCASE("bad arguments are refused before launching") {
@@ -899,10 +881,7 @@ TEST_CASE("attention with sliding windows, softcap, ALiBi and head dims off 64/1
       CHECK(k.empty_rows_nonzero(got_o) == 0);
       if (k.lse) {
         l.download(lse);
-        std::vector<double> got(lse.n);
-        for (size_t j = 0; j < lse.n; ++j) {
-          got[j] = lse.get(j);
-        }
+        std::vector<double> got = values(lse);
         // tanh.approx (softcap) moves each logit by up to 2^-11 of itself.
         CHECK(rel_err(got, k.ref.lse) <= (fc.softcap > 0 ? 1e-3 : 1e-4));
       }
@@ -960,10 +939,7 @@ TEST_CASE("the attention GPU reference kernel follows windows, softcap and ALiBi
     l.download(lse_ref);
     const std::vector<double> got_o = k.logical(o_ref);
     CHECK(rel_err(got_o, k.ref.o) <= 1e-4);
-    std::vector<double> got_lse(lse_ref.n);
-    for (size_t j = 0; j < lse_ref.n; ++j) {
-      got_lse[j] = lse_ref.get(j);
-    }
+    std::vector<double> got_lse = values(lse_ref);
     CHECK(rel_err(got_lse, k.ref.lse) <= 1e-5);
     CHECK(k.empty_rows_nonzero(got_o) == 0);
   }
@@ -1018,10 +994,7 @@ TEST_CASE("the runtime runs windows, softcap and ALiBi from the C struct, and re
     l.download(lse);
     const std::vector<double> got_o = k.logical(out);
     CHECK(rel_err(got_o, k.ref.o) <= attn().tolerance(k.problem));
-    std::vector<double> got_lse(lse.n);
-    for (size_t j = 0; j < lse.n; ++j) {
-      got_lse[j] = lse.get(j);
-    }
+    std::vector<double> got_lse = values(lse);
     CHECK(rel_err(got_lse, k.ref.lse) <= 1e-3);
     CHECK(k.empty_rows_nonzero(got_o) == 0);
   };

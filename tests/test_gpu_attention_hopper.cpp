@@ -219,10 +219,7 @@ TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference ov
         CHECK(nonzero == 0);
         if (has_lse) {
           l.download(lse);
-          std::vector<double> got_lse(lse.n);
-          for (size_t j = 0; j < lse.n; ++j) {
-            got_lse[j] = lse.get(j);
-          }
+          std::vector<double> got_lse = values(lse);
           CHECK(rel_err(got_lse, ref_lse) <= 1e-4);
         }
       }

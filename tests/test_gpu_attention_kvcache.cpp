@@ -25,14 +25,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::vector<double> values(const HostTensor& t) {
-  std::vector<double> out(t.n);
-  for (size_t i = 0; i < t.n; ++i) {
-    out[i] = t.get(i);
-  }
-  return out;
-}
-
 // O [B, Sq, Hq, D] as the logical [B, Hq, Sq, D] of the reference.
 std::vector<double> logical(const HostTensor& o, int B, int Sq, int Hq, int D) {
   std::vector<double> out(o.n);

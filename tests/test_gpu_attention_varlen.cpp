@@ -90,14 +90,6 @@ struct VarlenCase {
     return c;
   }
 
-  std::vector<double> values(const HostTensor& t) const {
-    std::vector<double> out(t.n);
-    for (size_t i = 0; i < t.n; ++i) {
-      out[i] = t.get(i);
-    }
-    return out;
-  }
-
   // O elements of rows without keys (reference LSE -inf) that are not exactly 0.
   size_t empty_rows_nonzero(const std::vector<double>& o) const {
     size_t wrong = 0;
@@ -174,9 +166,9 @@ void check_variants(VarlenCase& c, const std::vector<Config>& configs) {
       launch(f, attn().geometry(valid[i], c.problem), args);
       o.download(out);
       l.download(lse);
-      const std::vector<double> got_o = c.values(out);
+      const std::vector<double> got_o = values(out);
       CHECK(rel_err(got_o, c.ref.o) <= attn().tolerance(c.problem));
-      CHECK(rel_err(c.values(lse), c.ref.lse) <= 1e-4);
+      CHECK(rel_err(values(lse), c.ref.lse) <= 1e-4);
       CHECK(c.empty_rows_nonzero(got_o) == 0);
     }
   }
@@ -281,13 +273,7 @@ TEST_CASE("the attention GPU reference kernel reads varlen offsets as the tuner 
   HostTensor o(DType::f32, ref.o.size()), l(DType::f32, ref.lse.size());
   ro.download(o.bytes.data(), o.bytes.size());
   rl.download(l.bytes.data(), l.bytes.size());
-  std::vector<double> got_o(o.n), got_l(l.n);
-  for (size_t i = 0; i < o.n; ++i) {
-    got_o[i] = o.get(i);
-  }
-  for (size_t i = 0; i < l.n; ++i) {
-    got_l[i] = l.get(i);
-  }
+  const std::vector<double> got_o = values(o), got_l = values(l);
   CHECK(rel_err(got_o, ref.o) <= 1e-5);
   CHECK(rel_err(got_l, ref.lse) <= 1e-5);
 }
@@ -324,9 +310,9 @@ TEST_CASE("the runtime runs varlen attention from the C struct; calls of one buc
   AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
   o.download(out);
   l.download(lse);
-  const std::vector<double> got_o = c.values(out);
+  const std::vector<double> got_o = values(out);
   CHECK(rel_err(got_o, c.ref.o) <= attn().tolerance(c.problem));
-  CHECK(rel_err(c.values(lse), c.ref.lse) <= 1e-3);
+  CHECK(rel_err(values(lse), c.ref.lse) <= 1e-3);
   CHECK(c.empty_rows_nonzero(got_o) == 0);
   SUBCASE("a bad offsets dtype is refused before launching") {
     AttentionArgs bad = a;
