@@ -392,9 +392,10 @@ class Bench:
     """What every row shares: the runtime, the launch and the stream, the timing, the
     compiled flex attention (first use) and the rows' bookkeeping."""
 
-    def __init__(self, args):
+    def __init__(self, args, rt=None):
+        """rt: the runtime to measure (default: args.db's tuned winners, nothing else)."""
         self.args = args
-        self.rt = Runtime(args.lib, args.db, require_tuned=True)
+        self.rt = rt or Runtime(args.lib, args.db, require_tuned=True)
         self.launch = self.rt.lib.autotune_attention
         self.stream = torch.cuda.current_stream().cuda_stream
         self._flex = None

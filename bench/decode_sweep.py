@@ -52,12 +52,9 @@ def main():
     bench_args = argparse.Namespace(lib=args.lib, db=None, rep=args.rep, warmup=args.warmup)
     rows = []
     for cfg in configs:
-        b = baf.Bench.__new__(baf.Bench)
-        b.args = bench_args
-        b.rt = Runtime(args.lib, "/tmp/decode-sweep-no.db", policy="pin:" + cfg)  # no database
-        b.launch = b.rt.lib.autotune_attention
-        b.stream = torch.cuda.current_stream().cuda_stream
-        b._flex = None
+        # No database: the pinned variant runs.
+        b = baf.Bench(bench_args, Runtime(args.lib, "/tmp/decode-sweep-no.db",
+                                          policy="pin:" + cfg))
         b.peers = lambda row, fns, metric, digits=1: None  # ours only
         for c in cases:
             row = b.new_row(c)
