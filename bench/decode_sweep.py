@@ -22,10 +22,12 @@ sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import bench_attention_features as baf  # noqa: E402
 
 
-def variants(splits, block_ns, stages):
-    base = "block_m=64,warps=4,swizzle=xor,q=smem,family=mma"
-    return [f"{base},block_n={n},stages={st},splits={sp}"
-            for sp, n, st in itertools.product(splits, block_ns, stages)]
+def variants(block_ms, warps, splits, block_ns, stages):
+    base = "swizzle=xor,q=smem,family=mma"
+    return [f"block_m={m},block_n={n},warps={w},stages={st},splits={sp},{base}"
+            for m, w, sp, n, st in itertools.product(block_ms, warps, splits, block_ns, stages)
+            # warps sharing 16-row tiles split each key tile in whole 16-key steps
+            if m >= 16 * w or n % (16 * (16 * w // m)) == 0]
 
 
 def main():
@@ -33,6 +35,9 @@ def main():
     ap.add_argument("--lib", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--shapes", default=os.path.join(HERE, "shapes.toml"))
+    ap.add_argument("--block-m", default="64", help="16 and 32: warps sharing rows (split "
+                    "keys)")
+    ap.add_argument("--warps", default="4")
     ap.add_argument("--splits", default="1,2,4,8,16")
     ap.add_argument("--block-n", default="64,128")
     ap.add_argument("--stages", default="1,2,3")
@@ -45,7 +50,8 @@ def main():
     import torch
     from autotune import Runtime
     ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
-    configs = variants(ints(args.splits), ints(args.block_n), ints(args.stages))
+    configs = variants(ints(args.block_m), ints(args.warps), ints(args.splits),
+                       ints(args.block_n), ints(args.stages))
     cases = [c for c in baf.cases_of(args.shapes, ["decode"]) if not c["skip"]
              and (not args.batch or c["shape"]["B"] in ints(args.batch))
              and (not args.context or c["shape"]["context"] in ints(args.context))]

@@ -72,9 +72,14 @@ TEST_CASE("paged KV cache attention from the C struct: GQA, shuffled pages, appe
   const std::vector<int> len0 = {300, 1, 0, 378};
   const std::string split8 = "block_m=64,block_n=64,warps=4,stages=2,swizzle=xor,q=smem,splits=8";
   const std::string plain = "block_m=64,block_n=32,warps=4,stages=1,swizzle=xor,q=smem,splits=1";
+  // Warps sharing rows, splitting each key tile: four over one 16-row tile (the 4 grouped
+  // heads of a decoding step), two over each of two (Sq=5: 20 rows, tails in both).
+  const std::string key4 = "block_m=16,block_n=64,warps=4,stages=2,swizzle=xor,q=smem,splits=4";
+  const std::string key2 = "block_m=32,block_n=64,warps=4,stages=1,swizzle=pad,q=regs,splits=1";
   for (const Case& c :
        {Case{1, false, 0, plain}, Case{1, true, 1, split8}, Case{5, true, 0, split8},
-        Case{5, true, 5, plain}, Case{5, false, 3, split8}}) {
+        Case{5, true, 5, plain}, Case{5, false, 3, split8}, Case{1, false, 0, key4},
+        Case{1, true, 2, key4}, Case{5, true, 1, key2}, Case{5, false, 0, key4}}) {
     CAPTURE(c.Sq);
     CAPTURE(c.causal);
     CAPTURE(c.snew);

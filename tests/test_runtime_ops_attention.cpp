@@ -64,10 +64,28 @@ TEST_CASE("attention configuration constraints drop what cannot run") {
   Problem d128 = problem("B=8,H=16,S=2048,D=128");
   CHECK(attn().check(config(k_fa2), d128, "sm_80"));
   SUBCASE("rows per warp") {
-    auto r = attn().check(config("block_m=64,block_n=64,warps=8,stages=1,swizzle=xor,q=smem"), d128,
-                          "sm_90a");
+    for (const char* c : {"block_m=48,block_n=64,warps=4,stages=1,swizzle=xor,q=smem",
+                          "block_m=320,block_n=64,warps=4,stages=1,swizzle=xor,q=smem"}) {
+      auto r = attn().check(config(c), d128, "sm_90a");
+      REQUIRE_FALSE(r);
+      CHECK(r.failure().message.find("query rows") != std::string::npos);
+    }
+  }
+  SUBCASE("warps sharing rows split whole 16-key steps, and only decoding blocks are measured") {
+    Problem decode = problem("B=8,Hq=32,Hkv=8,Sq=1,Sk=1024,D=128,causal=1,paged=1,page=256");
+    Config four = config("block_m=16,block_n=64,warps=4,stages=2,swizzle=xor,q=smem,splits=4");
+    CHECK(attn().check(four, decode, "sm_90a"));
+    CHECK(attn().worth_measuring(four, decode));
+    // Valid on a long problem too (the kernel takes any Sq), but not worth measuring.
+    Config four_whole = config("block_m=16,block_n=64,warps=4,stages=2,swizzle=xor,q=smem");
+    CHECK(attn().check(four_whole, d128, "sm_90a"));
+    auto long_rows = attn().worth_measuring(four_whole, d128);
+    REQUIRE_FALSE(long_rows);
+    CHECK(long_rows.failure().message.find("decoding") != std::string::npos);
+    auto r = attn().check(config("block_m=16,block_n=48,warps=4,stages=2,swizzle=xor,q=smem"),
+                          decode, "sm_90a");
     REQUIRE_FALSE(r);
-    CHECK(r.failure().message.find("query rows") != std::string::npos);
+    CHECK(r.failure().message.find("16-key") != std::string::npos);
   }
   SUBCASE("registers") {
     auto r = attn().check(config("block_m=128,block_n=128,warps=4,stages=1,swizzle=xor,q=regs"),

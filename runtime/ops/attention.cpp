@@ -228,12 +228,12 @@ bool split_eligible(const Dims& d) {
 }
 
 // The workspace of a split-KV variant: first the arrival counters, one per (batch,
-// head, 64-row query block) -- the smallest query block, so that every variant's
+// head, 16-row query block) -- the smallest query block, so that every variant's
 // counters sit in the same words and a workspace shared between variants (as the
 // tuner shares it) keeps them zero --, padded to 16 bytes; then partial O
 // [splits][B][Hq][Sq][D] and LSE [splits][B][Hq][Sq], fp32.
 long long split_counter_words(const Dims& d) {
-  return (d.B * d.Hq * ((d.Sq + 63) / 64) + 3) / 4 * 4;
+  return (d.B * d.Hq * ((d.Sq + 15) / 16) + 3) / 4 * 4;
 }
 
 size_t split_workspace_bytes(const Params& p, const Dims& d) {
@@ -370,15 +370,18 @@ long long smem_limit(const std::string& arch) {
   }
 }
 
+// The portable kernel's warps sharing one 16-row tile, each over its slice of every key
+// tile (kernel.cuh's k_key_warps): more than one in a block of fewer than 16 rows per warp.
+int key_warps(const Params& p) {
+  return p.block_m >= 16 * p.warps ? 1 : 16 * p.warps / std::max(p.block_m, 1);
+}
+
 // Registers per thread the accumulators need (O and S tiles in fp32, Q fragments
 // when kept) plus what addressing, softmax state and fragments in flight take.
 long long register_estimate(const Params& p, const Dims& d) {
-  long long m_tiles = p.block_m / p.warps / 16;
-  long long regs = m_tiles * (d.Dp / 2 + p.block_n / 2) + 48;
-  if (p.q_regs) {
-    regs += m_tiles * d.Dp / 4;
-  }
-  return regs;
+  const long long m_tiles = std::max(1, p.block_m / p.warps / 16);
+  const long long regs = m_tiles * (d.Dp / 2 + p.block_n / key_warps(p) / 2) + 48;
+  return p.q_regs ? regs + m_tiles * d.Dp / 4 : regs;
 }
 
 constexpr long long k_max_grid_yz = 65535;
@@ -643,11 +646,24 @@ Result<bool> AttentionOp::check(const Config& config, const Problem& problem,
   if (p.warps != 4 && p.warps != 8) {
     return fail("warps must be 4 or 8");
   }
-  if (p.block_m % p.warps != 0 || (p.block_m / p.warps) % 16 != 0 || p.block_m / p.warps > 64) {
+  if (p.block_m < 16 * p.warps) {
+    // Warps share 16-row tiles and split each key tile (kernel.cuh's k_key_warps).
+    if (p.block_m % 16 != 0 || (16 * p.warps) % p.block_m != 0) {
+      return fail("block_m=" + std::to_string(p.block_m) +
+                  " with warps=" + std::to_string(p.warps) +
+                  ": fewer than 16 query rows per warp (warps sharing 16-row tiles) need "
+                  "block_m a multiple of 16 dividing 16 * warps");
+    }
+  } else if (p.block_m % p.warps != 0 || (p.block_m / p.warps) % 16 != 0 ||
+             p.block_m / p.warps > 64) {
     return fail("each warp must own 16, 32, 48 or 64 query rows (block_m / warps)");
   }
   if (p.block_n < 16 || p.block_n % 16 != 0 || p.block_n > 256) {
     return fail("block_n must be a multiple of 16 in 16..256");
+  }
+  if (p.block_n % (16 * key_warps(p)) != 0) {
+    return fail("block_n=" + std::to_string(p.block_n) + " does not split into whole 16-key " +
+                "steps over the " + std::to_string(key_warps(p)) + " warps sharing each row");
   }
   if (d.page > 0 && d.page % p.block_n != 0) {
     return fail("block_n=" + std::to_string(p.block_n) +
@@ -676,6 +692,18 @@ Result<bool> AttentionOp::check(const Config& config, const Problem& problem,
     return fail(std::to_string(smem) + " bytes of shared memory exceed the " + arch +
                 " per-block limit of " + std::to_string(smem_limit(arch)));
   }
+  if (key_warps(p) > 1) {
+    // kernel.cuh's merge_key_warps: each warp that does not own its rows leaves its
+    // max, sum and O (fp32, per lane) where the K/V tiles were.
+    const long long merge = (p.warps - p.warps / key_warps(p)) * (4 + 4 * d.Dp / 8) * 32 * 4;
+    const long long kv =
+        2LL * p.stages * p.block_n * (p.swizzle ? d.Dp : d.Dp + 8) * (long long)dtype_size(d.dtype);
+    if (merge > kv) {
+      return fail("the merge of the warps sharing rows (" + std::to_string(merge) +
+                  " bytes) does not fit the K/V tiles' " + std::to_string(kv) +
+                  " bytes of shared memory");
+    }
+  }
   if ((d.Sq + p.block_m - 1) / p.block_m * p.splits > 0x7fffffffLL) {
     return fail("grid too large");
   }
@@ -694,6 +722,11 @@ Result<bool> AttentionOp::worth_measuring(const Config& config, const Problem& p
   Dims d = dims(problem);
   if (p.block_m == 128 && d.Sq <= 64) {
     return fail("block_m=128 leaves over half of each block idle at Sq=" + std::to_string(d.Sq));
+  }
+  if (!p.wgmma && key_warps(p) > 1 && d.Sq > p.block_m) {
+    return fail("warps share rows (splitting the keys) only where one block holds every query "
+                "row (decoding); Sq=" +
+                std::to_string(d.Sq) + " > block_m=" + std::to_string(p.block_m));
   }
   if (p.persistent && (d.Sq + p.block_m - 1) / p.block_m * d.Hq * d.B <=
                           k_persistent_sms * wgmma_min_blocks(p, d)) {

@@ -14,7 +14,10 @@
 // visited, and only tiles that cross a bound are masked.
 //
 // One block owns k_block_m query rows of one (batch, head); each warp owns
-// k_block_m / k_warps of them (one or two 16-row MMA tiles). K and V tiles of
+// k_block_m / k_warps of them (one to four 16-row MMA tiles), or, in a block of fewer
+// than 16 rows per warp (decoding), 16 rows shared with k_key_warps - 1 other warps, each
+// of which takes its own k_block_n / k_key_warps keys of every tile; those warps merge
+// their softmax states (max, sum, O) through shared memory at the end. K and V tiles of
 // k_block_n keys stream through shared memory with cp.async; S = Q K^T and O += P V
 // run on mma.sync m16n8k16 with fp32 accumulators; the softmax is online, in fp32,
 // with exp2 (scale folded with log2 e); P goes from the S accumulators straight into
@@ -31,7 +34,11 @@
 //                and barriers, but cost registers (the S tile lives in registers).
 //   AT_WARPS     warps per block (4 or 8): rows per warp = BLOCK_M / WARPS, 16 to 64;
 //                32 rows per warp reuse each K/V fragment twice, 64 four times (less
-//                shared-memory traffic per MMA, more registers).
+//                shared-memory traffic per MMA, more registers). BLOCK_M of 16 or 32
+//                (below 16 per warp) gives each 16 rows to WARPS * 16 / BLOCK_M warps
+//                that split every key tile: a decoding block, whose few rows would
+//                leave the other warps computing padding, runs a tile in a quarter of
+//                the time.
 //   AT_STAGES    1: FlashAttention-2's schedule (one K and one V buffer; V of this
 //                tile and K of the next load while the other product runs);
 //                2 or 3: K and V of the next tiles prefetched as a ring of buffers.
@@ -123,13 +130,16 @@ constexpr bool k_kvcache = AT_KVCACHE != 0;
 constexpr int k_splits = AT_SPLITS;
 
 constexpr int k_threads = 32 * k_warps;
-constexpr int k_warp_m = k_block_m / k_warps; // query rows per warp
-constexpr int k_m_tiles = k_warp_m / 16;      // 16-row MMA tiles per warp
-constexpr int k_n_tiles = k_block_n / 8;      // 8-key MMA tiles per key tile
-constexpr int k_d_tiles = k_head_dim / 8;     // 8-column MMA tiles of O
-constexpr int k_k_steps = k_head_dim / 16;    // k=16 steps of Q K^T
-constexpr int k_chunks = k_head_dim / 8;      // 16-byte chunks per row
-constexpr int k_valid_chunks = k_dim / 8;     // ... of them holding the tensors' columns
+// Warps sharing one 16-row MMA tile, each over its slice of the keys (1: none shared).
+constexpr int k_key_warps = k_block_m >= 16 * k_warps ? 1 : 16 * k_warps / k_block_m;
+constexpr int k_warp_m = k_block_m * k_key_warps / k_warps; // query rows per warp
+constexpr int k_warp_n = k_block_n / k_key_warps;           // keys of a tile per warp
+constexpr int k_m_tiles = k_warp_m / 16;                    // 16-row MMA tiles per warp
+constexpr int k_n_tiles = k_warp_n / 8;                     // 8-key MMA tiles per warp
+constexpr int k_d_tiles = k_head_dim / 8;                   // 8-column MMA tiles of O
+constexpr int k_k_steps = k_head_dim / 16;                  // k=16 steps of Q K^T
+constexpr int k_chunks = k_head_dim / 8;                    // 16-byte chunks per row
+constexpr int k_valid_chunks = k_dim / 8; // ... of them holding the tensors' columns
 // Loads give each thread one chunk column: a power of two of them per row, so that the
 // threads split evenly; those past k_chunks load nothing.
 constexpr int k_load_chunks = k_chunks <= 4 ? 4 : k_chunks <= 8 ? 8 : k_chunks <= 16 ? 16 : 32;
@@ -143,7 +153,11 @@ constexpr int k_kv_tile_elems = k_block_n * k_row_elems;
 constexpr float k_rescale_log2 = 8.0f;
 
 static_assert(k_warp_m % 16 == 0 && k_warp_m <= 64, "each warp owns 16, 32, 48 or 64 query rows");
-static_assert(k_block_n % 16 == 0, "key tiles are whole k=16 steps of P V");
+static_assert(k_block_m % 16 == 0 && k_warps % k_key_warps == 0 &&
+                  k_warp_m * (k_warps / k_key_warps) == k_block_m,
+              "warps sharing rows split the block's 16-row tiles evenly");
+static_assert(k_warp_n % 16 == 0 && k_warp_n * k_key_warps == k_block_n,
+              "each warp's keys are whole k=16 steps of P V");
 static_assert(k_dim % 8 == 0 && k_dim >= 32 && k_dim <= 256, "head dim");
 static_assert(k_stages >= 1 && k_stages <= 3, "pipeline stages");
 static_assert(k_splits >= 1 && k_splits <= 16, "key splits");
@@ -373,12 +387,14 @@ __device__ __forceinline__ void store_rows_without_keys(const AttnArgs& args, in
 //   LSE = log sum_s exp(LSE_s),  O = sum_s exp(LSE_s - LSE) O_s.
 // A split with no key tile (more splits than the block has tiles), or none that a
 // row sees, stores that row's O_s = 0 and LSE_s = -inf: it weighs exactly 0. A row
-// that no split saw gets O = 0 and LSE = -inf, as without splits.
+// that no split saw gets O = 0 and LSE = -inf, as without splits. Only warps that
+// own_rows store them (the others shared their keys' state with one that does); every
+// thread of the block must call this.
 __device__ __forceinline__ void
 store_split_and_merge(const AttnArgs& args, const float (&o)[k_m_tiles][k_d_tiles][4],
                       const float (&row_max)[k_m_tiles][2], const float (&row_sum)[k_m_tiles][2],
                       int batch, int head, int m_blocks, int m_block, int m0, int split,
-                      int warp_row0, int g, int t, unsigned* flag_smem, int seq_q,
+                      int warp_row0, int g, int t, bool owns_rows, unsigned* flag_smem, int seq_q,
                       long long q_row0) {
   const long long rows = static_cast<long long>(args.batch) * args.heads_q * args.seq_q;
   const long long bh_row = (static_cast<long long>(batch) * args.heads_q + head) * args.seq_q;
@@ -389,7 +405,7 @@ store_split_and_merge(const AttnArgs& args, const float (&o)[k_m_tiles][k_d_tile
       const float sum = quad_sum(row_sum[mt][h]);
       const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
       const int row = m0 + warp_row0 + mt * 16 + g + h * 8;
-      if (row < seq_q) {
+      if (owns_rows && row < seq_q) {
         float* dst = args.ws_o + (split * rows + bh_row + row) * k_dim;
 #pragma unroll
         for (int dt = 0; dt < k_valid_chunks; ++dt) {
@@ -467,6 +483,78 @@ store_split_and_merge(const AttnArgs& args, const float (&o)[k_m_tiles][k_d_tile
     if (k_lse && lane == 0) {
       args.lse[lse_offset(args, batch, head, q_row0, row)] =
           wsum > 0.0f ? lse_max + at_log2_approx(wsum) * 0.6931471805599453f : at_neg_inf();
+    }
+  }
+}
+
+// Warps sharing rows (k_key_warps > 1): after the key loop, each of them holds the
+// softmax state of its own slice of the keys, against its own reference max. The first
+// warp of each group takes the others' states from shared memory (`buf`, free once every
+// warp is done with the K/V tiles) and merges them into its own:
+//   M = max_w M_w,  sum = sum_w 2^(scale_log2 (M_w - M)) sum_w,  O likewise.
+// Lane l of every warp holds the same rows and O columns, so it merges with lane l of
+// the others; a warp whose slice saw no key of a row (M_w = -inf) weighs 0 there.
+// Every thread of the block must call this (two barriers).
+constexpr int k_merge_floats = k_m_tiles * (4 + 4 * k_d_tiles); // per lane and warp
+static_assert(k_key_warps == 1 || (k_warps - k_warps / k_key_warps) * k_merge_floats * 32 <=
+                                      k_stages * k_kv_tile_elems * 2 * int(sizeof(elem_t)) / 4,
+              "the merge of the key warps' states fits where the K/V tiles were");
+__device__ __forceinline__ void merge_key_warps(float (&o)[k_m_tiles][k_d_tiles][4],
+                                                float (&row_max)[k_m_tiles][2],
+                                                float (&row_sum)[k_m_tiles][2], float* buf,
+                                                int warp, int lane, float scale_log2) {
+  const int slice = warp % k_key_warps;
+  // The group's other warps take slots 0 .. k_key_warps - 2 of its region.
+  float* group = buf + warp / k_key_warps * (k_key_warps - 1) * k_merge_floats * 32 + lane;
+  __syncthreads(); // every warp is done reading K and V
+  if (slice != 0) {
+    float* dst = group + (slice - 1) * k_merge_floats * 32;
+#pragma unroll
+    for (int mt = 0; mt < k_m_tiles; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        dst[((mt * 2 + h) * 2) * 32] = row_max[mt][h];
+        dst[((mt * 2 + h) * 2 + 1) * 32] = row_sum[mt][h];
+      }
+#pragma unroll
+      for (int dt = 0; dt < k_d_tiles; ++dt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          dst[(k_m_tiles * 4 + (mt * k_d_tiles + dt) * 4 + e) * 32] = o[mt][dt][e];
+        }
+      }
+    }
+  }
+  __syncthreads();
+  if (slice != 0) {
+    return;
+  }
+#pragma unroll 1
+  for (int w = 1; w < k_key_warps; ++w) {
+    const float* src = group + (w - 1) * k_merge_floats * 32;
+#pragma unroll
+    for (int mt = 0; mt < k_m_tiles; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float max_w = src[((mt * 2 + h) * 2) * 32];
+        const float mx = fmaxf(row_max[mt][h], max_w);
+        if (mx == at_neg_inf()) {
+          continue; // neither saw a key of this row
+        }
+        // exp2 of -inf is 0: a side that saw no key weighs nothing.
+        const float a = at_exp2_approx((row_max[mt][h] - mx) * scale_log2);
+        const float b = at_exp2_approx((max_w - mx) * scale_log2);
+        row_max[mt][h] = mx;
+        row_sum[mt][h] = row_sum[mt][h] * a + src[((mt * 2 + h) * 2 + 1) * 32] * b;
+#pragma unroll
+        for (int dt = 0; dt < k_d_tiles; ++dt) {
+#pragma unroll
+          for (int e = 2 * h; e < 2 * h + 2; ++e) {
+            o[mt][dt][e] = fmaf(o[mt][dt][e], a,
+                                src[(k_m_tiles * 4 + (mt * k_d_tiles + dt) * 4 + e) * 32] * b);
+          }
+        }
+      }
     }
   }
 }
@@ -642,7 +730,8 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
     }
   }
   unsigned q_frag[k_q_in_regs ? k_m_tiles : 1][k_q_in_regs ? k_k_steps : 1][4];
-  const int warp_row0 = warp * k_warp_m; // this warp's first row within the block
+  const int warp_row0 = warp / k_key_warps * k_warp_m; // this warp's first row in the block
+  const int warp_key0 = warp % k_key_warps * k_warp_n; // ... and first key of each tile
 
   for (int it = 0; it < n_blocks; ++it) {
     const int n_block = n_first + n_blocks - 1 - it;
@@ -708,7 +797,7 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
       for (int np = 0; np < k_n_tiles / 2; ++np) {
         // Two 8-key tiles x (k 0..7, k 8..15) of K rows as B fragments.
         unsigned kb[4];
-        const int row = np * 16 + (lane & 7) + (lane >> 4) * 8;
+        const int row = warp_key0 + np * 16 + (lane & 7) + (lane >> 4) * 8;
         const int chunk = 2 * ks + ((lane >> 3) & 1);
         ldmatrix_x4(kb, k_tile + tile_offset(row, chunk) * static_cast<int>(sizeof(elem_t)));
 #pragma unroll
@@ -733,7 +822,7 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
             }
             if (k_alibi) {
               const int row = m0 + warp_row0 + mt * 16 + g + (e >> 1) * 8;
-              const int col = n0 + nt * 8 + 2 * t + (e & 1);
+              const int col = n0 + warp_key0 + nt * 8 + 2 * t + (e & 1);
               s[mt][nt][e] -= alibi_slope * static_cast<float>(abs(row + diag - col));
             }
           }
@@ -755,7 +844,7 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int row = m0 + warp_row0 + mt * 16 + g + (e >> 1) * 8;
-            const int col = n0 + nt * 8 + 2 * t + (e & 1);
+            const int col = n0 + warp_key0 + nt * 8 + 2 * t + (e & 1);
             if (col >= seq_k ||
                 ((k_causal || k_window) && right >= 0 && col > row + diag + right) ||
                 (k_window && left >= 0 && col < row + diag - left)) {
@@ -844,7 +933,7 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
 
     // O += P V, P taken from the S accumulators as 16-bit A fragments.
 #pragma unroll
-    for (int kc = 0; kc < k_block_n / 16; ++kc) {
+    for (int kc = 0; kc < k_warp_n / 16; ++kc) {
       unsigned pa[k_m_tiles][4];
 #pragma unroll
       for (int mt = 0; mt < k_m_tiles; ++mt) {
@@ -857,7 +946,7 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
       for (int dp = 0; dp < k_d_tiles / 2; ++dp) {
         // Keys kc*16 .. +15 x two 8-column tiles of V, transposed into B fragments.
         unsigned vb[4];
-        const int row = kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+        const int row = warp_key0 + kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
         const int chunk = 2 * dp + (lane >> 4);
         ldmatrix_x4_trans(vb, v_tile + tile_offset(row, chunk) * static_cast<int>(sizeof(elem_t)));
 #pragma unroll
@@ -870,9 +959,19 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
   }
   cp_async_wait<0>(); // nothing may still write into shared memory we reuse below
 
+  if constexpr (k_key_warps > 1) {
+    merge_key_warps(o, row_max, row_sum, reinterpret_cast<float*>(k_s), warp, lane,
+                    args.scale_log2);
+  }
+  // The first warp of a group holds its rows' state; the others are done with them.
+  const bool owns_rows = warp % k_key_warps == 0;
   if constexpr (k_splits > 1) {
     store_split_and_merge(args, o, row_max, row_sum, batch, head, m_blocks, m_block, m0, split,
-                          warp_row0, g, t, reinterpret_cast<unsigned*>(q_s), seq_q, q_row0);
+                          warp_row0, g, t, owns_rows, reinterpret_cast<unsigned*>(q_s), seq_q,
+                          q_row0);
+    return;
+  }
+  if (!owns_rows) {
     return;
   }
 
