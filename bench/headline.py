@@ -15,7 +15,11 @@ subsets and the commands with estimates.
 1. step `default`: `autotune --arch auto --op OP` with no other option than --db (an
    empty database, /tmp/autotune-headline-OP.db, left for bench/unseen.py) and --json,
    timed: headline_default_s. --out/headline-OP-default.json holds the summary (wall
-   time, each shape's winner), --out/headline-OP-default.log the progress lines.
+   time, each shape's winner and its time by phase), --out/headline-OP-default.log the
+   progress lines. Its "breakdown" says where the wall time went: the tuner's phases_s
+   (select, setup, compile, cubin_load, measure, restart, store, recheck, other;
+   tuner/report.hpp) and worker_s summed over the shapes, the search's time against the
+   budgets, and the 5 slowest shapes with theirs (also in <gpu>-headline.{json,md}).
 2. step `exhaustive`: the shapes --shapes (indices into the op's default shapes; default:
    a draw with --seed of DEFAULT_COUNT[op] of them) tuned one at a time with
    `--strategy exhaustive --force` into /tmp/autotune-exhaustive-OP.db, started from a
@@ -243,15 +247,82 @@ def step_default(args, op, deadline):
         summary["winners"] = [{"index": i, "problem": p["problem"], "winner": p["winner"],
                                "winner_us": p["winner_us"], "seconds": round(p["seconds"], 2),
                                "measured": len(p["variants"]),
-                               "budget_exhausted": p.get("budget_exhausted")}
+                               "budget_exhausted": p.get("budget_exhausted"),
+                               **problem_times(p)}
                               for i, p in enumerate(report["problems"])]
+        summary["breakdown"] = breakdown(report, seconds)
         with open(os.path.join(args.work, f"headline-{op}-default-report.json"), "w") as f:
             json.dump(report, f)
     for folder in (args.out, args.work):
         write_json(os.path.join(folder, f"headline-{op}-default.json"), summary)
     print(f"headline_default_s {op}: {summary['wall_s']} s for {summary['shapes']} shapes"
           + (f" ({summary['notes']})" if summary.get("notes") else ""), flush=True)
+    if summary.get("breakdown"):
+        b = summary["breakdown"]
+        print(f"  by phase (s): " + ", ".join(f"{k} {v}" for k, v in b["phases_s"].items())
+              + f"; search {b['search_s']} of budgets {b['budget_s']}", flush=True)
     return summary
+
+
+# ---- where the default run's time went --------------------------------------------------------
+
+# The tuner's --json fields (tuner/report.hpp): phases_s partitions each problem's seconds,
+# worker_s is the worker's own account of its part of setup, measure and recheck.
+PHASES = ["select", "setup", "compile", "cubin_load", "measure", "restart", "store", "recheck",
+          "other"]
+WORKER_PARTS = ["context", "modules", "allocate", "inputs", "copy", "module_load", "check",
+                "timing"]
+SLOWEST = 5
+
+
+def problem_times(p):
+    """A problem's time by phase from the CLI's JSON ({} from a CLI older than phases_s)."""
+    if "phases_s" not in p:
+        return {}
+    return {"phases_s": {k: round(p["phases_s"].get(k, 0.0), 3) for k in PHASES},
+            "worker_s": {k: round(p["worker_s"].get(k, 0.0), 3) for k in WORKER_PARTS},
+            "search_s": round(p.get("search_s", 0.0), 3),
+            "budget_s": round(p.get("budget_s", 0.0), 3),
+            "worker_restarts": p.get("worker_restarts", 0)}
+
+
+def breakdown(report, wall_s):
+    """Where the default run's wall time went: each phase summed over the problems, the
+    part outside them, the budgets' overrun, and the SLOWEST slowest problems."""
+    problems = report["problems"]
+    if not problems or "phases_s" not in problems[0]:
+        return None
+    tuned = [p for p in problems if not p["cached"]]
+    problems_s = sum(p["seconds"] for p in problems)
+    session_s = report.get("seconds", problems_s)
+    phases = {k: round(sum(p["phases_s"].get(k, 0.0) for p in problems), 2) for k in PHASES}
+    worker = {k: round(sum(p["worker_s"].get(k, 0.0) for p in problems), 2)
+              for k in WORKER_PARTS}
+    search = sum(p.get("search_s", 0.0) for p in tuned)
+    budget = sum(p.get("budget_s", 0.0) for p in tuned)
+    over = sum(max(0.0, p.get("search_s", 0.0) - p.get("budget_s", 0.0)) for p in tuned
+               if p.get("budget_s", 0.0) > 0)
+    slowest = sorted(range(len(problems)), key=lambda i: -problems[i]["seconds"])[:SLOWEST]
+    return {
+        "wall_s": round(wall_s, 2),
+        # The CLI process outside its tuning session: start, worker exit, JSON output.
+        "outside_session_s": round(wall_s - session_s, 2),
+        "start_s": round(report.get("start_s", 0.0), 2),
+        "problems_s": round(problems_s, 2),
+        "tuned": len(tuned),
+        "phases_s": phases,
+        "worker_s": worker,
+        "search_s": round(search, 2),
+        "budget_s": round(budget, 2),
+        "over_budget_s": round(over, 2),
+        # Outside every budget: what the issue's "about 0.5 s per problem" estimated.
+        "outside_budget_s": round(problems_s - search, 2),
+        "worker_restarts": sum(p.get("worker_restarts", 0) for p in problems),
+        "slowest": [{"index": i, "problem": problems[i]["problem"],
+                     "seconds": round(problems[i]["seconds"], 2),
+                     "measured": len(problems[i]["variants"]), **problem_times(problems[i])}
+                    for i in slowest],
+    }
 
 
 def find_default(args, op):
@@ -377,7 +448,7 @@ def collect(args, quiet=False):
                          "--force, one shape at a time, on a subset of its shapes)",
               "within": f"ratio = default_us / exhaustive_us <= {WITHIN} (both medians from the "
                         "exhaustive run of the shape)",
-              "summary": {}, "tuning": [], "rows": kept}
+              "summary": {}, "tuning": [], "rows": kept, "breakdown": {}}
     for op in [o for o in OPS if o in summaries]:
         s = summaries[op]
         op_rows = [r for r in kept if r["op"] == op]
@@ -398,6 +469,9 @@ def collect(args, quiet=False):
         if [n for n in op_notes if n]:
             entry["notes"] = "; ".join(n for n in op_notes if n)
         result["summary"][op] = entry
+        if s.get("breakdown"):
+            result["breakdown"][op] = dict(s["breakdown"], commit=s["commit"],
+                                           run_id=s["run_id"])
         result["tuning"].append({
             "name": "headline_default_s", "op": op, "value": s["wall_s"], "unit": "s",
             "commit": s["commit"],
@@ -449,7 +523,40 @@ def markdown(result):
     if notes:
         lines += ["", "Notes:", ""] + [f"- {r['op']} {r['index']} `{r['shape']}`: {r['notes']}"
                                        for r in notes]
+    for op, b in result.get("breakdown", {}).items():
+        lines += [""] + breakdown_markdown(op, b)
     return "\n".join(lines) + "\n"
+
+
+def breakdown_markdown(op, b):
+    """The default run's time by phase (tuner/report.hpp names them), then its slowest
+    problems."""
+    def pct(v):
+        return f"{100 * v / b['wall_s']:.1f}" if b["wall_s"] else "-"
+    lines = [f"## Where the default run's {b['wall_s']} s went ({op}, `{b['commit']}`)", "",
+             f"{b['tuned']} problems tuned; the search (compile, cubin loads, measure and store "
+             f"inside the strategy) took {b['search_s']} s against budgets summing to "
+             f"{b['budget_s']} s ({b['over_budget_s']} s over them); {b['outside_budget_s']} s "
+             f"of the problems' time lies outside the search; {b['worker_restarts']} worker "
+             "restarts.", "",
+             "| phase | seconds | % of wall |", "|---|---|---|",
+             f"| before the first problem | {b['start_s']} | {pct(b['start_s'])} |"]
+    for k in PHASES:
+        lines.append(f"| {k} | {b['phases_s'][k]} | {pct(b['phases_s'][k])} |")
+    lines += [f"| CLI outside the session | {b['outside_session_s']} | "
+              f"{pct(b['outside_session_s'])} |", "",
+              "The worker's own account (inside setup, measure, restart and recheck): " +
+              ", ".join(f"{k} {b['worker_s'][k]} s" for k in WORKER_PARTS) + ".", "",
+              f"The {len(b['slowest'])} slowest problems:", "",
+              "| # | shape | s | " + " | ".join(PHASES) + " | search / budget | measured |",
+              "|---|---|---|" + "---|" * len(PHASES) + "---|---|"]
+    for r in b["slowest"]:
+        ph = r.get("phases_s", {})
+        lines.append(f"| {r['index']} | `{r['problem']}` | {r['seconds']} | "
+                     + " | ".join(str(ph.get(k, "-")) for k in PHASES)
+                     + f" | {r.get('search_s', '-')} / {r.get('budget_s', '-')} | "
+                       f"{r['measured']} |")
+    return lines
 
 
 # ---- main -------------------------------------------------------------------------------------

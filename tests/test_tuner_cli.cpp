@@ -137,6 +137,8 @@ TEST_CASE("compile-only builds every valid variant without a GPU and a rerun com
   REQUIRE(r.code == 0);
   CHECK(r.output.find("\"compile_failures\":0") != std::string::npos);
   CHECK(r.output.find("\"cubins_reused\":0") != std::string::npos);
+  CHECK(r.output.find("\"phases_s\":{\"select\":") != std::string::npos);
+  CHECK(r.output.find("\"worker_s\":{\"context\":0.0000,") != std::string::npos); // no worker
   auto again = run(args);
   REQUIRE(again.code == 0);
   CHECK(again.output.find("\"compiled\":0") != std::string::npos);

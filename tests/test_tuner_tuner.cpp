@@ -630,3 +630,53 @@ TEST_CASE("the --json report writes null, not nan, for numbers that are not fini
   CHECK(json.find("\"winner_us\":null") != std::string::npos);
   CHECK(json.find("\"median_us\":null") != std::string::npos);
 }
+
+TEST_CASE("the --json report splits each problem's wall time into phases that add up to it") {
+  TuneReport report;
+  report.op = "causal_conv1d";
+  report.seconds = 9.5;
+  report.start_seconds = 0.25;
+  ProblemReport p;
+  p.problem = find_op("causal_conv1d").make_problem(parse_fields("B=1,C=8,L=16", "shape"));
+  p.seconds = 4;
+  p.compile_seconds = 1;
+  p.phases.select = 0.125;
+  p.phases.setup = 0.5;
+  p.phases.cubin_load = 0.25;
+  p.phases.measure = 1.5;
+  p.phases.restart = 0.0625;
+  p.phases.store = 0.0625;
+  p.phases.recheck = 0.25;
+  p.worker.context = 0.375;
+  p.worker.inputs = 0.0625;
+  p.worker.timing = 1.25;
+  p.search_seconds = 3.25;
+  p.budget_s = 2;
+  report.problems.push_back(p);
+  char* text = nullptr;
+  size_t size = 0;
+  std::FILE* out = open_memstream(&text, &size);
+  print_json(report, out);
+  std::fclose(out);
+  const std::string json(text, size);
+  std::free(text);
+  CHECK(json.find("\"seconds\":9.5000,\"start_s\":0.2500,\"problems\":[") != std::string::npos);
+  CHECK(json.find("\"compile_s\":1.0000,\"seconds\":4.0000,") != std::string::npos);
+  CHECK(json.find("\"search_s\":3.2500,\"budget_s\":2.0000,") != std::string::npos);
+  // 4 s less the phases' 2.75 s and the compile's 1 s.
+  CHECK(json.find("\"phases_s\":{\"select\":0.1250,\"setup\":0.5000,\"compile\":1.0000,"
+                  "\"cubin_load\":0.2500,\"measure\":1.5000,\"restart\":0.0625,\"store\":0.0625,"
+                  "\"recheck\":0.2500,\"other\":0.2500}") != std::string::npos);
+  CHECK(json.find("\"worker_s\":{\"context\":0.3750,\"modules\":0.0000,\"allocate\":0.0000,"
+                  "\"inputs\":0.0625,\"copy\":0.0000,\"module_load\":0.0000,\"check\":0.0000,"
+                  "\"timing\":1.2500}") != std::string::npos);
+  SUBCASE("a problem whose phases cover its time has nothing left for other") {
+    report.problems[0].seconds = 3.5;
+    out = open_memstream(&text, &size);
+    print_json(report, out);
+    std::fclose(out);
+    const std::string again(text, size);
+    std::free(text);
+    CHECK(again.find("\"other\":0.0000}") != std::string::npos);
+  }
+}

@@ -38,6 +38,20 @@ Timing odd_timing() {
   return t;
 }
 
+// Every part distinct and not a short decimal, so a swapped or rounded field shows.
+WorkerSeconds odd_seconds() {
+  WorkerSeconds s;
+  s.context = 0.1 + 0.2;
+  s.modules = 1.0 / 3.0;
+  s.allocate = 1e-9;
+  s.inputs = 2.5;
+  s.copy = std::nextafter(0.02, 1.0);
+  s.module_load = 7e-4;
+  s.check = 123.456;
+  s.timing = std::numeric_limits<double>::max();
+  return s;
+}
+
 template <typename T> void round_trip_request(const T& message) {
   wp::Request decoded = wp::decode_request(wp::encode(wp::Request{message}));
   REQUIRE(std::holds_alternative<T>(decoded));
@@ -79,7 +93,7 @@ TEST_CASE("every worker request survives encoding and decoding") {
 
 TEST_CASE("every worker reply survives encoding and decoding, outcome and error kind typed") {
   SUBCASE("setup done") {
-    round_trip_reply(wp::SetupDone{true, odd_timing(), 3ull << 33});
+    round_trip_reply(wp::SetupDone{true, odd_timing(), 3ull << 33, odd_seconds()});
     round_trip_reply(wp::SetupDone{});
   }
   SUBCASE("measured, for every outcome") {
@@ -88,11 +102,12 @@ TEST_CASE("every worker reply survives encoding and decoding, outcome and error 
           cache::Outcome::fault, cache::Outcome::timeout, cache::Outcome::wrong}) {
       CAPTURE(cache::to_string(o));
       round_trip_reply(wp::Measured{o, odd_timing(), 2.5e-3, 1980, "rel. error 0.25\nline 2",
-                                    o == cache::Outcome::fault});
+                                    o == cache::Outcome::fault, odd_seconds()});
     }
   }
   SUBCASE("reseeded") {
     round_trip_reply(wp::Reseeded{});
+    round_trip_reply(wp::Reseeded{odd_seconds()});
   }
   SUBCASE("failed, for every error kind") {
     for (ErrorKind k : {ErrorKind::usage, ErrorKind::config, ErrorKind::database, ErrorKind::io,
@@ -145,10 +160,10 @@ namespace {
 // well-formed SetupDone frame, then does `then` (hang, crash).
 class FakeWorker {
 public:
-  explicit FakeWorker(const std::string& then) {
+  explicit FakeWorker(const std::string& then, const WorkerSeconds& seconds = {}) {
     m_dir = fs::temp_directory_path() / ("autotune-fake-worker-" + std::to_string(::getpid()));
     fs::create_directories(m_dir);
-    std::string body = wp::encode(wp::Reply{wp::SetupDone{false, Timing{}, 4096}});
+    std::string body = wp::encode(wp::Reply{wp::SetupDone{false, Timing{}, 4096, seconds}});
     uint32_t size = uint32_t(body.size());
     std::ofstream(m_dir / "setup_done.bin", std::ios::binary)
         << std::string(reinterpret_cast<const char*>(&size), sizeof size) << body;
@@ -200,6 +215,30 @@ TEST_CASE("the parent records a worker that died as FAULT, with the signal") {
   CHECK(r.outcome == cache::Outcome::fault);
   CHECK(r.message.find("Segmentation fault") != std::string::npos);
   CHECK(worker.restarts() == 1);
+}
+
+TEST_CASE("the parent sums what the workers report and times the replacement of a lost one") {
+  WorkerSeconds setup;
+  setup.context = 0.25;
+  setup.inputs = 0.5;
+  FakeWorker fake("exec sleep 30", setup);
+  Worker worker(10, 0.2, fake.path());
+  TimingProtocol protocol;
+  protocol.max_seconds = 0.1;
+  worker.setup("causal_conv1d", tiny_problem(), 1, protocol);
+  CHECK(worker.seconds() == setup);
+  CHECK(worker.restart_seconds() == 0);
+  CHECK(worker.measure({{"threads", "128"}}, "kernel", "cubin", protocol).outcome ==
+        cache::Outcome::timeout);
+  CHECK(worker.restart_seconds() == 0); // the lost worker is replaced by the next call
+  CHECK(worker.measure({{"threads", "128"}}, "kernel", "cubin", protocol).outcome ==
+        cache::Outcome::timeout);
+  CHECK(worker.restarts() == 2);
+  CHECK(worker.restart_seconds() > 0);
+  CHECK(worker.restart_seconds() < 5);
+  WorkerSeconds twice = setup;
+  twice += setup; // the replacement's setup reported the same
+  CHECK(worker.seconds() == twice);
 }
 
 TEST_CASE("a worker that finds no GPU fails setup as no_device, whatever its message says") {

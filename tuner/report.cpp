@@ -36,6 +36,11 @@ std::string first_line(const std::string& text) {
   return nl == std::string::npos ? text : text.substr(0, nl);
 }
 
+// A problem's wall time no phase accounts for (bookkeeping between them).
+double other_seconds(const ProblemReport& p) {
+  return std::max(0.0, p.seconds - p.phases.sum() - p.compile_seconds);
+}
+
 } // namespace
 
 void print_table(const TuneReport& report, std::FILE* out, size_t top) {
@@ -133,6 +138,17 @@ void print_table(const TuneReport& report, std::FILE* out, size_t top) {
         std::fprintf(out, "       %s\n", first_line(v.message).c_str());
       }
     }
+    const ProblemPhases& t = p.phases;
+    std::fprintf(out,
+                 "  time: setup %.2f s, compile %.2f, cubins loaded %.2f, measure %.2f (worker: "
+                 "loads %.2f, checks %.2f, timing %.2f), restarts %.2f, store %.2f, re-check "
+                 "%.2f, other %.2f",
+                 t.setup, p.compile_seconds, t.cubin_load, t.measure, p.worker.module_load,
+                 p.worker.check, p.worker.timing, t.restart, t.store, t.recheck, other_seconds(p));
+    if (p.budget_s > 0) {
+      std::fprintf(out, "; search %.2f s of a %.2f s budget", p.search_seconds, p.budget_s);
+    }
+    std::fprintf(out, "\n");
     if (p.winner) {
       std::fprintf(out, "  winner (*): %s, stored; %.1f s for this problem\n",
                    p.winner_config.c_str(), p.seconds);
@@ -158,10 +174,12 @@ std::string json_number(double v, const char* format = "%.4f") {
 } // namespace
 
 void print_json(const TuneReport& report, std::FILE* out) {
-  std::fprintf(
-      out, "{\"op\":\"%s\",\"arch\":\"%s\",\"device\":\"%s\",\"database\":\"%s\",\"problems\":[",
-      json_escape(report.op).c_str(), json_escape(report.arch).c_str(),
-      json_escape(report.device).c_str(), json_escape(report.database).c_str());
+  std::fprintf(out,
+               "{\"op\":\"%s\",\"arch\":\"%s\",\"device\":\"%s\",\"database\":\"%s\","
+               "\"seconds\":%.4f,\"start_s\":%.4f,\"problems\":[",
+               json_escape(report.op).c_str(), json_escape(report.arch).c_str(),
+               json_escape(report.device).c_str(), json_escape(report.database).c_str(),
+               report.seconds, report.start_seconds);
   for (size_t pi = 0; pi < report.problems.size(); ++pi) {
     const auto& p = report.problems[pi];
     std::fprintf(out,
@@ -174,6 +192,21 @@ void print_json(const TuneReport& report, std::FILE* out) {
                  p.space_size, p.invalid, p.compiled, p.cubins_reused, p.compile_failures,
                  p.compile_seconds, p.seconds, p.bytes, p.flops, p.device_bytes, p.sampled,
                  p.budget_exhausted ? "true" : "false", p.worker_restarts);
+    const ProblemPhases& t = p.phases;
+    std::fprintf(
+        out,
+        "\"search_s\":%.4f,\"budget_s\":%.4f,"
+        "\"phases_s\":{\"select\":%.4f,\"setup\":%.4f,\"compile\":%.4f,\"cubin_load\":%.4f,"
+        "\"measure\":%.4f,\"restart\":%.4f,\"store\":%.4f,\"recheck\":%.4f,\"other\":%.4f},",
+        p.search_seconds, p.budget_s, t.select, t.setup, p.compile_seconds, t.cubin_load, t.measure,
+        t.restart, t.store, t.recheck, other_seconds(p));
+    const WorkerSeconds& w = p.worker;
+    std::fprintf(out,
+                 "\"worker_s\":{\"context\":%.4f,\"modules\":%.4f,\"allocate\":%.4f,"
+                 "\"inputs\":%.4f,\"copy\":%.4f,\"module_load\":%.4f,\"check\":%.4f,"
+                 "\"timing\":%.4f},",
+                 w.context, w.modules, w.allocate, w.inputs, w.copy, w.module_load, w.check,
+                 w.timing);
     if (p.copy) {
       std::fprintf(out, "\"copy_us\":%s,", json_number(p.copy->median_us).c_str());
     }

@@ -189,6 +189,9 @@ public:
     return finish() || stopped;
   }
 
+  // The budget the run is under: warm, or cold when it had nothing to start from.
+  double budget() const { return m_budget; }
+
 private:
   double spent() const { return m_clock() - m_t0; }
 
@@ -465,6 +468,7 @@ void HalvingSearch::measure(Bench& bench, const SearchInput& input, ProblemRepor
   if (run.run()) {
     report.budget_exhausted = true;
   }
+  report.budget_s = run.budget();
 }
 
 // ---- choosing one -------------------------------------------------------------------

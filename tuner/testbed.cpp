@@ -109,6 +109,35 @@ struct Testbed::Impl {
   }
 };
 
+WorkerSeconds& WorkerSeconds::operator+=(const WorkerSeconds& o) {
+  context += o.context;
+  modules += o.modules;
+  allocate += o.allocate;
+  inputs += o.inputs;
+  copy += o.copy;
+  module_load += o.module_load;
+  check += o.check;
+  timing += o.timing;
+  return *this;
+}
+
+WorkerSeconds& WorkerSeconds::operator-=(const WorkerSeconds& o) {
+  context -= o.context;
+  modules -= o.modules;
+  allocate -= o.allocate;
+  inputs -= o.inputs;
+  copy -= o.copy;
+  module_load -= o.module_load;
+  check -= o.check;
+  timing -= o.timing;
+  return *this;
+}
+
+void Testbed::load_shared_modules(const Op& op, const cuda::DeviceInfo& device) {
+  shared_module("common/testing.cuh", device.arch());
+  shared_module(op.reference_path(), device.arch());
+}
+
 Testbed::Testbed(const Op& op, const Problem& problem, const cuda::DeviceInfo& device)
     : m_impl(std::make_unique<Impl>(op, problem, device)) {
   auto& m = *m_impl;

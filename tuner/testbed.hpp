@@ -39,8 +39,30 @@ struct Timing {
   bool operator==(const Timing&) const = default;
 };
 
+// Where a worker process's time went, in seconds, as it measured it: its part of the
+// tuning session's setup, measure and re-check phases (ProblemPhases, tuner.hpp).
+struct WorkerSeconds {
+  double context = 0;     // CUDA context, device query and NVML: once per worker process
+  double modules = 0;     // the testing and reference kernels compiled (NVRTC) and loaded:
+                          // once per worker process
+  double allocate = 0;    // a problem's buffers (and the L2 flush buffer)
+  double inputs = 0;      // random inputs and the reference outputs (setup and re-check)
+  double copy = 0;        // the device-to-device copy timing of memory-bound ops
+  double module_load = 0; // variants' cubins loaded into the context
+  double check = 0;       // NaN-poisoned runs compared with the reference
+  double timing = 0;      // the timing protocol (warm-up, samples)
+  WorkerSeconds& operator+=(const WorkerSeconds& other);
+  WorkerSeconds& operator-=(const WorkerSeconds& other);
+  bool operator==(const WorkerSeconds&) const = default;
+};
+
 class Testbed {
 public:
+  // Compiles and loads the testing kernels and the op's reference for the current
+  // context's device, once per process (every Testbed shares them). A Testbed does it
+  // itself when needed; a caller that times its steps does it first.
+  static void load_shared_modules(const Op& op, const cuda::DeviceInfo& device);
+
   // Allocates the problem's tensors on the current context's device.
   Testbed(const Op& op, const Problem& problem, const cuda::DeviceInfo& device);
   ~Testbed();

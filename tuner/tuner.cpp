@@ -27,6 +27,19 @@ double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// Adds the wall time of its scope to `phase` (a ProblemPhases member).
+class PhaseTimer {
+public:
+  explicit PhaseTimer(double& phase) : m_phase(phase), m_t0(Clock::now()) {}
+  ~PhaseTimer() { m_phase += since(m_t0); }
+  PhaseTimer(const PhaseTimer&) = delete;
+  PhaseTimer& operator=(const PhaseTimer&) = delete;
+
+private:
+  double& m_phase;
+  Clock::time_point m_t0;
+};
+
 // What every problem of a session shares.
 struct Session {
   const Op& op;
@@ -105,8 +118,15 @@ void build(const Session& s, std::vector<Candidate>& candidates, const std::vect
     if (c.built) {
       continue;
     }
-    if (auto stored = s.db.find_variant(c.source.key)) {
-      c.cubin = s.db.load_cubin(stored->cubin_sha256);
+    std::optional<cache::VariantRecord> stored;
+    {
+      PhaseTimer timer(report.phases.cubin_load);
+      stored = s.db.find_variant(c.source.key);
+      if (stored) {
+        c.cubin = s.db.load_cubin(stored->cubin_sha256);
+      }
+    }
+    if (stored) {
       c.built = true;
       ++report.cubins_reused;
     } else {
@@ -228,7 +248,9 @@ public:
 
   void measure(size_t i, const TimingProtocol& protocol) override {
     const Candidate& c = m_candidates[i];
-    MeasureResult m = m_device.worker.measure(c.config, c.source.kernel, c.cubin, protocol);
+    MeasureResult m = timed(m_report.phases.measure, [&] {
+      return m_device.worker.measure(c.config, c.source.kernel, c.cubin, protocol);
+    });
     VariantReport& v = m_variants[i];
     v.outcome = m.outcome;
     v.timing = m.timing;
@@ -247,6 +269,7 @@ public:
   }
 
   void store(size_t i) override {
+    PhaseTimer timer(m_report.phases.store);
     const VariantReport& v = m_variants[i];
     cache::ResultRecord r;
     r.device_key = m_device.key;
@@ -279,7 +302,10 @@ public:
   std::optional<size_t> recheck_winner() {
     std::vector<size_t> order = preference_order(m_variants);
     if (!order.empty()) {
-      m_device.worker.reseed(fresh_seed());
+      timed(m_report.phases.recheck, [&] {
+        m_device.worker.reseed(fresh_seed());
+        return 0;
+      });
     }
     for (size_t i : order) {
       m_session.progress.measuring("re-check", 0, 1, m_measured);
@@ -288,8 +314,10 @@ public:
       if (c.cubin.empty()) {
         continue;
       }
-      MeasureResult again = m_device.worker.measure(c.config, c.source.kernel, c.cubin,
-                                                    m_session.options.protocol, true);
+      MeasureResult again = timed(m_report.phases.recheck, [&] {
+        return m_device.worker.measure(c.config, c.source.kernel, c.cubin,
+                                       m_session.options.protocol, true);
+      });
       if (again.outcome != cache::Outcome::ok) {
         m_variants[i].outcome = again.outcome;
         m_variants[i].message = "second input set: " + again.message;
@@ -320,6 +348,18 @@ public:
   }
 
 private:
+  // Runs a call to the worker, adding its wall time to `phase`, less what starting a
+  // replacement worker took (ProblemPhases::restart).
+  template <typename Call> auto timed(double& phase, Call&& call) -> decltype(call()) {
+    const double restarts = m_device.worker.restart_seconds();
+    const Clock::time_point t0 = Clock::now();
+    auto result = call();
+    const double restart = m_device.worker.restart_seconds() - restarts;
+    phase += since(t0) - restart;
+    m_report.phases.restart += restart;
+    return result;
+  }
+
   const Session& m_session;
   const Device& m_device;
   const Problem& m_problem;
@@ -417,6 +457,7 @@ namespace {
 
 void store_winner(const Session& s, const Device& d, const Problem& problem,
                   ProblemReport& report) {
+  PhaseTimer timer(report.phases.store);
   const VariantReport& w = report.variants[*report.winner];
   cache::WinnerRecord r;
   r.device_key = d.key;
@@ -436,7 +477,9 @@ void store_winner(const Session& s, const Device& d, const Problem& problem,
 // Tunes a problem no stored winner answers.
 void tune_problem(const Session& s, const Device& d, const Strategy& strategy, size_t index,
                   const Problem& problem, ProblemReport& report) {
-  auto t0 = Clock::now();
+  const Clock::time_point t0 = Clock::now();
+  const int restarts = d.worker.restarts();
+  const WorkerSeconds worker = d.worker.seconds();
   std::vector<Config> valid = measured_configs(s, problem, report.invalid);
   std::vector<TransferSeed> seeds;
   if (strategy.transfers() && s.options.transfer > 0) {
@@ -491,14 +534,23 @@ void tune_problem(const Session& s, const Device& d, const Strategy& strategy, s
   valid.clear();
   std::vector<Candidate> candidates = describe_candidates(s, std::move(configs), problem);
   s.progress.start_problem(index, problem.key(), candidates.size(), seed_ids.size());
-  SetupResult setup = d.worker.setup(s.op.name(), problem, fresh_seed(), s.options.protocol);
+  report.phases.select += since(t0);
+  SetupResult setup;
+  {
+    PhaseTimer timer(report.phases.setup);
+    setup = d.worker.setup(s.op.name(), problem, fresh_seed(), s.options.protocol);
+  }
   if (setup.has_copy) {
     report.copy = setup.copy;
   }
   report.device_bytes = setup.device_bytes;
 
   WorkerBench bench(s, d, problem, candidates, report);
-  SearchInput input = bench.resume();
+  SearchInput input;
+  {
+    PhaseTimer timer(report.phases.select); // the stored results looked up
+    input = bench.resume();
+  }
   for (size_t k = 0; k < seed_ids.size(); ++k) {
     for (size_t i : input.pending) {
       if (candidates[i].source.config_id == seed_ids[k]) {
@@ -507,15 +559,20 @@ void tune_problem(const Session& s, const Device& d, const Strategy& strategy, s
       }
     }
   }
-  strategy.measure(bench, input, report);
+  {
+    PhaseTimer timer(report.search_seconds);
+    strategy.measure(bench, input, report);
+  }
   std::optional<size_t> winner = bench.recheck_winner();
   size_t measured = bench.measured();
   report.variants = bench.take_variants(winner);
   report.winner = winner;
-  report.worker_restarts = d.worker.restarts();
+  report.worker_restarts = d.worker.restarts() - restarts;
   if (report.winner) {
     store_winner(s, d, problem, report);
   }
+  report.worker = d.worker.seconds();
+  report.worker -= worker;
   report.seconds = since(t0);
   Progress::Finished f;
   f.winner = report.winner_config;
@@ -528,11 +585,12 @@ void tune_problem(const Session& s, const Device& d, const Strategy& strategy, s
 
 void compile_problem(const Session& s, size_t index, const Problem& problem,
                      ProblemReport& report) {
-  auto t0 = Clock::now();
+  const Clock::time_point t0 = Clock::now();
   std::vector<Config> configs = measured_configs(s, problem, report.invalid);
   std::vector<Candidate> candidates =
       describe_candidates(s, std::vector<TypedConfig>(configs.begin(), configs.end()), problem);
   s.progress.start_problem(index, problem.key(), candidates.size());
+  report.phases.select += since(t0);
   std::vector<size_t> all(candidates.size());
   for (size_t i = 0; i < all.size(); ++i) {
     all[i] = i;
@@ -654,6 +712,7 @@ std::vector<Problem> load_problems(const Op& op, const std::vector<std::string>&
 }
 
 TuneReport tune(const TuneOptions& options, Progress& progress) {
+  const Clock::time_point t0 = Clock::now();
   const Op& op = find_op(options.op);
   SearchSpace search = load_search_space(op, options);
   std::vector<Problem> problems = load_problems(op, options.shapes);
@@ -696,11 +755,13 @@ TuneReport tune(const TuneOptions& options, Progress& progress) {
   };
   if (options.compile_only) {
     progress.start_run(op.name(), std::vector<Progress::Planned>(problems.size()));
+    report.start_seconds = since(t0);
     for (size_t i = 0; i < problems.size(); ++i) {
       ProblemReport r = new_problem(problems[i]);
       compile_problem(session, i, problems[i], r);
       report.problems.push_back(std::move(r));
     }
+    report.seconds = since(t0);
     return report;
   }
   std::unique_ptr<Strategy> strategy = make_strategy(opts);
@@ -733,6 +794,7 @@ TuneReport tune(const TuneOptions& options, Progress& progress) {
     plan.push_back(planned);
   }
   progress.start_run(op.name(), plan);
+  report.start_seconds = since(t0);
   for (size_t i = 0; i < problems.size(); ++i) {
     ProblemReport& r = reports[i];
     r.flops = op.flops(problems[i]);
@@ -750,6 +812,7 @@ TuneReport tune(const TuneOptions& options, Progress& progress) {
     tune_problem(session, gpu, *strategy, i, problems[i], r);
     report.problems.push_back(std::move(r));
   }
+  report.seconds = since(t0);
   return report;
 }
 

@@ -72,6 +72,25 @@ struct VariantReport {
 // k_halving_eta.
 constexpr int k_halving_eta = 4;
 
+// Where a tuned problem's wall time (ProblemReport::seconds) went, in seconds, by
+// what the tuning process was doing. The phases follow one another and never overlap;
+// with compile_seconds they add up to `seconds` less the bookkeeping between them
+// (`other` in --json). What the worker did inside setup, measure and recheck is
+// ProblemReport::worker.
+struct ProblemPhases {
+  double select = 0;     // the space walked and judged, the seeds looked up, the candidates
+                         // described (variant keys) and their stored results looked up
+  double setup = 0;      // the worker's buffers, random inputs and reference (and copy
+                         // timing); a worker process started for it, when none was running
+  double cubin_load = 0; // cubins read from the database (and their checksums)
+  double measure = 0;    // the search's checks and timings: round trips to the worker
+  double restart = 0;    // replacement workers started and set up after a FAULT or TIMEOUT
+  double store = 0;      // results and the winner written to the database
+  double recheck = 0;    // the second input set (inputs and reference) and the would-be
+                         // winners' checks on it
+  double sum() const { return select + setup + cubin_load + measure + restart + store + recheck; }
+};
+
 struct ProblemReport {
   Problem problem;
   size_t space_size = 0;
@@ -81,6 +100,14 @@ struct ProblemReport {
   size_t compile_failures = 0;
   double compile_seconds = 0; // wall time of the parallel compile
   double seconds = 0;         // wall time for the whole problem
+  ProblemPhases phases;       // where `seconds` went, beside compile_seconds
+  WorkerSeconds worker;       // the worker's own account of its part of it
+  // The strategy's run (compiling, loading cubins, measuring, storing results): what a
+  // budget bounds. budget_s: the halving budget it ran under (warm or cold), 0 when
+  // the strategy has none; search_seconds over it is the budget's overrun (seeds,
+  // final round and the batch in flight run whatever the budget).
+  double search_seconds = 0;
+  double budget_s = 0;
   bool cached = false;        // a stored winner answered; nothing ran
   std::optional<Timing> copy; // device-to-device copy of the same bytes
   std::vector<VariantReport> variants;
@@ -94,7 +121,7 @@ struct ProblemReport {
   bool budget_exhausted = false; // halving: the budget stopped exploring or skipped round 2
   // halving: the tuned problems whose winners were measured first (nearest first)
   std::vector<std::string> transferred_from;
-  int worker_restarts = 0; // worker processes replaced after faults/timeouts
+  int worker_restarts = 0; // worker processes replaced after faults/timeouts (this problem)
 };
 
 struct TuneReport {
@@ -103,6 +130,9 @@ struct TuneReport {
   std::string device; // empty for compile-only without a GPU
   std::string database;
   std::vector<ProblemReport> problems;
+  double seconds = 0;       // wall time of the whole session
+  double start_seconds = 0; // before the first problem: space, database, device, the
+                            // stored winners looked up
   bool compile_failed() const;
 };
 

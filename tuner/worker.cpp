@@ -56,6 +56,12 @@ public:
     f64(t.p90_us);
     i64(t.samples);
   }
+  void seconds(const WorkerSeconds& s) {
+    for (double v :
+         {s.context, s.modules, s.allocate, s.inputs, s.copy, s.module_load, s.check, s.timing}) {
+      f64(v);
+    }
+  }
   void protocol(const TimingProtocol& p) {
     i64(p.warmup);
     i64(p.min_samples);
@@ -124,6 +130,14 @@ public:
     t.p90_us = f64();
     t.samples = i32_in_i64();
     return t;
+  }
+  WorkerSeconds seconds() {
+    WorkerSeconds s;
+    for (double* v : {&s.context, &s.modules, &s.allocate, &s.inputs, &s.copy, &s.module_load,
+                      &s.check, &s.timing}) {
+      *v = f64();
+    }
+    return s;
   }
   TimingProtocol protocol() {
     TimingProtocol p;
@@ -225,6 +239,7 @@ std::string encode(const Reply& reply) {
     w.flag(s->has_copy);
     w.timing(s->copy);
     w.u64(s->device_bytes);
+    w.seconds(s->seconds);
   } else if (auto* m = std::get_if<Measured>(&reply)) {
     w.u8(uint8_t(ReplyKind::measured));
     w.u8(uint8_t(m->outcome));
@@ -233,8 +248,10 @@ std::string encode(const Reply& reply) {
     w.i64(m->sm_clock_mhz);
     w.str(m->message);
     w.flag(m->exiting);
-  } else if (std::holds_alternative<Reseeded>(reply)) {
+    w.seconds(m->seconds);
+  } else if (auto* r = std::get_if<Reseeded>(&reply)) {
     w.u8(uint8_t(ReplyKind::reseeded));
+    w.seconds(r->seconds);
   } else {
     const Failed& f = std::get<Failed>(reply);
     w.u8(uint8_t(ReplyKind::error));
@@ -293,6 +310,7 @@ Reply decode_reply(std::string_view body) {
     s.has_copy = r.flag();
     s.copy = r.timing();
     s.device_bytes = r.u64();
+    s.seconds = r.seconds();
     out = s;
     break;
   }
@@ -304,11 +322,12 @@ Reply decode_reply(std::string_view body) {
     m.sm_clock_mhz = r.i64();
     m.message = r.str();
     m.exiting = r.flag();
+    m.seconds = r.seconds();
     out = std::move(m);
     break;
   }
   case ReplyKind::reseeded:
-    out = Reseeded{};
+    out = Reseeded{r.seconds()};
     break;
   case ReplyKind::error: {
     Failed f;
@@ -406,6 +425,14 @@ ReadStatus read_frame(int fd, std::string& body, std::optional<Clock::time_point
   return size ? read_exact(fd, body.data(), size, deadline) : ReadStatus::ok;
 }
 
+// Seconds since `t`, which moves on to now.
+double lap(Clock::time_point& t) {
+  const Clock::time_point now = Clock::now();
+  const double seconds = std::chrono::duration<double>(now - t).count();
+  t = now;
+  return seconds;
+}
+
 std::string num(double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.17g", v);
@@ -467,21 +494,29 @@ struct Server {
   std::unique_ptr<SmClock> clock;
 
   wp::SetupDone setup(const wp::SetupRequest& r) {
+    wp::SetupDone done;
+    Clock::time_point t = Clock::now();
     if (!context) {
       context.emplace(0);
       device = cuda::query_device(0);
       clock = std::make_unique<SmClock>(0);
+      done.seconds.context = lap(t);
     }
     op = &find_op(r.op);
     problem.op = r.op;
     problem.fields = r.problem;
     bed.reset();
+    done.seconds.allocate = lap(t);
+    Testbed::load_shared_modules(*op, device);
+    done.seconds.modules = lap(t);
     bed = std::make_unique<Testbed>(*op, problem, device);
+    done.seconds.allocate += lap(t);
     bed->randomize(r.seed);
-    wp::SetupDone done;
+    done.seconds.inputs = lap(t);
     if (op->memory_bound()) {
       done.copy = bed->time_copy(r.protocol);
       done.has_copy = done.copy.samples > 0;
+      done.seconds.copy = lap(t);
     }
     done.device_bytes = bed->device_bytes();
     return done;
@@ -491,15 +526,19 @@ struct Server {
     if (!bed) {
       throw Error(ErrorKind::internal, "worker: measure before setup");
     }
-    auto outcome = [](cache::Outcome o, std::string message) {
+    Clock::time_point t = Clock::now();
+    WorkerSeconds seconds; // filled as the steps finish; every reply carries it
+    auto outcome = [&seconds](cache::Outcome o, std::string message) {
       wp::Measured m;
       m.outcome = o;
       m.message = std::move(message);
+      m.seconds = seconds;
       return m;
     };
     try {
       cuda::Module module = cuda::load_module(r.cubin);
       CUfunction fn = cuda::get_function(module, r.kernel.c_str());
+      seconds.module_load = lap(t);
       LaunchGeometry g = op->geometry(r.config, problem);
       int max_threads = 0;
       AUTOTUNE_CU(cuda::driver().cuFuncGetAttribute(&max_threads,
@@ -519,6 +558,7 @@ struct Server {
       }
       cuda::allow_dynamic_smem(fn, g.dynamic_smem);
       CheckResult check = bed->check(fn, r.config);
+      seconds.check = lap(t);
       if (!check.passed) {
         wp::Measured m = outcome(cache::Outcome::wrong, check.message);
         m.rel_err = check.rel_err;
@@ -529,6 +569,7 @@ struct Server {
       if (!r.check_only) {
         m.timing = bed->time(fn, r.config, r.protocol);
         m.sm_clock_mhz = clock->mhz();
+        m.seconds.timing = lap(t);
       }
       return m;
     } catch (const cuda::CudaError& e) {
@@ -543,11 +584,15 @@ struct Server {
     }
   }
 
-  void reseed(const wp::ReseedRequest& r) {
+  wp::Reseeded reseed(const wp::ReseedRequest& r) {
     if (!bed) {
       throw Error(ErrorKind::internal, "worker: reseed before setup");
     }
+    Clock::time_point t = Clock::now();
     bed->randomize(r.seed);
+    wp::Reseeded done;
+    done.seconds.inputs = lap(t);
+    return done;
   }
 };
 
@@ -576,8 +621,7 @@ int serve(int in_fd, int out_fd) {
       } else if (auto* m = std::get_if<wp::MeasureRequest>(&request)) {
         reply = server.measure(*m);
       } else {
-        server.reseed(std::get<wp::ReseedRequest>(request));
-        reply = wp::Reseeded{};
+        reply = server.reseed(std::get<wp::ReseedRequest>(request));
       }
     } catch (const cuda::CudaError& e) {
       reply = wp::Failed{ErrorKind::cuda, e.what(), e.sticky()};
@@ -780,6 +824,7 @@ SetupResult Worker::setup(const std::string& op, const Problem& problem, unsigne
   }
   const wp::SetupDone& done = expect<wp::SetupDone>(reply, wp::ReplyKind::setup_done);
   m_ready = true;
+  m_seconds += done.seconds;
   SetupResult r;
   r.copy = done.copy;
   r.has_copy = done.has_copy;
@@ -794,9 +839,12 @@ void Worker::ensure_ready() {
   if (!m_setup_request) {
     throw Error(ErrorKind::internal, "Worker used before setup()");
   }
+  const Clock::time_point t0 = Clock::now();
   auto answer = call(*m_setup_request, m_setup_timeout);
-  expect<wp::SetupDone>(answered(answer, "a replacement worker could not be set up: "),
-                        wp::ReplyKind::setup_done);
+  m_restart_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  const wp::SetupDone& done = expect<wp::SetupDone>(
+      answered(answer, "a replacement worker could not be set up: "), wp::ReplyKind::setup_done);
+  m_seconds += done.seconds;
   m_ready = true;
 }
 
@@ -823,6 +871,7 @@ MeasureResult Worker::measure(const Config& config, const std::string& kernel,
                 "worker: " + f->message);
   }
   const wp::Measured& m = expect<wp::Measured>(reply, wp::ReplyKind::measured);
+  m_seconds += m.seconds;
   r.outcome = m.outcome;
   r.timing = m.timing;
   r.rel_err = m.rel_err;
@@ -838,7 +887,9 @@ MeasureResult Worker::measure(const Config& config, const std::string& kernel,
 void Worker::reseed(unsigned long long seed) {
   ensure_ready();
   auto answer = call(wp::ReseedRequest{seed}, m_setup_timeout);
-  expect<wp::Reseeded>(answered(answer, "worker: new inputs failed: "), wp::ReplyKind::reseeded);
+  m_seconds +=
+      expect<wp::Reseeded>(answered(answer, "worker: new inputs failed: "), wp::ReplyKind::reseeded)
+          .seconds;
   // A replacement worker must draw the same inputs.
   m_setup_request->seed = seed;
 }

@@ -45,6 +45,8 @@ namespace worker_protocol {
 //   Timing         = double median_us, p10_us, p90_us; i64 samples
 //   TimingProtocol = i64 warmup, min_samples, max_samples; double min_seconds,
 //                    max_seconds, target_spread
+//   WorkerSeconds  = double context, modules, allocate, inputs, copy, module_load,
+//                    check, timing
 // decode_* throw Error(internal) naming the message for an unknown kind or enum
 // value, a truncated body or bytes left over: both ends are the same build, so a
 // malformed message is a bug, never a variant's outcome.
@@ -86,6 +88,7 @@ struct SetupDone {
   bool has_copy = false; // memory-bound ops: a timed copy of the same bytes
   Timing copy;
   uint64_t device_bytes = 0;
+  WorkerSeconds seconds; // what this setup took in the worker, by part
   bool operator==(const SetupDone&) const = default;
 };
 
@@ -98,10 +101,12 @@ struct Measured {
   int64_t sm_clock_mhz = 0;
   std::string message;
   bool exiting = false;
+  WorkerSeconds seconds; // what this measurement took in the worker, by part
   bool operator==(const Measured&) const = default;
 };
 
 struct Reseeded {
+  WorkerSeconds seconds; // the new inputs and reference
   bool operator==(const Reseeded&) const = default;
 };
 
@@ -170,6 +175,12 @@ public:
   void reseed(unsigned long long seed);
 
   int restarts() const { return m_restarts; }
+  // What the worker processes reported spending, by part, summed over every reply
+  // (replacement workers' setups included); callers take differences.
+  const WorkerSeconds& seconds() const { return m_seconds; }
+  // Wall seconds spent starting and setting up replacement workers (after a FAULT or
+  // TIMEOUT), inside measure() and reseed().
+  double restart_seconds() const { return m_restart_seconds; }
 
 private:
   struct Lost {
@@ -198,6 +209,8 @@ private:
   int m_to_worker = -1;
   int m_from_worker = -1;
   int m_restarts = 0;
+  WorkerSeconds m_seconds;
+  double m_restart_seconds = 0;
   // What setup() was last asked, to set up a replacement worker the same way.
   std::optional<worker_protocol::SetupRequest> m_setup_request;
   bool m_ready = false;
