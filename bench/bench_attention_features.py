@@ -399,6 +399,9 @@ class Bench:
         self.launch = self.rt.lib.autotune_attention
         self.stream = torch.cuda.current_stream().cuda_stream
         self._flex = None
+        # time() after an L2 flush that leaves no dirty lines (common.do_bench_clean_l2)
+        # instead of do_bench's; decode rows measure both.
+        self.clean_l2 = False
 
     def flex(self):
         """torch.compile(flex_attention) and create_block_mask, as bench_attention.py."""
@@ -412,9 +415,11 @@ class Bench:
             self._flex = (torch.compile(flex_attention, dynamic=False), create_block_mask)
         return self._flex
 
-    def time(self, fn):
+    def time(self, fn, clean_l2=None):
         fn()
         torch.cuda.synchronize()
+        if self.clean_l2 if clean_l2 is None else clean_l2:
+            return common.do_bench_clean_l2(fn, warmup=self.args.warmup, rep=self.args.rep)
         return do_bench(fn, warmup=self.args.warmup, rep=self.args.rep, return_mode="median")
 
     def new_row(self, c):
@@ -424,7 +429,8 @@ class Bench:
 
     def ours(self, row, fields, q, features, out, check, metric, digits=1):
         """Packs the call once, names its variant, runs it once into out (NaN first) for
-        check() (the relative error), then times it."""
+        check() (the relative error), then times it. Returns the call (None when it could
+        not run)."""
         try:
             ws = self.rt.attention_workspace(None, fields, q, features)
             a = self.rt.pack("attention", *fields, *ws, *features)
@@ -446,8 +452,10 @@ class Bench:
             row["rel_err"] = check()
             ms = self.time(call)
             row["ours"], row["ours_us"] = round(metric(ms), 1), round(ms * 1e3, digits)
+            return call
         except Exception as e:
             row["notes"]["ours"] = short(e)
+        return None
 
     def peers(self, row, fns, metric, digits=1):
         for p, fn in fns.items():
@@ -626,7 +634,7 @@ def run_decode(b, c, row):
               *attention_fields(vc, "v_cache"), *attention_fields(o, "o"),
               *tensor_fields(None), 0, 0.0)
     features = attention_features(NO_WINDOW, 0.0, None, NO_VARLEN, kvcache_fields(lens, table))
-    b.ours(row, fields, q, features, o, check, metric, digits=2)
+    call = b.ours(row, fields, q, features, o, check, metric, digits=2)
     flash = sdpa(SDPBackend.FLASH_ATTENTION, qs, kt, vt)
 
     def flash_gather():
@@ -640,6 +648,15 @@ def run_decode(b, c, row):
                   "sdpa_efficient": sdpa(SDPBackend.EFFICIENT_ATTENTION, qs, kt, vt),
                   "sdpa_flash_gather": flash_gather, "copy": copy}, metric, digits=2)
     row["kv_bytes"] = c["kv_bytes"]
+    if call is not None and row["peers"].get("copy"):
+        # Both again after a flush that leaves the L2 clean (do_bench's leaves it full of
+        # dirty lines that a read-only kernel pays to write back: common.do_bench_clean_l2).
+        t_ours, t_copy = b.time(call, clean_l2=True), b.time(copy, clean_l2=True)
+        row["clean_l2"] = {"ours_us": round(t_ours * 1e3, 2), "ours": round(metric(t_ours), 1),
+                           "copy_us": round(t_copy * 1e3, 2), "copy": round(metric(t_copy), 1),
+                           "pct_of_copy": round(100 * t_copy / t_ours, 1),
+                           "pct_of_copy_ceiling":
+                               round(100 * metric(t_ours) / (COPY_TBPS * 1e3), 1)}
     if row["ours"]:
         row["pct_of_copy_ceiling"] = round(100 * row["ours"] / (COPY_TBPS * 1e3), 1)
         if row["peers"].get("copy"):

@@ -43,6 +43,9 @@ def main():
     ap.add_argument("--stages", default="1,2,3")
     ap.add_argument("--batch", default="", help="only these B (comma-separated)")
     ap.add_argument("--context", default="", help="only these contexts (comma-separated)")
+    ap.add_argument("--flush", choices=["dirty", "clean"], default="dirty",
+                    help="L2 flush before each timed call: do_bench's (a zeroed buffer: dirty "
+                    "lines) or bench_common.do_bench_clean_l2's (read after it: clean)")
     ap.add_argument("--rep", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=10)
     args = ap.parse_args()
@@ -62,6 +65,7 @@ def main():
         b = baf.Bench(bench_args, Runtime(args.lib, "/tmp/decode-sweep-no.db",
                                           policy="pin:" + cfg))
         b.peers = lambda row, fns, metric, digits=1: None  # ours only
+        b.clean_l2 = args.flush == "clean"
         for c in cases:
             row = b.new_row(c)
             baf.run_decode(b, c, row)
