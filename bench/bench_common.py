@@ -51,7 +51,7 @@ def do_bench_clean_l2(fn, warmup=25, rep=100):
 
     def flush():
         dirty.zero_()
-        torch.sum(clean, out=sink)
+        torch.sum(clean, dim=0, out=sink)
     fn()
     torch.cuda.synchronize()
     est0, est1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
