@@ -396,6 +396,26 @@ TEST_CASE("the winner is never worse than the best seed") {
   }
 }
 
+TEST_CASE("seconds the session spent on the search before it started count against the budget") {
+  // Seeds built while the worker set the problem up: 3 s of a 3 s budget.
+  for (double spent : {0.0, 3.0}) {
+    CAPTURE(spent);
+    FakeBench bench(256);
+    grid(bench);
+    ProblemReport report;
+    SearchInput in = pending(256, {at(5, 5)});
+    in.spent_s = spent;
+    halving(bench, 3.0).measure(bench, in, report);
+    CHECK(report.budget_s == doctest::Approx(3.0));
+    if (spent > 0) {
+      CHECK(report.budget_exhausted);
+      CHECK(bench.order == std::vector<size_t>{at(5, 5)}); // the seed, nothing explored
+    } else {
+      CHECK(bench.count_measured() > 8);
+    }
+  }
+}
+
 TEST_CASE("a problem whose seeds all fail explores as a cold one, until something is correct") {
   // Seeds 7 and 8 fail here, and so do 24 other candidates.
   std::set<size_t> wrong = {7, 8};

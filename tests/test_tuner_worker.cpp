@@ -82,7 +82,8 @@ TEST_CASE("every worker request survives encoding and decoding") {
                                           "causal_conv1d_fwd",
                                           cubin,
                                           true,
-                                          odd_protocol()});
+                                          odd_protocol(),
+                                          std::string(64, 'f')});
     round_trip_request(wp::MeasureRequest{{}, "", "", false, TimingProtocol{}});
   }
   SUBCASE("reseed and quit") {
@@ -239,6 +240,24 @@ TEST_CASE("the parent sums what the workers report and times the replacement of 
   WorkerSeconds twice = setup;
   twice += setup; // the replacement's setup reported the same
   CHECK(worker.seconds() == twice);
+}
+
+TEST_CASE("the parent's own work runs while the worker sets up, and its failure stops the worker") {
+  FakeWorker fake("exec sleep 30");
+  Worker worker(10, 0.2, fake.path());
+  TimingProtocol protocol;
+  protocol.max_seconds = 0.1;
+  bool ran = false;
+  SetupResult setup =
+      worker.setup("causal_conv1d", tiny_problem(), 1, protocol, [&] { ran = true; });
+  CHECK(ran);
+  CHECK(setup.device_bytes == 4096);
+  CHECK_THROWS_WITH_AS(worker.setup("causal_conv1d", tiny_problem(), 2, protocol,
+                                    [] { throw Error(ErrorKind::database, "planted"); }),
+                       "planted", Error);
+  // The next call sets up a new worker for the last problem asked for, then measures.
+  CHECK(worker.measure({{"threads", "128"}}, "kernel", "cubin", protocol).outcome ==
+        cache::Outcome::timeout);
 }
 
 TEST_CASE("a worker that finds no GPU fails setup as no_device, whatever its message says") {

@@ -158,7 +158,7 @@ public:
              double cold_budget, size_t batch, unsigned long long seed,
              const HalvingSearch::Clock& clock)
       : m_bench(bench), m_in(in), m_full(full), m_cold_budget(cold_budget), m_batch(batch),
-        m_clock(clock), m_t0(clock()) {
+        m_clock(clock), m_t0(clock() - in.spent_s) {
     std::unordered_set<size_t> seeds(in.seeds.begin(), in.seeds.end());
     for (size_t i : in.pending) {
       if (!seeds.count(i)) {

@@ -62,6 +62,9 @@ struct SearchInput {
   // Correct results a killed session stored (full measurements): they compete in
   // the final round without being measured again.
   std::vector<size_t> measured;
+  // Seconds of the search's own work the session did before calling it (the seeds
+  // prepared while the worker set the problem up): a budget counts them as spent.
+  double spent_s = 0;
 };
 
 class Strategy {

@@ -80,8 +80,10 @@ constexpr int k_halving_eta = 4;
 struct ProblemPhases {
   double select = 0;     // the space walked and judged, the seeds looked up, the candidates
                          // described (variant keys) and their stored results looked up
-  double setup = 0;      // the worker's buffers, random inputs and reference (and copy
-                         // timing); a worker process started for it, when none was running
+  double setup = 0;      // waiting for the worker's buffers, random inputs and reference
+                         // (and copy timing; a worker process started for it when none
+                         // was running), less the seeds' build done meanwhile (which
+                         // counts as compile, cubin_load and store)
   double cubin_load = 0; // cubins read from the database (and their checksums)
   double measure = 0;    // the search's checks and timings: round trips to the worker
   double restart = 0;    // replacement workers started and set up after a FAULT or TIMEOUT
@@ -102,10 +104,11 @@ struct ProblemReport {
   double seconds = 0;         // wall time for the whole problem
   ProblemPhases phases;       // where `seconds` went, beside compile_seconds
   WorkerSeconds worker;       // the worker's own account of its part of it
-  // The strategy's run (compiling, loading cubins, measuring, storing results): what a
-  // budget bounds. budget_s: the halving budget it ran under (warm or cold), 0 when
-  // the strategy has none; search_seconds over it is the budget's overrun (seeds,
-  // final round and the batch in flight run whatever the budget).
+  // The strategy's run (compiling, loading cubins, measuring, storing results; the
+  // seeds built while the worker set up included): what a budget bounds. budget_s: the
+  // halving budget it ran under (warm or cold), 0 when the strategy has none;
+  // search_seconds over it is the budget's overrun (seeds, final round and the batch
+  // in flight run whatever the budget).
   double search_seconds = 0;
   double budget_s = 0;
   bool cached = false;        // a stored winner answered; nothing ran

@@ -12,12 +12,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <optional>
+#include <vector>
 
 namespace autotune {
 namespace worker_protocol {
@@ -223,6 +225,7 @@ std::string encode(const Request& request) {
     w.str(m->cubin);
     w.flag(m->check_only);
     w.protocol(m->protocol);
+    w.str(m->module_key);
   } else if (auto* s = std::get_if<ReseedRequest>(&request)) {
     w.u8(uint8_t(RequestKind::reseed));
     w.u64(s->seed);
@@ -283,6 +286,7 @@ Request decode_request(std::string_view body) {
     m.cubin = r.str();
     m.check_only = r.flag();
     m.protocol = r.protocol();
+    m.module_key = r.str();
     out = std::move(m);
     break;
   }
@@ -485,6 +489,12 @@ private:
 
 // ---- the worker process ------------------------------------------------------------
 
+// Modules a worker keeps loaded. A problem measures a few hundred variants at most
+// (attention: up to about 430 valid ones), those it measures again (round 2, the final
+// round, the re-check) soon after the first time, and the next problems mostly its
+// winners (seeds): 256 covers them, at tens to hundreds of KiB of device memory each.
+constexpr size_t k_cached_modules = 256;
+
 struct Server {
   std::optional<cuda::PrimaryContext> context;
   cuda::DeviceInfo device;
@@ -492,6 +502,33 @@ struct Server {
   Problem problem;
   std::unique_ptr<Testbed> bed;
   std::unique_ptr<SmClock> clock;
+  // Loaded variants by their cubin's content hash, least recently used first (after
+  // `context`: unloaded before it is released). The templates declare no module-scope
+  // device variables (a kernel's state lives in the buffers the testbed passes), so a
+  // variant launched again from a kept module runs as on a fresh load, as the runtime's
+  // once-loaded winners and every timing sample already do.
+  std::vector<std::pair<std::string, cuda::Module>> modules;
+
+  // The module of r's cubin: the one kept under r.module_key, else loaded (and kept
+  // under it, or into `once` for this request when it names none).
+  const cuda::Module& module_for(const wp::MeasureRequest& r, cuda::Module& once) {
+    if (r.module_key.empty()) {
+      once = cuda::load_module(r.cubin);
+      return once;
+    }
+    for (auto it = modules.begin(); it != modules.end(); ++it) {
+      if (it->first == r.module_key) {
+        std::rotate(it, it + 1, modules.end());
+        return modules.back().second;
+      }
+    }
+    cuda::Module loaded = cuda::load_module(r.cubin);
+    if (modules.size() >= k_cached_modules) {
+      modules.erase(modules.begin());
+    }
+    modules.emplace_back(r.module_key, std::move(loaded));
+    return modules.back().second;
+  }
 
   wp::SetupDone setup(const wp::SetupRequest& r) {
     wp::SetupDone done;
@@ -536,8 +573,8 @@ struct Server {
       return m;
     };
     try {
-      cuda::Module module = cuda::load_module(r.cubin);
-      CUfunction fn = cuda::get_function(module, r.kernel.c_str());
+      cuda::Module once;
+      CUfunction fn = cuda::get_function(module_for(r, once), r.kernel.c_str());
       seconds.module_load = lap(t);
       LaunchGeometry g = op->geometry(r.config, problem);
       int max_threads = 0;
@@ -742,14 +779,27 @@ void Worker::spawn() {
   m_from_worker = from[0];
 }
 
-std::variant<wp::Reply, Worker::Lost> Worker::call(const wp::Request& request, double timeout_s) {
+std::variant<wp::Reply, Worker::Lost> Worker::call(const wp::Request& request, double timeout_s,
+                                                   const std::function<void()>& meanwhile) {
   if (m_pid <= 0) {
     spawn();
   }
-  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                     std::chrono::duration<double>(timeout_s));
   Lost lost{WorkerLoss::died, "the worker process is gone"};
   if (write_frame(m_to_worker, wp::encode(request))) {
+    if (meanwhile) {
+      try {
+        meanwhile();
+      } catch (...) {
+        // The worker is mid-request and its reply would answer the wrong call.
+        if (m_pid > 0) {
+          kill(m_pid, SIGKILL);
+        }
+        stop();
+        throw;
+      }
+    }
+    auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                       std::chrono::duration<double>(timeout_s));
     std::string body;
     ReadStatus s = read_frame(m_from_worker, body, deadline);
     if (s == ReadStatus::ok) {
@@ -805,10 +855,10 @@ void Worker::retire() {
 }
 
 SetupResult Worker::setup(const std::string& op, const Problem& problem, unsigned long long seed,
-                          const TimingProtocol& protocol) {
+                          const TimingProtocol& protocol, const std::function<void()>& meanwhile) {
   m_setup_request = wp::SetupRequest{op, problem.fields, seed, protocol};
   m_ready = false;
-  auto answer = call(*m_setup_request, m_setup_timeout);
+  auto answer = call(*m_setup_request, m_setup_timeout, meanwhile);
   if (auto* lost = std::get_if<Lost>(&answer)) {
     throw Error(ErrorKind::cuda,
                 "setting up " + op + " " + problem.key() + " failed: " + lost->message);
@@ -850,11 +900,12 @@ void Worker::ensure_ready() {
 
 MeasureResult Worker::measure(const Config& config, const std::string& kernel,
                               const std::string& cubin, const TimingProtocol& protocol,
-                              bool check_only) {
+                              bool check_only, const std::string& module_key) {
   ensure_ready();
   // The deadline covers the check plus the timing protocol's own cap.
   double timeout = m_measure_timeout + protocol.max_seconds;
-  auto answer = call(wp::MeasureRequest{config, kernel, cubin, check_only, protocol}, timeout);
+  auto answer =
+      call(wp::MeasureRequest{config, kernel, cubin, check_only, protocol, module_key}, timeout);
   MeasureResult r;
   if (auto* lost = std::get_if<Lost>(&answer)) {
     r.outcome = lost->why == WorkerLoss::deadline ? cache::Outcome::timeout : cache::Outcome::fault;

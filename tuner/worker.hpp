@@ -18,6 +18,7 @@
 #include "testbed.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -69,6 +70,9 @@ struct MeasureRequest {
   std::string cubin;
   bool check_only = false;
   TimingProtocol protocol;
+  // The cubin's content hash (SHA-256): the worker keeps the loaded module under it for
+  // later requests of the same cubin. Empty: loaded for this request only.
+  std::string module_key;
   bool operator==(const MeasureRequest&) const = default;
 };
 
@@ -164,13 +168,18 @@ public:
   // Prepares the problem in a (new, if needed) worker: buffers, inputs from
   // `seed`, reference. Throws Error on failure: a problem that cannot even be set
   // up is not a variant's fault (no_device when the worker finds no GPU, else cuda).
+  // `meanwhile` (if any) runs here while the worker sets up, before its reply is
+  // awaited (the deadline then starts); an exception from it stops the worker and
+  // propagates.
   SetupResult setup(const std::string& op, const Problem& problem, unsigned long long seed,
-                    const TimingProtocol& protocol);
+                    const TimingProtocol& protocol, const std::function<void()>& meanwhile = {});
   // Checks and (when correct and not `check_only`) times one variant. A worker that
   // dies or misses the deadline yields FAULT or TIMEOUT, and the next call starts a
-  // fresh worker set up for the same problem.
+  // fresh worker set up for the same problem. `module_key`: the cubin's content hash,
+  // under which the worker keeps it loaded (MeasureRequest).
   MeasureResult measure(const Config& config, const std::string& kernel, const std::string& cubin,
-                        const TimingProtocol& protocol, bool check_only = false);
+                        const TimingProtocol& protocol, bool check_only = false,
+                        const std::string& module_key = {});
   // Fresh random inputs (and reference) for a second correctness check.
   void reseed(unsigned long long seed);
 
@@ -190,10 +199,12 @@ private:
 
   void spawn();
   void stop() noexcept;
-  // Sends `request` and waits up to `timeout_s` for the reply. Without a reply the
-  // worker is gone (killed on the deadline or dead) and counted as a restart.
+  // Sends `request`, runs `meanwhile` (if any), then waits up to `timeout_s` for the
+  // reply. Without a reply the worker is gone (killed on the deadline or dead) and
+  // counted as a restart.
   std::variant<worker_protocol::Reply, Lost> call(const worker_protocol::Request& request,
-                                                  double timeout_s);
+                                                  double timeout_s,
+                                                  const std::function<void()>& meanwhile = {});
   // A worker that announced its exit (`exiting`) is reaped; the next call starts anew.
   void retire();
   // The reply in `answer`; no reply or a Failed one throws Error(cuda) `what` and the
