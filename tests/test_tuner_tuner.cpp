@@ -700,3 +700,25 @@ TEST_CASE("the --json report splits each problem's wall time into phases that ad
     CHECK(again.find("\"other\":0.0000}") != std::string::npos);
   }
 }
+
+TEST_CASE("a persistent attention variant with no more tiles than blocks is measured only where "
+          "its tile order differs from the plain grid's (causal)") {
+  const Op& op = find_op("attention");
+  const Config persistent = parse_fields("block_m=128,block_n=96,warps=4,stages=2,swizzle=xor,"
+                                         "q=smem,splits=1,family=wgmma_persistent",
+                                         "config");
+  // 8 query blocks x 4 heads: 32 tiles, a grid of 32 blocks of one tile each.
+  for (const char* causal : {"0", "1"}) {
+    CAPTURE(causal);
+    const Problem p = op.make_problem(
+        parse_fields(std::string("B=1,H=4,S=1024,D=128,causal=") + causal, "shape"));
+    std::string why;
+    const Verdict v = judge(op, Priors{}, persistent, p, "sm_90a", &why);
+    if (std::string(causal) == "0") {
+      CHECK(v == Verdict::pruned);
+      CHECK(why.find("is the plain one") != std::string::npos);
+    } else {
+      CHECK(v == Verdict::measure);
+    }
+  }
+}

@@ -728,9 +728,19 @@ Result<bool> AttentionOp::worth_measuring(const Config& config, const Problem& p
                 "row (decoding); Sq=" +
                 std::to_string(d.Sq) + " > block_m=" + std::to_string(p.block_m));
   }
-  if (p.persistent && (d.Sq + p.block_m - 1) / p.block_m * d.Hq * d.B <=
-                          k_persistent_sms * wgmma_min_blocks(p, d)) {
-    return fail("a persistent schedule with no more tiles than blocks is the plain one");
+  // With no more tiles than its grid holds (k_persistent_sms x min blocks), a persistent
+  // variant launches one block per tile, each running one tile: the plain kernel's
+  // blocks, with a second Q buffer and the tile loop's registers on top. Without a
+  // causal mask its tile order (query block fastest, then head, then batch) is the
+  // plain grid's block order too, whatever the GPU's SM count: the same launch. A
+  // causal one orders the longest query blocks of all heads first, where the plain grid
+  // goes head by head; that differs wherever the blocks do not all run at once (an
+  // sm_90a GPU with fewer than 132 SMs), so it is measured.
+  if (p.persistent && !d.causal &&
+      (d.Sq + p.block_m - 1) / p.block_m * d.Hq * d.B <=
+          k_persistent_sms * wgmma_min_blocks(p, d)) {
+    return fail("a persistent schedule with no more tiles than blocks, and no causal order, "
+                "is the plain one");
   }
   if (p.stages == 3 && (d.Sk + p.block_n - 1) / p.block_n < 4) {
     return fail("three stages for fewer than four key tiles");
