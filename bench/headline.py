@@ -5,7 +5,11 @@ On the GPU machine (bundle in .device/, see scripts/device-bundle.sh):
 
   export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$PWD/.device
   python3 bench/headline.py --ops causal_conv1d --out $OUT            # both steps, ~1.5 min
-  python3 bench/headline.py --ops selective_scan --out $OUT           # ~8 min (2 shapes)
+  python3 bench/headline.py --ops selective_scan --steps default --out $OUT   # ~75 s
+  python3 bench/headline.py --ops selective_scan --steps exhaustive --shapes 1 --out $OUT
+  python3 bench/headline.py --ops selective_scan --steps exhaustive --shapes 3 --out $OUT
+                  # ~5.5 min each (4096 sampled variants): one call each, on the machine the
+                  # default step left warm (its database holds the cubins)
   python3 bench/headline.py --ops attention --steps default --out $OUT   # ~3 min
   python3 bench/headline.py --ops attention --steps exhaustive --out $OUT  # ~7.5 min
 

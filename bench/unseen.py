@@ -54,6 +54,22 @@ with the rows of the other ops from --merge (default bench/results/<gpu>-unseen.
 a run of one op replaces that op's rows only. --max-seconds (default 540) stops before a
 shape that would not finish in time and says so in the op's "notes". The new_shape_s rows
 for <gpu>-tuning.json are printed at the end.
+
+--cold: tuning one new shape into an EMPTY database instead (no neighbours, no cubins:
+the op's cold budget, 10x the 2 s, and every variant it measures compiled), the autotune
+CLI alone (no torch, no library):
+  python3 bench/unseen.py --cold --ops causal_conv1d,selective_scan,attention --out $OUT
+times `autotune --arch auto --op OP --shape S --db EMPTY --json` for the first shape of
+each op's draw (--only picks others): new_shape_cold_s, printed as rows for
+<gpu>-tuning.json and written with the tuner's time by phase to
+--out/<gpu>-new-shape-cold.{json,md} (a run of some ops keeps the other ops' rows).
+About 10 s (causal_conv1d), 35 s (selective_scan) and 30 s (attention) per shape on the
+H100 (estimates: the cold budget plus compiling). --cold-exhaustive also tunes the shape
+with --strategy exhaustive --force over the same database (its cubins) and says whether
+the cold winner is within 3% of the exhaustive one (ratio of their medians in that run):
+about 10 s more for causal_conv1d and 2 minutes for attention; selective_scan samples
+4096 variants, most of them not yet compiled (about 9 minutes: a call of its own, with
+--max-seconds 590).
 """
 import argparse
 import datetime
@@ -686,7 +702,203 @@ def write_results(args, gpu, slug, runs, rows, ops_run):
     return result
 
 
+# ---- a new shape into an empty database (--cold) ------------------------------------------------
+
+# Seconds per shape on the H100, for --dry-run and --max-seconds: the cold run (the cold
+# budget, 10 x 2 s, plus compiling), and the exhaustive check over its database.
+COLD_S = {"causal_conv1d": 10, "selective_scan": 35, "attention": 30}
+COLD_EXHAUSTIVE_S = {"causal_conv1d": 10, "selective_scan": 540, "attention": 120}
+COLD_WITHIN = 1.03
+
+
+def cli_json(cmd, timeout):
+    """(report or None, seconds, returncode or 'timeout', stderr tail) of an autotune
+    command with --json, run in a session of its own (killed whole on timeout)."""
+    print("$ " + " ".join(cmd), flush=True)
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=max(1.0, timeout))
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return None, time.monotonic() - t0, "timeout", ""
+    seconds = time.monotonic() - t0
+    if proc.returncode != 0:
+        return None, seconds, proc.returncode, (err or "")[-500:]
+    return json.loads(out), seconds, 0, ""
+
+
+def fresh_db(path):
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.remove(path + suffix)
+    return path
+
+
+def cold_shape(args, op, s, deadline):
+    """One new shape tuned into an empty database (and, with --cold-exhaustive, checked
+    against an exhaustive run over it): its row."""
+    text = shape_text(op, s)
+    db = fresh_db(os.path.join(args.tmp, f"autotune-cold-{op}-{os.getpid()}.db"))
+    row = {"op": op, "shape": row_shape(op, s), "cold_s": None, "winner": None,
+           "winner_us": None}
+    base = [args.cli, "--arch", "auto", "--op", op, "--shape", text, "--db", db]
+    report, seconds, rc, err = cli_json(base + ["--json"] + args.tune_args.split(),
+                                        deadline.left())
+    if report is None:
+        row["notes"] = (f"stopped by --max-seconds after {seconds:.0f} s" if rc == "timeout"
+                        else f"autotune exited with {rc}: {err.strip()}")
+        fresh_db(db)
+        return row, None
+    p = report["problems"][0]
+    row.update(cold_s=round(seconds, 2), winner=p["winner"], winner_us=p["winner_us"],
+               problem=p["problem"], compiled=p.get("compiled"), measured=len(p["variants"]),
+               budget_exhausted=p.get("budget_exhausted"))
+    for key in ("search_s", "budget_s", "phases_s", "worker_s"):
+        if key in p:
+            row[key] = p[key]
+    if args.cold_exhaustive:
+        if deadline.left() < COLD_EXHAUSTIVE_S[op]:
+            row["notes"] = (f"no exhaustive check: {deadline.left():.0f} s left of "
+                            f"--max-seconds (estimate {COLD_EXHAUSTIVE_S[op]} s)")
+        else:
+            ex, ex_s, rc, err = cli_json(base + ["--strategy", "exhaustive", "--force", "--json"],
+                                         deadline.left())
+            row["exhaustive_s"] = round(ex_s, 1)
+            if ex is None:
+                row["notes"] = ("exhaustive run stopped by --max-seconds" if rc == "timeout"
+                                else f"exhaustive run exited with {rc}: {err.strip()}")
+            else:
+                e = ex["problems"][0]
+                row.update(exhaustive_winner=e["winner"], exhaustive_us=e["winner_us"],
+                           exhaustive_measured=len(e["variants"]))
+                mine = [v for v in e["variants"] if v["variant"] == p["winner"]]
+                ok = [v for v in mine if v["outcome"] == "OK" and v["eliminated_in_round"] == 0]
+                if ok and e["winner_us"]:
+                    row["cold_us_in_exhaustive"] = ok[0]["median_us"]
+                    row["ratio"] = round(ok[0]["median_us"] / e["winner_us"], 4)
+                    row["within_3pct"] = row["ratio"] <= COLD_WITHIN
+                else:
+                    row["notes"] = ("the cold winner in the exhaustive run: "
+                                    + (mine[0]["outcome"] if mine else "not measured"))
+    fresh_db(db)
+    return row, report.get("device")
+
+
+def cold_rows_for_tuning(result):
+    """The new_shape_cold_s rows of <gpu>-tuning.json: per op, the median cold time."""
+    out = []
+    for op in OPS:
+        rs = [r for r in result["rows"] if r["op"] == op and r.get("cold_s") is not None]
+        if not rs:
+            continue
+        checked = [r for r in rs if r.get("within_3pct") is not None]
+        notes = (f"{len(rs)} new shape(s) tuned into an empty database (defaults, cold budget); "
+                 + ", ".join(f"{shape_text(op, r['shape'])} {r['cold_s']} s" for r in rs))
+        if checked:
+            notes += (f"; winner within 3% of exhaustive on {sum(r['within_3pct'] for r in checked)}"
+                      f" of {len(checked)}")
+        out.append({"name": "new_shape_cold_s", "op": op,
+                    "value": round(statistics.median(r["cold_s"] for r in rs), 2), "unit": "s",
+                    "commit": result["runs"][op]["commit"],
+                    "command": f"bench/unseen.py --cold: autotune --arch auto --op {op} --shape S "
+                               "--db EMPTY (defaults)",
+                    "notes": notes})
+    return out
+
+
+def cold_markdown(result):
+    lines = [f"# A new shape tuned into an empty database ({result['gpu']})", "",
+             "`autotune --arch auto --op OP --shape S --db EMPTY` (defaults: halving, the cold "
+             "budget), timed; ratio = the cold winner's median / the exhaustive winner's, both "
+             "from an exhaustive run over the same database (--cold-exhaustive).", "",
+             "| op | shape | cold s | winner | winner us | compiled | measured | search s / "
+             "budget s | exhaustive us | ratio | within 3% | commit |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        within = r.get("within_3pct")
+        lines.append(
+            f"| {r['op']} | {shape_text(r['op'], r['shape'])} | {fmt(r['cold_s'])} | "
+            f"`{r.get('winner') or '-'}` | {fmt(r.get('winner_us'))} | {fmt(r.get('compiled'))} | "
+            f"{fmt(r.get('measured'))} | {fmt(r.get('search_s'))} / {fmt(r.get('budget_s'))} | "
+            f"{fmt(r.get('exhaustive_us'))} | {fmt(r.get('ratio'))} | "
+            f"{'-' if within is None else ('yes' if within else 'no')} | "
+            f"{result['runs'][r['op']]['commit']} |")
+    notes = [r for r in result["rows"] if r.get("notes")]
+    if notes:
+        lines += ["", "Notes:", ""] + [f"- {r['op']} {shape_text(r['op'], r['shape'])}: "
+                                       f"{r['notes']}" for r in notes]
+    return "\n".join(lines) + "\n"
+
+
+def run_cold(args, ops, shapes):
+    """--cold: per op, the first shape of the draw (or --only's) into an empty database."""
+    sys.path.insert(0, HERE)
+    from headline import gpu_slug  # the one without triton
+    deadline = Deadline(args.max_seconds)
+    runs, rows, gpu = {}, [], None
+    for op in ops:
+        runs[op] = {"commit": args.commit, "date": datetime.date.today().isoformat(),
+                    "command": " ".join(["python3", "bench/unseen.py"] + sys.argv[1:])}
+        picked = shapes[op] if args.only else shapes[op][:1]
+        for s in picked:
+            if deadline.left() < COLD_S[op]:
+                runs[op]["notes"] = (f"stopped by --max-seconds {args.max_seconds:.0f} before "
+                                     f"{shape_text(op, s)}")
+                break
+            row, device = cold_shape(args, op, s, deadline)
+            gpu = gpu or device
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    gpu = gpu or "unknown GPU"
+    slug = gpu_slug(gpu)
+    path = os.path.join(args.out, f"{slug}-new-shape-cold.json")
+    old = {"rows": [], "runs": {}}
+    if os.path.exists(path):
+        with open(path) as f:
+            old = json.load(f)
+    all_runs = {op: r for op, r in old.get("runs", {}).items() if op not in ops}
+    all_runs.update(runs)
+    kept = [r for r in old.get("rows", []) if r["op"] not in ops]
+    result = {"gpu": gpu, "date": datetime.date.today().isoformat(), "commit": args.commit,
+              "command": " ".join(["python3", "bench/unseen.py"] + sys.argv[1:]),
+              "within": f"ratio = cold winner's median / exhaustive winner's median <= "
+                        f"{COLD_WITHIN} (both from the exhaustive run)",
+              "runs": all_runs,
+              "rows": sorted(kept + rows, key=lambda r: OPS.index(r["op"]))}
+    result["tuning"] = cold_rows_for_tuning(result)
+    os.makedirs(args.out, exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
+    text = cold_markdown(result)
+    with open(os.path.join(args.out, f"{slug}-new-shape-cold.md"), "w") as f:
+        f.write(text)
+    print(text)
+    print(f"wrote {path} and .md")
+    print("rows for bench/results/<gpu>-tuning.json:")
+    for t in result["tuning"]:
+        print(json.dumps(t))
+
+
 # ---- main --------------------------------------------------------------------------------------
+
+def dry_run_cold(args, ops, shapes):
+    total = 0.0
+    for op in ops:
+        picked = shapes[op] if args.only else shapes[op][:1]
+        est = (COLD_S[op] + (COLD_EXHAUSTIVE_S[op] if args.cold_exhaustive else 0)) * len(picked)
+        total += est
+        print(f"== {op}: estimate {est:.0f} s on the H100")
+        for s in picked:
+            print(f"$ {args.cli} --arch auto --op {op} --shape {shape_text(op, s)} --db EMPTY "
+                  "--json")
+            if args.cold_exhaustive:
+                print(f"$ ... the same --db --strategy exhaustive --force --json")
+    print(f"estimated {total:.0f} s in all; --max-seconds {args.max_seconds:.0f} per call")
+
 
 def dry_run(args, ops, shapes):
     cli = args.cli if os.path.exists(args.cli) else os.path.join(REPO, "build", "autotune")
@@ -749,6 +961,14 @@ def main():
     ap.add_argument("--commit", default=None, help="default: .device/COMMIT")
     ap.add_argument("--dry-run", action="store_true",
                     help="print the shapes and commands; no GPU, torch or library needed")
+    ap.add_argument("--cold", action="store_true",
+                    help="new_shape_cold_s: tune the first drawn shape of each op (or --only's) "
+                         "into an empty database with the CLI alone (H100: about 10 / 35 / 30 s "
+                         "per shape for causal_conv1d / selective_scan / attention)")
+    ap.add_argument("--cold-exhaustive", action="store_true",
+                    help="with --cold: also an exhaustive run over the same database, and "
+                         "whether the cold winner is within 3%% of it (about 10 s more for "
+                         "causal_conv1d, 2 min for attention, 9 min for selective_scan)")
     args = ap.parse_args()
     ops = [args.op] if args.op else (args.ops.split(",") if args.ops else list(OPS))
     for op in ops:
@@ -766,8 +986,13 @@ def main():
     if args.only:
         idx = [int(i) for i in args.only.split(",")]
         shapes = {op: [v[i] for i in idx if i < len(v)] for op, v in shapes.items()}
+    if args.cold_exhaustive and not args.cold:
+        ap.error("--cold-exhaustive goes with --cold")
     if args.dry_run:
-        dry_run(args, ops, shapes)
+        (dry_run_cold if args.cold else dry_run)(args, ops, shapes)
+        return
+    if args.cold:
+        run_cold(args, ops, shapes)
         return
 
     import torch
