@@ -1,8 +1,6 @@
-// Reference attention: one warp per query row (its O columns in registers, lanes over
-// them), keys streamed in order in chunks of 32 (one key per lane for the logits, then
-// lanes over the columns for O += p V), online softmax in fp32 (accurate expf), the
-// stored (rounded) 16-bit inputs read as they are. Written as fp32 in the output's own
-// layout, LSE as [B, Hq, Sq].
+// Reference attention: one warp per query row, keys streamed in order with an
+// online softmax in fp32 (accurate expf), the stored (rounded) 16-bit inputs read
+// as they are. Written as fp32 in the output's own layout, LSE as [B, Hq, Sq].
 // Deliberately simple: it shares no code with kernel.cuh (only the common types,
 // conversions and -inf), so a bug there cannot hide in both. The causal mask is
 // bottom-right aligned (query i sees keys j <= i + Sk - Sq); a window keeps keys
@@ -33,8 +31,6 @@ constexpr int k_ref_warps = 8; // query rows per block
       const int* cu_k, long long lse_hs, const int* cache_len, const int* table,                   \
       long long table_stride, int page) {                                                          \
     const int lane = threadIdx.x % 32;                                                             \
-    const int warp = threadIdx.x / 32;                                                             \
-    __shared__ float q_sh[k_ref_warps][k_ref_max_dim];                                             \
     const int per = (dim + 31) / 32;                                                               \
     const long long rows = static_cast<long long>(batch) * heads_q * seq_q;                        \
     for (long long r = static_cast<long long>(blockIdx.x) * k_ref_warps + threadIdx.x / 32;        \
@@ -60,23 +56,11 @@ constexpr int k_ref_warps = 8; // query rows per block
       if (cache_len) {                                                                             \
         sk = cache_len[b];                                                                         \
       }                                                                                            \
-      /* Element offset of key row j of sequence b (head 0): through the block table when */       \
-      /* there is one. */                                                                          \
-      auto key_row = [&](int j, long long base, long long seq_stride, long long batch_stride) {    \
-        if (table) {                                                                               \
-          const long long pg = table[b * table_stride + j / page];                                 \
-          return pg * batch_stride + (j % page) * seq_stride;                                      \
-        }                                                                                          \
-        return base + j * seq_stride;                                                              \
-      };                                                                                           \
-      /* The row's q in shared memory: each lane reads all of it for its own key. */               \
-      __syncwarp();                                                                                \
-      for (int c = lane; c < dim; c += 32) {                                                       \
-        q_sh[warp][c] = at_to_float(q[q0 + h * qhs + i * qss + c]);                                \
-      }                                                                                            \
-      __syncwarp();                                                                                \
+      float qv[k_ref_max_dim / 32];                                                                \
       float acc[k_ref_max_dim / 32];                                                               \
-      _Pragma("unroll") for (int e = 0; e < k_ref_max_dim / 32; ++e) if (e < per) {                \
+      for (int e = 0; e < per; ++e) {                                                              \
+        const int c = lane + 32 * e;                                                               \
+        qv[e] = c < dim ? at_to_float(q[q0 + h * qhs + i * qss + c]) : 0.0f;                       \
         acc[e] = 0.0f;                                                                             \
       }                                                                                            \
       const int diag = i + sk - sq;                                                                \
@@ -92,51 +76,39 @@ constexpr int k_ref_warps = 8; // query rows per block
       const float slope = slopes ? slopes[b * slope_bs + h] : 0.0f;                                \
       float m = at_neg_inf();                                                                      \
       float l = 0.0f;                                                                              \
-      /* Keys in chunks of 32, one per lane: its logit, then the chunk's max and sum over */       \
-      /* the warp, then O += p_j v_j for each key of the chunk (lanes over the columns). */        \
-      for (int j0 = first; j0 <= last; j0 += 32) {                                                 \
-        const int j = j0 + lane;                                                                   \
-        float x = at_neg_inf();                                                                    \
-        if (j <= last) {                                                                           \
-          const T* kr = k + key_row(j, k0, kss, kbs) + hk * khs;                                   \
-          float dot = 0.0f;                                                                        \
-          for (int c = 0; c < dim; ++c) {                                                          \
-            dot = fmaf(q_sh[warp][c], at_to_float(kr[c]), dot);                                    \
-          }                                                                                        \
-          x = dot * scale;                                                                         \
-          if (softcap > 0.0f) {                                                                    \
-            x = softcap * tanhf(x / softcap);                                                      \
-          }                                                                                        \
-          x -= slope * fabsf(static_cast<float>(diag - j));                                        \
+      for (int j = first; j <= last; ++j) {                                                        \
+        long long kj = k0 + j * kss, vj = v0 + j * vss;                                            \
+        if (table) {                                                                               \
+          const long long pg = table[b * table_stride + j / page];                                 \
+          kj = pg * kbs + (j % page) * kss;                                                        \
+          vj = pg * vbs + (j % page) * vss;                                                        \
         }                                                                                          \
-        float chunk_max = x;                                                                       \
+        const T* kr = k + kj + hk * khs;                                                           \
+        float dot = 0.0f;                                                                          \
+        for (int e = 0; e < per; ++e) {                                                            \
+          const int c = lane + 32 * e;                                                             \
+          dot = fmaf(qv[e], c < dim ? at_to_float(kr[c]) : 0.0f, dot);                             \
+        }                                                                                          \
         for (int s = 16; s > 0; s /= 2) {                                                          \
-          chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, s));                \
+          dot += __shfl_xor_sync(0xffffffffu, dot, s);                                             \
         }                                                                                          \
-        /* Lane 0's key is always in range: chunk_max and m_new are finite. */                     \
-        const float m_new = fmaxf(m, chunk_max);                                                   \
+        float x = dot * scale;                                                                     \
+        if (softcap > 0.0f) {                                                                      \
+          x = softcap * tanhf(x / softcap);                                                        \
+        }                                                                                          \
+        x -= slope * fabsf(static_cast<float>(diag - j));                                          \
+        const float m_new = fmaxf(m, x);                                                           \
         const float corr = m == at_neg_inf() ? 0.0f : expf(m - m_new);                             \
-        const float p = j <= last ? expf(x - m_new) : 0.0f;                                        \
-        float p_sum = p;                                                                           \
-        for (int s = 16; s > 0; s /= 2) {                                                          \
-          p_sum += __shfl_xor_sync(0xffffffffu, p_sum, s);                                         \
-        }                                                                                          \
-        l = l * corr + p_sum;                                                                      \
-        _Pragma("unroll") for (int e = 0; e < k_ref_max_dim / 32; ++e) if (e < per) {              \
-          acc[e] *= corr;                                                                          \
-        }                                                                                          \
-        const int n = min(32, last - j0 + 1);                                                      \
-        for (int jj = 0; jj < n; ++jj) {                                                           \
-          const float pj = __shfl_sync(0xffffffffu, p, jj);                                        \
-          const T* vr = v + key_row(j0 + jj, v0, vss, vbs) + hk * vhs;                             \
-          _Pragma("unroll") for (int e = 0; e < k_ref_max_dim / 32; ++e) if (e < per) {            \
-            const int c = lane + 32 * e;                                                           \
-            acc[e] = fmaf(pj, c < dim ? at_to_float(vr[c]) : 0.0f, acc[e]);                        \
-          }                                                                                        \
+        const float p = expf(x - m_new);                                                           \
+        l = l * corr + p;                                                                          \
+        const T* vr = v + vj + hk * vhs;                                                           \
+        for (int e = 0; e < per; ++e) {                                                            \
+          const int c = lane + 32 * e;                                                             \
+          acc[e] = fmaf(p, c < dim ? at_to_float(vr[c]) : 0.0f, acc[e] * corr);                    \
         }                                                                                          \
         m = m_new;                                                                                 \
       }                                                                                            \
-      _Pragma("unroll") for (int e = 0; e < k_ref_max_dim / 32; ++e) if (e < per) {                \
+      for (int e = 0; e < per; ++e) {                                                              \
         if (lane + 32 * e < dim) {                                                                 \
           o[o0 + h * ohs + i * oss + lane + 32 * e] = l > 0.0f ? acc[e] / l : 0.0f;                \
         }                                                                                          \
