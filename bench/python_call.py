@@ -155,6 +155,13 @@ def main():
             pass
     rows["host_spin"] = host_times(spin, args.calls, args.repeats)
     rows["torch_launch"] = host_times(lambda: torch.cuda._sleep(1), args.calls, args.repeats)
+    # The parts of our warm call that are not ours: the output's allocation and a ctypes
+    # call into the library that does nothing on the GPU.
+    rows["empty_like"] = host_times(lambda: torch.empty_like(q), args.calls, args.repeats)
+    last_error = rt.lib.autotune_last_error
+    rows["ctypes_call"] = host_times(last_error, args.calls, args.repeats)
+    kinds["empty_like"] = "torch.empty_like(q): the output allocation our warm call makes"
+    kinds["ctypes_call"] = "autotune_last_error() through ctypes: a library call, no GPU work"
     kinds["host_spin"] = "a Python loop spinning for the attention row's median, no GPU"
     kinds["torch_launch"] = "torch.cuda._sleep(1), torch's cheapest kernel launch"
     for op, (med, p99, collections, after_med, others_p99) in rows.items():

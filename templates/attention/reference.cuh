@@ -1,6 +1,7 @@
-// Reference attention: one warp per query row, keys streamed in order with an
-// online softmax in fp32 (accurate expf), the stored (rounded) 16-bit inputs read
-// as they are. Written as fp32 in the output's own layout, LSE as [B, Hq, Sq].
+// Reference attention: one warp per query row (lanes over the columns, q and O in
+// registers), keys streamed in order, k_ref_keys at a time, with an online softmax in
+// fp32 (accurate expf), the stored (rounded) 16-bit inputs read as they are. Written as
+// fp32 in the output's own layout, LSE as [B, Hq, Sq].
 // Deliberately simple: it shares no code with kernel.cuh (only the common types,
 // conversions and -inf), so a bug there cannot hide in both. The causal mask is
 // bottom-right aligned (query i sees keys j <= i + Sk - Sq); a window keeps keys
@@ -20,6 +21,7 @@
 
 constexpr int k_ref_max_dim = 256;
 constexpr int k_ref_warps = 8; // query rows per block
+constexpr int k_ref_keys = 4;  // keys a warp handles at once (independent dot products)
 
 #define AT_DEFINE_ATTENTION_REF(T, NAME)                                                           \
   extern "C" __global__ void attention_ref_##NAME(                                                 \
@@ -56,11 +58,21 @@ constexpr int k_ref_warps = 8; // query rows per block
       if (cache_len) {                                                                             \
         sk = cache_len[b];                                                                         \
       }                                                                                            \
+      /* Element offset of key row j of sequence b (head 0): through the block table when */       \
+      /* there is one. */                                                                          \
+      auto key_row = [&](int j, long long base, long long seq_stride, long long batch_stride) {    \
+        if (table) {                                                                               \
+          const long long pg = table[b * table_stride + j / page];                                 \
+          return pg * batch_stride + (j % page) * seq_stride;                                      \
+        }                                                                                          \
+        return base + j * seq_stride;                                                              \
+      };                                                                                           \
       float qv[k_ref_max_dim / 32];                                                                \
       float acc[k_ref_max_dim / 32];                                                               \
-      for (int e = 0; e < per; ++e) {                                                              \
+      /* Unrolled over the most columns a lane holds, so q and O stay in registers. */             \
+      _Pragma("unroll") for (int e = 0; e < k_ref_max_dim / 32; ++e) {                             \
         const int c = lane + 32 * e;                                                               \
-        qv[e] = c < dim ? at_to_float(q[q0 + h * qhs + i * qss + c]) : 0.0f;                       \
+        qv[e] = e < per && c < dim ? at_to_float(q[q0 + h * qhs + i * qss + c]) : 0.0f;            \
         acc[e] = 0.0f;                                                                             \
       }                                                                                            \
       const int diag = i + sk - sq;                                                                \
@@ -76,40 +88,57 @@ constexpr int k_ref_warps = 8; // query rows per block
       const float slope = slopes ? slopes[b * slope_bs + h] : 0.0f;                                \
       float m = at_neg_inf();                                                                      \
       float l = 0.0f;                                                                              \
-      for (int j = first; j <= last; ++j) {                                                        \
-        long long kj = k0 + j * kss, vj = v0 + j * vss;                                            \
-        if (table) {                                                                               \
-          const long long pg = table[b * table_stride + j / page];                                 \
-          kj = pg * kbs + (j % page) * kss;                                                        \
-          vj = pg * vbs + (j % page) * vss;                                                        \
-        }                                                                                          \
-        const T* kr = k + kj + hk * khs;                                                           \
-        float dot = 0.0f;                                                                          \
-        for (int e = 0; e < per; ++e) {                                                            \
-          const int c = lane + 32 * e;                                                             \
-          dot = fmaf(qv[e], c < dim ? at_to_float(kr[c]) : 0.0f, dot);                             \
+      /* k_ref_keys keys at a time: their dot products and warp sums are independent, so */        \
+      /* they overlap; then one max, one rescale, and their share of O. */                         \
+      for (int j0 = first; j0 <= last; j0 += k_ref_keys) {                                         \
+        float x[k_ref_keys];                                                                       \
+        _Pragma("unroll") for (int u = 0; u < k_ref_keys; ++u) {                                   \
+          x[u] = 0.0f;                                                                             \
+          const int j = min(j0 + u, last); /* past the last: a copy, weighed 0 below */            \
+          const T* kr = k + key_row(j, k0, kss, kbs) + hk * khs;                                   \
+          _Pragma("unroll") for (int e = 0; e < k_ref_max_dim / 32; ++e) {                         \
+            const int c = lane + 32 * e;                                                           \
+            if (e < per && c < dim) {                                                              \
+              x[u] = fmaf(qv[e], at_to_float(kr[c]), x[u]);                                        \
+            }                                                                                      \
+          }                                                                                        \
         }                                                                                          \
         for (int s = 16; s > 0; s /= 2) {                                                          \
-          dot += __shfl_xor_sync(0xffffffffu, dot, s);                                             \
+          _Pragma("unroll") for (int u = 0; u < k_ref_keys; ++u) {                                 \
+            x[u] += __shfl_xor_sync(0xffffffffu, x[u], s);                                         \
+          }                                                                                        \
         }                                                                                          \
-        float x = dot * scale;                                                                     \
-        if (softcap > 0.0f) {                                                                      \
-          x = softcap * tanhf(x / softcap);                                                        \
+        float m_new = m;                                                                           \
+        _Pragma("unroll") for (int u = 0; u < k_ref_keys; ++u) {                                   \
+          x[u] *= scale;                                                                           \
+          if (softcap > 0.0f) {                                                                    \
+            x[u] = softcap * tanhf(x[u] / softcap);                                                \
+          }                                                                                        \
+          x[u] -= slope * fabsf(static_cast<float>(diag - (j0 + u)));                              \
+          if (j0 + u <= last) {                                                                    \
+            m_new = fmaxf(m_new, x[u]);                                                            \
+          }                                                                                        \
         }                                                                                          \
-        x -= slope * fabsf(static_cast<float>(diag - j));                                          \
-        const float m_new = fmaxf(m, x);                                                           \
         const float corr = m == at_neg_inf() ? 0.0f : expf(m - m_new);                             \
-        const float p = expf(x - m_new);                                                           \
-        l = l * corr + p;                                                                          \
-        const T* vr = v + vj + hk * vhs;                                                           \
-        for (int e = 0; e < per; ++e) {                                                            \
-          const int c = lane + 32 * e;                                                             \
-          acc[e] = fmaf(p, c < dim ? at_to_float(vr[c]) : 0.0f, acc[e] * corr);                    \
+        l *= corr;                                                                                 \
+        _Pragma("unroll") for (int e = 0; e < k_ref_max_dim / 32; ++e) {                           \
+          acc[e] *= corr;                                                                          \
+        }                                                                                          \
+        _Pragma("unroll") for (int u = 0; u < k_ref_keys; ++u) {                                   \
+          const float p = j0 + u <= last ? expf(x[u] - m_new) : 0.0f;                              \
+          l += p;                                                                                  \
+          const T* vr = v + key_row(min(j0 + u, last), v0, vss, vbs) + hk * vhs;                   \
+          _Pragma("unroll") for (int e = 0; e < k_ref_max_dim / 32; ++e) {                         \
+            const int c = lane + 32 * e;                                                           \
+            if (e < per && c < dim) {                                                              \
+              acc[e] = fmaf(p, at_to_float(vr[c]), acc[e]);                                        \
+            }                                                                                      \
+          }                                                                                        \
         }                                                                                          \
         m = m_new;                                                                                 \
       }                                                                                            \
-      for (int e = 0; e < per; ++e) {                                                              \
-        if (lane + 32 * e < dim) {                                                                 \
+      _Pragma("unroll") for (int e = 0; e < k_ref_max_dim / 32; ++e) {                             \
+        if (e < per && lane + 32 * e < dim) {                                                      \
           o[o0 + h * ohs + i * oss + lane + 32 * e] = l > 0.0f ? acc[e] / l : 0.0f;                \
         }                                                                                          \
       }                                                                                            \
