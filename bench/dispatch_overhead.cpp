@@ -161,6 +161,41 @@ int main() {
                               k_batch);
       }
       sync();
+      // Single calls, each timed alone (synchronized every k_single_batch calls, as
+      // bench/python_call.py does from Python): the tail of each, to tell where a slow call
+      // comes from (the warm path, or the driver's launch that both make).
+      constexpr int k_single_batch = 50;
+      constexpr int k_single_calls = 6000;
+      std::vector<double> runtime_single, raw_single;
+      for (int i = 0; i < k_single_calls; ++i) {
+        if (i % k_single_batch == 0) {
+          sync();
+        }
+        auto t0 = Clock::now();
+        if (i % 2 == 0) {
+          c.call(rt, buffers, stream.get());
+          runtime_single.push_back(
+              std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+        } else {
+          AUTOTUNE_CU(cuda::driver().cuLaunchKernel(f, g.grid[0], g.grid[1], g.grid[2], g.block[0],
+                                                    g.block[1], g.block[2], g.dynamic_smem,
+                                                    stream.get(), ptrs, nullptr));
+          raw_single.push_back(
+              std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+        }
+      }
+      sync();
+      auto quantile = [](std::vector<double> v, double q) {
+        std::sort(v.begin(), v.end());
+        return v[size_t(q * double(v.size() - 1))];
+      };
+      for (const auto& [name, v] :
+           {std::pair{"dispatch_call", &runtime_single}, std::pair{"raw_launch", &raw_single}}) {
+        std::printf("{\"name\": \"%s_p99_us\", \"op\": \"%s\", \"value\": %.3f, \"unit\": "
+                    "\"us\", \"median_us\": %.3f, \"notes\": \"99th percentile of %zu single "
+                    "calls, each timed alone (the stream synchronized every %d calls)\"}\n",
+                    name, c.op, quantile(*v, 0.99), quantile(*v, 0.5), v->size(), k_single_batch);
+      }
       const double runtime_us = median(runtime_samples), raw_us = median(raw_samples);
       std::printf("{\"name\": \"dispatch_call_us\", \"op\": \"%s\", \"value\": %.3f, \"unit\": "
                   "\"us\", \"notes\": \"host time per warm Runtime call (%s), launch included\"}\n",
