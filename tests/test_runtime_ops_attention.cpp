@@ -87,6 +87,22 @@ TEST_CASE("attention configuration constraints drop what cannot run") {
     REQUIRE_FALSE(r);
     CHECK(r.failure().message.find("16-key") != std::string::npos);
   }
+  SUBCASE("a decoding winner of warps sharing rows, borrowed by a longer problem, gets a "
+          "warp per 16 rows") {
+    Config four = config("block_m=16,block_n=64,warps=4,stages=2,swizzle=xor,q=smem,splits=4");
+    Problem decode = problem("B=8,Hq=32,Hkv=8,Sq=1,Sk=1024,D=128,causal=1,paged=1,page=256");
+    CHECK(attn().adapt(four, decode) == four); // 4 grouped heads as rows: one block holds them
+    Problem prefill = problem("B=8,Hq=32,Hkv=8,Sq=20,Sk=1024,D=128,causal=1,paged=1,page=256");
+    const Config wider = attn().adapt(four, prefill); // 20 query rows per head
+    CHECK(wider == config("block_m=64,block_n=64,warps=4,stages=2,swizzle=xor,q=smem,splits=4"));
+    CHECK(attn().check(wider, prefill, "sm_90a"));
+    Config eight = config("block_m=32,block_n=128,warps=8,stages=1,swizzle=xor,q=smem,splits=1");
+    CHECK(attn().adapt(eight, d128) ==
+          config("block_m=128,block_n=128,warps=8,stages=1,swizzle=xor,q=smem,splits=1"));
+    Config hopper =
+        config("block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma");
+    CHECK(attn().adapt(hopper, d128) == hopper);
+  }
   SUBCASE("registers") {
     auto r = attn().check(config("block_m=128,block_n=128,warps=4,stages=1,swizzle=xor,q=regs"),
                           d128, "sm_90a");

@@ -756,6 +756,14 @@ Result<bool> AttentionOp::worth_measuring(const Config& config, const Problem& p
   return true;
 }
 
+Config AttentionOp::adapt(const Config& config, const Problem& problem) const {
+  const Params p = params(config);
+  if (p.wgmma || key_warps(p) == 1 || dims(problem).Sq <= p.block_m) {
+    return config;
+  }
+  return with_values(config, {{"block_m", 16 * p.warps}});
+}
+
 std::vector<std::string> AttentionOp::defines(const Config& config, const Problem& problem) const {
   Params p = params(config);
   Dims d = dims(problem);

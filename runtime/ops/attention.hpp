@@ -174,6 +174,11 @@ public:
   Result<bool> check(const Config& config, const Problem& problem,
                      const std::string& arch) const override;
   Result<bool> worth_measuring(const Config& config, const Problem& problem) const override;
+  // A configuration of warps sharing 16-row tiles (a decoding winner: block_m below 16
+  // per warp) borrowed by a problem with more query rows than one block holds: each warp
+  // gets its own 16 rows instead (block_m = 16 * warps), the layout the tuner measures
+  // for such problems. Everything else is kept.
+  Config adapt(const Config& config, const Problem& problem) const override;
   std::vector<std::string> defines(const Config& config, const Problem& problem) const override;
   LaunchGeometry geometry(const Config& config, const Problem& problem) const override;
   std::vector<TensorSpec> tensors(const Problem& problem) const override;
