@@ -367,22 +367,27 @@ def paired(args, op, db, shape, a, b, log, deadline):
     GPU's clock moves with its temperature and power (the same variant's median moved
     12% between two runs, bench/notes/untuned-shapes.md), so its medians of two variants
     measured minutes apart can differ by more than the 2% asked; here they are measured
-    under the same conditions. Returns {runs, default_us, exhaustive_us, ratio} (medians
+    under the same conditions, in alternating order (a's values first, then b's, then
+    a's). Returns {runs, default_us, exhaustive_us, ratio} (medians
     over the sessions; ratio = the median of the sessions' a/b) or None."""
     fa, fb = config_fields(a), config_fields(b)
-    params = []
-    for k in dict.fromkeys(list(fa) + list(fb)):
-        va, vb = fa.get(k), fb.get(k)
-        if va is None or vb is None:
-            return None  # a parameter one of them lacks: not one space
-        params += ["--param", f"{k}={va}" if va == vb else f"{k}={va}|{vb}"]
+    if any(fa.get(k) is None or fb.get(k) is None for k in set(fa) | set(fb)):
+        return None  # a parameter one of them lacks: not one space
+
+    def params(flip):
+        # A space enumerates its values in the order given: flipped, b's come first.
+        out = []
+        for k in dict.fromkeys(list(fa) + list(fb)):
+            va, vb = (fb[k], fa[k]) if flip else (fa[k], fb[k])
+            out += ["--param", f"{k}={va}" if va == vb else f"{k}={va}|{vb}"]
+        return out
     ua, ub = [], []
-    for _ in range(PAIRED_RUNS):
+    for run in range(PAIRED_RUNS):
         if deadline.left() < 30:
             break
         report, _, _ = run_cli(args.cli, ["--arch", "auto", "--op", op, "--db", db, "--strategy",
-                                          "exhaustive", "--force", "--shape", shape, *params],
-                               log, deadline.left())
+                                          "exhaustive", "--force", "--shape", shape,
+                                          *params(run % 2 == 1)], log, deadline.left())
         if report is None:
             break
         e = report["problems"][0]
