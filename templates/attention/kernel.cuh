@@ -36,9 +36,9 @@
 //                32 rows per warp reuse each K/V fragment twice, 64 four times (less
 //                shared-memory traffic per MMA, more registers). BLOCK_M of 16 or 32
 //                (below 16 per warp) gives each 16 rows to WARPS * 16 / BLOCK_M warps
-//                that split every key tile: a decoding block, whose few rows would
-//                leave the other warps computing padding, runs a tile in a quarter of
-//                the time.
+//                that split every key tile: in a decoding block, whose few rows would
+//                leave all but one warp computing padding, every warp takes its share
+//                of each tile's keys instead.
 //   AT_STAGES    1: FlashAttention-2's schedule (one K and one V buffer; V of this
 //                tile and K of the next load while the other product runs);
 //                2 or 3: K and V of the next tiles prefetched as a ring of buffers.
