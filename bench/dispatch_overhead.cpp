@@ -141,6 +141,11 @@ int main() {
       constexpr int k_rounds = 200;
       using Clock = std::chrono::steady_clock;
       auto sync = [&] { AUTOTUNE_CU(cuda::driver().cuStreamSynchronize(stream.get())); };
+      auto raw_launch = [&] {
+        AUTOTUNE_CU(cuda::driver().cuLaunchKernel(f, g.grid[0], g.grid[1], g.grid[2], g.block[0],
+                                                  g.block[1], g.block[2], g.dynamic_smem,
+                                                  stream.get(), ptrs, nullptr));
+      };
       std::vector<double> runtime_samples, raw_samples;
       for (int r = 0; r < k_rounds; ++r) {
         sync();
@@ -153,9 +158,7 @@ int main() {
         sync();
         t0 = Clock::now();
         for (int i = 0; i < k_batch; ++i) {
-          AUTOTUNE_CU(cuda::driver().cuLaunchKernel(f, g.grid[0], g.grid[1], g.grid[2], g.block[0],
-                                                    g.block[1], g.block[2], g.dynamic_smem,
-                                                    stream.get(), ptrs, nullptr));
+          raw_launch();
         }
         raw_samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() /
                               k_batch);
@@ -177,9 +180,7 @@ int main() {
           runtime_single.push_back(
               std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
         } else {
-          AUTOTUNE_CU(cuda::driver().cuLaunchKernel(f, g.grid[0], g.grid[1], g.grid[2], g.block[0],
-                                                    g.block[1], g.block[2], g.dynamic_smem,
-                                                    stream.get(), ptrs, nullptr));
+          raw_launch();
           raw_single.push_back(
               std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
         }
