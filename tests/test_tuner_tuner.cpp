@@ -33,6 +33,18 @@ VariantReport variant(const std::string& config, double median, double p10, doub
   v.timing.samples = 20;
   return v;
 }
+
+// What print_json writes for the report.
+std::string json_of(const TuneReport& report) {
+  char* text = nullptr;
+  size_t size = 0;
+  std::FILE* out = open_memstream(&text, &size);
+  print_json(report, out);
+  std::fclose(out);
+  std::string json(text, size);
+  std::free(text);
+  return json;
+}
 } // namespace
 
 TEST_CASE("winners within the measured noise are broken by variant id") {
@@ -637,13 +649,7 @@ TEST_CASE("the --json report writes null, not nan, for numbers that are not fini
   wrong.timing.median_us = std::numeric_limits<double>::infinity();
   p.variants.push_back(wrong);
   report.problems.push_back(p);
-  char* text = nullptr;
-  size_t size = 0;
-  std::FILE* out = open_memstream(&text, &size);
-  print_json(report, out);
-  std::fclose(out);
-  const std::string json(text, size);
-  std::free(text);
+  const std::string json = json_of(report);
   CHECK(json.find("nan") == std::string::npos);
   CHECK(json.find("inf") == std::string::npos);
   CHECK(json.find("\"rel_err\":null") != std::string::npos);
@@ -673,13 +679,7 @@ TEST_CASE("the --json report splits each problem's wall time into phases that ad
   p.search_seconds = 3.25;
   p.budget_s = 2;
   report.problems.push_back(p);
-  char* text = nullptr;
-  size_t size = 0;
-  std::FILE* out = open_memstream(&text, &size);
-  print_json(report, out);
-  std::fclose(out);
-  const std::string json(text, size);
-  std::free(text);
+  const std::string json = json_of(report);
   CHECK(json.find("\"seconds\":9.5000,\"start_s\":0.2500,\"problems\":[") != std::string::npos);
   CHECK(json.find("\"compile_s\":1.0000,\"seconds\":4.0000,") != std::string::npos);
   CHECK(json.find("\"search_s\":3.2500,\"budget_s\":2.0000,") != std::string::npos);
@@ -692,11 +692,7 @@ TEST_CASE("the --json report splits each problem's wall time into phases that ad
                   "\"timing\":1.2500}") != std::string::npos);
   SUBCASE("a problem whose phases cover its time has nothing left for other") {
     report.problems[0].seconds = 3.5;
-    out = open_memstream(&text, &size);
-    print_json(report, out);
-    std::fclose(out);
-    const std::string again(text, size);
-    std::free(text);
+    const std::string again = json_of(report);
     CHECK(again.find("\"other\":0.0000}") != std::string::npos);
   }
 }
