@@ -114,12 +114,25 @@ TEST_CASE("random search samples the same configurations for the same seed") {
 
 namespace {
 
-// Candidates with fixed medians (`median_of`, candidate 0 the fastest by default) on
-// a fake clock: a full measurement takes k_full_s, a cheaper one k_cheap_s, compiling
+// Candidates with fixed medians (`median_of`, candidate 0 the fastest by default),
+// times `drift` of the fake clock when a measurement starts, on a fake clock: a full
+// measurement takes k_full_s, a pass of the final round its share of k_full_s (what its
+// protocol's seconds are of the full one's), a cheaper one k_cheap_s, compiling
 // k_compile_s per candidate not built yet. Those in `wrong` fail the check, those in
-// `broken` do not compile. Records what a strategy asked for.
+// `broken` do not compile, and one in `fails_from` fails the check from its n-th
+// measurement on. A measurement's samples (min_samples of them) lie within 0.5% of its
+// median. Records what a strategy asked for.
 constexpr double k_full_s = 0.3;
 constexpr double k_cheap_s = 0.1;
+
+bool final_pass(const TimingProtocol& p) {
+  for (int pass = 0; pass < k_final_passes; ++pass) {
+    if (p == HalvingSearch::pass_protocol(TimingProtocol{}, pass, k_final_passes)) {
+      return true;
+    }
+  }
+  return false;
+}
 
 class FakeBench final : public Bench {
 public:
@@ -149,16 +162,38 @@ public:
   void measure(size_t i, const TimingProtocol& protocol) override {
     REQUIRE(built.at(i));
     REQUIRE(m_variants[i].outcome != cache::Outcome::compile_fail);
-    ++measured.at(i);
+    int nth = ++measured.at(i);
     order.push_back(i);
-    bool full = protocol == TimingProtocol{};
-    clock += full ? k_full_s : k_cheap_s;
-    last_protocol[i] = protocol.min_samples;
+    protocols.push_back(protocol);
+    starts.push_back(clock);
+    const double start = clock;
+    const TimingProtocol full;
+    if (protocol == full) {
+      clock += k_full_s;
+    } else if (final_pass(protocol)) {
+      clock += k_full_s * protocol.max_seconds / full.max_seconds;
+    } else {
+      clock += k_cheap_s;
+    }
+    last_protocol[i] = protocol;
     VariantReport& v = m_variants.at(i);
-    v.outcome = m_wrong.count(i) ? cache::Outcome::wrong : cache::Outcome::ok;
-    double median = median_of(i);
-    v.timing = m_wrong.count(i) ? Timing{} : Timing{median, median, median, protocol.min_samples};
+    bool wrong = m_wrong.count(i) || (fails_from.count(i) && nth >= fails_from[i]);
+    v.outcome = wrong ? cache::Outcome::wrong : cache::Outcome::ok;
+    m_samples.clear();
+    if (wrong) {
+      v.timing = Timing{};
+      return;
+    }
+    const double median = median_of(i) * drift(start);
+    const int n = std::max(1, protocol.min_samples);
+    for (int k = 0; k < n; ++k) {
+      double at = n > 1 ? double(k) / double(n - 1) - 0.5 : 0; // -0.5 .. 0.5
+      m_samples.push_back(median * (1 + 0.01 * at));
+    }
+    v.timing = Timing{percentile(m_samples, 0.5), percentile(m_samples, 0.1),
+                      percentile(m_samples, 0.9), n};
   }
+  std::vector<double> last_samples() const override { return m_samples; }
   void store(size_t i) override { stored.push_back(i); }
   VariantReport& variant(size_t i) override { return m_variants.at(i); }
   const TypedConfig& config(size_t i) const override { return m_configs.at(i); }
@@ -198,15 +233,20 @@ private:
   std::set<size_t> m_broken;
   std::vector<VariantReport> m_variants;
   std::vector<TypedConfig> m_configs;
+  std::vector<double> m_samples; // of the latest measurement
 
 public:
   std::function<double(size_t)> median_of;
+  std::function<double(double)> drift = [](double) { return 1.0; };
+  std::map<size_t, int> fails_from;
   double clock = 0;
   double compile_s = 0;
   std::vector<int> measured;
   std::vector<char> built;
-  std::vector<size_t> order;           // measurements in the order asked
-  std::map<size_t, int> last_protocol; // min_samples of each one's latest measurement
+  std::vector<size_t> order;                      // measurements in the order asked
+  std::vector<TimingProtocol> protocols;          // and the protocol of each
+  std::vector<double> starts;                     // and the clock when it started
+  std::map<size_t, TimingProtocol> last_protocol; // each one's latest measurement's
   std::vector<size_t> stored;
   std::vector<std::vector<size_t>> prepared;
   std::set<std::string> stages;
@@ -252,7 +292,7 @@ TEST_CASE("exhaustive and random search compile everything, then measure each ca
     CHECK(bench.stored == stored);
     for (size_t i = 0; i < 10; ++i) {
       if (i != 7) {
-        CHECK(bench.last_protocol[i] == o.protocol.min_samples);
+        CHECK(bench.last_protocol[i] == o.protocol);
       }
     }
     CHECK(bench.stages == std::set<std::string>{"measure"});
@@ -290,14 +330,117 @@ TEST_CASE("halving within a generous budget measures everything cheaply, the bes
   // The four fastest correct ones, and the wrong one (its outcome is final).
   CHECK(finalists == std::vector<size_t>{0, 1, 2, 3, 5});
   for (size_t i : {0, 1, 2, 3}) {
-    CHECK(bench.measured[i] == 3);
-    CHECK(bench.last_protocol[i] == TimingProtocol{}.min_samples); // the last round is in full
+    CHECK(bench.measured[i] == 2 + k_final_passes); // the last round in full, in passes
+    CHECK(final_pass(bench.last_protocol[i]));
   }
-  CHECK(bench.last_protocol[63] < TimingProtocol{}.min_samples);
+  CHECK(bench.last_protocol[63].min_samples < TimingProtocol{}.min_samples);
   // Stored: the failure at once, the finalists' full measurements; no cheap timing.
   CHECK(bench.stored == std::vector<size_t>{5, 0, 1, 2, 3});
   CHECK_FALSE(report.budget_exhausted);
   CHECK(bench.winner() == "p=1000");
+}
+
+TEST_CASE("the final round measures each finalist in passes, in alternating order, each pass "
+          "checked") {
+  static_assert(k_final_passes == 4, "the order below is written out for four passes");
+  FakeBench bench(64);
+  ProblemReport report;
+  SUBCASE("the passes alternate, and each finalist's pooled result is stored once") {
+    halving(bench, 1e9).measure(bench, pending(64), report);
+    const size_t round = 4 * k_final_passes;
+    REQUIRE(bench.order.size() > round);
+    const std::vector<size_t> final_round(bench.order.end() - long(round), bench.order.end());
+    CHECK(final_round == std::vector<size_t>{0, 1, 2, 3, 3, 2, 1, 0, 0, 1, 2, 3, 3, 2, 1, 0});
+    for (size_t k = 0; k < round; ++k) {
+      CAPTURE(k);
+      CHECK(bench.protocols[bench.order.size() - round + k] ==
+            HalvingSearch::pass_protocol(TimingProtocol{}, int(k / 4), k_final_passes));
+    }
+    CHECK(bench.stored == std::vector<size_t>{0, 1, 2, 3}); // after the round, pooled
+    const int per_pass =
+        HalvingSearch::pass_protocol(TimingProtocol{}, 1, k_final_passes).min_samples;
+    CHECK(bench.variant(0).timing.samples == k_final_passes * per_pass);
+    CHECK(bench.winner() == "p=1000");
+  }
+  SUBCASE("a finalist failing the check in a later pass is out, with that outcome stored") {
+    bench.fails_from[0] = 4; // explored, round 2, the first pass; fails the second
+    halving(bench, 1e9).measure(bench, pending(64), report);
+    CHECK(bench.measured[0] == 4); // not measured again
+    CHECK(bench.variant(0).outcome == cache::Outcome::wrong);
+    CHECK(bench.stored == std::vector<size_t>{0, 1, 2, 3}); // 0 at once, the others pooled
+    CHECK(bench.measured[1] == 2 + k_final_passes);
+    CHECK(bench.winner() == "p=1001");
+  }
+}
+
+TEST_CASE("the final round decides on its passes pooled, so a clock drifting during it does not "
+          "pick the winner") {
+  // Four candidates 2% apart, candidate 0 the fastest, on a GPU that gets 8% faster per
+  // second of (fake) time. Their ids run backwards, so that a tie would go to candidate 3.
+  auto drifting = [](FakeBench& b) {
+    b.median_of = [](size_t i) { return 100.0 + 2.0 * double(i); };
+    b.drift = [](double t) { return 1.0 - 0.08 * t; };
+    for (size_t i = 0; i < 4; ++i) {
+      b.set_config(i, "p=" + std::to_string(1003 - i));
+    }
+  };
+  SUBCASE("measured in full one after another, the one measured last would win") {
+    FakeBench bench(4);
+    drifting(bench);
+    bench.prepare(all_of(4));
+    bench.clock = 4 * k_cheap_s; // where the final round starts after exploring them
+    for (size_t i : all_of(4)) {
+      bench.measure(i, TimingProtocol{});
+    }
+    CHECK(bench.winner() == "p=1000"); // candidate 3, 6% slower than candidate 0
+  }
+  SUBCASE("interleaved, the fastest wins") {
+    FakeBench bench(4);
+    drifting(bench);
+    ProblemReport report;
+    halving(bench, 1e9).measure(bench, pending(4), report);
+    CHECK(bench.stages.count("final") == 1);
+    CHECK(bench.winner() == "p=1003"); // candidate 0
+    // Each finalist's median is the mean of its two middle passes, which sit, in
+    // alternating order, 7 and 8 passes into the round for every finalist alike.
+    const double pass_s = k_full_s / k_final_passes;
+    const double middle = 1.0 - 0.08 * (4 * k_cheap_s + 7.5 * pass_s);
+    for (size_t i = 0; i < 4; ++i) {
+      CAPTURE(i);
+      const Timing& t = bench.variant(i).timing;
+      CHECK(t.median_us == doctest::Approx(bench.median_of(i) * middle));
+      // The spread is that of all the passes' samples: the drift over the round shows.
+      CHECK(t.p90_us - t.p10_us > 0.05 * t.median_us);
+    }
+  }
+}
+
+TEST_CASE("a finalist's passes pool into the median of their medians and the spread of all "
+          "their samples") {
+  // Three quiet passes near 100 us stopped after 8 samples; one at a slower moment was
+  // noisy and ran to 40.
+  std::vector<double> all;
+  std::vector<Timing> passes;
+  for (auto [median, n] : {std::pair{100.0, 8}, {103.0, 40}, {100.5, 8}, {100.2, 8}}) {
+    std::vector<double> s;
+    for (int k = 0; k < n; ++k) {
+      s.push_back(median + 0.1 * double(k % 3 - 1));
+    }
+    passes.push_back(Timing{percentile(s, 0.5), percentile(s, 0.1), percentile(s, 0.9), n});
+    all.insert(all.end(), s.begin(), s.end());
+  }
+  const Timing pooled = pool_passes(passes, all);
+  CHECK(pooled.median_us == doctest::Approx(100.35)); // (100.2 + 100.5) / 2
+  CHECK(percentile(all, 0.5) > 102.0);                // what the samples' median would say
+  CHECK(pooled.p10_us == doctest::Approx(percentile(all, 0.1)));
+  CHECK(pooled.p90_us == doctest::Approx(percentile(all, 0.9)));
+  CHECK(pooled.samples == 64);
+  SUBCASE("without the samples, the passes' lowest p10 and highest p90") {
+    const Timing bounds = pool_passes(passes, {});
+    CHECK(bounds.median_us == doctest::Approx(100.35));
+    CHECK(bounds.p10_us == doctest::Approx(99.9));
+    CHECK(bounds.p90_us == doctest::Approx(103.1));
+  }
 }
 
 TEST_CASE("halving compiles in batches and never measures what did not compile") {
@@ -327,10 +470,10 @@ TEST_CASE("a cold problem explores until its budget, less the final round, is sp
   CHECK(explored >= 40);
   CHECK(explored <= 90);
   CHECK(bench.clock <= 10.0 + k_full_s);
-  // Finalists measured in full and stored; no cheap timing stored.
+  // Finalists measured in full (in passes) and stored; no cheap timing stored.
   CHECK(bench.stored.size() == 4);
   for (size_t i : bench.stored) {
-    CHECK(bench.last_protocol[i] == TimingProtocol{}.min_samples);
+    CHECK(final_pass(bench.last_protocol[i]));
   }
 }
 
@@ -405,6 +548,43 @@ TEST_CASE("the winner is never worse than the best seed") {
     CHECK(report.budget_exhausted);
     CHECK(bench.order == std::vector<size_t>{at(5, 5)});
     CHECK(bench.winner() == "a=5,b=5");
+  }
+}
+
+TEST_CASE("the final round's passes add up to one full measurement, so the budget's reserve "
+          "for it holds") {
+  const TimingProtocol full;
+  int least = 0; // samples: a measurement takes whole batches
+  int most = 0;
+  double min_s = 0;
+  double max_s = 0;
+  for (int pass = 0; pass < k_final_passes; ++pass) {
+    CAPTURE(pass);
+    const TimingProtocol p = HalvingSearch::pass_protocol(full, pass, k_final_passes);
+    CHECK(p.warmup == (pass == 0 ? full.warmup : 1));
+    CHECK(p.target_spread == full.target_spread);
+    least += (p.min_samples + p.batch - 1) / p.batch * p.batch;
+    most += p.max_samples;
+    min_s += p.min_seconds;
+    max_s += p.max_seconds;
+  }
+  CHECK(least == (full.min_samples + full.batch - 1) / full.batch * full.batch);
+  CHECK(most == full.max_samples);
+  CHECK(min_s == doctest::Approx(full.min_seconds));
+  CHECK(max_s == doctest::Approx(full.max_seconds));
+  SUBCASE("on a budget, the round ends within it, in the four full measurements reserved") {
+    FakeBench bench(256);
+    grid(bench);
+    ProblemReport report;
+    halving(bench, 3.0).measure(bench, pending(256, {at(5, 5)}), report);
+    CHECK(report.budget_exhausted);
+    size_t first = 0;
+    while (first < bench.protocols.size() && !final_pass(bench.protocols[first])) {
+      ++first;
+    }
+    REQUIRE(first + 4 * k_final_passes == bench.order.size());
+    CHECK(bench.clock - bench.starts[first] == doctest::Approx(4 * k_full_s));
+    CHECK(bench.clock <= 3.0 + 1e-9);
   }
 }
 

@@ -26,6 +26,7 @@ TimingProtocol odd_protocol() {
   p.min_seconds = 0.1 + 0.2; // not exactly 0.3: doubles must travel bit-exact
   p.max_seconds = 1e-300;
   p.target_spread = std::nextafter(0.02, 1.0);
+  p.batch = 5;
   return p;
 }
 
@@ -102,8 +103,14 @@ TEST_CASE("every worker reply survives encoding and decoding, outcome and error 
          {cache::Outcome::ok, cache::Outcome::compile_fail, cache::Outcome::resource,
           cache::Outcome::fault, cache::Outcome::timeout, cache::Outcome::wrong}) {
       CAPTURE(cache::to_string(o));
-      round_trip_reply(wp::Measured{o, odd_timing(), 2.5e-3, 1980, "rel. error 0.25\nline 2",
-                                    o == cache::Outcome::fault, odd_seconds()});
+      round_trip_reply(wp::Measured{o,
+                                    odd_timing(),
+                                    2.5e-3,
+                                    1980,
+                                    "rel. error 0.25\nline 2",
+                                    o == cache::Outcome::fault,
+                                    odd_seconds(),
+                                    {1.0 / 3.0, 12.345678901234567, 1e-300}});
     }
   }
   SUBCASE("reseeded") {
@@ -146,6 +153,18 @@ TEST_CASE("malformed worker messages are internal errors naming the problem") {
     std::string failed = wp::encode(wp::Reply{wp::Failed{}});
     failed[1] = char(77);
     CHECK_THROWS_WITH_AS(wp::decode_reply(failed), doctest::Contains("unknown error kind 77"),
+                         Error);
+  }
+  SUBCASE("a list of samples longer than the body") {
+    wp::Measured m;
+    m.samples_us = {1.5, 2.5};
+    std::string measured = wp::encode(wp::Reply{m});
+    // The count precedes the last two doubles.
+    uint64_t huge = uint64_t(1) << 60;
+    measured.replace(measured.size() - 24, sizeof huge,
+                     std::string(reinterpret_cast<const char*>(&huge), sizeof huge));
+    CHECK_THROWS_WITH_AS(wp::decode_reply(measured),
+                         doctest::Contains("a list of 1152921504606846976 doubles, truncated"),
                          Error);
   }
   SUBCASE("a flag that is neither 0 nor 1") {

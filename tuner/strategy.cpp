@@ -149,6 +149,38 @@ TimingProtocol HalvingSearch::round_protocol(const TimingProtocol& full, int rou
   return p;
 }
 
+TimingProtocol HalvingSearch::pass_protocol(const TimingProtocol& full, int pass, int passes) {
+  passes = std::max(1, passes);
+  auto share = [&](int n) { return std::max(1, (n + passes - 1) / passes); };
+  TimingProtocol p = full;
+  p.warmup = pass == 0 ? full.warmup : std::min(full.warmup, 1);
+  p.min_samples = share(full.min_samples);
+  p.max_samples = std::max(p.min_samples, share(full.max_samples));
+  p.min_seconds = full.min_seconds / passes;
+  p.max_seconds = full.max_seconds / passes;
+  p.batch = share(full.batch);
+  return p;
+}
+
+Timing pool_passes(const std::vector<Timing>& passes, const std::vector<double>& samples_us) {
+  std::vector<double> medians;
+  Timing t;
+  t.p10_us = std::numeric_limits<double>::infinity();
+  t.p90_us = 0;
+  for (const Timing& p : passes) {
+    medians.push_back(p.median_us);
+    t.p10_us = std::min(t.p10_us, p.p10_us);
+    t.p90_us = std::max(t.p90_us, p.p90_us);
+    t.samples += p.samples;
+  }
+  t.median_us = percentile(medians, 0.5);
+  if (!samples_us.empty()) {
+    t.p10_us = percentile(samples_us, 0.1);
+    t.p90_us = percentile(samples_us, 0.9);
+  }
+  return t;
+}
+
 namespace {
 
 // One problem's run of HalvingSearch: the state its steps share.
@@ -211,6 +243,8 @@ private:
   }
   // What the final round will take: a full measurement of each explored candidate
   // that can still reach it (within k_prune_ratio of the best full one), at most eta.
+  // Its interleaved passes add up to about that (pass_protocol): each pass after a
+  // finalist's first adds only a check and one warm-up launch.
   double final_reserve() {
     const double limit = k_prune_ratio * best_full();
     size_t contenders = 0;
@@ -433,11 +467,66 @@ private:
       }
     }
     cut(left, eta, round);
-    for (size_t k = 0; k < left.size(); ++k) {
-      m_bench.progress("final", k, left.size());
-      measure_in_full(left[k]);
-    }
+    measure_final(left);
     return skipped;
+  }
+
+  // The final round: each finalist measured in full, split into k_final_passes passes
+  // (HalvingSearch::pass_protocol) that run in alternating order over the finalists
+  // (A B C, C B A, ...), so that the GPU's clock drifting during the round reaches
+  // all of them alike. Every pass checks the outputs before timing them: a finalist
+  // that fails any pass is out with that outcome, stored at once. The others' passes
+  // are pooled (pool_passes) into the full measurement stored for them; the progress
+  // counts passes.
+  void measure_final(const std::vector<size_t>& finalists) {
+    struct Finalist {
+      size_t index;
+      std::vector<Timing> passes;
+      std::vector<double> samples_us;
+      double seconds = 0;
+      double rel_err = 0; // the largest of its passes' (each checks on the same inputs)
+      bool failed = false;
+    };
+    std::vector<Finalist> f;
+    for (size_t i : finalists) {
+      f.push_back(Finalist{i, {}, {}});
+    }
+    const size_t n = f.size();
+    const size_t passes = k_final_passes;
+    for (size_t pass = 0; pass < passes; ++pass) {
+      const TimingProtocol protocol = HalvingSearch::pass_protocol(m_full, int(pass), int(passes));
+      for (size_t j = 0; j < n; ++j) {
+        m_bench.progress("final", pass * n + j, passes * n);
+        Finalist& x = f[pass % 2 == 0 ? j : n - 1 - j];
+        if (x.failed) {
+          continue;
+        }
+        double t = m_clock();
+        m_bench.measure(x.index, protocol);
+        x.seconds += m_clock() - t;
+        if (!ok(x.index)) {
+          x.failed = true;
+          m_bench.store(x.index);
+          continue;
+        }
+        const VariantReport& v = m_bench.variant(x.index);
+        x.passes.push_back(v.timing);
+        std::vector<double> samples = m_bench.last_samples();
+        x.samples_us.insert(x.samples_us.end(), samples.begin(), samples.end());
+        x.rel_err = std::max(x.rel_err, v.rel_err);
+      }
+    }
+    for (Finalist& x : f) {
+      if (x.failed) {
+        continue;
+      }
+      VariantReport& v = m_bench.variant(x.index);
+      v.timing = pool_passes(x.passes, x.samples_us);
+      v.rel_err = x.rel_err;
+      m_full_rate.add(x.seconds);
+      m_bench.store(x.index);
+      m_full_ok.push_back(x.index);
+    }
   }
 
   Bench& m_bench;

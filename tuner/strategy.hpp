@@ -35,6 +35,9 @@ public:
   // Checks and, when correct, times candidate `i` with `protocol`; the outcome
   // replaces what variant(i) held.
   virtual void measure(size_t i, const TimingProtocol& protocol) = 0;
+  // Every sample of the latest measure() call, in the order taken: what its
+  // variant(i).timing summarises (empty when it timed nothing).
+  virtual std::vector<double> last_samples() const = 0;
   // Stores variant(i) as the candidate's result: a resumed session reuses it
   // instead of measuring again, so only final outcomes are stored.
   virtual void store(size_t i) = 0;
@@ -131,8 +134,9 @@ public:
 //     budget, less what the final round will take, is spent;
 //  3. halving: cheap timings over k_prune_ratio times the best full one are cut, the
 //     best 1/eta of the rest measured again (round 2) when the budget allows, and the
-//     best eta measured in full (final). Failures are stored at once, timings only
-//     from full measurements.
+//     best eta measured in full (final), each in k_final_passes passes interleaved
+//     with the others'. Failures are stored at once, timings only from full
+//     measurements.
 // The budget covers compiling and measuring (not the problem's inputs and reference,
 // nor the winner's re-check); a problem with nothing to start from (no seeds, no
 // stored results, or seeds that all failed here) gets k_cold_budget_factor times as
@@ -154,6 +158,13 @@ public:
   // The protocol of `round` (0-based) of `rounds`: the full one for the last round,
   // eta^(rounds-1-round) times fewer samples and seconds before it.
   static TimingProtocol round_protocol(const TimingProtocol& full, int round, int rounds);
+  // The protocol of the final round's pass `pass` (0-based) of `passes`: a passes-th
+  // of the full protocol's samples, seconds and batch, so that one finalist's passes
+  // take about what one full measurement does (what final_reserve counts on). The
+  // batch shrinks too because a measurement takes whole batches: a slow kernel's full
+  // one stops after two of 16, and four passes of 16 would take twice that. Passes
+  // after the first warm up with one launch: the first paid the first-launch costs.
+  static TimingProtocol pass_protocol(const TimingProtocol& full, int pass, int passes);
 
 private:
   std::unique_ptr<Strategy> m_selection;
@@ -163,6 +174,25 @@ private:
   unsigned long long m_seed;
   Clock m_clock;
 };
+
+// The final round measures each finalist in this many passes, the finalists in
+// alternating order from pass to pass (A B C, C B A, A B C, C B A): one session's
+// medians drift by 5-15% with the GPU's clock, and finalists measured one after
+// another would be ranked partly by when each was measured. With an even count, a
+// finalist's k-th pass from the start and k-th from the end sit at positions that add
+// up to the same for every finalist, so a steady drift moves every finalist's median
+// (pool_passes: of four, the mean of the middle two) alike. Four rather than two, so
+// that the median also leaves out a pass thrown off by a clock step.
+constexpr int k_final_passes = 4;
+
+// One finalist's passes pooled into the full measurement it stands for: the median
+// of the passes' medians, p10 and p90 of all their samples (`samples_us`, every
+// pass's; without them, the lowest p10 and highest p90 of the passes), the sample
+// count summed. The median of the medians, not of all samples: each pass counts once,
+// however many samples its stopping rule took (a noisy pass runs to its cap, and a
+// pooled median would lean on the noisy moments), and a pass at a clock step is
+// outvoted. `passes` must not be empty.
+Timing pool_passes(const std::vector<Timing>& passes, const std::vector<double>& samples_us);
 
 // A cheap timing this many times the best full measurement is cut before round 2
 // and the final: cheap medians (16 samples, one warm-up) stay within a few percent

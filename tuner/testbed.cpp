@@ -50,6 +50,8 @@ void launch_geometry(CUfunction f, const LaunchGeometry& g, ArgPack& args, CUstr
                                             args.pointers(), nullptr));
 }
 
+} // namespace
+
 double percentile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
   double pos = q * double(v.size() - 1);
@@ -57,8 +59,6 @@ double percentile(std::vector<double> v, double q) {
   size_t hi = std::min(lo + 1, v.size() - 1);
   return v[lo] + (v[hi] - v[lo]) * (pos - double(lo));
 }
-
-} // namespace
 
 struct Testbed::Impl {
   const Op& op;
@@ -258,22 +258,23 @@ CheckResult Testbed::check(CUfunction function, const Config& config) {
 namespace {
 
 template <typename LaunchOnce>
-Timing time_with(Testbed::Impl& m, const TimingProtocol& p, LaunchOnce&& launch_once) {
+Timing time_with(Testbed::Impl& m, const TimingProtocol& p, LaunchOnce&& launch_once,
+                 std::vector<double>* samples_out = nullptr) {
   const auto& d = cuda::driver();
   for (int i = 0; i < p.warmup; ++i) {
     launch_once();
   }
   m.sync();
-  constexpr int k_batch = 16; // samples recorded before one synchronisation
+  const int batch = std::max(1, p.batch);
   std::vector<cuda::Event> start, stop;
-  for (int i = 0; i < k_batch; ++i) {
+  for (int i = 0; i < batch; ++i) {
     start.push_back(cuda::create_event());
     stop.push_back(cuda::create_event());
   }
   std::vector<double> samples;
   auto t0 = std::chrono::steady_clock::now();
   while (true) {
-    for (int i = 0; i < k_batch; ++i) {
+    for (int i = 0; i < batch; ++i) {
       if (m.flush_needed) {
         AUTOTUNE_CU(d.cuMemsetD32Async(m.flush.get(), unsigned(samples.size() + i),
                                        m.flush.size() / 4, m.stream.get()));
@@ -283,7 +284,7 @@ Timing time_with(Testbed::Impl& m, const TimingProtocol& p, LaunchOnce&& launch_
       AUTOTUNE_CU(d.cuEventRecord(stop[i].get(), m.stream.get()));
     }
     m.sync();
-    for (int i = 0; i < k_batch; ++i) {
+    for (int i = 0; i < batch; ++i) {
       float ms = 0;
       AUTOTUNE_CU(d.cuEventElapsedTime(&ms, start[i].get(), stop[i].get()));
       samples.push_back(double(ms) * 1000.0);
@@ -306,18 +307,22 @@ Timing time_with(Testbed::Impl& m, const TimingProtocol& p, LaunchOnce&& launch_
   t.p10_us = percentile(samples, 0.1);
   t.p90_us = percentile(samples, 0.9);
   t.samples = int(samples.size());
+  if (samples_out) {
+    *samples_out = std::move(samples);
+  }
   return t;
 }
 
 } // namespace
 
-Timing Testbed::time(CUfunction function, const Config& config, const TimingProtocol& protocol) {
+Timing Testbed::time(CUfunction function, const Config& config, const TimingProtocol& protocol,
+                     std::vector<double>* samples_us) {
   auto& m = *m_impl;
   ArgPack args;
   m.op.pack(config, m.problem, m.pointers, args);
   LaunchGeometry g = m.op.geometry(config, m.problem);
-  Timing t = time_with(m, protocol, [&] { launch_geometry(function, g, args, m.stream.get()); });
-  return t;
+  return time_with(
+      m, protocol, [&] { launch_geometry(function, g, args, m.stream.get()); }, samples_us);
 }
 
 Timing Testbed::time_copy(const TimingProtocol& protocol) {

@@ -28,8 +28,17 @@ struct TimingProtocol {
   double min_seconds = 0.02;   // keep sampling at least this long
   double max_seconds = 0.5;    // and never longer
   double target_spread = 0.02; // stop once (p90 - p10) / median is below this
+  // Samples recorded between two synchronisations: the host reads the events and
+  // tests the stopping rule after each batch, so a measurement takes whole batches.
+  // The final round's passes (HalvingSearch::pass_protocol) take smaller ones, so
+  // that their samples add up to a full measurement's.
+  int batch = 16;
   bool operator==(const TimingProtocol&) const = default;
 };
+
+// The q-quantile (0..1) of `v` (not empty), interpolated linearly between its order
+// statistics: what Timing's median and percentiles are.
+double percentile(std::vector<double> v, double q);
 
 struct Timing {
   double median_us = 0;
@@ -73,7 +82,10 @@ public:
   // Poisons outputs with NaN, runs the function once, compares with the reference.
   CheckResult check(CUfunction function, const Config& config);
 
-  Timing time(CUfunction function, const Config& config, const TimingProtocol& protocol);
+  // `samples_us` (if given) receives every sample, in the order taken: a caller pools
+  // the samples of several timings of one variant (the final round's passes).
+  Timing time(CUfunction function, const Config& config, const TimingProtocol& protocol,
+              std::vector<double>* samples_us = nullptr);
 
   // A device-to-device copy of the problem's effective byte count (read + write),
   // timed with the same protocol: the ceiling memory-bound ops are measured against.

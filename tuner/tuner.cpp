@@ -258,6 +258,7 @@ public:
     VariantReport& v = m_variants[i];
     v.outcome = m.outcome;
     v.timing = m.timing;
+    m_last_samples = std::move(m.samples_us);
     v.rel_err = m.rel_err;
     v.sm_clock_mhz = m.sm_clock_mhz;
     v.message = m.message;
@@ -291,6 +292,8 @@ public:
     r.message = v.message;
     m_session.db.put_result(r);
   }
+
+  std::vector<double> last_samples() const override { return m_last_samples; }
 
   VariantReport& variant(size_t i) override { return m_variants.at(i); }
   const TypedConfig& config(size_t i) const override { return m_candidates.at(i).config; }
@@ -373,6 +376,7 @@ private:
   std::vector<char> m_touched; // has an outcome: measured, resumed or a compile failure
   size_t m_measured = 0;       // measured by this session
   double m_best_us = 0;
+  std::vector<double> m_last_samples; // of the latest measure()
 };
 
 // A stored winner for the problem's tuning key answers it (unless --force).

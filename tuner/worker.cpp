@@ -71,6 +71,13 @@ public:
     f64(p.min_seconds);
     f64(p.max_seconds);
     f64(p.target_spread);
+    i64(p.batch);
+  }
+  void doubles(const std::vector<double>& v) {
+    u64(v.size());
+    for (double x : v) {
+      f64(x);
+    }
   }
   std::string take() { return std::move(m_bytes); }
 
@@ -149,7 +156,20 @@ public:
     p.min_seconds = f64();
     p.max_seconds = f64();
     p.target_spread = f64();
+    p.batch = i32_in_i64();
     return p;
+  }
+  std::vector<double> doubles() {
+    uint64_t n = u64();
+    // Checked before allocating: a corrupt count must not ask for terabytes.
+    if (n > (m_bytes.size() - m_at) / sizeof(double)) {
+      bad("a list of " + std::to_string(n) + " doubles, truncated");
+    }
+    std::vector<double> v(static_cast<size_t>(n));
+    for (double& x : v) {
+      x = f64();
+    }
+    return v;
   }
   template <typename E> E enumerator(E last, const char* type) {
     uint8_t v = u8();
@@ -252,6 +272,7 @@ std::string encode(const Reply& reply) {
     w.str(m->message);
     w.flag(m->exiting);
     w.seconds(m->seconds);
+    w.doubles(m->samples_us);
   } else if (auto* r = std::get_if<Reseeded>(&reply)) {
     w.u8(uint8_t(ReplyKind::reseeded));
     w.seconds(r->seconds);
@@ -327,6 +348,7 @@ Reply decode_reply(std::string_view body) {
     m.message = r.str();
     m.exiting = r.flag();
     m.seconds = r.seconds();
+    m.samples_us = r.doubles();
     out = std::move(m);
     break;
   }
@@ -604,7 +626,7 @@ struct Server {
       wp::Measured m = outcome(cache::Outcome::ok, "");
       m.rel_err = check.rel_err;
       if (!r.check_only) {
-        m.timing = bed->time(fn, r.config, r.protocol);
+        m.timing = bed->time(fn, r.config, r.protocol, &m.samples_us);
         m.sm_clock_mhz = clock->mhz();
         m.seconds.timing = lap(t);
       }
@@ -925,6 +947,7 @@ MeasureResult Worker::measure(const Config& config, const std::string& kernel,
   m_seconds += m.seconds;
   r.outcome = m.outcome;
   r.timing = m.timing;
+  r.samples_us = m.samples_us;
   r.rel_err = m.rel_err;
   r.sm_clock_mhz = int(m.sm_clock_mhz);
   r.message = m.message;

@@ -24,6 +24,7 @@
 #include <string_view>
 #include <sys/types.h>
 #include <variant>
+#include <vector>
 
 namespace autotune {
 
@@ -45,7 +46,8 @@ namespace worker_protocol {
 //   Fields/Config  = u32 count, then per field: string name, string value
 //   Timing         = double median_us, p10_us, p90_us; i64 samples
 //   TimingProtocol = i64 warmup, min_samples, max_samples; double min_seconds,
-//                    max_seconds, target_spread
+//                    max_seconds, target_spread; i64 batch
+//   list of double = u64 count, then each double
 //   WorkerSeconds  = double context, modules, allocate, inputs, copy, module_load,
 //                    check, timing
 // decode_* throw Error(internal) naming the message for an unknown kind or enum
@@ -106,6 +108,9 @@ struct Measured {
   std::string message;
   bool exiting = false;
   WorkerSeconds seconds; // what this measurement took in the worker, by part
+  // Every sample `timing` summarises, in the order taken (empty when nothing was
+  // timed): the final round pools the samples of its passes.
+  std::vector<double> samples_us;
   bool operator==(const Measured&) const = default;
 };
 
@@ -138,6 +143,7 @@ const char* to_string(ReplyKind kind);
 struct MeasureResult {
   cache::Outcome outcome = cache::Outcome::ok;
   Timing timing;
+  std::vector<double> samples_us; // what `timing` summarises, in the order taken
   double rel_err = 0;
   int sm_clock_mhz = 0;
   std::string message;
