@@ -409,8 +409,8 @@ TEST_CASE("the Hopper attention family (family=wgmma) is valid on sm_90a only, f
     const LaunchGeometry plain = attn().geometry(
         config("block_m=128,block_n=96,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma"),
         big);
-    // A second Q tile and its two barriers.
-    CHECK(g.dynamic_smem == plain.dynamic_smem + 128 * 128 * 2 + 16);
+    // A second Q tile, its two barriers and the two tiles' indices.
+    CHECK(g.dynamic_smem == plain.dynamic_smem + 128 * 128 * 2 + 16 + 8);
     const auto defs = attn().defines(c, big);
     CHECK(std::find(defs.begin(), defs.end(), "-DAT_PERSISTENT=1") != defs.end());
     CHECK(std::find(defs.begin(), defs.end(), "-DAT_OVERLAP=0") != defs.end());

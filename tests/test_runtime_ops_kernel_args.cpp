@@ -153,7 +153,8 @@ TEST_CASE("the Hopper attention kernel's AttnArgs is AttentionHopperKernelArgs, 
       HOST_FIELD(A, seq_q),         HOST_FIELD(A, seq_k),
       HOST_FIELD(A, scale_log2),    HOST_FIELD(A, batch),
       HOST_FIELD(A, q_seq_inner),   HOST_FIELD(A, k_seq_inner),
-      HOST_FIELD(A, v_seq_inner),
+      HOST_FIELD(A, v_seq_inner),   HOST_FIELD(A, window_left),
+      HOST_FIELD(A, window_right),  HOST_FIELD(A, sched_slot),
   };
   check_layout("attention", "B=4,H=16,S=4096,D=128,dtype=bf16",
                "block_m=128,block_n=96,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"

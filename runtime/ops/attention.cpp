@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -310,11 +311,24 @@ long long wgmma_pad_dim(const Dims& d) {
 
 // What its tiles and barriers take, plus 1 KiB to align the 128-byte-swizzled tiles to
 // 1024 bytes. Persistent blocks hold two Q tiles (the next one loads while this one is
-// read).
+// read) and each one's tile index.
 long long wgmma_smem_bytes(const Params& p, const Dims& d) {
   const long long q_bufs = p.persistent ? 2 : 1;
   long long tiles = (q_bufs * p.block_m + 2LL * p.stages * p.block_n) * wgmma_pad_dim(d) * 2;
-  return tiles + 8 * (2 * q_bufs + 3LL * p.stages) + 1024;
+  const long long tile_slots = p.persistent ? 4 * q_bufs : 0;
+  return tiles + 8 * (2 * q_bufs + 3LL * p.stages) + tile_slots + 1024;
+}
+
+// Causal persistent Hopper blocks take tiles from a pair of counters in the module's
+// global memory (templates/attention/hopper.cuh, k_sched_slots). Launches take the slots
+// in turn, counted over the process (plans of different problems may share a module),
+// so that up to this many launches of one variant may run at once (on different
+// streams) without sharing counters.
+constexpr unsigned k_hopper_sched_slots = 64;
+
+int next_sched_slot() {
+  static std::atomic<unsigned> launches{0};
+  return int(launches.fetch_add(1, std::memory_order_relaxed) % k_hopper_sched_slots);
 }
 
 // What a consumer thread keeps live: O (padded D/2 floats), S (block_n/2), P as 16-bit pairs
@@ -1245,6 +1259,9 @@ struct AttentionPlan final : CallPlan {
     if (params.wgmma) {
       std::lock_guard<std::mutex> lock(maps_mutex);
       HopperArgs k = hopper_kernel_args(params, dims, c, maps);
+      if (params.persistent && dims.causal) {
+        k.sched_slot = next_sched_slot();
+      }
       std::memcpy(out, &k, sizeof k);
       return sizeof k;
     }

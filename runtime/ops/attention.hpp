@@ -159,6 +159,7 @@ struct AttentionHopperKernelArgs {
   int batch;
   int q_seq_inner, k_seq_inner, v_seq_inner;
   int window_left, window_right; // keys before / after the diagonal (-1 unbounded)
+  int sched_slot;                // causal persistent variants: the launch's tile counters (0..63)
 };
 
 class AttentionOp final : public Op {

@@ -42,6 +42,11 @@
 //   AT_MIN_BLOCKS 2 (set by the op for one consumer whose shared memory fits twice):
 //                registers split for two blocks per SM, one block's prologue and
 //                epilogue under the other's products; else 1.
+//   AT_PERSISTENT 1 (family=*_persistent): min(tiles, 132 x blocks per SM) blocks loop
+//                over query tiles, the next tile's Q and first K/V loading under this
+//                one's end, at a second Q buffer and the loop's registers. Causal tiles
+//                are taken longest first from a per-launch counter (dynamic), others
+//                by a fixed stride (all the same length).
 //   AT_HEAD_DIM  D: a multiple of 8 in 64..128, or 256. Tiles hold D rounded up to
 //                whole 64-column slabs (k_pad_dim: 64, 128 or 256); the tensor maps'
 //                inner extent is D, so TMA fills the columns from D on with zeros.
@@ -98,6 +103,17 @@ static_assert(!(k_overlap && (k_pingpong || k_stages < 2)),
 #endif
 constexpr bool k_persistent = AT_PERSISTENT != 0;
 static_assert(!(k_persistent && k_pingpong), "persistent: no ping-pong");
+// Causal persistent blocks take their tiles from a counter in the longest-first order
+// (the first one is blockIdx.x): a block that finishes early takes the next longest tile
+// left, where a fixed stride through that order leaves some blocks a long tile more than
+// others at the end. The counters live in this module's global memory, one pair (tiles
+// taken, blocks done) per launch slot; the host gives concurrent launches of a variant
+// different slots (AttnArgs::sched_slot, cycling over k_sched_slots), and the last block
+// of a launch leaves its pair zero for the slot's next launch.
+constexpr bool k_dynamic = k_persistent && k_causal;
+constexpr int k_sched_slots = 64; // runtime/ops/attention.cpp's k_hopper_sched_slots
+static_assert((k_sched_slots & (k_sched_slots - 1)) == 0, "slots: a power of two");
+__device__ unsigned at_sched[2 * k_sched_slots];
 
 #ifndef AT_MIN_BLOCKS
 #define AT_MIN_BLOCKS 1
@@ -129,6 +145,8 @@ constexpr int k_q_bufs = k_persistent ? 2 : 1;
 constexpr int k_k_offset = k_q_bufs * k_q_bytes;
 constexpr int k_v_offset = k_k_offset + k_stages * k_kv_bytes;
 constexpr int k_bar_offset = k_v_offset + k_stages * k_kv_bytes;
+// After the barriers, persistent blocks keep the tile index of each Q buffer (the
+// producer writes it before the buffer's q_full arrival; k_dynamic only reads it).
 constexpr int k_s_regs = k_block_n / 2; // S accumulator floats per thread
 constexpr int k_o_regs = k_pad_dim / 2;
 
@@ -159,6 +177,7 @@ struct AttnArgs {
   int batch;
   int q_seq_inner, k_seq_inner, v_seq_inner;
   int window_left, window_right; // AT_WINDOW: keys before / after the diagonal, -1 unbounded
+  int sched_slot;                // k_dynamic: this launch's pair of at_sched counters
 };
 
 // One box of `rows` rows from sequence position `seq` of (head, batch), all 64-column
@@ -322,11 +341,12 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
   extern __shared__ unsigned char smem_raw[];
   // 128-byte swizzle atoms must start 1024-byte aligned (the op asks for 1 KiB more).
   const unsigned base = (at_smem_addr(smem_raw) + 1023u) & ~1023u;
-  const unsigned q_full = base + k_bar_offset;     // [k_q_bufs]
-  const unsigned q_empty = q_full + 8 * k_q_bufs;  // [k_q_bufs]
-  const unsigned k_full = q_empty + 8 * k_q_bufs;  // [k_stages]
-  const unsigned v_full = k_full + 8 * k_stages;   // [k_stages]
-  const unsigned kv_empty = v_full + 8 * k_stages; // [k_stages]
+  const unsigned q_full = base + k_bar_offset;        // [k_q_bufs]
+  const unsigned q_empty = q_full + 8 * k_q_bufs;     // [k_q_bufs]
+  const unsigned k_full = q_empty + 8 * k_q_bufs;     // [k_stages]
+  const unsigned v_full = k_full + 8 * k_stages;      // [k_stages]
+  const unsigned kv_empty = v_full + 8 * k_stages;    // [k_stages]
+  const unsigned tile_slot = kv_empty + 8 * k_stages; // [k_q_bufs] ints, persistent
 
   const int m_blocks = (args.seq_q + k_block_m - 1) / k_block_m;
   const int n_tiles = (args.seq_k + k_block_n - 1) / k_block_n;
@@ -382,8 +402,10 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
     }
     return w;
   };
-  // Persistent: this block takes tiles blockIdx.x, + gridDim.x, ...; else the one tile
-  // of its grid position.
+  // Persistent: this block takes tiles blockIdx.x, then + gridDim.x, ... (static) or the
+  // next from the launch's counter (k_dynamic); else the one tile of its grid position.
+  // A dynamic block's consumers learn each index from tile_slot; an index past the
+  // last tile ends the block.
   const int tiles = k_persistent ? m_blocks * args.heads_q * args.batch : 1;
   const int first_tile = k_persistent ? static_cast<int>(blockIdx.x) : 0;
   const int tile_step = k_persistent ? static_cast<int>(gridDim.x) : 1;
@@ -412,15 +434,23 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
     setmaxnreg_dec<k_producer_regs>();
     if (threadIdx.x == 0) {
       int it = 0;
-      int local = 0;
-      for (int index = first_tile; index < tiles; index += tile_step, ++local) {
-        const Tile w = tile_at(index);
-        const int kv_head = w.head / (args.heads_q / args.heads_kv);
+      int index = first_tile;
+      for (int local = 0; k_dynamic || index < tiles; ++local) {
         const int qb = local % k_q_bufs;
         mbar_wait(q_empty + 8 * qb, (static_cast<unsigned>(local / k_q_bufs) & 1u) ^ 1u);
+        if (k_dynamic) {
+          st_shared_u32(tile_slot + 4 * qb, static_cast<unsigned>(index));
+          if (index >= tiles) {
+            mbar_arrive(q_full + 8 * qb); // no copy: the consumers read the end
+            break;
+          }
+        }
+        const Tile w = tile_at(index);
+        const int kv_head = w.head / (args.heads_q / args.heads_kv);
         mbar_arrive_expect_tx(q_full + 8 * qb, k_q_bytes);
         load_rows(base + qb * k_q_bytes, k_q_slab_bytes, &args.q_map, args.q_seq_inner,
                   q_full + 8 * qb, w.m0, w.head, w.batch);
+#pragma unroll 1
         for (int n = w.n_begin; n < w.n_end; ++n, ++it) {
           const int s = it % k_stages;
           const unsigned parity = static_cast<unsigned>(it / k_stages) & 1u;
@@ -433,6 +463,23 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
           mbar_arrive_expect_tx(v_full + 8 * s, k_kv_bytes);
           load_rows(v_tile, k_kv_slab_bytes, &args.v_map, args.v_seq_inner, v_full + 8 * s,
                     n * k_block_n, kv_head, w.batch);
+        }
+        // The next tile is taken once this one's copies are all issued: the consumers
+        // are still a ring's depth of key tiles from its end.
+        index = k_dynamic
+                    ? static_cast<int>(
+                          gridDim.x +
+                          atomicAdd(at_sched + 2 * (args.sched_slot & (k_sched_slots - 1)), 1u))
+                    : index + tile_step;
+      }
+      if (k_dynamic) {
+        // Every take of this block precedes its count; the last block to count sees all
+        // takes done and leaves the pair zero for the slot's next launch.
+        unsigned* const sched = at_sched + 2 * (args.sched_slot & (k_sched_slots - 1));
+        __threadfence();
+        if (atomicAdd(sched + 1, 1u) == gridDim.x - 1) {
+          atomicExch(sched, 0u);
+          atomicExch(sched + 1, 0u);
         }
       }
     }
@@ -449,14 +496,21 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
     auto stage = [](int i) { return i % k_stages; };
     auto phase = [](int i) { return static_cast<unsigned>(i / k_stages) & 1u; };
     int it0 = 0; // key tiles of this block's earlier tiles
-    int local = 0;
-    for (int index = first_tile; index < tiles; index += tile_step, ++local) {
+    int index = first_tile;
+    for (int local = 0;; ++local) {
+      const int qb = local % k_q_bufs;
+      if (k_dynamic) {
+        mbar_wait(q_full + 8 * qb, static_cast<unsigned>(local / k_q_bufs) & 1u);
+        index = static_cast<int>(ld_shared_u32(tile_slot + 4 * qb));
+      }
+      if (index >= tiles) {
+        break;
+      }
       const Tile w = tile_at(index);
       const int m0 = w.m0;
       // Key tiles n_first .. n_first + n_count - 1, counted from 0 for the ring.
       const int n_first = w.n_begin;
       const int n_count = w.n_end - w.n_begin;
-      const int qb = local % k_q_bufs;
       const int row0 = m0 + consumer * 64 + warp * 16 + g; // rows row0 and row0 + 8
       const unsigned my_q =
           base + static_cast<unsigned>(qb * k_q_bytes) + static_cast<unsigned>(consumer) * 64 * 128;
@@ -639,6 +693,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
       }
       // This warp has read its rows of the Q buffer: the producer may refill it.
       release_stage(q_empty + 8 * qb, lane);
+      index += tile_step; // static; a dynamic block reads its next index from tile_slot
     }
   }
 }
