@@ -155,6 +155,7 @@ TEST_CASE("the Hopper attention kernel's AttnArgs is AttentionHopperKernelArgs, 
       HOST_FIELD(A, q_seq_inner),   HOST_FIELD(A, k_seq_inner),
       HOST_FIELD(A, v_seq_inner),   HOST_FIELD(A, window_left),
       HOST_FIELD(A, window_right),  HOST_FIELD(A, sched_slot),
+      HOST_FIELD(A, sched_group),
   };
   check_layout("attention", "B=4,H=16,S=4096,D=128,dtype=bf16",
                "block_m=128,block_n=96,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"

@@ -326,6 +326,19 @@ long long wgmma_smem_bytes(const Params& p, const Dims& d) {
 // streams) without sharing counters.
 constexpr unsigned k_hopper_sched_slots = 64;
 
+// Causal persistent Hopper blocks run the (batch, head) pairs in groups, longest query
+// blocks first within a group: a group's K and V take at most this much of the L2 (a
+// third of an H100's 50 MB), so that the blocks running at once, all in one or two
+// groups, read each head's K and V from HBM about once. Longest first over every head
+// instead read them once per query block at S = 512-1024, D = 128 (21-28% slower than
+// the plain grid, which runs a head's blocks together; H100, 2026-11-26).
+constexpr long long k_causal_group_bytes = 16LL << 20;
+
+int causal_sched_group(const Dims& d) {
+  const long long per_head = std::max(1LL, d.Sk * d.D * 2 * 2 / std::max(1LL, d.Hq / d.Hkv));
+  return int(std::clamp(k_causal_group_bytes / per_head, 1LL, std::max(1LL, d.Hq * d.B)));
+}
+
 int next_sched_slot() {
   static std::atomic<unsigned> launches{0};
   return int(launches.fetch_add(1, std::memory_order_relaxed) % k_hopper_sched_slots);
@@ -1168,6 +1181,7 @@ HopperArgs hopper_kernel_args(const Params& p, const Dims& d, const AttentionCal
   a.batch = int(d.B);
   a.window_left = d.window ? call.window_left : -1;
   a.window_right = d.window ? call.window_right : -1;
+  a.sched_group = causal_sched_group(d);
   return a;
 }
 

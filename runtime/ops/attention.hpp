@@ -160,6 +160,7 @@ struct AttentionHopperKernelArgs {
   int q_seq_inner, k_seq_inner, v_seq_inner;
   int window_left, window_right; // keys before / after the diagonal (-1 unbounded)
   int sched_slot;                // causal persistent variants: the launch's tile counters (0..63)
+  int sched_group; // causal persistent variants: (batch, head) pairs per group of tiles
 };
 
 class AttentionOp final : public Op {

@@ -178,6 +178,7 @@ struct AttnArgs {
   int q_seq_inner, k_seq_inner, v_seq_inner;
   int window_left, window_right; // AT_WINDOW: keys before / after the diagonal, -1 unbounded
   int sched_slot;                // k_dynamic: this launch's pair of at_sched counters
+  int sched_group;               // persistent causal: (batch, head) pairs per tile group
 };
 
 // One box of `rows` rows from sequence position `seq` of (head, batch), all 64-column
@@ -358,14 +359,22 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
     Tile w;
     int m_block;
     if (k_persistent) {
-      // Causal: query blocks from the last (the longest) down, over all heads and
-      // batches, so that the short ones fill the end; else the query blocks of one head
-      // one after another, so that blocks running together share its K and V in L2.
+      // Causal: the (batch, head) pairs in groups of args.sched_group, whose K and V fit
+      // a share of the L2 (the host sizes it), and within a group the query blocks from
+      // the last (the longest) down, over the group's heads: blocks running together
+      // share their heads' K and V in L2, and the short tiles fill each group's end.
+      // Else the query blocks of one head one after another, for the same sharing.
       const int heads = args.heads_q * args.batch;
       if (k_causal) {
-        m_block = m_blocks - 1 - index / heads;
-        w.head = index % heads % args.heads_q;
-        w.batch = index % heads / args.heads_q;
+        const int per_group = args.sched_group * m_blocks;
+        const int group = index / per_group;
+        const int r = index - group * per_group;
+        const int first = group * args.sched_group;
+        const int in_group = min(args.sched_group, heads - first);
+        m_block = m_blocks - 1 - r / in_group;
+        const int pair = first + r % in_group;
+        w.head = pair % args.heads_q;
+        w.batch = pair / args.heads_q;
       } else {
         m_block = index % m_blocks;
         w.head = index / m_blocks % args.heads_q;
