@@ -8,6 +8,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -272,6 +273,15 @@ HalvingSearch halving(FakeBench& bench, double budget_s, size_t batch = 16) {
                        TimingProtocol{}, budget_s, batch, 1, bench.fake_clock());
 }
 
+// The index of the final round's first measurement.
+size_t final_round_start(const FakeBench& bench) {
+  size_t first = 0;
+  while (first < bench.protocols.size() && !final_pass(bench.protocols[first])) {
+    ++first;
+  }
+  return first;
+}
+
 } // namespace
 
 TEST_CASE("exhaustive and random search compile everything, then measure each candidate once, "
@@ -516,17 +526,20 @@ TEST_CASE("seeds are measured first and in full, and exploration starts next to 
   ProblemReport report;
   // Two seeds: (3, 3) from the nearest problem, (11, 12) from the next.
   SearchInput in = pending(256, {at(3, 3), at(11, 12)});
-  halving(bench, 3.0, 8).measure(bench, in, report);
+  halving(bench, 3.3, 8).measure(bench, in, report);
   REQUIRE(bench.order.size() >= 8);
   CHECK(bench.order[0] == at(3, 3));
   CHECK(bench.order[1] == at(11, 12));
-  CHECK(bench.measured[at(3, 3)] == 1); // never again: its full timing stands
+  CHECK(bench.measured[at(3, 3)] == 1); // never again, and cut: the final round has 11,12
+  CHECK(bench.variant(at(3, 3)).eliminated_in_round > 0);
+  CHECK(bench.measured[at(11, 12)] == 1 + k_final_passes);
   CHECK(bench.stored.front() == at(3, 3));
   // The first batch explored: 6 nearest neighbours (the four of the faster seed
   // (11, 12) first), 2 at random.
   std::set<size_t> first(bench.order.begin() + 2, bench.order.begin() + 6);
   CHECK(first == std::set<size_t>{at(10, 12), at(12, 12), at(11, 11), at(11, 13)});
-  // Within 3 s the search walks from (11, 12) to the optimum.
+  // Within 3.3 s (3 s, and the best seed's place in the final round) the search walks
+  // from (11, 12) to the optimum.
   CHECK(bench.winner() == "a=13,b=13");
 }
 
@@ -538,7 +551,12 @@ TEST_CASE("the winner is never worse than the best seed") {
     ProblemReport report;
     halving(bench, budget).measure(bench, pending(256, {at(13, 13), at(1, 1)}), report);
     CHECK(bench.winner() == "a=13,b=13");
-    CHECK(bench.measured[at(13, 13)] == 1);
+    // Measured again in the final round when there is one (not when the budget is
+    // spent on the seeds), beside the finalists.
+    const bool final_round = bench.stages.count("final") > 0;
+    CHECK(final_round == (budget > 1));
+    CHECK(bench.measured[at(13, 13)] == (final_round ? 1 + k_final_passes : 1));
+    CHECK((bench.variant(at(1, 1)).eliminated_in_round > 0) == final_round);
   }
   SUBCASE("a warm problem over its budget explores nothing") {
     FakeBench bench(256);
@@ -572,20 +590,135 @@ TEST_CASE("the final round's passes add up to one full measurement, so the budge
   CHECK(most == full.max_samples);
   CHECK(min_s == doctest::Approx(full.min_seconds));
   CHECK(max_s == doctest::Approx(full.max_seconds));
-  SUBCASE("on a budget, the round ends within it, in the four full measurements reserved") {
+  SUBCASE("on a budget, the round ends within it, in the full measurements reserved for the "
+          "four finalists and the best seed") {
+    static_assert(k_final_seeds == 1, "one seed joins the four finalists");
     FakeBench bench(256);
     grid(bench);
     ProblemReport report;
-    halving(bench, 3.0).measure(bench, pending(256, {at(5, 5)}), report);
+    halving(bench, 3.0).measure(bench, pending(256, {at(5, 5), at(1, 1)}), report);
     CHECK(report.budget_exhausted);
-    size_t first = 0;
-    while (first < bench.protocols.size() && !final_pass(bench.protocols[first])) {
-      ++first;
-    }
+    const size_t first = final_round_start(bench);
+    REQUIRE(first + 5 * k_final_passes == bench.order.size());
+    CHECK(bench.order[first] == at(5, 5)); // the best seed, first in the round's order
+    CHECK(bench.measured[at(1, 1)] == 1);
+    CHECK(bench.clock - bench.starts[first] == doctest::Approx(5 * k_full_s));
+    CHECK(bench.clock <= 3.0 + 1e-9);
+  }
+  SUBCASE("without seeds, the reserve is the four finalists'") {
+    FakeBench bench(256);
+    grid(bench);
+    ProblemReport report;
+    halving(bench, 0.3).measure(bench, pending(256), report); // cold: 3 s
+    CHECK(report.budget_exhausted);
+    const size_t first = final_round_start(bench);
     REQUIRE(first + 4 * k_final_passes == bench.order.size());
     CHECK(bench.clock - bench.starts[first] == doctest::Approx(4 * k_full_s));
     CHECK(bench.clock <= 3.0 + 1e-9);
+    CHECK(bench.clock > 3.0 - k_cheap_s - 1e-9); // and exploration had the rest
   }
+}
+
+namespace {
+
+// Six candidates to explore (candidate i at 100 + 3i us, 0 the fastest of them) and two
+// seeds measured in full first, 6 (`seed_us`) then 7 (104 us), on a GPU whose speed
+// steps by `step` once the seeds were measured (positive: slower, as when it heats up).
+void seeded(FakeBench& bench, double seed_us, double step) {
+  bench.median_of = [seed_us](size_t i) {
+    return i == 6 ? seed_us : i == 7 ? 104.0 : 100.0 + 3.0 * double(i);
+  };
+  bench.drift = [step](double t) { return t < 2 * k_full_s - 1e-9 ? 1.0 : 1.0 + step; };
+}
+
+SearchInput seeded_input(size_t builtin_seeds) {
+  SearchInput in = pending(8, {6, 7});
+  in.builtin_seeds = builtin_seeds; // 2: the op's built-in points, a cold problem
+  return in;
+}
+
+// What the tests of seeds in the final round check whatever the drift: the best seed
+// (6) measured again in the round's passes, first in its order, and its stored result
+// the pooled one; the other seed measured once and cut.
+void check_best_seed_in_final_round(FakeBench& bench) {
+  REQUIRE(bench.stages.count("final") == 1);
+  const size_t first = final_round_start(bench);
+  REQUIRE(first < bench.order.size());
+  CHECK((bench.order.size() - first) % k_final_passes == 0);
+  CHECK(bench.order[first] == 6);
+  CHECK(bench.measured[6] == 1 + k_final_passes);
+  CHECK(bench.measured[7] == 1);
+  CHECK(bench.variant(7).eliminated_in_round == 1);
+  CHECK(bench.variant(6).eliminated_in_round == 0);
+  // Stored twice: its early measurement at once, then the pooled passes alone.
+  CHECK(std::count(bench.stored.begin(), bench.stored.end(), size_t(6)) == 2);
+  const int per_pass =
+      HalvingSearch::pass_protocol(TimingProtocol{}, 1, k_final_passes).min_samples;
+  CHECK(bench.variant(6).timing.samples == k_final_passes * per_pass);
+}
+
+} // namespace
+
+TEST_CASE("a seed measured early at a fast moment does not win over a finalist that is faster "
+          "beside it in the final round") {
+  // Seed 6 is 2% slower than candidate 0, seed 7 4%; both measured at the start.
+  for (size_t builtin : {size_t(0), size_t(2)}) {
+    for (double step : {0.05, 0.0, -0.05}) {
+      CAPTURE(builtin);
+      CAPTURE(step);
+      FakeBench bench(8);
+      seeded(bench, 102.0, step);
+      ProblemReport report;
+      halving(bench, 1e9).measure(bench, seeded_input(builtin), report);
+      check_best_seed_in_final_round(bench);
+      CHECK(bench.winner() == "p=1000");
+      if (step > 0) {
+        // The GPU slowed down: both seeds' early timings beat candidate 0's in the round,
+        // and either would have won on it.
+        const double finalist = bench.variant(0).timing.median_us;
+        CHECK(bench.median_of(6) * bench.drift(0) < finalist);
+        CHECK(bench.median_of(7) * bench.drift(k_full_s) < finalist);
+        CHECK(bench.variant(6).timing.median_us > finalist);
+      }
+    }
+  }
+}
+
+TEST_CASE("a seed that is the fastest beside the finalists wins, whenever it was first "
+          "measured") {
+  // Seed 6 is 2% faster than candidate 0.
+  for (size_t builtin : {size_t(0), size_t(2)}) {
+    for (double step : {0.05, 0.0, -0.05}) {
+      CAPTURE(builtin);
+      CAPTURE(step);
+      FakeBench bench(8);
+      seeded(bench, 98.0, step);
+      ProblemReport report;
+      halving(bench, 1e9).measure(bench, seeded_input(builtin), report);
+      check_best_seed_in_final_round(bench);
+      CHECK(bench.winner() == "p=1006");
+      if (step < 0) {
+        // The GPU sped up: candidate 0's timing in the round beats the seed's early one,
+        // and would have won on it.
+        CHECK(bench.variant(0).timing.median_us < bench.median_of(6) * bench.drift(0));
+      }
+    }
+  }
+}
+
+TEST_CASE("when nothing in the final round stays correct, the seeds' early measurements decide") {
+  FakeBench bench(8);
+  seeded(bench, 102.0, 0.0);
+  // Candidates 0-3 (explored once) and seed 6 (measured once) fail their first pass.
+  for (size_t i : {0, 1, 2, 3, 6}) {
+    bench.fails_from[i] = 2;
+  }
+  ProblemReport report;
+  halving(bench, 1e9).measure(bench, seeded_input(0), report);
+  CHECK(bench.stages.count("final") == 1);
+  CHECK(bench.variant(6).outcome == cache::Outcome::wrong);
+  CHECK(bench.variant(7).eliminated_in_round == 0);
+  CHECK(bench.winner() == "p=1007");
 }
 
 TEST_CASE("seconds the session spent on the search before it started count against the budget") {

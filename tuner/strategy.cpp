@@ -242,8 +242,10 @@ private:
     return m_cheap_rate.known() ? 3 * m_cheap_rate.mean() : 0;
   }
   // What the final round will take: a full measurement of each explored candidate
-  // that can still reach it (within k_prune_ratio of the best full one), at most eta.
-  // Its interleaved passes add up to about that (pass_protocol): each pass after a
+  // that can still reach it (within k_prune_ratio of the best full one), at most eta,
+  // and of the seeds that join them (final_seeds); nothing when no explored one can
+  // reach it (then there is no final round, and no seed is measured again). Its
+  // interleaved passes add up to about that (pass_protocol): each pass after a
   // finalist's first adds only a check and one warm-up launch.
   double final_reserve() {
     const double limit = k_prune_ratio * best_full();
@@ -251,7 +253,33 @@ private:
     for (size_t i : m_explored) {
       contenders += ok(i) && median(i) <= limit ? 1 : 0;
     }
-    return double(std::min<size_t>(contenders, k_halving_eta)) * full_cost();
+    if (contenders == 0) {
+      return 0;
+    }
+    const size_t finalists = std::min<size_t>(contenders, k_halving_eta) + final_seeds().size();
+    return double(finalists) * full_cost();
+  }
+
+  // The seeds that join the final round: the first k_final_seeds of those measured in
+  // full here, in the order the session picks a winner in (preference_order), so that
+  // the seed it would have picked among them is the one measured again.
+  std::vector<size_t> final_seeds() {
+    std::vector<VariantReport> reports;
+    std::vector<size_t> index;
+    for (size_t i : m_in.seeds) {
+      if (ok(i)) {
+        reports.push_back(m_bench.variant(i));
+        index.push_back(i);
+      }
+    }
+    std::vector<size_t> out;
+    for (size_t k : preference_order(reports)) {
+      if (out.size() == k_final_seeds) {
+        break;
+      }
+      out.push_back(index[k]);
+    }
+    return out;
   }
 
   void sort_by_median(std::vector<size_t>& v) {
@@ -427,8 +455,8 @@ private:
   }
 
   // 3. Halving over the explored candidates: round 2 when more than eta^2 are left
-  // and the budget allows, then the best eta in full. Returns whether the budget
-  // skipped round 2.
+  // and the budget allows, then the final round: the best eta and the best seed(s)
+  // (final_seeds), in full. Returns whether the budget skipped round 2.
   bool finish() {
     std::vector<size_t> left;
     for (size_t i : m_explored) {
@@ -467,8 +495,34 @@ private:
       }
     }
     cut(left, eta, round);
-    measure_final(left);
+    if (left.empty()) {
+      // No final round: the seeds' full measurements, taken back to back, decide
+      // (with any results a killed session stored), none measured again.
+      return skipped;
+    }
+    // The best seed(s) measured in the same passes as the finalists, first in the
+    // round's order; seeds are never explored, so never among the finalists already.
+    std::vector<size_t> finalists = final_seeds();
+    finalists.insert(finalists.end(), left.begin(), left.end());
+    if (measure_final(finalists)) {
+      cut_seeds_left_out(finalists, round);
+    }
     return skipped;
+  }
+
+  // The seeds measured in full here that the final round left out are cut after
+  // `round` (their early measurement stays stored): each was slower than a seed in the
+  // round when measured beside it at the start, and its early timing compared with the
+  // round's later ones would be ranked partly by when each was measured, like a
+  // sequential final round (k_final_seeds). Called only when something in the round
+  // was correct, so that a winner remains. Results a killed session stored are neither
+  // measured again nor cut (SearchInput::measured): they are not this session's.
+  void cut_seeds_left_out(const std::vector<size_t>& finalists, int round) {
+    for (size_t i : m_in.seeds) {
+      if (ok(i) && std::find(finalists.begin(), finalists.end(), i) == finalists.end()) {
+        m_bench.variant(i).eliminated_in_round = round;
+      }
+    }
   }
 
   // The final round: each finalist measured in full, split into k_final_passes passes
@@ -476,9 +530,10 @@ private:
   // (A B C, C B A, ...), so that the GPU's clock drifting during the round reaches
   // all of them alike. Every pass checks the outputs before timing them: a finalist
   // that fails any pass is out with that outcome, stored at once. The others' passes
-  // are pooled (pool_passes) into the full measurement stored for them; the progress
-  // counts passes.
-  void measure_final(const std::vector<size_t>& finalists) {
+  // are pooled (pool_passes) into the full measurement stored for them, replacing any
+  // earlier one (a seed's): the decision sees only the round's passes. The progress
+  // counts passes. Returns whether any finalist was correct in every pass.
+  bool measure_final(const std::vector<size_t>& finalists) {
     struct Finalist {
       size_t index;
       std::vector<Timing> passes;
@@ -516,6 +571,7 @@ private:
         x.rel_err = std::max(x.rel_err, v.rel_err);
       }
     }
+    bool any_ok = false;
     for (Finalist& x : f) {
       if (x.failed) {
         continue;
@@ -525,8 +581,12 @@ private:
       v.rel_err = x.rel_err;
       m_full_rate.add(x.seconds);
       m_bench.store(x.index);
-      m_full_ok.push_back(x.index);
+      if (std::find(m_full_ok.begin(), m_full_ok.end(), x.index) == m_full_ok.end()) {
+        m_full_ok.push_back(x.index); // a seed is there already
+      }
+      any_ok = true;
     }
+    return any_ok;
   }
 
   Bench& m_bench;

@@ -3,7 +3,7 @@
 //  - HalvingSearch (the default): within a time budget per problem, the winners of
 //    the nearest tuned problems first (transfer), then cheap measurements of the
 //    configurations nearest to the best so far, successive halving over them, and a
-//    full measurement of the few left;
+//    full measurement of the few left beside the best seed;
 //  - ExhaustiveSearch: every configuration, in full (a space over k_max_exhaustive
 //    is sampled instead: enumerating it would take hours);
 //  - RandomSearch: a seeded sample, in full.
@@ -77,10 +77,11 @@ public:
   // sample, recorded in report.sampled).
   virtual std::vector<Config> select(std::vector<Config> valid, ProblemReport& report) const = 0;
   // Measures input.pending (the others' outcomes are known). On return each one it
-  // measured holds its final outcome, stored, or carries eliminated_in_round when only
-  // a cheap timing cut it (kept for the report, never stored, never a winner); those it
-  // never measured keep the outcome they had (the session leaves them out of the
-  // report).
+  // measured holds its final outcome, stored, or carries eliminated_in_round (kept for
+  // the report, never a winner): when only a cheap timing cut it (never stored), or,
+  // under HalvingSearch, a seed the final round left out (its full measurement
+  // stored); those it never measured keep the outcome they had (the session leaves
+  // them out of the report).
   virtual void measure(Bench& bench, const SearchInput& input, ProblemReport& report) const = 0;
   // Seconds this strategy may spend on a problem (the ETA uses it), 0 when unbounded;
   // `warm`: the problem has tuned neighbours to start from.
@@ -126,17 +127,18 @@ public:
 };
 
 // Successive halving within a time budget per problem, starting from transfer seeds:
-//  1. the seeds (winners of the nearest tuned problems) are compiled and measured in
-//     full: the result is never worse than the best of them;
+//  1. the seeds (winners of the nearest tuned problems, the op's built-in point) are
+//     compiled and measured in full: the best of them competes in the final round, so
+//     the result is never worse than it;
 //  2. exploration: the other candidates are compiled in batches and measured cheaply
 //     (round_protocol(full, 0, 3)), those nearest in parameter space to the best so
 //     far first, one in k_explore_random_share drawn at random instead, until the
 //     budget, less what the final round will take, is spent;
 //  3. halving: cheap timings over k_prune_ratio times the best full one are cut, the
 //     best 1/eta of the rest measured again (round 2) when the budget allows, and the
-//     best eta measured in full (final), each in k_final_passes passes interleaved
-//     with the others'. Failures are stored at once, timings only from full
-//     measurements.
+//     best eta measured in full (final) with the best k_final_seeds seeds, each in
+//     k_final_passes passes interleaved with the others'; the seeds left out are cut.
+//     Failures are stored at once, timings only from full measurements.
 // The budget covers compiling and measuring (not the problem's inputs and reference,
 // nor the winner's re-check); a problem with nothing to start from (no seeds, no
 // stored results, or seeds that all failed here) gets k_cold_budget_factor times as
@@ -184,6 +186,18 @@ private:
 // (pool_passes: of four, the mean of the middle two) alike. Four rather than two, so
 // that the median also leaves out a pass thrown off by a clock step.
 constexpr int k_final_passes = 4;
+
+// The final round also measures this many seeds, the first of those measured in full
+// at the start (in preference_order), beside the halving finalists and in the same
+// passes; their early measurement then no longer counts, and the seeds left out are
+// cut. A seed is often the winner or a near tie, and its early timing against the
+// finalists' late ones would be ranked partly by when each was measured, as in a
+// sequential final round. One, not more: the seeds were measured back to back, so the
+// clock moved little between them and their order holds but for ties within the
+// noise; the best of them stands for the rest. The round grows by one full
+// measurement (eta + 1 finalists), which final_reserve takes out of exploration's
+// share of the budget (about three cheap measurements), not on top of it.
+constexpr size_t k_final_seeds = 1;
 
 // One finalist's passes pooled into the full measurement it stands for: the median
 // of the passes' medians, p10 and p90 of all their samples (`samples_us`, every

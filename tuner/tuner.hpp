@@ -63,8 +63,10 @@ struct VariantReport {
   double rel_err = 0;
   int sm_clock_mhz = 0; // SM clock right after timing (NVML), 0 when unknown
   std::string message;
-  bool reused_result = false;  // measured by an earlier session (resume)
-  int eliminated_in_round = 0; // successive halving cut it after this round (cheap timing only)
+  bool reused_result = false; // measured by an earlier session (resume)
+  // Successive halving cut it after this round (not a winner): on a cheap timing, or a
+  // seed left out of the final round (HalvingSearch, k_final_seeds) on its full one.
+  int eliminated_in_round = 0;
 };
 
 // Successive halving (HalvingSearch, strategy.hpp) keeps the best 1/k_halving_eta of
