@@ -2,6 +2,8 @@
 #include "runtime/base/hash.hpp"
 #include "runtime/cuda/nvrtc.hpp"
 #include "runtime/dispatch/variant.hpp"
+#include "runtime/ops/space.hpp"
+#include "runtime/ops/templates.hpp"
 #include "tuner/report.hpp"
 #include "tuner/strategy.hpp"
 #include "tuner/tuner.hpp"
@@ -947,6 +949,65 @@ TEST_CASE("transfer seeds are the distinct winners of the nearest tuned problems
     CHECK(db.seeds(query, 4, other.key()).empty());
     CHECK(db.seeds(query, 4, "another-device") == std::vector<std::string>{"c6"});
   }
+}
+
+TEST_CASE("transfer seeds are the nearest winners valid for the problem, adapted where the op "
+          "adapts them, without repeats") {
+  const Op& op = find_op("attention");
+  const Problem d128 = op.make_problem(parse_fields("B=8,H=16,S=2048,D=128", "shape"));
+  const Problem d64 = op.make_problem(parse_fields("B=8,H=32,S=2048,D=64", "shape"));
+  const Space space = parse_space(template_file(op.space_path()), op.space_path());
+  std::vector<Config> valid;
+  std::string only64; // valid at D=64, not at D=128 as it is or adapted
+  for (const Config& c : space.enumerate()) {
+    const bool ok128 = bool(op.check(c, d128, "sm_90a"));
+    if (ok128) {
+      valid.push_back(c);
+    } else if (only64.empty() && op.check(c, d64, "sm_90a") &&
+               !op.check(op.adapt(c, d128), d128, "sm_90a")) {
+      only64 = config_id(c);
+    }
+  }
+  // Two valid configurations the op keeps as they are for this problem.
+  std::vector<std::string> kept;
+  for (const Config& c : valid) {
+    if (kept.size() < 2 && config_id(op.adapt(c, d128)) == config_id(c)) {
+      kept.push_back(config_id(c));
+    }
+  }
+  REQUIRE(kept.size() == 2);
+  REQUIRE(!only64.empty());
+  const std::string a = kept[0], b = kept[1];
+  auto seed = [](const std::string& config, const std::string& problem) {
+    TransferSeed t;
+    t.config = config;
+    t.problem = problem;
+    return t;
+  };
+  const std::vector<TransferSeed> nearest = {seed(only64, "p0"), seed(a, "p1"), seed(a, "p2"),
+                                             seed("block_m=notanumber", "p3"), seed(b, "p4")};
+  std::vector<TransferSeed> got = valid_seeds(op, d128, valid, nearest, 4);
+  REQUIRE(got.size() == 2);
+  CHECK(got[0].config == a);
+  CHECK(got[0].problem == "p1");
+  CHECK(got[1].config == b);
+  CHECK(valid_seeds(op, d128, valid, nearest, 1).size() == 1);
+
+  // A decoding winner (four warps share each 16-row tile) borrowed by a prefill problem
+  // is adapted to one warp per 16 rows, which is valid there.
+  const Problem prefill = op.make_problem(parse_fields("B=2,Hq=8,Hkv=2,S=300,D=128", "shape"));
+  const std::string decode = "block_m=16,block_n=64,warps=4,stages=2,swizzle=xor,q=regs,splits=1,"
+                             "family=mma";
+  std::vector<Config> valid_prefill;
+  for (const Config& c : space.enumerate()) {
+    if (op.check(c, prefill, "sm_90")) {
+      valid_prefill.push_back(c);
+    }
+  }
+  got = valid_seeds(op, prefill, valid_prefill, {seed(decode, "decode")}, 4);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].config != decode);
+  CHECK(got[0].config.find("block_m=64,") != std::string::npos);
 }
 
 TEST_CASE("the --json report writes null, not nan, for numbers that are not finite") {

@@ -17,6 +17,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <unordered_set>
 
 namespace autotune {
 namespace {
@@ -461,6 +462,37 @@ std::vector<TransferSeed> nearest_winners(const cache::Database& db, const Op& o
   return out;
 }
 
+std::vector<TransferSeed> valid_seeds(const Op& op, const Problem& problem,
+                                      const std::vector<Config>& valid,
+                                      std::vector<TransferSeed> nearest, size_t k) {
+  std::unordered_set<std::string> ids;
+  for (const Config& c : valid) {
+    ids.insert(config_id(c));
+  }
+  std::vector<TransferSeed> out;
+  std::unordered_set<std::string> taken;
+  for (TransferSeed& seed : nearest) {
+    if (out.size() >= k) {
+      break;
+    }
+    std::string adapted;
+    try {
+      adapted = config_id(op.adapt(parse_fields(seed.config, "stored configuration"), problem));
+    } catch (const Error&) {
+      continue; // a configuration of an older space
+    }
+    if (ids.count(adapted)) {
+      seed.config = adapted;
+    } else if (!ids.count(seed.config)) {
+      continue;
+    }
+    if (taken.insert(seed.config).second) {
+      out.push_back(std::move(seed));
+    }
+  }
+  return out;
+}
+
 namespace {
 
 void store_winner(const Session& s, const Device& d, const Problem& problem,
@@ -482,6 +514,11 @@ void store_winner(const Session& s, const Device& d, const Problem& problem,
   report.winner_us = w.timing.median_us;
 }
 
+// How many of the nearest winners are looked at for the --transfer seeds that are valid
+// for a problem (a D=128 problem whose nearest tuned problems are D=64 ones may find
+// none valid among the first few).
+constexpr size_t k_transfer_candidates = 64;
+
 // Tunes a problem no stored winner answers.
 void tune_problem(const Session& s, const Device& d, const Strategy& strategy, size_t index,
                   const Problem& problem, ProblemReport& report) {
@@ -491,7 +528,9 @@ void tune_problem(const Session& s, const Device& d, const Strategy& strategy, s
   std::vector<Config> valid = measured_configs(s, problem, report.invalid);
   std::vector<TransferSeed> seeds;
   if (strategy.transfers() && s.options.transfer > 0) {
-    seeds = nearest_winners(s.db, s.op, d.key, problem, size_t(s.options.transfer));
+    seeds = valid_seeds(s.op, problem, valid,
+                        nearest_winners(s.db, s.op, d.key, problem, k_transfer_candidates),
+                        size_t(s.options.transfer));
     // The op's built-in tuning point for this GPU family (what the heuristic policy
     // runs) is measured too: where the database holds little near this problem it is
     // often the better start (on unseen selective_scan shapes it ran up to 1.49x the
