@@ -489,6 +489,20 @@ TEST_CASE("a cold problem explores until its budget, less the final round, is sp
   }
 }
 
+TEST_CASE("a problem with tuned neighbours is warm even when none of their winners fits it") {
+  // Only the built-in point as a seed, but the database holds tuned neighbours.
+  for (size_t neighbours : {size_t(0), size_t(3)}) {
+    CAPTURE(neighbours);
+    FakeBench bench(256);
+    ProblemReport report;
+    SearchInput in = pending(256, {5});
+    in.builtin_seeds = 1;
+    in.neighbours = neighbours;
+    halving(bench, 1.0).measure(bench, in, report);
+    CHECK(report.budget_s == doctest::Approx(neighbours > 0 ? 1.0 : 10.0));
+  }
+}
+
 TEST_CASE("a cold problem over its budget still measures a few and the best of them in full") {
   FakeBench bench(64);
   ProblemReport report;

@@ -205,7 +205,7 @@ public:
         m_full_ok.push_back(i);
       }
     }
-    m_cold = in.seeds.size() <= in.builtin_seeds && m_full_ok.empty();
+    m_cold = in.seeds.size() <= in.builtin_seeds && in.neighbours == 0 && m_full_ok.empty();
     m_budget = m_cold ? cold_budget : warm_budget;
   }
 

@@ -62,6 +62,12 @@ struct SearchInput {
   // tuned problems: measured first, but they do not make the problem warm (a problem
   // with no tuned neighbour still gets the cold budget).
   size_t builtin_seeds = 0;
+  // How many tuned problems of the op on this GPU the transfer found near this one,
+  // whether or not their winners are valid here: with any, the problem is not cold
+  // (the built-in point and the neighbours' knowledge in the space's order are a start;
+  // a D=128 attention problem after only D=64 ones, whose winners do not fit it, took
+  // 20 s of the headline command's 180 as a cold one).
+  size_t neighbours = 0;
   // Correct results a killed session stored (full measurements): they compete in
   // the final round without being measured again.
   std::vector<size_t> measured;

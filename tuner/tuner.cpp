@@ -527,10 +527,12 @@ void tune_problem(const Session& s, const Device& d, const Strategy& strategy, s
   const WorkerSeconds worker = d.worker.seconds();
   std::vector<Config> valid = measured_configs(s, problem, report.invalid);
   std::vector<TransferSeed> seeds;
+  size_t neighbours = 0;
   if (strategy.transfers() && s.options.transfer > 0) {
-    seeds = valid_seeds(s.op, problem, valid,
-                        nearest_winners(s.db, s.op, d.key, problem, k_transfer_candidates),
-                        size_t(s.options.transfer));
+    std::vector<TransferSeed> nearest =
+        nearest_winners(s.db, s.op, d.key, problem, k_transfer_candidates);
+    neighbours = nearest.size();
+    seeds = valid_seeds(s.op, problem, valid, std::move(nearest), size_t(s.options.transfer));
     // The op's built-in tuning point for this GPU family (what the heuristic policy
     // runs) is measured too: where the database holds little near this problem it is
     // often the better start (on unseen selective_scan shapes it ran up to 1.49x the
@@ -583,6 +585,7 @@ void tune_problem(const Session& s, const Device& d, const Strategy& strategy, s
   s.progress.start_problem(index, problem.key(), candidates.size(), seed_ids.size());
   WorkerBench bench(s, d, problem, candidates, report);
   SearchInput input = bench.resume();
+  input.neighbours = neighbours;
   for (size_t k = 0; k < seed_ids.size(); ++k) {
     for (size_t i : input.pending) {
       if (candidates[i].source.config_id == seed_ids[k]) {
