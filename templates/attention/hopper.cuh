@@ -635,8 +635,11 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
           }
           qk_product(sc, my_q, k_tile);
           wgmma_commit();
-          if (k_pingpong && !(consumer == k_consumers - 1 && n == n_count - 1)) {
-            named_barrier_arrive(1 + (consumer + 1) % k_consumers, 256); // the next one's turn
+          if (k_pingpong) {
+            // The next one's turn, on every tile: an arrival skipped on the last consumer's
+            // last tile put it on a divergent path between the products and their wait, and
+            // ptxas then serialised every wgmma (C7520). Consumer 0 takes that last one below.
+            named_barrier_arrive(1 + (consumer + 1) % k_consumers, 256);
           }
           wgmma_wait<0>();
           if (k_stages > 1 && n > 0) {
@@ -657,6 +660,9 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
           wgmma_commit();
           wgmma_wait<0>();
           release_stage(kv_empty + 8 * stage(i), lane);
+          if (k_pingpong && consumer == 0) {
+            named_barrier_sync(1, 256); // the last consumer's turn-passing after its last tile
+          }
         }
       }
       it0 += n_count;
