@@ -5,13 +5,58 @@
 #include "runtime/cuda/device.hpp"
 #include "runtime/ops/types.hpp"
 
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <random>
+#include <string>
+#include <thread>
 #include <vector>
 
 namespace autotune::test {
+
+// cuCtxSynchronize under a watchdog: GPU work that does not finish within `seconds` (a
+// kernel that hangs) ends the process with a message naming `what` (the case and the
+// variant), where it would otherwise stall the run until an outer timeout killed it
+// without saying where.
+inline void synchronize_within(const std::string& what, double seconds = 120) {
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lock(m);
+    if (!cv.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return done; })) {
+      std::fprintf(stderr, "\nGPU work did not finish within %.0f s: %s\n", seconds, what.c_str());
+      std::fflush(stderr);
+      std::fflush(stdout);
+      std::_Exit(3);
+    }
+  });
+  const CUresult r = cuda::driver().cuCtxSynchronize();
+  {
+    std::lock_guard<std::mutex> lock(m);
+    done = true;
+  }
+  cv.notify_one();
+  watchdog.join();
+  AUTOTUNE_CU(r);
+}
+
+// One launch of `f` with `g`'s grid and shared memory on the default stream, waited for
+// under synchronize_within; `what` names the shape and the variant.
+inline void launch_and_wait(CUfunction f, const LaunchGeometry& g, ArgPack& args,
+                            const std::string& what) {
+  cuda::allow_dynamic_smem(f, g.dynamic_smem);
+  AUTOTUNE_CU(cuda::driver().cuLaunchKernel(f, g.grid[0], g.grid[1], g.grid[2], g.block[0],
+                                            g.block[1], g.block[2], g.dynamic_smem, nullptr,
+                                            args.pointers(), nullptr));
+  synchronize_within(what);
+}
 
 inline uint16_t float_to_bf16(float f) {
   uint32_t u;

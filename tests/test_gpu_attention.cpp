@@ -167,14 +167,6 @@ struct AttnCase {
   }
 };
 
-void launch(CUfunction f, const LaunchGeometry& g, ArgPack& args) {
-  cuda::allow_dynamic_smem(f, g.dynamic_smem);
-  AUTOTUNE_CU(cuda::driver().cuLaunchKernel(f, g.grid[0], g.grid[1], g.grid[2], g.block[0],
-                                            g.block[1], g.block[2], g.dynamic_smem, nullptr,
-                                            args.pointers(), nullptr));
-  AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
-}
-
 // The split-KV arrival counters (the workspace's first words) that are not zero.
 size_t nonzero_counters(const DeviceTensor& ws, HostTensor& ws_host, const Problem& problem) {
   ws.download(ws_host);
@@ -295,7 +287,8 @@ TEST_CASE("attention variants match a float64 reference over every feature") {
       }
       ArgPack args;
       attn().pack(configs[i], k.problem, ptrs, args);
-      launch(f, attn().geometry(configs[i], k.problem), args);
+      launch_and_wait(f, attn().geometry(configs[i], k.problem), args,
+                      k.problem.key() + " " + sources[i].config_id);
       o.download(out);
       const std::vector<double> got_o = k.logical(out);
       double err = rel_err(got_o, k.ref.o);
@@ -404,7 +397,8 @@ TEST_CASE("causal attention with Sq > Sk: rows that see no key are exactly 0, ev
         const unsigned short nan16 = k.dtype == DType::f16 ? 0x7e00 : 0x7fc0;
         AUTOTUNE_CU(d.cuMemsetD16Async(o.get(), nan16, out.n, nullptr));
         AUTOTUNE_CU(d.cuMemsetD32Async(l.get(), 0x7fc00000u, lse.n, nullptr));
-        launch(f, attn().geometry(runnable[i], k.problem), args);
+        launch_and_wait(f, attn().geometry(runnable[i], k.problem), args,
+                        k.problem.key() + " " + config_id(runnable[i]));
         o.download(out);
         l.download(lse);
         const std::vector<double> got_o = k.logical(out);
@@ -456,8 +450,8 @@ TEST_CASE("the attention GPU reference kernel agrees with the float64 CPU refere
     DeviceTensor o(o_ref), l(lse_ref);
     ArgPack args;
     attn().pack_reference(k.problem, {q.get(), kk.get(), v.get()}, {o.get(), l.get()}, args);
-    launch(cuda::get_function(m, attn().reference_kernel(k.problem).c_str()),
-           attn().reference_geometry(k.problem), args);
+    launch_and_wait(cuda::get_function(m, attn().reference_kernel(k.problem).c_str()),
+                    attn().reference_geometry(k.problem), args, "reference " + k.problem.key());
     o.download(o_ref);
     l.download(lse_ref);
     const std::vector<double> got_o = k.logical(o_ref);
@@ -872,7 +866,8 @@ TEST_CASE("attention with sliding windows, softcap, ALiBi and head dims off 64/1
       call.workspace_bytes = ws_elements * 4;
       ArgPack args;
       attn().pack_call(configs[i], k.problem, call, args);
-      launch(f, attn().geometry(configs[i], k.problem), args);
+      launch_and_wait(f, attn().geometry(configs[i], k.problem), args,
+                      k.problem.key() + " " + sources[i].config_id);
       o.download(out);
       const std::vector<double> got_o = k.logical(out);
       const double err = rel_err(got_o, k.ref.o);
@@ -933,8 +928,8 @@ TEST_CASE("the attention GPU reference kernel follows windows, softcap and ALiBi
     DeviceTensor o(o_ref), l(lse_ref);
     ArgPack args;
     attn().pack_reference(k.problem, t, {o.get(), l.get()}, args);
-    launch(cuda::get_function(m, attn().reference_kernel(k.problem).c_str()),
-           attn().reference_geometry(k.problem), args);
+    launch_and_wait(cuda::get_function(m, attn().reference_kernel(k.problem).c_str()),
+                    attn().reference_geometry(k.problem), args, "reference " + k.problem.key());
     o.download(o_ref);
     l.download(lse_ref);
     const std::vector<double> got_o = k.logical(o_ref);

@@ -188,7 +188,7 @@ TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference ov
         AUTOTUNE_CU(cuda::driver().cuLaunchKernel(f, g.grid[0], g.grid[1], g.grid[2], g.block[0],
                                                   g.block[1], g.block[2], g.dynamic_smem, nullptr,
                                                   args.pointers(), nullptr));
-        AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+        synchronize_within(problem.key() + " " + sources[i].config_id);
         o.download(out);
         std::vector<double> got(out.n);
         for (int b = 0; b < B; ++b) {

@@ -46,14 +46,6 @@ Tensor dev(CUdeviceptr p, ElementType t, std::initializer_list<int64_t> shape,
   return tensor(reinterpret_cast<const void*>(p), t, shape, strides);
 }
 
-void launch(CUfunction f, const LaunchGeometry& g, ArgPack& args) {
-  cuda::allow_dynamic_smem(f, g.dynamic_smem);
-  AUTOTUNE_CU(cuda::driver().cuLaunchKernel(f, g.grid[0], g.grid[1], g.grid[2], g.block[0],
-                                            g.block[1], g.block[2], g.dynamic_smem, nullptr,
-                                            args.pointers(), nullptr));
-  AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
-}
-
 struct Case {
   int Sq;
   bool causal;
@@ -204,8 +196,8 @@ TEST_CASE("the GPU reference reads the tuner's paged cache as the float64 one do
   cuda::Module m = cuda::load_module(compiled->binary);
   ArgPack args;
   attn().pack_reference(p, ptrs, {ro.get(), rl.get()}, args);
-  launch(cuda::get_function(m, attn().reference_kernel(p).c_str()), attn().reference_geometry(p),
-         args);
+  launch_and_wait(cuda::get_function(m, attn().reference_kernel(p).c_str()),
+                  attn().reference_geometry(p), args, "reference " + p.key());
   HostTensor o(DType::f32, ref.o.size()), l(DType::f32, ref.lse.size());
   ro.download(o.bytes.data(), o.bytes.size());
   rl.download(l.bytes.data(), l.bytes.size());

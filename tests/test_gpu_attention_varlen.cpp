@@ -106,14 +106,6 @@ struct VarlenCase {
   }
 };
 
-void launch(CUfunction f, const LaunchGeometry& g, ArgPack& args) {
-  cuda::allow_dynamic_smem(f, g.dynamic_smem);
-  AUTOTUNE_CU(cuda::driver().cuLaunchKernel(f, g.grid[0], g.grid[1], g.grid[2], g.block[0],
-                                            g.block[1], g.block[2], g.dynamic_smem, nullptr,
-                                            args.pointers(), nullptr));
-  AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
-}
-
 // Runs every config on the case and checks O (rows without keys exactly 0) and LSE.
 void check_variants(VarlenCase& c, const std::vector<Config>& configs) {
   cuda::DeviceInfo dev = cuda::query_device(0);
@@ -163,7 +155,8 @@ void check_variants(VarlenCase& c, const std::vector<Config>& configs) {
       call.workspace_bytes = ws_bytes;
       ArgPack args;
       attn().pack_call(valid[i], c.problem, call, args);
-      launch(f, attn().geometry(valid[i], c.problem), args);
+      launch_and_wait(f, attn().geometry(valid[i], c.problem), args,
+                      c.problem.key() + " " + config_id(valid[i]));
       o.download(out);
       l.download(lse);
       const std::vector<double> got_o = values(out);
@@ -268,8 +261,8 @@ TEST_CASE("the attention GPU reference kernel reads varlen offsets as the tuner 
   cuda::Module m = cuda::load_module(compiled->binary);
   ArgPack args;
   attn().pack_reference(p, ptrs, {ro.get(), rl.get()}, args);
-  launch(cuda::get_function(m, attn().reference_kernel(p).c_str()), attn().reference_geometry(p),
-         args);
+  launch_and_wait(cuda::get_function(m, attn().reference_kernel(p).c_str()),
+                  attn().reference_geometry(p), args, "reference " + p.key());
   HostTensor o(DType::f32, ref.o.size()), l(DType::f32, ref.lse.size());
   ro.download(o.bytes.data(), o.bytes.size());
   rl.download(l.bytes.data(), l.bytes.size());
