@@ -435,6 +435,25 @@ TEST_CASE("a state-form configuration borrowed for a small batch gets more lanes
     const Problem big = problem("B=16,D=1536,L=1024,N=16");
     CHECK(scan().adapt(grid_point, big) == grid_point);
   }
+  SUBCASE("ragged rows at a small batch take 64 steps a chunk and B/C staged as pairs") {
+    // The sizing first (cpb 16, nsplit 8: 256 blocks at B=2), then the ragged rule.
+    const Problem ragged = problem("B=2,D=2048,L=333,N=16");
+    const Config c = scan().adapt(grid_point, ragged);
+    CHECK(field(c, "cpb") == "16");
+    CHECK(field(c, "nsplit") == "8");
+    CHECK(field(c, "items") == "64");
+    CHECK(field(c, "bc") == "pair");
+    CHECK(scan().check(c, ragged, "sm_90a"));
+    // Aligned rows, or a batch with many channels, keep the point's items and B/C rows.
+    const Config aligned = scan().adapt(grid_point, problem("B=2,D=2048,L=336,N=16"));
+    CHECK(field(aligned, "items") == "32");
+    CHECK(field(aligned, "bc") == "f32");
+    const Config wide = scan().adapt(grid_point, problem("B=16,D=2048,L=1000,N=16"));
+    CHECK(field(wide, "items") == "32");
+    // fp32 inputs have no pairs to stage.
+    const Config f32 = scan().adapt(grid_point, problem("B=2,D=2048,L=333,N=16,dtype=fp32"));
+    CHECK(field(f32, "bc") == "f32");
+  }
   SUBCASE("N caps the lanes per channel") {
     const Problem few_states = problem("B=1,D=256,L=2048,N=4");
     const Config c = scan().adapt(grid_point, few_states);

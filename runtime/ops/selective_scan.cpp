@@ -510,6 +510,30 @@ Config SelectiveScanOp::adapt(const Config& config, const Problem& problem) cons
     current = std::move(c);
     p = next;
   }
+  // Ragged rows (L % vec != 0, the element layout of AT_RAGGED) at a small batch: in
+  // every ragged sweep on the H100 (bench/notes/selective_scan-ragged.md, run 2: B x D of
+  // 4096-12288, L of 333-8191) 64 steps a chunk with B and C staged as pairs beat the
+  // aligned points' 32 and fp32 rows, by up to 1.4x at the same channels per block
+  // (B=2, D=2048, L=333: 64/16/8/pair 23.3 us, 32/16/8/f32 32.1 us). The grid's points
+  // are all aligned, so they never carry that.
+  constexpr long long k_ragged_small_channels = 16384;
+  if (ragged(p, d) && d.B * d.D <= k_ragged_small_channels && p.threads == 128 && p.items == 32) {
+    Config c = with_values(current, {{"items", 64}});
+    if (d.var_b && d.var_c && dtype_size(d.x) == 2) {
+      for (auto& [k, v] : c) {
+        if (k == "bc") {
+          v = "pair";
+        }
+      }
+    }
+    try {
+      if (check(c, problem, "sm_80")) {
+        current = std::move(c);
+      }
+    } catch (const Error&) {
+      // keep the sized configuration
+    }
+  }
   return current;
 }
 
