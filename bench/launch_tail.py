@@ -14,30 +14,20 @@ import argparse
 import collections
 import os
 import sys
-import time
 
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "runtime", "python"))
 import autotune_runtime  # noqa: E402
-
-SYNC_EVERY = 50  # as bench/python_call.py
+from python_call import SYNC_EVERY, single_call_samples  # noqa: E402
 
 
 def profile(fn, calls):
     for _ in range(100):
         fn()
     torch.cuda.synchronize()
-    clock = time.perf_counter
-    samples = [0.0] * calls
-    for i in range(calls):
-        t0 = clock()
-        fn()
-        samples[i] = clock() - t0
-        if i % SYNC_EVERY == SYNC_EVERY - 1:
-            torch.cuda.synchronize()
-    torch.cuda.synchronize()
+    samples = single_call_samples(fn, calls)
     ordered = sorted(samples)
     med = ordered[calls // 2]
     p99 = ordered[int(calls * 0.99)]

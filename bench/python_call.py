@@ -38,6 +38,21 @@ import autotune_runtime  # noqa: E402
 SYNC_EVERY = 50  # calls between stream synchronizations (not timed)
 
 
+def single_call_samples(fn, calls, clock=time.perf_counter):
+    """Seconds of each of `calls` warm calls of fn, each timed alone on the host, the
+    stream synchronized (untimed) every SYNC_EVERY calls so that launches never wait for a
+    full queue. The sample list is preallocated: the loop appends nothing."""
+    samples = [0.0] * calls
+    for i in range(calls):
+        t0 = clock()
+        fn()
+        samples[i] = clock() - t0
+        if i % SYNC_EVERY == SYNC_EVERY - 1:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    return samples
+
+
 def host_times(fn, calls, repeats=3):
     """(median, p99, collections, after_sync_median, others_p99): the median and p99 of
     single warm calls in microseconds, each the best of `repeats` repetitions in this
@@ -61,20 +76,13 @@ def host_times(fn, calls, repeats=3):
     collections = 0
     for _ in range(repeats):
         gc.collect()
-        samples = [0.0] * calls  # preallocated: the timing loop appends nothing
         started[0] = 0
         gc.callbacks.append(count)
         try:
-            for i in range(calls):
-                t0 = clock()
-                fn()
-                samples[i] = clock() - t0
-                if i % SYNC_EVERY == SYNC_EVERY - 1:
-                    torch.cuda.synchronize()
+            samples = single_call_samples(fn, calls, clock)
         finally:
             gc.callbacks.remove(count)
         collections += started[0]
-        torch.cuda.synchronize()
         after = sorted(samples[i] for i in range(0, calls, SYNC_EVERY))
         others = sorted(samples[i] for i in range(calls) if i % SYNC_EVERY)
         samples.sort()

@@ -673,6 +673,15 @@ void check_best_seed_in_final_round(FakeBench& bench) {
   CHECK(bench.variant(6).timing.samples == k_final_passes * per_pass);
 }
 
+// Seeds 6 (at seed_us) and 7 measured first, the GPU's speed stepping by `step` after
+// them, the search run to its end; then what every such run must show.
+void measure_seeded(FakeBench& bench, double seed_us, double step, size_t builtin) {
+  seeded(bench, seed_us, step);
+  ProblemReport report;
+  halving(bench, 1e9).measure(bench, seeded_input(builtin), report);
+  check_best_seed_in_final_round(bench);
+}
+
 } // namespace
 
 TEST_CASE("a seed measured early at a fast moment does not win over a finalist that is faster "
@@ -683,10 +692,7 @@ TEST_CASE("a seed measured early at a fast moment does not win over a finalist t
       CAPTURE(builtin);
       CAPTURE(step);
       FakeBench bench(8);
-      seeded(bench, 102.0, step);
-      ProblemReport report;
-      halving(bench, 1e9).measure(bench, seeded_input(builtin), report);
-      check_best_seed_in_final_round(bench);
+      measure_seeded(bench, 102.0, step, builtin);
       CHECK(bench.winner() == "p=1000");
       if (step > 0) {
         // The GPU slowed down: both seeds' early timings beat candidate 0's in the round,
@@ -708,10 +714,7 @@ TEST_CASE("a seed that is the fastest beside the finalists wins, whenever it was
       CAPTURE(builtin);
       CAPTURE(step);
       FakeBench bench(8);
-      seeded(bench, 98.0, step);
-      ProblemReport report;
-      halving(bench, 1e9).measure(bench, seeded_input(builtin), report);
-      check_best_seed_in_final_round(bench);
+      measure_seeded(bench, 98.0, step, builtin);
       CHECK(bench.winner() == "p=1006");
       if (step < 0) {
         // The GPU sped up: candidate 0's timing in the round beats the seed's early one,
