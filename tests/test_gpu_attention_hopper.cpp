@@ -111,7 +111,7 @@ TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference ov
   };
   size_t shape_index = 0;
   for (const Shape& sh : shapes) {
-    CAPTURE(sh.text);
+    CAPTURE(std::string(sh.text));
     const Problem problem = attn().make_problem(parse_fields(sh.text, "shape"));
     const int B = int(problem.get_int("B")), Hq = int(problem.get_int("Hq")),
               Hkv = int(problem.get_int("Hkv")), Sq = int(problem.get_int("Sq")),

@@ -106,7 +106,7 @@ TEST_CASE("every valid causal_conv1d variant matches a float64 reference") {
     HostTensor fin(k.x.type, k.init.n);
     size_t checked = 0;
     for (size_t i = 0; i < configs.size(); ++i) {
-      CAPTURE(shape);
+      CAPTURE(std::string(shape));
       CAPTURE(sources[i].config_id);
       REQUIRE_MESSAGE(jobs[i].output.ok(),
                       (jobs[i].output.ok() ? "" : jobs[i].output.failure().detail));
@@ -368,8 +368,8 @@ TEST_CASE("ragged rows at every offset and stride read and write only their own 
       CUfunction f = cuda::get_function(m, op.kernel_name());
       for (int pad : {0, 3}) {
         for (auto [x_off, out_off] : {std::pair{0, 0}, {1, 1}, {1, 0}, {3, 6}, {7, 7}}) {
-          CAPTURE(shape);
-          CAPTURE(text);
+          CAPTURE(std::string(shape));
+          CAPTURE(std::string(text));
           CAPTURE(pad);
           CAPTURE(x_off);
           CAPTURE(out_off);

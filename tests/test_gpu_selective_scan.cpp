@@ -293,7 +293,7 @@ TEST_CASE("selective_scan variants match a float64 reference across dtypes, N, G
     }
     compile_all(jobs, default_jobs(), [](CompileJob&, size_t) {});
     for (size_t i = 0; i < configs.size(); ++i) {
-      CAPTURE(shape);
+      CAPTURE(std::string(shape));
       CAPTURE(sources[i].config_id);
       REQUIRE_MESSAGE(jobs[i].output.ok(),
                       (jobs[i].output.ok() ? "" : jobs[i].output.failure().detail));
@@ -328,7 +328,7 @@ TEST_CASE("the selective_scan GPU reference kernel agrees with the float64 CPU r
                             "B=2,D=3,L=100,N=4,var_bc=0,dtype=fp16,has_d=0,last_state=1",
                             "B=2,D=4,L=300,N=16,G=2,var_bc=B,dtype=bf16,last_state=1",
                             "B=1,D=6,L=200,N=8,var_bc=C,dtype=fp32,softplus=0,last_state=1"}) {
-    CAPTURE(shape);
+    CAPTURE(std::string(shape));
     ScanCase k(shape, rng);
     std::vector<cuda::DeviceBuffer> refs;
     std::vector<CUdeviceptr> ref_ptrs;
@@ -520,7 +520,7 @@ TEST_CASE("the runtime takes selective_scan calls with one fixed and one variabl
       for (Policy policy : {Policy::default_variant, Policy::heuristic}) {
         const std::string shape = "B=2,D=8,L=1000,N=16,G=" + std::to_string(G) + ",var_bc=" + mix +
                                   ",dtype=bf16,last_state=1";
-        CAPTURE(shape);
+        CAPTURE(std::string(shape));
         CAPTURE(int(policy));
         ScanCase k(shape, rng);
         const bool var_b = std::string(mix) == "B";
@@ -631,7 +631,7 @@ TEST_CASE("pinned state-form selective_scan variants take ragged and misaligned 
     for (const Run& run : runs) {
       const std::string shape = "B=2,D=40,L=" + std::to_string(L) + ",N=16,dtype=" + run.dtype +
                                 (*run.extra ? std::string(",") + run.extra : std::string());
-      CAPTURE(shape);
+      CAPTURE(std::string(shape));
       CAPTURE(run.config);
       ScanCase k(shape, rng);
       const Problem& p = k.problem;
