@@ -412,44 +412,62 @@ TEST_CASE("a state-form configuration borrowed for a small batch gets more lanes
   const Config grid_point = config("threads=128,items=32,cpb=64,nsplit=2,scan=state,vec=8,poly=0,"
                                    "minblocks=1,tsplit=1,bc=f32,cpl=1,ystore=after,yred=1");
   SUBCASE("too few blocks: cpb halves while nsplit doubles, threads stay") {
-    const Problem small = problem("B=2,D=2048,L=512,N=16");
-    const Config c = scan().adapt(grid_point, small);
-    CHECK(field(c, "nsplit") == "8");
-    CHECK(field(c, "cpb") == "16"); // 2 x 128 = 256 blocks of 4 warps
-    CHECK(field(c, "threads") == "128");
-    CHECK(scan().check(c, small, "sm_90a"));
+    // 20480 channels in blocks of 128: 160 blocks; of 64: 320 (2560 warps).
+    const Config wide = config("threads=256,items=32,cpb=128,nsplit=2,scan=state,vec=8,poly=0,"
+                               "minblocks=1,tsplit=1,bc=f32,cpl=1,ystore=after,yred=1");
+    const Problem p = problem("B=2,D=10240,L=512,N=16");
+    const Config c = scan().adapt(wide, p);
+    CHECK(field(c, "cpb") == "64");
+    CHECK(field(c, "nsplit") == "4");
+    CHECK(field(c, "threads") == "256");
+    CHECK(scan().check(c, p, "sm_90a"));
   }
   SUBCASE("then, with enough blocks but too few warps, threads double and cpb stays") {
-    // One warp of 16 channels x 2 lanes: 128 blocks at B=1, D=2048.
-    const Config narrow = config("threads=32,items=32,cpb=16,nsplit=2,scan=state,vec=8,poly=0,"
+    // One warp of 32 channels: 640 blocks, 640 warps at B=2, D=10240.
+    const Config narrow = config("threads=32,items=32,cpb=32,nsplit=1,scan=state,vec=8,poly=0,"
                                  "minblocks=1,tsplit=1,bc=f32,cpl=1,ystore=after,yred=1");
-    const Problem p = problem("B=1,D=2048,L=4096,N=16");
+    const Problem p = problem("B=2,D=10240,L=4096,N=16");
     const Config c = scan().adapt(narrow, p);
-    // cpb 16 -> 8 (256 blocks), then threads 32 -> 64 -> 128 (1024 warps).
-    CHECK(field(c, "cpb") == "8");
-    CHECK(field(c, "threads") == "128");
-    CHECK(field(c, "nsplit") == "16");
+    CHECK(field(c, "cpb") == "32");
+    CHECK(field(c, "threads") == "64"); // 1280 warps
+    CHECK(field(c, "nsplit") == "2");
     CHECK(scan().check(c, p, "sm_90a"));
   }
   SUBCASE("a problem that already fills the GPU keeps the configuration") {
     const Problem big = problem("B=16,D=1536,L=1024,N=16");
     CHECK(scan().adapt(grid_point, big) == grid_point);
   }
-  SUBCASE("ragged rows at a small batch take 64 steps a chunk and B/C staged as pairs") {
-    // The sizing first (cpb 16, nsplit 8: 256 blocks at B=2), then the ragged rule.
-    const Problem ragged = problem("B=2,D=2048,L=333,N=16");
-    const Config c = scan().adapt(grid_point, ragged);
-    CHECK(field(c, "cpb") == "16");
-    CHECK(field(c, "nsplit") == "8");
-    CHECK(field(c, "items") == "64");
-    CHECK(field(c, "bc") == "pair");
-    CHECK(scan().check(c, ragged, "sm_90a"));
-    // Aligned rows, or a batch with many channels, keep the point's items and B/C rows.
-    const Config aligned = scan().adapt(grid_point, problem("B=2,D=2048,L=336,N=16"));
-    CHECK(field(aligned, "items") == "32");
-    CHECK(field(aligned, "bc") == "f32");
+  SUBCASE("a small batch takes 16 channels a block, B/C as pairs, lanes by its channels") {
+    // Up to 6144 channels: 128 threads of 64 steps, 8 lanes a channel; ragged or not.
+    for (const char* shape :
+         {"B=2,D=2048,L=333,N=16", "B=2,D=3072,L=512,N=16", "B=1,D=5120,L=2047,N=16"}) {
+      CAPTURE(std::string(shape));
+      const Problem p = problem(shape);
+      const Config c = scan().adapt(grid_point, p);
+      CHECK(field(c, "threads") == "128");
+      CHECK(field(c, "items") == "64");
+      CHECK(field(c, "cpb") == "16");
+      CHECK(field(c, "nsplit") == "8");
+      CHECK(field(c, "bc") == "pair");
+      CHECK(scan().check(c, p, "sm_90a"));
+    }
+    // Above, up to 16384: 64 threads of 32 steps, 4 lanes a channel.
+    for (const char* shape :
+         {"B=8,D=1536,L=1500,N=16", "B=4,D=2048,L=333,N=16", "B=8,D=2048,L=2048,N=16"}) {
+      CAPTURE(std::string(shape));
+      const Problem p = problem(shape);
+      const Config c = scan().adapt(grid_point, p);
+      CHECK(field(c, "threads") == "64");
+      CHECK(field(c, "items") == "32");
+      CHECK(field(c, "cpb") == "16");
+      CHECK(field(c, "nsplit") == "4");
+      CHECK(field(c, "bc") == "pair");
+      CHECK(scan().check(c, p, "sm_90a"));
+    }
+    // More channels keep the point's lanes and B/C rows.
     const Config wide = scan().adapt(grid_point, problem("B=16,D=2048,L=1000,N=16"));
     CHECK(field(wide, "items") == "32");
+    CHECK(field(wide, "bc") == "f32");
     // fp32 inputs have no pairs to stage.
     const Config f32 = scan().adapt(grid_point, problem("B=2,D=2048,L=333,N=16,dtype=fp32"));
     CHECK(field(f32, "bc") == "f32");

@@ -510,15 +510,25 @@ Config SelectiveScanOp::adapt(const Config& config, const Problem& problem) cons
     current = std::move(c);
     p = next;
   }
-  // Ragged rows (L % vec != 0, the element layout of AT_RAGGED) at a small batch: in
-  // every ragged sweep on the H100 (bench/notes/selective_scan-ragged.md, run 2: B x D of
-  // 4096-12288, L of 333-8191) 64 steps a chunk with B and C staged as pairs beat the
-  // aligned points' 32 and fp32 rows, by up to 1.4x at the same channels per block
-  // (B=2, D=2048, L=333: 64/16/8/pair 23.3 us, 32/16/8/f32 32.1 us). The grid's points
-  // are all aligned, so they never carry that.
-  constexpr long long k_ragged_small_channels = 16384;
-  if (ragged(p, d) && d.B * d.D <= k_ragged_small_channels && p.threads == 128 && p.items == 32) {
-    Config c = with_values(current, {{"items", 64}});
+  // Small batches (B * D <= 16384 channels): the H100's tuned winner of every such
+  // shape measured (bench/notes/selective_scan-small-batch.md: 11 shapes, ragged and
+  // aligned, L 333-8191) holds 16 channels a block with variable B/C staged as pairs,
+  // and one of two lane shapes by the channel count: up to 6144 channels (384 blocks)
+  // 128 threads of 64 steps with 8 lanes a channel, above that 64 threads of 32 steps
+  // with 4 lanes a channel -- both about 1000 warps in all. Configurations sized for the
+  // grid's larger batches (cpb 32-64, 32 steps, fp32 rows) ran up to 1.5x slower there
+  // (B=8, D=1536, L=1500: 259 us against 175).
+  constexpr long long k_small_channels = 16384;
+  constexpr long long k_few_channels = 6144;
+  const long long channels = d.B * d.D;
+  if (channels <= k_small_channels) {
+    const bool few = channels <= k_few_channels;
+    Config c = with_values(current, {{"threads", few ? 128 : 64},
+                                     {"items", few ? 64 : 32},
+                                     {"cpb", 16},
+                                     {"nsplit", few ? 8 : 4},
+                                     {"tsplit", 1},
+                                     {"cpl", 1}});
     if (d.var_b && d.var_c && dtype_size(d.x) == 2) {
       for (auto& [k, v] : c) {
         if (k == "bc") {
