@@ -2,8 +2,9 @@
 // a paged cache with an out-of-order block table, GQA, cache lengths off every page and
 // tile (one empty), Sq = 1 and 5, causal and not, appended keys (attended, and written
 // into the cache), split-KV, against the float64 reference (attention_reference_paged),
-// through the runtime from the C struct; and the GPU reference kernel on the tuner's
-// paged inputs.
+// through the runtime from the C struct; a contiguous cache with cache_leftpad (GQA,
+// append, causal, window, ALiBi, out-of-range starts clamped) against a float64 reference
+// of flash-attn's semantics; and the GPU reference kernel on the tuner's paged inputs.
 #include "attention_reference.hpp"
 #include "gpu_support.hpp"
 
@@ -17,6 +18,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <numeric>
 
 using namespace autotune;
@@ -50,6 +52,59 @@ struct Case {
   int Sq;
   bool causal;
   int snew; // 0: no append
+  std::string pinned;
+};
+
+// A contiguous cache with cache_leftpad, as flash-attn defines it: q [B, Sq, Hq, D]
+// contiguous, the cache k/v [B, Scache, Hkv, D] contiguous; sequence b's keys are cache
+// rows pad[b] .. len[b] - 1, then the rows of k_new / v_new [B, Snew, Hkv, D] (null:
+// none), indexed from 0 -- so causal, the window and ALiBi see len[b] - pad[b] + Snew keys
+// and count them from pad[b] (attention_ref's key_leftpad). len and pad are the values
+// the kernel uses (clamped). O [B, Hq, Sq, D] in logical order, LSE [B, Hq, Sq].
+Reference attention_reference_leftpad(const HostTensor& q, const HostTensor& k, const HostTensor& v,
+                                      const HostTensor* k_new, const HostTensor* v_new, int snew,
+                                      const std::vector<int>& len, const std::vector<int>& pad,
+                                      int Scache, int Hq, int Hkv, int Sq, int D, bool causal,
+                                      double scale, const Features& f) {
+  const int B = int(len.size());
+  Reference r;
+  r.o.assign(size_t(B) * Hq * Sq * D, 0.0);
+  r.lse.assign(size_t(B) * Hq * Sq, -std::numeric_limits<double>::infinity());
+  const size_t row = size_t(Hkv) * D;
+  for (int b = 0; b < B; ++b) {
+    const int cached = len[size_t(b)] - pad[size_t(b)];
+    const int sk = cached + (k_new ? snew : 0);
+    HostTensor qb(q.type, size_t(Sq) * Hq * D), kb(k.type, std::max<size_t>(1, size_t(sk) * row)),
+        vb(v.type, std::max<size_t>(1, size_t(sk) * row));
+    for (size_t i = 0; i < qb.n; ++i) {
+      qb.set(i, q.get(size_t(b) * Sq * Hq * D + i));
+    }
+    for (int j = 0; j < sk; ++j) {
+      const bool in_cache = j < cached;
+      const size_t src = in_cache ? (size_t(b) * Scache + size_t(pad[size_t(b)] + j)) * row
+                                  : (size_t(b) * snew + size_t(j - cached)) * row;
+      for (size_t e = 0; e < row; ++e) {
+        kb.set(size_t(j) * row + e, (in_cache ? k : *k_new).get(src + e));
+        vb.set(size_t(j) * row + e, (in_cache ? v : *v_new).get(src + e));
+      }
+    }
+    std::vector<float> slopes;
+    const Features fb = batch_features(f, b, Hq, slopes);
+    const Reference one =
+        attention_reference(qb, kb, vb, {0, D, Hq * D}, {0, D, Hkv * D}, {0, D, Hkv * D}, 1, Hq,
+                            Hkv, Sq, sk, D, causal, scale, fb);
+    std::copy(one.o.begin(), one.o.end(), r.o.begin() + ptrdiff_t(size_t(b) * Hq * Sq * D));
+    std::copy(one.lse.begin(), one.lse.end(), r.lse.begin() + ptrdiff_t(size_t(b) * Hq * Sq));
+  }
+  return r;
+}
+
+struct LeftpadCase {
+  int Sq;
+  bool causal;
+  int snew;                  // 0: no append
+  int left = -1, right = -1; // the window (both -1: none)
+  bool alibi = false;
   std::string pinned;
 };
 
@@ -204,4 +259,145 @@ TEST_CASE("the GPU reference reads the tuner's paged cache as the float64 one do
   // The reference writes O in q's layout [B, Sq, Hq, D].
   CHECK(rel_err(logical(o, 3, 5, 4, 72), ref.o) <= 1e-5);
   CHECK(rel_err(values(l), ref.lse) <= 1e-5);
+}
+
+TEST_CASE("contiguous KV cache with cache_leftpad from the C struct: GQA, append, causal, "
+          "window, ALiBi, split-KV, out-of-range starts clamped") {
+  context();
+  const int B = 5, Hq = 8, Hkv = 2, D = 128, Scache = 512;
+  // Off every tile; one sequence empty, one whose start is its length (no cached key), one
+  // start past its length and one below 0 (both clamped: to the length, and to 0).
+  const std::vector<int> len0 = {300, 1, 0, 378, 450};
+  const std::vector<int> pad0 = {37, 1, 0, 1000, -5};
+  std::vector<int> pad_used(pad0.size());
+  for (size_t b = 0; b < pad0.size(); ++b) {
+    pad_used[b] = std::clamp(pad0[b], 0, len0[b]);
+  }
+  const std::string split8 = "block_m=64,block_n=64,warps=4,stages=2,swizzle=xor,q=smem,splits=8";
+  const std::string plain = "block_m=64,block_n=32,warps=4,stages=1,swizzle=xor,q=smem,splits=1";
+  const std::string key4 = "block_m=16,block_n=64,warps=4,stages=2,swizzle=xor,q=smem,splits=4";
+  const std::string key2 = "block_m=32,block_n=64,warps=4,stages=1,swizzle=pad,q=regs,splits=1";
+  for (const LeftpadCase& c : {
+           LeftpadCase{1, false, 0, -1, -1, false, plain},
+           LeftpadCase{1, true, 1, -1, -1, false, split8}, // grouped heads as rows
+           LeftpadCase{1, false, 2, -1, -1, false, key4},
+           LeftpadCase{5, true, 5, -1, -1, false, plain},
+           LeftpadCase{5, true, 3, 40, -1, false, split8}, // causal with a left bound
+           LeftpadCase{5, false, 2, 16, 8, false, key2},   // a window on both sides
+           LeftpadCase{5, true, 0, -1, -1, true, plain},   // ALiBi counts from the start
+           LeftpadCase{1, false, 1, -1, -1, true, key4},
+           LeftpadCase{5, false, 4, 64, 3, true, split8},
+       }) {
+    CAPTURE(c.Sq);
+    CAPTURE(c.causal);
+    CAPTURE(c.snew);
+    CAPTURE(c.left);
+    CAPTURE(c.right);
+    CAPTURE(c.alibi);
+    CAPTURE(c.pinned);
+    std::mt19937_64 rng(4321 + c.Sq * 10 + c.snew + (c.alibi ? 100 : 0) + c.left);
+    HostTensor q(DType::bf16, size_t(B) * c.Sq * Hq * D);
+    HostTensor kc(DType::bf16, size_t(B) * Scache * Hkv * D), vc(kc.type, kc.n);
+    HostTensor kn(DType::bf16, size_t(B) * std::max(1, c.snew) * Hkv * D), vn(kn.type, kn.n);
+    q.randomize(rng, -2, 2);
+    kc.randomize(rng, -1, 1);
+    vc.randomize(rng, -1, 1);
+    kn.randomize(rng, -1, 1);
+    vn.randomize(rng, -1, 1);
+    std::vector<float> slopes(size_t(B) * Hq);
+    std::uniform_real_distribution<float> slope(0.01f, 0.3f);
+    for (float& s : slopes) {
+      s = slope(rng);
+    }
+    const bool window = c.left >= 0 || c.right >= 0;
+    Features f;
+    if (window) {
+      f.left = c.left;
+      f.right = c.right;
+    }
+    if (c.alibi) {
+      f.slopes = &slopes;
+      f.slope_batch_stride = Hq;
+    }
+    const double scale = 1.0 / std::sqrt(double(D));
+    const Reference ref = attention_reference_leftpad(
+        q, kc, vc, c.snew ? &kn : nullptr, c.snew ? &vn : nullptr, c.snew, len0, pad_used, Scache,
+        Hq, Hkv, c.Sq, D, c.causal, scale, f);
+    DeviceTensor qd(q), kd(kc), vd(vc), knd(kn), vnd(vn);
+    HostTensor out(DType::bf16, q.n), lse(DType::f32, size_t(B) * Hq * c.Sq);
+    out.poison();
+    DeviceTensor od(out), ld(lse);
+    cuda::DeviceBuffer lens(len0.size() * 4), pads(pad0.size() * 4), sl(slopes.size() * 4);
+    lens.upload(len0.data(), len0.size() * 4);
+    pads.upload(pad0.data(), pad0.size() * 4);
+    sl.upload(slopes.data(), slopes.size() * 4);
+
+    AttentionArgs a{};
+    const int64_t qs = int64_t(c.Sq) * Hq * D, cs = int64_t(Scache) * Hkv * D;
+    a.q = dev(qd.get(), ElementType::bf16, {B, Hq, c.Sq, D}, {qs, D, Hq * D, 1});
+    a.o = dev(od.get(), ElementType::bf16, {B, Hq, c.Sq, D}, {qs, D, Hq * D, 1});
+    a.k = dev(kd.get(), ElementType::bf16, {B, Hkv, Scache, D}, {cs, D, Hkv * D, 1});
+    a.v = dev(vd.get(), ElementType::bf16, {B, Hkv, Scache, D}, {cs, D, Hkv * D, 1});
+    a.lse = dev(ld.get(), ElementType::fp32, {B, Hq, c.Sq});
+    a.causal = c.causal ? 1 : 0;
+    a.cache_seqlens = dev(lens.get(), ElementType::int32, {B});
+    a.cache_leftpad = dev(pads.get(), ElementType::int32, {B});
+    if (window) {
+      a.window = 1;
+      a.window_left = c.left;
+      a.window_right = c.right;
+    }
+    if (c.alibi) {
+      a.alibi_slopes = dev(sl.get(), ElementType::fp32, {B, Hq});
+    }
+    if (c.snew > 0) {
+      const int64_t ns = int64_t(c.snew) * Hkv * D;
+      a.k_new = dev(knd.get(), ElementType::bf16, {B, Hkv, c.snew, D}, {ns, D, Hkv * D, 1});
+      a.v_new = dev(vnd.get(), ElementType::bf16, {B, Hkv, c.snew, D}, {ns, D, Hkv * D, 1});
+    }
+    RuntimeOptions ro;
+    ro.database = (fs::temp_directory_path() / "autotune-does-not-exist.db").string();
+    ro.policy = Policy::pin;
+    ro.pinned = c.pinned;
+    Runtime rt(ro);
+    const uint64_t ws_bytes = rt.attention_workspace_size(a);
+    cuda::DeviceBuffer ws(std::max<uint64_t>(ws_bytes, 16));
+    std::vector<unsigned char> zeros(std::max<uint64_t>(ws_bytes, 16), 0);
+    ws.upload(zeros.data(), zeros.size());
+    a.workspace = reinterpret_cast<void*>(ws.get());
+    a.workspace_bytes = ws_bytes;
+    rt.attention(a);
+    AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+    od.download(out);
+    ld.download(lse);
+    CHECK(rel_err(logical(out, B, c.Sq, Hq, D), ref.o) <= 1e-2);
+    CHECK(rel_err(values(lse), ref.lse) <= 1e-3);
+    // The cache afterwards: the new rows at cache_seqlens[b].. (absolute rows, whatever
+    // the start), every other row as it was.
+    HostTensor kafter(kc.type, kc.n), vafter(vc.type, vc.n);
+    kd.download(kafter);
+    vd.download(vafter);
+    size_t wrong = 0;
+    for (int b = 0; b < B; ++b) {
+      for (int j = 0; j < Scache; ++j) {
+        const int r = j - len0[size_t(b)];
+        const bool appended = r >= 0 && r < c.snew;
+        for (size_t e = 0; e < size_t(Hkv) * D; ++e) {
+          const size_t at = (size_t(b) * Scache + size_t(j)) * Hkv * D + e;
+          const size_t src =
+              (size_t(b) * std::max(1, c.snew) + size_t(std::max(r, 0))) * Hkv * D + e;
+          wrong += kafter.get(at) != (appended ? kn.get(src) : kc.get(at));
+          wrong += vafter.get(at) != (appended ? vn.get(src) : vc.get(at));
+        }
+      }
+    }
+    CHECK(wrong == 0);
+    if (c.snew > 0) {
+      // A second launch of the same call (the workspace's counters back at zero).
+      rt.attention(a);
+      AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+      od.download(out);
+      CHECK(rel_err(logical(out, B, c.Sq, Hq, D), ref.o) <= 1e-2);
+    }
+  }
 }

@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <string>
 
@@ -177,4 +178,98 @@ TEST_CASE("the packed kernel arguments of a paged call: Snew past the cache is r
   big.v_new = make(0x800000, AUTOTUNE_BF16, {3, 2, 2000, 64}, {2000 * 2 * 64, 64, 2 * 64, 1});
   const BoundCall bb = bind(big);
   CHECK_THROWS_WITH_AS(plan->pack(&big, bb, out), doctest::Contains("Snew=2000"), Error);
+}
+
+namespace {
+
+// paged_call's sequences with a contiguous cache [B, Scache=1000, Hkv, D] and
+// cache_leftpad [B].
+autotune_attention_args leftpad_call() {
+  autotune_attention_args a = paged_call();
+  a.block_table = Tensor{};
+  a.k = make(0x200000, AUTOTUNE_BF16, {3, 2, 1000, 64}, {1000 * 2 * 64, 64, 2 * 64, 1});
+  a.v = make(0x300000, AUTOTUNE_BF16, {3, 2, 1000, 64}, {1000 * 2 * 64, 64, 2 * 64, 1});
+  a.cache_leftpad = make(0x900000, AUTOTUNE_INT32, {3});
+  return a;
+}
+
+} // namespace
+
+TEST_CASE("cache_leftpad: a contiguous cache binds it, the key unchanged, and packs it") {
+  autotune_attention_args a = leftpad_call();
+  // A run-time value, like the lengths: the problem (and the variant) is the one without.
+  CHECK(problem_of(a) == "B=3,Hq=8,Hkv=2,Sq=2,Sk=1024,D=64,causal=1,dtype=bf16,lse=0,"
+                         "layout=bshd,kvcache=1");
+  a.k_new = make(0x700000, AUTOTUNE_BF16, {3, 2, 2, 64}, {2 * 2 * 64, 64, 2 * 64, 1});
+  a.v_new = make(0x800000, AUTOTUNE_BF16, {3, 2, 2, 64}, {2 * 2 * 64, 64, 2 * 64, 1});
+  const BoundCall b = bind(a);
+  // The signature tells a call with leftpad from one without (the warm path's key).
+  autotune_attention_args none = a;
+  none.cache_leftpad = Tensor{};
+  CHECK(bind(none).values != b.values);
+  const Problem p = attn().make_problem(call_fields(attn().args_desc(), b));
+  const Config c = config("block_m=64,block_n=64,warps=4,stages=1,swizzle=xor,q=smem");
+  auto plan = attn().plan(c, p);
+  alignas(16) unsigned char out[k_kernel_args_capacity];
+  REQUIRE(plan->pack(&a, b, out) == sizeof(AttentionKernelArgs));
+  AttentionKernelArgs k;
+  std::memcpy(&k, out, sizeof k);
+  CHECK(k.cache_leftpad == CUdeviceptr(0x900000));
+  CHECK(k.cache_seqlens == CUdeviceptr(0x500000));
+  CHECK(k.block_table == 0);
+  CHECK(k.seq_new == 2);
+  CHECK(k.kv_capacity == 1000);
+  // Without it, the kernel reads none.
+  const BoundCall bn = bind(none);
+  REQUIRE(plan->pack(&none, bn, out) == sizeof(AttentionKernelArgs));
+  std::memcpy(&k, out, sizeof k);
+  CHECK(k.cache_leftpad == 0);
+  // The tuner's own calls have none.
+  const std::vector<CUdeviceptr> tensors(attn().tensors(p).size(), CUdeviceptr(0x1000));
+  ArgPack args;
+  attn().pack(c, p, tensors, args);
+  REQUIRE(args.size() == 1);
+  std::memcpy(&k, args.pointers()[0], sizeof k);
+  CHECK(k.cache_seqlens == CUdeviceptr(0x1000));
+  CHECK(k.cache_leftpad == 0);
+}
+
+TEST_CASE("cache_leftpad is refused with the argument named") {
+  autotune_attention_args a = leftpad_call();
+  a.cache_leftpad.dtype = AUTOTUNE_FP32;
+  refused(a, "cache_leftpad is fp32; it must be int32");
+  a = leftpad_call();
+  a.cache_leftpad.dtype = AUTOTUNE_BF16;
+  refused(a, "cache_leftpad is bf16; it must be int32");
+  a = leftpad_call();
+  a.cache_leftpad = make(0x900000, AUTOTUNE_INT32, {4});
+  refused(a, "cache_leftpad has shape [4]");
+  a = leftpad_call();
+  a.cache_leftpad = make(0x900000, AUTOTUNE_INT32, {3, 1});
+  refused(a, "cache_leftpad");
+  a = leftpad_call();
+  a.cache_leftpad = make(0x900000, AUTOTUNE_INT32, {3}, {2});
+  refused(a, "cache_leftpad");
+  // flash-attn refuses it with a paged cache, and so do we.
+  a = paged_call();
+  a.cache_leftpad = make(0x900000, AUTOTUNE_INT32, {3});
+  refused(a, "cache_leftpad is not supported with a paged KV cache (block_table)");
+  // Without a cache.
+  a = leftpad_call();
+  a.cache_seqlens = Tensor{};
+  refused(a, "cache_leftpad is given without cache_seqlens");
+  CHECK_THROWS_WITH_AS(problem("B=2,Hq=4,Sq=1,Sk=300,D=64,paged=1,leftpad=1"),
+                       doctest::Contains("not supported with a paged KV cache"), Error);
+  CHECK_THROWS_WITH_AS(problem("B=2,Hq=4,Sq=1,Sk=300,D=64,leftpad=1"),
+                       doctest::Contains("cache_leftpad is given without cache_seqlens"), Error);
+  // A call that slips past binding (packing alone) is refused too.
+  autotune_attention_args paged = paged_call();
+  const BoundCall b = bind(paged);
+  const Problem p = attn().make_problem(call_fields(attn().args_desc(), b));
+  auto plan = attn().plan(config("block_m=64,block_n=64,warps=4,stages=1,swizzle=xor,q=smem"), p);
+  paged.cache_leftpad = make(0x900000, AUTOTUNE_INT32, {3});
+  alignas(16) unsigned char out[k_kernel_args_capacity];
+  CHECK_THROWS_WITH_AS(plan->pack(&paged, b, out),
+                       doctest::Contains("cache_leftpad is not supported with a paged KV cache"),
+                       Error);
 }

@@ -132,13 +132,17 @@ TEST_CASE("the portable attention kernel's AttnArgs is AttentionKernelArgs, fiel
       HOST_FIELD(A, vn_batch_stride),
       HOST_FIELD(A, vn_head_stride),
       HOST_FIELD(A, vn_seq_stride),
+      HOST_FIELD(A, cache_leftpad),
   };
-  // Plain, split keys, and every feature on: the struct is the same in each.
+  // Plain, split keys, every feature on, and a KV cache: the struct is the same in each.
   check_layout("attention", "B=2,H=4,S=256,D=128,dtype=bf16",
                "block_m=64,block_n=64,warps=4,stages=1,swizzle=xor,q=smem,splits=1,family=mma",
                "AttnArgs", sizeof(A), fields);
   check_layout("attention", "B=1,Hq=8,Hkv=2,Sq=1,Sk=4096,D=80,causal=1,window=1,softcap=1,alibi=1",
                "block_m=64,block_n=64,warps=4,stages=2,swizzle=pad,q=smem,splits=4,family=mma",
+               "AttnArgs", sizeof(A), fields);
+  check_layout("attention", "B=2,Hq=8,Hkv=2,Sq=1,Sk=1000,D=128,causal=1,kvcache=1",
+               "block_m=16,block_n=64,warps=4,stages=2,swizzle=xor,q=smem,splits=4,family=mma",
                "AttnArgs", sizeof(A), fields);
 }
 

@@ -33,7 +33,8 @@ enum autotune_dtype {
   AUTOTUNE_FP32 = 0,
   AUTOTUNE_FP16 = 1,
   AUTOTUNE_BF16 = 2,
-  AUTOTUNE_INT32 = 3 /* index tensors only (attention's cu_seqlens, cache_seqlens, block_table) */
+  AUTOTUNE_INT32 = 3 /* index tensors only (attention's cu_seqlens, cache_seqlens, block_table,
+                        cache_leftpad) */
 };
 
 #define AUTOTUNE_MAX_DIMS 4
@@ -176,6 +177,15 @@ typedef struct autotune_attention_args {
   autotune_tensor k_new;         /* [B, Hkv, Snew, D], q's dtype; optional, only with
                                     cache_seqlens; Snew <= the cache's size per sequence */
   autotune_tensor v_new;         /* [B, Hkv, Snew, D], q's dtype; given iff k_new is */
+  /* Appended later (flash-attn 2's cache_leftpad): where each sequence's keys start in a
+     contiguous cache. Sequence b's keys are then cache rows cache_leftpad[b] ..
+     cache_seqlens[b] - 1, then the new rows, which are still written at rows
+     cache_seqlens[b].. ; causal, the window and ALiBi count keys from cache_leftpad[b]
+     (Sk there is cache_seqlens[b] - cache_leftpad[b] + Snew). Read, not checked: values
+     are clamped into [0, the clamped cache_seqlens[b]]. Refused with block_table, as
+     flash-attn refuses it. */
+  autotune_tensor cache_leftpad; /* int32 [B] contiguous; optional, only with cache_seqlens
+                                    and no block_table */
 } autotune_attention_args;
 
 int autotune_attention(autotune_runtime* rt, const autotune_attention_args* args, void* stream);

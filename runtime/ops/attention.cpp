@@ -535,7 +535,8 @@ Problem AttentionOp::make_problem(const Fields& shape) const {
                        "num_blocks",
                        "blocks_per_seq",
                        "append",
-                       "Snew"});
+                       "Snew",
+                       "leftpad"});
   // Hq and Sq/Sk may be given as H and S; a missing field is named by its own key.
   auto number = [&](const char* key, const char* alias, long long max) {
     if (alias && r.has(key) && r.has(alias) &&
@@ -570,8 +571,8 @@ Problem AttentionOp::make_problem(const Fields& shape) const {
   }
   // A KV cache: kvcache=1 (contiguous) or paged=1 with page (the block size, default
   // 256); Sk, one sequence's cache, is bucketed like varlen's lengths. A runtime call
-  // also gives num_blocks, blocks_per_seq, append and Snew, which are not part of the
-  // problem (the kernel reads them at run time).
+  // also gives num_blocks, blocks_per_seq, append, Snew and leftpad (cache_leftpad
+  // given), which are not part of the problem (the kernel reads them at run time).
   const bool paged = r.flag("paged", "0") == "1";
   const bool kvcache = paged || r.flag("kvcache", "0") == "1";
   long long page = 0;
@@ -600,6 +601,14 @@ Problem AttentionOp::make_problem(const Fields& shape) const {
   }
   if (paged && r.has("kvcache") && r.flag("kvcache", "0") == "0") {
     r.fail("block_table is given without cache_seqlens");
+  }
+  if (r.flag("leftpad", "0") == "1") {
+    if (paged) {
+      r.fail("cache_leftpad is not supported with a paged KV cache (block_table), as in "
+             "flash-attn: pass a contiguous cache or no cache_leftpad");
+    } else if (!kvcache || (r.has("kvcache") && r.flag("kvcache", "0") == "0")) {
+      r.fail("cache_leftpad is given without cache_seqlens");
+    }
   }
   long long D = number("D", nullptr, 256);
   if (D < 32 || D % 8 != 0) {
@@ -980,6 +989,10 @@ void check_features(const Dims& d, const AttentionCall& call) {
     if (call.kv_capacity < 1 || call.num_pages < 1) {
       throw Error(ErrorKind::usage, "attention: the KV cache holds no keys");
     }
+    if (call.cache_leftpad && call.block_table) {
+      throw Error(ErrorKind::usage,
+                  "attention: cache_leftpad is not supported with a paged KV cache (block_table)");
+    }
     if (call.seq_new < 0 || call.seq_new > call.kv_capacity ||
         (call.seq_new > 0) != bool(call.k_new) || bool(call.k_new) != bool(call.v_new)) {
       throw Error(ErrorKind::usage, "attention: k_new and v_new (given together) append Snew=" +
@@ -1069,6 +1082,7 @@ AttnArgs attention_kernel_args(const Params& p, const Dims& d, const Config& con
     a.vn_batch_stride = call.vn_batch_stride;
     a.vn_head_stride = call.vn_head_stride;
     a.vn_seq_stride = call.vn_seq_stride;
+    a.cache_leftpad = call.cache_leftpad;
   }
   return a;
 }
@@ -1249,6 +1263,7 @@ struct AttentionPlan final : CallPlan {
       // k, v: [num_blocks, Hkv, page, D] with a block table (the batch strides step
       // pages), else [B, Hkv, Scache, D]; k_new, v_new [B, Hkv, Snew, D].
       c.cache_seqlens = device_ptr(a.cache_seqlens);
+      c.cache_leftpad = device_ptr(a.cache_leftpad);
       c.num_pages = int(a.k.shape[0]);
       if (a.block_table.data) {
         c.block_table = device_ptr(a.block_table);
@@ -1345,7 +1360,8 @@ const ArgsDesc& AttentionOp::args_desc() const {
     num_blocks,
     blocks_per_seq,
     append,
-    Snew
+    Snew,
+    leftpad
   };
   // Rows move as 16-byte chunks (cp.async, vector stores): 8 elements of 16 bits.
   constexpr int chunk = 8;
@@ -1468,6 +1484,9 @@ const ArgsDesc& AttentionOp::args_desc() const {
                       StrideRule::rows));
     t.push_back(appended("k_new", offsetof(A, k_new)));
     t.push_back(appended("v_new", offsetof(A, v_new)));
+    // Appended after v_new: where each sequence's keys start in a contiguous cache.
+    t.push_back(
+        int32("cache_leftpad", offsetof(A, cache_leftpad), {{B}}, leftpad, StrideRule::contiguous));
     return t;
   }();
   static const ArgsDesc desc{"attention",
@@ -1494,7 +1513,8 @@ const ArgsDesc& AttentionOp::args_desc() const {
                               {"num_blocks", FieldKind::size, 0},
                               {"blocks_per_seq", FieldKind::size, 0},
                               {"append", FieldKind::flag, 0},
-                              {"Snew", FieldKind::size, 0}},
+                              {"Snew", FieldKind::size, 0},
+                              {"leftpad", FieldKind::flag, 0}},
                              tensors,
                              {{"causal", offsetof(A, causal), ScalarKind::i32, causal},
                               {"scale", offsetof(A, scale), ScalarKind::f64},

@@ -58,6 +58,15 @@
 // and a page that is not a multiple of 16 is refused when the problem is made. The
 // lengths and the table are read, never checked: lengths are clamped into the cache
 // (blocks_per_seq * page, or Scache, less Snew) and table entries into [0, num_blocks).
+//   cache_leftpad (flash-attn 2's; a contiguous cache only, refused with a block table as
+// flash-attn refuses it): int32 [B] on the GPU, where sequence b's keys start in its
+// cache. Its keys are then cache rows leftpad[b] .. cache_seqlens[b] - 1, followed by
+// the new ones, which are still written at cache_seqlens[b].. (absolute rows); its key
+// count -- the Sk of the bottom-right alignment -- is cache_seqlens[b] - leftpad[b] +
+// Snew, and the masks and ALiBi index keys from leftpad[b] on (key j is cache row
+// leftpad[b] + j), as flash-attn's kernel and its reference (attention_ref's key_leftpad)
+// do. Read, not checked: leftpad[b] is clamped into [0, the clamped cache length]. Not a
+// problem field (the kernel reads it at run time: no key, no variant changes).
 //   Tuning bucket: Sk is one sequence's cache size (blocks_per_seq * page, or Scache)
 // rounded up to a power of two (at least 16); page is kept as it is (it decides which
 // variants run). The fields paged=1 and page=P (or kvcache=1 for a contiguous cache)
@@ -119,6 +128,9 @@ struct AttentionCall {
   CUdeviceptr k_new = 0, v_new = 0;
   long long kn_batch_stride = 0, kn_head_stride = 0, kn_seq_stride = 0;
   long long vn_batch_stride = 0, vn_head_stride = 0, vn_seq_stride = 0;
+  // A contiguous KV cache only: int32 [B], the first cache row of each sequence's keys
+  // (flash-attn's cache_leftpad; 0: none).
+  CUdeviceptr cache_leftpad = 0;
 };
 
 // The portable kernel's by-value argument: struct AttnArgs of templates/attention/kernel.cuh,
@@ -146,6 +158,7 @@ struct AttentionKernelArgs {
   CUdeviceptr k_new, v_new;
   long long kn_batch_stride, kn_head_stride, kn_seq_stride;
   long long vn_batch_stride, vn_head_stride, vn_seq_stride;
+  CUdeviceptr cache_leftpad;
 };
 
 // The Hopper kernel's by-value argument: struct AttnArgs of templates/attention/hopper.cuh

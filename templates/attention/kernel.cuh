@@ -73,7 +73,11 @@
 //                the new keys from k_new / v_new directly, and one block per (batch, kv
 //                head) -- the first query head of the group, query block 0, split 0 --
 //                copies them into the cache at cache_seqlens[b].. for the next call: no
-//                block of the launch reads those cache rows, so nothing races.
+//                block of the launch reads those cache rows, so nothing races. With
+//                cache_leftpad (contiguous cache only), sequence b's cached keys are rows
+//                cache_leftpad[b] .. cache_seqlens[b] - 1: key j is row cache_leftpad[b] + j,
+//                the key count is cache_seqlens[b] - cache_leftpad[b] + seq_new, and the
+//                new rows still go to cache_seqlens[b]..
 //   AT_CAUSAL, AT_LSE, AT_WINDOW, AT_SOFTCAP, AT_ALIBI: 0/1; AT_T: at_bf16 or at_f16.
 #include "attention/mma.cuh"
 #include "common/numeric.cuh"
@@ -210,7 +214,8 @@ struct AttnArgs {
   // strides stepping sequences) with its page size and the pages in the cache (entries
   // are clamped into [0, num_pages)); the keys one sequence's cache holds (cache
   // lengths are clamped to kv_capacity - seq_new); seq_new rows of k_new / v_new
-  // [B, Hkv, seq_new, D] (these strides) appended at each cache's end (0: none).
+  // [B, Hkv, seq_new, D] (these strides) appended at each cache's end (0: none);
+  // cache_leftpad after them.
   const int* cache_seqlens;
   const int* block_table;
   long long block_table_stride;
@@ -222,10 +227,15 @@ struct AttnArgs {
   const elem_t* v_new;
   long long kn_batch_stride, kn_head_stride, kn_seq_stride;
   long long vn_batch_stride, vn_head_stride, vn_seq_stride;
+  // AT_KVCACHE with a contiguous cache: int32 [B], the first cache row of each sequence's
+  // keys (flash-attn's cache_leftpad), clamped into [0, its clamped cache length]; null:
+  // 0. Ignored with a block table.
+  const int* cache_leftpad;
 };
 
-// AT_KVCACHE: element offset of key `key` of sequence `batch` in the cache (head 0):
-// through the block table when there is one.
+// AT_KVCACHE: element offset of cache row `key` of sequence `batch` in the cache (head
+// 0): through the block table when there is one (a contiguous cache's row is the key's
+// index plus the sequence's cache_leftpad: callers add it).
 __device__ __forceinline__ long long cache_row(const AttnArgs& args, int batch, int key,
                                                long long batch_stride, long long seq_stride) {
   if (args.block_table != nullptr) {
@@ -237,9 +247,10 @@ __device__ __forceinline__ long long cache_row(const AttnArgs& args, int batch, 
 }
 
 // AT_KVCACHE with append: sequence `batch`'s new keys and values of kv head `kv_head`
-// into its cache at rows cache_len.., as 16-byte chunks over the block's threads.
+// into its cache at rows row0.. (cache_seqlens[b], clamped), as 16-byte chunks over the
+// block's threads.
 __device__ __forceinline__ void append_new_kv(const AttnArgs& args, int batch, int kv_head,
-                                              int cache_len) {
+                                              int row0) {
 #pragma unroll 1
   for (int i = static_cast<int>(threadIdx.x); i < args.seq_new * k_valid_chunks; i += k_threads) {
     const int r = i / k_valid_chunks;
@@ -249,9 +260,9 @@ __device__ __forceinline__ void append_new_kv(const AttnArgs& args, int batch, i
     const elem_t* vs = args.v_new + batch * args.vn_batch_stride + kv_head * args.vn_head_stride +
                        r * args.vn_seq_stride + c;
     elem_t* kd = const_cast<elem_t*>(args.k) + kv_head * args.k_head_stride +
-                 cache_row(args, batch, cache_len + r, args.k_batch_stride, args.k_seq_stride) + c;
+                 cache_row(args, batch, row0 + r, args.k_batch_stride, args.k_seq_stride) + c;
     elem_t* vd = const_cast<elem_t*>(args.v) + kv_head * args.v_head_stride +
-                 cache_row(args, batch, cache_len + r, args.v_batch_stride, args.v_seq_stride) + c;
+                 cache_row(args, batch, row0 + r, args.v_batch_stride, args.v_seq_stride) + c;
     *reinterpret_cast<uint4*>(kd) = *reinterpret_cast<const uint4*>(ks);
     *reinterpret_cast<uint4*>(vd) = *reinterpret_cast<const uint4*>(vs);
   }
@@ -596,15 +607,21 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
       return; // past this sequence's queries (an empty one included): nothing to do
     }
   }
-  // AT_KVCACHE: the sequence's cached keys, then the appended ones (copied into the
-  // cache by one block per (batch, kv head), before any return).
+  // AT_KVCACHE: the sequence's cached keys (cache rows cache_first .. cache_first +
+  // cache_len - 1), then the appended ones (copied into the cache after the cached rows by
+  // one block per (batch, kv head), before any return).
   int cache_len = 0;
+  int cache_first = 0; // cache_leftpad[batch], clamped (contiguous caches only)
   if (k_kvcache) {
-    cache_len = min(max(args.cache_seqlens[batch], 0), args.kv_capacity - args.seq_new);
+    const int cached = min(max(args.cache_seqlens[batch], 0), args.kv_capacity - args.seq_new);
+    if (args.cache_leftpad != nullptr && args.block_table == nullptr) {
+      cache_first = min(max(args.cache_leftpad[batch], 0), cached);
+    }
+    cache_len = cached - cache_first;
     seq_k = cache_len + args.seq_new;
     if (args.seq_new > 0 && m_block == 0 && split == 0 &&
         head % (args.heads_q / args.heads_kv) == 0) {
-      append_new_kv(args, batch, kv_head, cache_len);
+      append_new_kv(args, batch, kv_head, cached);
     }
   }
   const int diag = seq_k - seq_q; // query i's diagonal key is i + diag
@@ -663,9 +680,10 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
     if (k_kvcache) {
       // The tile's cached keys lie in one page (page_size % block_n == 0); the new ones
       // (rows from cache_len - n0 on) come from k_new.
-      const elem_t* cache =
-          args.k + kv_head * args.k_head_stride +
-          (n0 < cache_len ? cache_row(args, batch, n0, args.k_batch_stride, args.k_seq_stride) : 0);
+      const elem_t* cache = args.k + kv_head * args.k_head_stride +
+                            (n0 < cache_len ? cache_row(args, batch, cache_first + n0,
+                                                        args.k_batch_stride, args.k_seq_stride)
+                                            : 0);
       const elem_t* fresh = (args.k_new != nullptr ? args.k_new : args.k) +
                             batch * args.kn_batch_stride + kv_head * args.kn_head_stride +
                             (n0 - cache_len) * args.kn_seq_stride;
@@ -679,9 +697,10 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
   auto load_v = [&](int n_block, int buffer) {
     const int n0 = n_block * k_block_n;
     if (k_kvcache) {
-      const elem_t* cache =
-          args.v + kv_head * args.v_head_stride +
-          (n0 < cache_len ? cache_row(args, batch, n0, args.v_batch_stride, args.v_seq_stride) : 0);
+      const elem_t* cache = args.v + kv_head * args.v_head_stride +
+                            (n0 < cache_len ? cache_row(args, batch, cache_first + n0,
+                                                        args.v_batch_stride, args.v_seq_stride)
+                                            : 0);
       const elem_t* fresh = (args.v_new != nullptr ? args.v_new : args.v) +
                             batch * args.vn_batch_stride + kv_head * args.vn_head_stride +
                             (n0 - cache_len) * args.vn_seq_stride;
