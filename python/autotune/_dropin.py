@@ -637,27 +637,42 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     headdim) with block_table (batch_size, max_num_blocks_per_seq) torch.int32;
     page_block_size a multiple of 16 that a variant's block_n divides (flash-attn uses
     multiples of 256). cache_seqlens: int or (batch_size,) torch.int32, each sequence's
-    cached keys (read on the GPU, clamped into the cache). k, v: (batch_size, seqlen_new,
-    nheads_k, headdim) appended at cache_seqlens[b].. (written into the cache, in place, by
-    the same launch) and attended. causal is bottom-right aligned against cache_seqlens +
-    seqlen_new; window_size, softcap, alibi_slopes, softmax_scale as flash_attn_func.
-    num_splits is the tuner's choice (split-KV variants) and ignored. rotary_cos,
-    rotary_sin (seqlen_ro, rotary_dim / 2) in q's dtype, rotary_dim a multiple of 16 up
-    to headdim, seqlen_ro covering the cache, with k and v given: the new keys are rotated
-    at positions cache_seqlens, cache_seqlens + 1, ... and written rotated; the queries at
-    cache_seqlens + i when causal or windowed, else all at cache_seqlens (flash-attn 2's
-    convention), pairs (2i, 2i + 1) when rotary_interleaved, else (i, i + rotary_dim / 2);
-    here by torch operations in float32 before the attention launch, not fused into it.
-    cache_batch_idx and cache_leftpad raise NotImplementedError.
+    cached keys (read on the GPU, clamped into the cache). cache_leftpad: None or
+    (batch_size,) torch.int32 on q's device, a contiguous cache only (refused with
+    block_table, as flash-attn refuses it): sequence b's keys start at cache row
+    cache_leftpad[b] (rows before it are padding), so it attends rows cache_leftpad[b] ..
+    cache_seqlens[b] - 1 and the new keys; causal, the window and ALiBi then count its keys
+    from cache_leftpad[b] (seqlen_k = cache_seqlens[b] - cache_leftpad[b] + seqlen_new),
+    while the new keys are still written at cache_seqlens[b].. and rotary positions stay
+    cache_seqlens-based, as in flash-attn (read on the GPU, clamped into [0,
+    cache_seqlens[b]]). k, v: (batch_size, seqlen_new, nheads_k, headdim) appended at
+    cache_seqlens[b].. (written into the cache, in place, by the same launch) and attended.
+    causal is bottom-right aligned against each sequence's keys; window_size, softcap,
+    alibi_slopes, softmax_scale as flash_attn_func. num_splits is the tuner's choice
+    (split-KV variants) and ignored. rotary_cos, rotary_sin (seqlen_ro, rotary_dim / 2) in
+    q's dtype, rotary_dim a multiple of 16 up to headdim, seqlen_ro covering the cache,
+    with k and v given: the new keys are rotated at positions cache_seqlens,
+    cache_seqlens + 1, ... and written rotated; the queries at cache_seqlens + i when
+    causal or windowed, else all at cache_seqlens (flash-attn 2's convention), pairs
+    (2i, 2i + 1) when rotary_interleaved, else (i, i + rotary_dim / 2); here by torch
+    operations in float32 before the attention launch, not fused into it.
+    cache_batch_idx raises NotImplementedError.
+
+    A head dim the kernels do not build (not a multiple of 8, or under 32; up to 256)
+    runs as flash-attn runs it: q, the caches and k, v are zero-padded copies to the next
+    size the kernels build, the output is cut back (a view), and when k, v were appended
+    the padded caches' first headdim columns are copied back into k_cache and v_cache in
+    place. That copies the whole cache twice per call: correct but slow (flash-attn pays
+    the same); a head dim the kernels build reads the cache in place. softmax_scale
+    defaults to 1/sqrt(headdim) of the real head dim.
 
     out: (batch_size, seqlen_q, nheads, headdim); with return_softmax_lse also the fp32
     softmax_lse (batch_size, nheads, seqlen_q) as flash-attn 2 returns it (+inf on rows
     that see no key, its causal-ALiBi offset as in flash_attn_func).
     """
     name = "flash_attn_with_kvcache"
-    for what, given in (("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad)):
-        if given is not None:
-            raise NotImplementedError(f"autotune.{name}: {what} is not implemented")
+    if cache_batch_idx is not None:
+        raise NotImplementedError(f"autotune.{name}: cache_batch_idx is not implemented")
     for what, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         if not isinstance(t, _Tensor):
             raise TypeError(f"autotune.{name}: {what} must be a torch.Tensor, not "
@@ -666,6 +681,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             raise ValueError(f"autotune.{name}: {what} must be 4-d, not {list(t.shape)}")
     if (k is None) != (v is None):
         raise ValueError(f"autotune.{name}: k and v (the new keys and values) go together")
+    if cache_leftpad is not None:
+        _check_leftpad(name, cache_leftpad, block_table, q)
     if not q.is_cuda:
         raise ValueError(f"autotune.{name}: q is on {q.device}; autotune's kernels take CUDA "
                          "tensors")
@@ -689,27 +706,89 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if rotary_cos is not None or rotary_sin is not None:
         q, k = _kvcache_rotary(name, q, k, rotary_cos, rotary_sin, rotary_interleaved,
                                cache_seqlens, capacity, causal or window != _NO_WINDOW)
+    caches = (k_cache, v_cache)  # the caller's
+    head_dim = None
+    d = q.shape[-1]
+    if d % 8 or d < 32:  # a head dim the kernels do not build: padded copies
+        q, k_cache, v_cache, k, v, softmax_scale, head_dim = _kvcache_pad_head_dim(
+            q, k_cache, v_cache, k, v, softmax_scale)
     if type(q) is _Tensor and not _is_compiling():
         result = _ops.get_runtime(q.device.index).attention_kvcache(
             q, k_cache, v_cache, cache_seqlens, block_table, k, v, causal, softmax_scale,
-            bool(return_softmax_lse), window, softcap, alibi_slopes)
+            bool(return_softmax_lse), window, softcap, alibi_slopes, cache_leftpad)
     else:  # traced (torch.compile): the registered operator, which writes the caches
         result = (_KVCACHE_LSE if return_softmax_lse else _KVCACHE)(
             q, k_cache, v_cache, cache_seqlens, block_table, k, v, causal, softmax_scale,
-            window[0], window[1], softcap, alibi_slopes)
+            window[0], window[1], softcap, alibi_slopes, cache_leftpad)
+    if head_dim is not None:
+        result = _kvcache_cut_head_dim(result, head_dim, bool(return_softmax_lse), caches,
+                                       (k_cache, v_cache), k is not None)
     if not return_softmax_lse:
         return result
     # softmax_lse as flash-attn 2 returns it: +inf on rows that see no key, and under
     # causal ALiBi without a left bound larger by slope * (i + seqlen_k - seqlen_q) (see
-    # _attend), seqlen_k being each sequence's cached keys (clamped into the cache as the
-    # kernel clamps them) plus the new ones.
+    # _attend), seqlen_k being each sequence's keys: its cached ones (clamped into the
+    # cache as the kernel clamps them), less its left padding (clamped likewise), plus the
+    # new ones.
     out, lse = result
     lse = lse.masked_fill(lse == float("-inf"), float("inf"))
     if alibi_slopes is not None and causal and window[0] < 0:
         seqlen_new = 0 if k is None else k.shape[1]
         seqlen_q = q.shape[1]
-        seqlen_k = cache_seqlens.clamp(0, max(capacity - seqlen_new, 0)) + seqlen_new
+        cached = cache_seqlens.clamp(0, max(capacity - seqlen_new, 0))
+        if cache_leftpad is not None:
+            cached = cached - torch.minimum(cache_leftpad.clamp(min=0), cached)
+        seqlen_k = cached + seqlen_new
         lse = _alibi_lse(lse, alibi_slopes,
                          torch.arange(seqlen_q, device=lse.device, dtype=torch.float32)[None, :]
                          + (seqlen_k - seqlen_q).float()[:, None])
     return out, lse
+
+
+def _kvcache_pad_head_dim(q, k_cache, v_cache, k, v, softmax_scale):
+    """flash_attn_with_kvcache with a head dim the kernels do not build (not a multiple of
+    8, or under 32; at most 256), as flash-attn runs it: q, the caches and the new k, v
+    zero-padded in the last dimension to the next size the kernels build (copies), the
+    softmax scale kept at 1/sqrt(the real head dim). Returns (q, k_cache, v_cache, k, v,
+    softmax_scale, the real head dim), or the arguments and None when their head dims
+    differ or are out of range (the library then refuses them by name)."""
+    d = q.shape[-1]
+    given = [t for t in (k_cache, v_cache, k, v) if t is not None]
+    if not 1 <= d <= 256 or any(not isinstance(t, _Tensor) or t.shape[-1] != d for t in given):
+        return q, k_cache, v_cache, k, v, softmax_scale, None
+    pad = [0, max(32, (d + 7) // 8 * 8) - d]
+    F = torch.nn.functional
+    q, k_cache, v_cache = F.pad(q, pad), F.pad(k_cache, pad), F.pad(v_cache, pad)
+    if k is not None:
+        k, v = F.pad(k, pad), F.pad(v, pad)
+    scale = d ** -0.5 if softmax_scale is None else softmax_scale
+    return q, k_cache, v_cache, k, v, scale, d
+
+
+def _kvcache_cut_head_dim(result, head_dim, with_lse, caches, padded, appended):
+    """The output of a launch on padded copies (_kvcache_pad_head_dim) cut back to the
+    real head dim (a view, as flash-attn returns it); when new keys were appended (into the
+    padded copies), the padded caches' first head_dim columns copied back into the
+    caller's caches, every row, as flash-attn copies them."""
+    if appended:
+        caches[0].copy_(padded[0][..., :head_dim])
+        caches[1].copy_(padded[1][..., :head_dim])
+    return _cut_head_dim(result, head_dim, with_lse)
+
+
+def _check_leftpad(name, cache_leftpad, block_table, q):
+    """flash_attn_with_kvcache's cache_leftpad: a torch.int32 (batch_size,) tensor on q's
+    device, with a contiguous cache (flash-attn refuses it with a paged one)."""
+    if block_table is not None:
+        raise ValueError(f"autotune.{name}: cache_leftpad is not supported with a paged KV "
+                         "cache (block_table), as in flash-attn: pass a contiguous cache or "
+                         "no cache_leftpad")
+    if not isinstance(cache_leftpad, _Tensor) or cache_leftpad.dtype != torch.int32:
+        what = cache_leftpad.dtype if isinstance(cache_leftpad, _Tensor) else \
+            type(cache_leftpad).__name__
+        raise TypeError(f"autotune.{name}: cache_leftpad must be a torch.int32 tensor "
+                        f"(batch_size,), not {what}")
+    B = q.shape[0]
+    if tuple(cache_leftpad.shape) != (B,) or cache_leftpad.device != q.device:
+        raise ValueError(f"autotune.{name}: cache_leftpad must be ({B},) on {q.device}, not "
+                         f"{list(cache_leftpad.shape)} on {cache_leftpad.device}")

@@ -15,7 +15,8 @@ torch.compile(fullgraph=True) traces them as single nodes and CUDA graphs captur
                                         max_seqlen_q, max_seqlen_k, causal=False, ...)
     torch.ops.autotune.attention_varlen_with_lse(...)            -> (out, lse [H, Tq])
     torch.ops.autotune.attention_kvcache(q, k_cache, v_cache, cache_seqlens,
-                                         block_table=None, k_new=None, v_new=None, ...)
+                                         block_table=None, k_new=None, v_new=None, ...,
+                                         cache_leftpad=None)
     torch.ops.autotune.attention_kvcache_with_lse(...)           -> (out, lse [B, H, Sq])
 
 The KV cache operators write k_new/v_new into k_cache/v_cache (declared mutated in their
@@ -170,18 +171,19 @@ def attention_varlen_with_lse(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
 
 def attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, k_new=None,
                       v_new=None, causal=False, softmax_scale=None, window_left=-1,
-                      window_right=-1, softcap=0.0, alibi_slopes=None):
+                      window_right=-1, softcap=0.0, alibi_slopes=None, cache_leftpad=None):
     return _device(q.get_device(), q, "q").attention_kvcache(
         q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, softmax_scale,
-        False, (window_left, window_right), softcap, alibi_slopes)
+        False, (window_left, window_right), softcap, alibi_slopes, cache_leftpad)
 
 
 def attention_kvcache_with_lse(q, k_cache, v_cache, cache_seqlens, block_table=None,
                                k_new=None, v_new=None, causal=False, softmax_scale=None,
-                               window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=None):
+                               window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=None,
+                               cache_leftpad=None):
     return _device(q.get_device(), q, "q").attention_kvcache(
         q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, softmax_scale,
-        True, (window_left, window_right), softcap, alibi_slopes)
+        True, (window_left, window_right), softcap, alibi_slopes, cache_leftpad)
 
 
 # ---- fake implementations: outputs of the right shape, dtype, device and strides ----------
@@ -228,14 +230,15 @@ def _attention_varlen_lse_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
 
 def _attention_kvcache_fake(q, k_cache, v_cache, cache_seqlens, block_table=None, k_new=None,
                             v_new=None, causal=False, softmax_scale=None, window_left=-1,
-                            window_right=-1, softcap=0.0, alibi_slopes=None):
+                            window_right=-1, softcap=0.0, alibi_slopes=None,
+                            cache_leftpad=None):
     return torch.empty_like(q, memory_format=_contiguous)
 
 
 def _attention_kvcache_lse_fake(q, k_cache, v_cache, cache_seqlens, block_table=None,
                                 k_new=None, v_new=None, causal=False, softmax_scale=None,
                                 window_left=-1, window_right=-1, softcap=0.0,
-                                alibi_slopes=None):
+                                alibi_slopes=None, cache_leftpad=None):
     return (torch.empty_like(q, memory_format=_contiguous),
             q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=_f32))
 
@@ -259,7 +262,8 @@ _VARLEN_ARGS = "Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seq
 _KVCACHE_ARGS = "Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor cache_seqlens, " \
                 "Tensor? block_table=None, Tensor? k_new=None, Tensor? v_new=None, " \
                 "bool causal=False, float? softmax_scale=None, int window_left=-1, " \
-                "int window_right=-1, float softcap=0.0, Tensor? alibi_slopes=None"
+                "int window_right=-1, float softcap=0.0, Tensor? alibi_slopes=None, " \
+                "Tensor? cache_leftpad=None"
 
 # name: (arguments, returns, CUDA implementation, fake implementation)
 OPS = {

@@ -22,7 +22,7 @@ import weakref
 from . import _library
 
 AUTOTUNE_FP32, AUTOTUNE_FP16, AUTOTUNE_BF16 = 0, 1, 2
-AUTOTUNE_INT32 = 3  # index tensors (attention's cu_seqlens)
+AUTOTUNE_INT32 = 3  # index tensors (attention's cu_seqlens, cache_seqlens, cache_leftpad, ...)
 MAX_DIMS = 4
 OPS = ("causal_conv1d", "attention", "selective_scan")
 
@@ -160,9 +160,10 @@ def attention_fields(t, what, bhsd=False):
 NO_WINDOW = (-1, -1)  # flash-attn's window_size for no window
 
 
-def index_fields(t, what):
+def index_fields(t, what, peer_name="cu_seqlens"):
     """The autotune_tensor fields of an int32 index tensor (cu_seqlens): a CUDA torch.int32
-    tensor, 1-d and contiguous; anything else raises naming it."""
+    tensor, 1-d and contiguous; anything else raises naming it (and peer_name, the peer's
+    argument whose dtype it takes)."""
     try:
         dtype, shape, device = t.dtype, tuple(t.shape), t.device
     except AttributeError:
@@ -170,9 +171,10 @@ def index_fields(t, what):
                         f"{type(t).__name__}") from None
     if str(dtype) != "torch.int32":
         raise TypeError(f"autotune: {what} has dtype {dtype}; expected torch.int32 (flash-attn's "
-                        "cu_seqlens dtype)")
+                        f"{peer_name} dtype)")
     if len(shape) != 1:
-        raise ValueError(f"autotune: {what} must be 1-d (batch_size + 1,), not {list(shape)}")
+        size = "batch_size + 1" if peer_name == "cu_seqlens" else "batch_size"
+        raise ValueError(f"autotune: {what} must be 1-d ({size},), not {list(shape)}")
     if getattr(device, "type", "cuda") != "cuda":
         raise ValueError(f"autotune: {what} is on {device}; it must be a CUDA tensor (the kernel "
                          "reads the offsets on the GPU)")
@@ -199,24 +201,32 @@ def varlen_fields(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
             int(max_seqlen_q), int(max_seqlen_k))
 
 
-NO_KVCACHE = _ABSENT * 4  # a call without a KV cache (cache_seqlens, block_table, k_new, v_new)
+# A call without a KV cache (cache_seqlens, block_table, k_new, v_new, cache_leftpad).
+NO_KVCACHE = _ABSENT * 5
 
 
-def kvcache_fields(cache_seqlens, block_table=None, k_new=None, v_new=None):
+def kvcache_fields(cache_seqlens, block_table=None, k_new=None, v_new=None, cache_leftpad=None):
     """The fields of a KV-cache call (flash-attn's flash_attn_with_kvcache): int32
     cache_seqlens (B,) and block_table (B, max_blocks_per_seq) on the GPU (block_table None:
-    a contiguous cache), and the rows to append, k_new / v_new (B, Snew, Hkv, D) as
-    [B, Hkv, Snew, D] views, or None."""
+    a contiguous cache), the rows to append, k_new / v_new (B, Snew, Hkv, D) as
+    [B, Hkv, Snew, D] views, or None, and int32 cache_leftpad (B,) on the GPU (where each
+    sequence's keys start in a contiguous cache) or None."""
     if (k_new is None) != (v_new is None):
         raise ValueError("autotune: k and v (the new keys and values) must be given together")
-    lengths = index_fields(cache_seqlens, "cache_seqlens")
+    lengths = index_fields(cache_seqlens, "cache_seqlens", "cache_seqlens")
     table = _ABSENT
     if block_table is not None:
+        if cache_leftpad is not None:
+            raise ValueError("autotune: cache_leftpad is not supported with a paged KV cache "
+                             "(block_table), as in flash-attn")
         table = table_fields(block_table, "block_table")
     new = _ABSENT * 2
     if k_new is not None:
         new = (*attention_fields(k_new, "k", False), *attention_fields(v_new, "v", False))
-    return (*lengths, *table, *new)
+    leftpad = _ABSENT
+    if cache_leftpad is not None:
+        leftpad = index_fields(cache_leftpad, "cache_leftpad", "cache_leftpad")
+    return (*lengths, *table, *new, *leftpad)
 
 
 def table_fields(t, what):
@@ -565,12 +575,14 @@ class Runtime:
 
     def attention_kvcache(self, q, k_cache, v_cache, cache_seqlens, block_table=None, k_new=None,
                           v_new=None, causal=False, scale=None, return_lse=False,
-                          window=NO_WINDOW, softcap=0.0, alibi_slopes=None):
+                          window=NO_WINDOW, softcap=0.0, alibi_slopes=None, cache_leftpad=None):
         """Decoding against a KV cache (flash-attn's flash_attn_with_kvcache): q
         (B, Sq, Hq, D); k_cache, v_cache (B, Scache, Hkv, D) or paged (num_blocks, page,
         Hkv, D) with block_table int32 (B, blocks_per_seq); cache_seqlens int32 (B,) on the
-        GPU; k_new, v_new (B, Snew, Hkv, D) appended into the cache and attended. With
-        return_lse also the fp32 log-sum-exp (B, Hq, Sq)."""
+        GPU; k_new, v_new (B, Snew, Hkv, D) appended into the cache and attended;
+        cache_leftpad int32 (B,) on the GPU (a contiguous cache only): sequence b's keys
+        start at cache row cache_leftpad[b]. With return_lse also the fp32 log-sum-exp
+        (B, Hq, Sq)."""
         import torch
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         lse = None
@@ -580,7 +592,7 @@ class Runtime:
         fields = (*attention_fields(q, "q"), *attention_fields(k_cache, "k_cache"),
                   *attention_fields(v_cache, "v_cache"), *attention_fields(out, "o"),
                   *tensor_fields(lse, "lse"), int(causal), float(scale or 0.0))
-        kvcache = kvcache_fields(cache_seqlens, block_table, k_new, v_new)
+        kvcache = kvcache_fields(cache_seqlens, block_table, k_new, v_new, cache_leftpad)
         features = attention_features(tuple(window), softcap, alibi_slopes, NO_VARLEN, kvcache)
         ws = self.attention_workspace(None, fields, q, features)
         args = self._pack_call("attention", *fields, *ws, *features)

@@ -547,18 +547,18 @@ def attn_kvcache_cases():
                      c["paged_kv_block_size"] is not None))]
 
 
-# flash_attn_with_kvcache takes the head dims the kernels build (a cache is not padded).
-KVCACHE_HEAD_DIMS = tuple(range(32, 257, 8))
+# flash_attn_with_kvcache takes every head dim up to 256: the kernels build the multiples
+# of 8 from 32, and the drop-in runs the others on zero-padded copies of q and the caches
+# (written back after an append), as flash-attn does.
+KVCACHE_HEAD_DIMS = tuple(range(1, 257))
 
 
 def attn_kvcache_unsupported(c):
-    """What autotune.flash_attn_with_kvcache refuses (cache_leftpad and cache_batch_idx
-    raise NotImplementedError; the library refuses the head dim), each case counted once
-    under the first: head_dim, cache_leftpad, cache_batch_idx."""
+    """What autotune.flash_attn_with_kvcache refuses (cache_batch_idx raises
+    NotImplementedError; the library refuses a head dim over 256), each case counted once
+    under the first: head_dim, cache_batch_idx. cache_leftpad is supported."""
     if c["d"] not in KVCACHE_HEAD_DIMS:
         return "head_dim"
-    if c["has_leftpad"]:
-        return "cache_leftpad"
     if c["has_batch_idx"]:
         return "cache_batch_idx"
     return None
@@ -576,12 +576,13 @@ def _appended(cache, new, lengths, block_table):
     return out
 
 
-def _cache_rows(cache, block_table, b, n):
-    """Sequence b's first n rows of a cache, [1, n, nheads_k, d]."""
+def _cache_rows(cache, block_table, b, n, start=0):
+    """Sequence b's rows start .. n - 1 of a cache, [1, n - start, nheads_k, d] (start:
+    its cache_leftpad, a contiguous cache only)."""
     if block_table is None:
-        return cache[b:b + 1, :n]
+        return cache[b:b + 1, start:n]
     page = cache.shape[1]
-    return cache[block_table[b, :(n + page - 1) // page].long()].flatten(0, 1)[None, :n]
+    return cache[block_table[b, :(n + page - 1) // page].long()].flatten(0, 1)[None, start:n]
 
 
 def _rotary_ref(x, cos, sin, positions, interleaved):
@@ -638,6 +639,17 @@ def attn_kvcache_run(c):
                                   seqlen_k - room + 1 if new_kv else seqlen_k + 1,
                                   (batch_size,), dtype=torch.int32, device=DEV)
     lengths = cache_seqlens.tolist()
+    # The peer's cache_leftpad: per sequence a random start in [0, cache_seqlens[b]) (0 for
+    # an empty cache); sequence b then attends its rows leftpad[b] .. and the new keys, its
+    # key indices (masks, ALiBi) counted from leftpad[b], while the new keys still go to
+    # cache_seqlens[b].. and rotary positions stay cache_seqlens-based.
+    cache_leftpad = None
+    pads = [0] * batch_size
+    if c["has_leftpad"]:
+        cache_leftpad = torch.cat([
+            torch.randint(0, n, (1,), dtype=torch.int32, device=DEV) if n > 0 else
+            torch.zeros(1, dtype=torch.int32, device=DEV) for n in lengths])
+        pads = cache_leftpad.tolist()
     q_ref, k_ref = q, k
     if rotary_dim > 0:
         start = cache_seqlens.long()[:, None]
@@ -652,9 +664,10 @@ def attn_kvcache_run(c):
         k_want, v_want = (_appended(cache, new, lengths, block_table)
                           for cache, new in ((k_cache, k_ref), (v_cache, v)))
     out, lse = autotune.flash_attn_with_kvcache(
-        q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens, block_table=block_table,
-        causal=c["causal"], window_size=window_size, alibi_slopes=alibi_slopes,
-        num_splits=c["num_splits"], return_softmax_lse=True, **rotary)
+        q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens, cache_leftpad=cache_leftpad,
+        block_table=block_table, causal=c["causal"], window_size=window_size,
+        alibi_slopes=alibi_slopes, num_splits=c["num_splits"], return_softmax_lse=True,
+        **rotary)
     # The peer's check of the cache: the new rows appended in place (rotated keys within
     # 1e-3, as the peer allows; otherwise copied exactly), and here every other row kept.
     for name, cache, want in (("k", k_cache, k_want), ("v", v_cache, v_want)):
@@ -665,9 +678,13 @@ def attn_kvcache_run(c):
         if not same:
             return False, (f"{name} cache after appending: max diff "
                            f"{(cache - want).abs().max().item():.3g}")
+    # The reference per sequence on its keys alone: the peer's key_padding_mask (arange <
+    # cache_seqlens + seqlen_new, and >= cache_leftpad) with attention_ref's columns
+    # re-indexed from cache_leftpad (key_leftpad), i.e. rows leftpad[b] .. of the cache
+    # after the append, indexed from 0.
     seen = [n + (seqlen_new if new_kv else 0) for n in lengths]
-    seqs = [(out[b], lse[b], q_ref[b:b + 1], _cache_rows(k_want, block_table, b, n),
-             _cache_rows(v_want, block_table, b, n),
+    seqs = [(out[b], lse[b], q_ref[b:b + 1], _cache_rows(k_want, block_table, b, n, pads[b]),
+             _cache_rows(v_want, block_table, b, n, pads[b]),
              None if alibi_slopes is None else alibi_slopes[b:b + 1])
             for b, n in enumerate(seen)]
     return _attn_judge_seqs(seqs, c["causal"], window_size, mult=5 if c["alibi"] else 3,
@@ -728,9 +745,13 @@ GRIDS = {
         "cache_seqlens); pass: the peer's criterion (max error <= 3x PyTorch's, 5x with "
         "ALiBi, + 1e-5; reference per sequence on its cached and new keys), new k/v "
         "appended in place with every other cache row unchanged, and flash-attn 2's LSE on "
-        "rows with a key; unsupported counted under the first of head_dim (not a multiple "
-        "of 8: a cache is not padded), cache_leftpad, cache_batch_idx; rotary embeddings as "
-        "the peer draws them, checked against a float64 rotation."),
+        "rows with a key; cache_leftpad as the peer draws it (per sequence in [0, "
+        "cache_seqlens)), the reference per sequence on its keys from leftpad on, indexed "
+        "from leftpad (the peer's key_padding_mask and key_leftpad); head dims that are not "
+        "a multiple of 8 (d=59) on zero-padded copies of q and the caches, as flash-attn "
+        "runs them; unsupported counted under the first of head_dim (over 256), "
+        "cache_batch_idx; rotary embeddings as the peer draws them, checked against a "
+        "float64 rotation."),
 }
 
 
@@ -1288,6 +1309,48 @@ def bad_input_cases():
              {"alibi_slopes": torch.rand(3, 4, device=DEV)})):
         add("autotune.flash_attn_func", case,
             lambda kwargs=kwargs: autotune.flash_attn_func(q, k, v, **kwargs), attn_in, attn_good)
+
+    # ---- attention against a KV cache: cache_leftpad's mistakes, each refused before the
+    # launch (the new keys given, so a call that ran would have written the caches).
+    kv_fn = "autotune.flash_attn_with_kvcache"
+    kv_op = "torch.ops.autotune.attention_kvcache"
+    k_cache, v_cache = (torch.randn(2, 256, 2, 64, device=DEV, dtype=bf16) for _ in range(2))
+    paged_k, paged_v = (torch.randn(4, 256, 2, 64, device=DEV, dtype=bf16) for _ in range(2))
+    table = torch.tensor([[2], [0]], device=DEV, dtype=torch.int32)
+    lens = torch.tensor([100, 37], device=DEV, dtype=torch.int32)
+    pad = torch.tensor([10, 0], device=DEV, dtype=torch.int32)
+    q1 = torch.randn(2, 1, 4, 64, device=DEV, dtype=bf16)
+    k1, v1 = (torch.randn(2, 1, 2, 64, device=DEV, dtype=bf16) for _ in range(2))
+    kv_in = [k_cache, v_cache, paged_k, paged_v, table, lens, pad, q1, k1, v1]
+
+    def kv_good():
+        autotune.flash_attn_with_kvcache(q1, k_cache, v_cache, cache_seqlens=lens,
+                                         cache_leftpad=pad, causal=True)
+
+    for case, kwargs in (
+            ("cache_leftpad with a paged cache (block_table)",
+             dict(k_cache=paged_k, v_cache=paged_v, block_table=table, cache_leftpad=pad)),
+            ("cache_leftpad of dtype int64", dict(cache_leftpad=pad.long())),
+            ("cache_leftpad of shape (3,) for batch 2",
+             dict(cache_leftpad=torch.zeros(3, device=DEV, dtype=torch.int32))),
+            ("cache_leftpad of shape (2, 1)", dict(cache_leftpad=pad[:, None])),
+            ("cache_leftpad on the CPU", dict(cache_leftpad=pad.cpu()))):
+        args = dict(k_cache=k_cache, v_cache=v_cache)
+        args.update(kwargs)
+        add(kv_fn, case, lambda args=args: autotune.flash_attn_with_kvcache(
+            q1, k=k1, v=v1, cache_seqlens=lens, causal=True, **args), kv_in, kv_good)
+    # The registered operator hands cache_leftpad to the library as it is.
+    add(kv_op, "cache_leftpad with a paged cache (block_table)",
+        lambda: OPS.attention_kvcache(q1, paged_k, paged_v, lens, table, k1, v1, True,
+                                      cache_leftpad=pad), kv_in, kv_good)
+    add(kv_op, "cache_leftpad of dtype int64",
+        lambda: OPS.attention_kvcache(q1, k_cache, v_cache, lens, None, k1, v1, True,
+                                      cache_leftpad=pad.long()), kv_in, kv_good)
+    add(kv_op, "cache_leftpad of shape (3,) for batch 2",
+        lambda: OPS.attention_kvcache(q1, k_cache, v_cache, lens, None, k1, v1, True,
+                                      cache_leftpad=torch.zeros(3, device=DEV,
+                                                                dtype=torch.int32)),
+        kv_in, kv_good)
 
     # ---- selective_scan
     u, delta, A, Bm, Cm, Dv, z, dbias = _scan_inputs()

@@ -112,7 +112,8 @@ class TestArgsLayouts(unittest.TestCase):
             "attention": ["q", "k", "v", "o", "lse", "causal", "scale", "workspace",
                           "workspace_bytes", "window", "window_left", "window_right", "softcap",
                           "alibi_slopes", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q",
-                          "max_seqlen_k", "cache_seqlens", "block_table", "k_new", "v_new"],
+                          "max_seqlen_k", "cache_seqlens", "block_table", "k_new", "v_new",
+                          "cache_leftpad"],
             "selective_scan": ["u", "delta", "A", "B", "C", "D", "z", "delta_bias", "out",
                                "last_state", "delta_softplus"],
         }
@@ -292,10 +293,23 @@ class TestAttentionFeatures(unittest.TestCase):
         table = FakeTensor((3, 4), ptr=0x6000, dtype=i32)
         fields = _runtime.kvcache_fields(lens, table)
         n = len(_runtime._ABSENT)
-        self.assertEqual(len(fields), 4 * n)
+        self.assertEqual(len(fields), 5 * n)
+        self.assertEqual(len(_runtime.NO_KVCACHE), 5 * n)
         self.assertEqual(fields[0], 0x5000)
         self.assertEqual(fields[n:n + 5], (0x6000, _runtime.AUTOTUNE_INT32, 2, 3, 4))
-        self.assertEqual(fields[2 * n:], _runtime._ABSENT * 2)
+        self.assertEqual(fields[2 * n:], _runtime._ABSENT * 3)
+        # cache_leftpad: the last tensor, int32 (B,) with a contiguous cache only.
+        leftpad = FakeTensor((3,), ptr=0x7000, dtype=i32)
+        fields = _runtime.kvcache_fields(lens, None, None, None, leftpad)
+        self.assertEqual(len(fields), 5 * n)
+        self.assertEqual(fields[n:4 * n], _runtime._ABSENT * 3)
+        self.assertEqual(fields[4 * n:4 * n + 4], (0x7000, _runtime.AUTOTUNE_INT32, 1, 3))
+        with self.assertRaisesRegex(ValueError, "cache_leftpad is not supported with a paged"):
+            _runtime.kvcache_fields(lens, table, None, None, leftpad)
+        with self.assertRaisesRegex(TypeError, "cache_leftpad has dtype .*int32"):
+            _runtime.kvcache_fields(lens, None, None, None, FakeTensor((3,), dtype=self.f32))
+        with self.assertRaisesRegex(ValueError, r"cache_leftpad must be 1-d \(batch_size,\)"):
+            _runtime.kvcache_fields(lens, None, None, None, FakeTensor((3, 1), dtype=i32))
         with self.assertRaisesRegex(TypeError, "block_table has dtype"):
             _runtime.kvcache_fields(lens, FakeTensor((3, 4), dtype=self.f32))
         with self.assertRaisesRegex(ValueError, "block_table must be 2-d"):
@@ -725,9 +739,14 @@ class TestTorchRegistration(unittest.TestCase):
         lens = torch.empty(3, device=m, dtype=torch.int32)
         o, lse = torch.ops.autotune.attention_kvcache_with_lse(qd, cache, cache.clone(), lens)
         self.assertEqual((o.shape, lse.shape), ((3, 2, 8, 128), (3, 8, 2)))
+        o, lse = torch.ops.autotune.attention_kvcache_with_lse(qd, cache, cache.clone(), lens,
+                                                               cache_leftpad=lens)
+        self.assertEqual((o.shape, lse.shape), ((3, 2, 8, 128), (3, 8, 2)))
         schema = torch.ops.autotune.attention_kvcache.default._schema
         self.assertEqual([a.name for a in schema.arguments if a.is_write],
                          ["k_cache", "v_cache"])
+        self.assertEqual(schema.arguments[-1].name, "cache_leftpad")
+        self.assertEqual(str(schema.arguments[-1].type), "Optional[Tensor]")
 
     def test_cpu_tensors_are_refused_naming_the_argument(self):
         x = torch.zeros(1, 8, 16)
@@ -766,6 +785,70 @@ class TestTorchRegistration(unittest.TestCase):
             autotune.causal_conv1d_fn(x, torch.zeros(8, 4), activation="gelu")
         with self.assertRaisesRegex(NotImplementedError, "cu_seqlens"):
             autotune.selective_scan_fn(x, x, x, x, x, cu_seqlens=torch.zeros(2))
+
+    def test_kvcache_leftpad_is_checked_before_anything_runs(self):
+        q = torch.zeros(2, 1, 4, 64, dtype=torch.bfloat16)
+        cache = torch.zeros(2, 128, 2, 64, dtype=torch.bfloat16)
+        lens = torch.tensor([5, 9], dtype=torch.int32)
+        table = torch.zeros(2, 1, dtype=torch.int32)
+        fn = autotune.flash_attn_with_kvcache
+        with self.assertRaisesRegex(ValueError, "cache_leftpad is not supported with a paged"):
+            fn(q, cache, cache, cache_seqlens=lens, cache_leftpad=lens, block_table=table)
+        with self.assertRaisesRegex(TypeError, "cache_leftpad must be a torch.int32 tensor"):
+            fn(q, cache, cache, cache_seqlens=lens, cache_leftpad=lens.long())
+        with self.assertRaisesRegex(TypeError, "cache_leftpad must be a torch.int32 tensor"):
+            fn(q, cache, cache, cache_seqlens=lens, cache_leftpad=[0, 1])
+        with self.assertRaisesRegex(ValueError, r"cache_leftpad must be \(2,\)"):
+            fn(q, cache, cache, cache_seqlens=lens, cache_leftpad=lens[:1])
+        with self.assertRaisesRegex(ValueError, r"cache_leftpad must be \(2,\)"):
+            fn(q, cache, cache, cache_seqlens=lens, cache_leftpad=lens[None])
+        with self.assertRaisesRegex(NotImplementedError, "cache_batch_idx"):
+            fn(q, cache, cache, cache_seqlens=lens, cache_batch_idx=lens)
+        # A good one passes its checks (and these CPU tensors are then refused).
+        with self.assertRaisesRegex(ValueError, "q is on cpu"):
+            fn(q, cache, cache, cache_seqlens=lens, cache_leftpad=torch.zeros_like(lens))
+
+    def test_kvcache_head_dims_the_kernels_do_not_build_run_padded(self):
+        from autotune import _dropin
+        torch.manual_seed(2)
+        for d, built in ((59, 64), (20, 32), (8, 32), (250, 256)):
+            q = torch.randn(2, 3, 4, d, dtype=torch.float16)
+            k_cache, v_cache = (torch.randn(2, 40, 2, d, dtype=torch.float16) for _ in range(2))
+            k, v = (torch.randn(2, 3, 2, d, dtype=torch.float16) for _ in range(2))
+            keep = k_cache.clone(), v_cache.clone()
+            qp, kcp, vcp, kp, vp, scale, head_dim = _dropin._kvcache_pad_head_dim(
+                q, k_cache, v_cache, k, v, None)
+            self.assertEqual(head_dim, d)
+            self.assertAlmostEqual(scale, d ** -0.5)
+            for got, was in ((qp, q), (kcp, k_cache), (vcp, v_cache), (kp, k), (vp, v)):
+                self.assertEqual(got.shape[:-1] + (got.shape[-1],), was.shape[:-1] + (built,))
+                self.assertTrue(torch.equal(got[..., :d], was))
+                self.assertFalse(got[..., d:].any())
+            # The kernel appends into the padded copies; the caller's caches get them back.
+            kcp[:, 10:13] = kp
+            vcp[:, 10:13] = vp
+            out = torch.randn(2, 3, 4, built, dtype=torch.float16)
+            lse = torch.randn(2, 4, 3)
+            got, got_lse = _dropin._kvcache_cut_head_dim((out, lse), d, True, (k_cache, v_cache),
+                                                         (kcp, vcp), True)
+            self.assertTrue(torch.equal(got, out[..., :d]))
+            self.assertIs(got_lse, lse)
+            self.assertTrue(torch.equal(k_cache[:, 10:13], k))
+            self.assertTrue(torch.equal(v_cache[:, 10:13], v))
+            self.assertTrue(torch.equal(k_cache[:, :10], keep[0][:, :10]))
+            self.assertTrue(torch.equal(v_cache[:, 13:], keep[1][:, 13:]))
+        # A given scale is kept; without new keys nothing is written back.
+        q = torch.randn(1, 1, 2, 59)
+        cache = torch.randn(1, 16, 2, 59)
+        *_, scale, head_dim = _dropin._kvcache_pad_head_dim(q, cache, cache, None, None, 0.5)
+        self.assertEqual((scale, head_dim), (0.5, 59))
+        before = cache.clone()
+        _dropin._kvcache_cut_head_dim(torch.zeros(1, 1, 2, 64), 59, False, (cache, cache),
+                                      (torch.ones(1, 16, 2, 64),) * 2, False)
+        self.assertTrue(torch.equal(cache, before))
+        # Head dims that disagree are left to the library to refuse by name.
+        self.assertIsNone(_dropin._kvcache_pad_head_dim(q, torch.zeros(1, 16, 2, 60), cache,
+                                                        None, None, None)[-1])
 
 
 @unittest.skipIf(torch is None, NO_TORCH)
