@@ -177,8 +177,30 @@ TEST_CASE("a configuration from another problem is adapted where its tile would 
   SUBCASE("a row that nearly fills its tile keeps the configuration") {
     CHECK(conv.adapt(tuned, problem("causal_conv1d", "B=4,C=5120,L=2000,W=4")) == tuned);
   }
-  SUBCASE("a long sequence keeps the configuration") {
-    CHECK(conv.adapt(tuned, problem("causal_conv1d", "B=2,C=4096,L=4095,W=3")) == tuned);
+  SUBCASE("a longer row takes one tile of the widest aligned vectors, odd rows the direct path") {
+    // Two tiles of 2048 at L=4095, odd: one of 128 threads x 8 x 4 on the direct path,
+    // the shape's own tuned winner.
+    CHECK(format_fields(conv.adapt(tuned, problem("causal_conv1d", "B=2,C=4096,L=4095,W=3"))) ==
+          "threads=128,vec=8,items=4,cpb=1,load=direct");
+    // L=3000 (a multiple of 8) keeps the staged path: 128 threads x 8 x 4 (tile 4096).
+    CHECK(format_fields(conv.adapt(tuned, problem("causal_conv1d", "B=8,C=768,L=3000,W=4"))) ==
+          "threads=128,vec=8,items=4,cpb=1,load=smem");
+    // L=8192: a row of 256 threads.
+    CHECK(format_fields(conv.adapt(tuned, problem("causal_conv1d", "B=8,C=2048,L=8192,W=4"))) ==
+          "threads=256,vec=8,items=4,cpb=1,load=smem");
+    // The tile fits but the rows are odd for 8-byte vectors on the staged path.
+    CHECK(format_fields(conv.adapt(tuned, problem("causal_conv1d", "B=4,C=2560,L=2047,W=4"))) ==
+          "threads=128,vec=8,items=4,cpb=2,load=direct");
+  }
+  SUBCASE("a grid under one wave of thread slots takes fewer vectors a thread") {
+    // 4096 rows of 512: 4 vectors a thread take 16 threads a row (65536 in all), 2 take
+    // 32 (131072), 1 takes 64 (262144, the most a tile of one row allows).
+    Config packed = parse_fields("threads=128,vec=8,items=4,cpb=8,load=smem", "config");
+    CHECK(format_fields(conv.adapt(packed, problem("causal_conv1d", "B=2,C=2048,L=512,W=4"))) ==
+          "threads=128,vec=8,items=1,cpb=2,load=smem");
+    // B=2, C=768, L=2047 (odd): 256 threads a row of 1 vector, 393216 threads.
+    CHECK(format_fields(conv.adapt(tuned, problem("causal_conv1d", "B=2,C=768,L=2047,W=4"))) ==
+          "threads=256,vec=8,items=1,cpb=1,load=direct");
   }
   SUBCASE("the heuristic's choice comes adapted") {
     auto c = heuristic_config(conv, problem("causal_conv1d", "B=64,C=3072,L=333,W=2"), "sm_90a");

@@ -178,6 +178,74 @@ Result<bool> CausalConv1dOp::worth_measuring(const Config& config, const Problem
   return true;
 }
 
+Config CausalConv1dOp::adapt_long_rows(const Config& config, const Problem& problem) const {
+  // Rows at least half a tile long. The H100's exhaustive sweeps of such shapes
+  // (bench/notes/causal_conv1d-long-rows.md: L of 512-8192, 3-130 MB) share three
+  // traits, which the grid's winners (all at L = their tile) do not carry to other
+  // lengths:
+  // - one tile per row: row threads x vec x items >= L, the fewest threads doing it;
+  // - the widest aligned vector: 16 bytes where L is a multiple of it, else the
+  //   widest that divides L; an odd L takes 16 bytes on the direct path (the staged
+  //   path's ragged rows ran 15% slower at L=2047, every top-8 variant was direct);
+  // - 4 vectors a thread, fewer when the grid would then hold under one wave of
+  //   thread slots (132 SMs x 2048 = 270336 on the H100): B=2, C=2048, L=512 ran best
+  //   at 1 vector a thread (8.1 us, against 10.5 for 4), B=4, C=2560, L=2047 at 4.
+  // A configuration that already has all three keeps its own vector and items (the
+  // grid's L=2048 winners load 8 bytes per vector at 98% of copy bandwidth). Otherwise
+  // the block keeps the tuned size (more threads when a row needs them, packing rows
+  // otherwise) and the tuned load path unless the rows are odd.
+  constexpr long long k_wave_threads = 132LL * 2048;
+  constexpr long long k_max_block = 1024;
+  Dims d = dims(problem);
+  const Params src = params(config);
+  const long long rows = d.B * d.C;
+  const long long src_row_threads = src.threads / src.cpb;
+  if (tile_length(src) >= d.L && !(src.smem && ragged(d, src.vec)) &&
+      rows * src_row_threads >= k_wave_threads) {
+    return config;
+  }
+  const long long esize = (long long)dtype_size(d.x);
+  Params p = src;
+  p.vec = int(16 / esize);
+  bool direct = !src.smem;
+  if (ragged(d, p.vec)) {
+    if (p.vec > 4 && !ragged(d, 4) && 4 * esize >= 8) {
+      p.vec = 4;
+    } else {
+      direct = true;
+    }
+  }
+  for (int items : {4, 2, 1}) {
+    long long row_threads = 32;
+    while (row_threads * p.vec * items < d.L && row_threads < k_max_block) {
+      row_threads *= 2;
+    }
+    p.items = items;
+    const long long tiles = (d.L + row_threads * p.vec * items - 1) / (row_threads * p.vec * items);
+    p.threads = int(std::max<long long>(src.threads, row_threads));
+    p.cpb = int(p.threads / row_threads);
+    if (rows * tiles * row_threads >= k_wave_threads) {
+      break;
+    }
+  }
+  p.smem = !direct;
+  Config c = with_values(
+      config, {{"threads", p.threads}, {"vec", p.vec}, {"items", p.items}, {"cpb", p.cpb}});
+  for (auto& [k, v] : c) {
+    if (k == "load") {
+      v = p.smem ? "smem" : "direct";
+    }
+  }
+  try {
+    if (check(c, problem, "sm_80")) {
+      return c;
+    }
+  } catch (const Error&) {
+    // keep the tuned configuration
+  }
+  return config;
+}
+
 Config CausalConv1dOp::adapt(const Config& config, const Problem& problem) const {
   // A short sequence (a row filling at most half of one tile of threads / cpb x
   // vec x items positions, the tiles worth_measuring() rejects) leaves the lanes
@@ -204,9 +272,7 @@ Config CausalConv1dOp::adapt(const Config& config, const Problem& problem) const
   Dims d = dims(problem);
   const Params src = params(config);
   if (tile_length(src) < 2 * d.L) {
-    // Longer rows keep their winner: at L=3000 a tile of 2048 (27% of the lanes
-    // idle) ran as fast as the shape's own (bench/results/h100-unseen.md).
-    return config;
+    return adapt_long_rows(config, problem);
   }
   const long long esize = (long long)dtype_size(d.x);
   constexpr long long k_max_vector_bytes = 16;

@@ -79,6 +79,10 @@ public:
   CausalConv1dPlan conv_plan(const Config& config, const Problem& problem) const;
   CausalConv1dKernelArgs kernel_args(const CausalConv1dPlan& plan,
                                      const CausalConv1dCall& call) const;
+
+private:
+  // adapt() for rows at least half of the configuration's tile long.
+  Config adapt_long_rows(const Config& config, const Problem& problem) const;
 };
 
 } // namespace autotune
