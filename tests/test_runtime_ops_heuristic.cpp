@@ -198,6 +198,10 @@ TEST_CASE("a configuration from another problem is adapted where its tile would 
     Config packed = parse_fields("threads=128,vec=8,items=4,cpb=8,load=smem", "config");
     CHECK(format_fields(conv.adapt(packed, problem("causal_conv1d", "B=2,C=2048,L=512,W=4"))) ==
           "threads=128,vec=8,items=1,cpb=2,load=smem");
+    // The same from a tile of twice the row (the short-row rule, then the wave).
+    Config point = parse_fields("threads=128,vec=4,items=4,cpb=2,load=smem", "config");
+    CHECK(format_fields(conv.adapt(point, problem("causal_conv1d", "B=2,C=2048,L=512,W=4"))) ==
+          "threads=128,vec=8,items=1,cpb=2,load=smem");
     // B=2, C=768, L=2047 (odd): 256 threads a row of 1 vector, 393216 threads.
     CHECK(format_fields(conv.adapt(tuned, problem("causal_conv1d", "B=2,C=768,L=2047,W=4"))) ==
           "threads=256,vec=8,items=1,cpb=1,load=direct");

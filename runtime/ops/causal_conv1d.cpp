@@ -61,6 +61,33 @@ bool ragged(const Dims& d, long long vec) {
   return d.L % vec != 0;
 }
 
+// Thread slots of one wave on the H100 (132 SMs x 2048): a grid under it leaves SMs
+// idle however its threads load (bench/notes/causal_conv1d-long-rows.md).
+constexpr long long k_wave_threads = 132LL * 2048;
+constexpr long long k_max_block = 1024;
+
+// One tile per row (up to k_max_block threads a row) with p's vector and load path, the
+// block at least `block` threads: the most vectors a thread (4, 2, then 1) whose grid
+// still fills a wave, each row getting the fewest threads (a power of two, at least
+// min_row_threads) whose tile covers it.
+Params one_tile_per_row(Params p, const Dims& d, long long min_row_threads, long long block) {
+  const long long rows = d.B * d.C;
+  for (int items : {4, 2, 1}) {
+    long long row_threads = min_row_threads;
+    while (row_threads * p.vec * items < d.L && row_threads < k_max_block) {
+      row_threads *= 2;
+    }
+    const long long tile = row_threads * p.vec * items;
+    p.items = items;
+    p.threads = int(std::max(block, row_threads));
+    p.cpb = int(p.threads / row_threads);
+    if (rows * ((d.L + tile - 1) / tile) * row_threads >= k_wave_threads) {
+      break;
+    }
+  }
+  return p;
+}
+
 } // namespace
 
 CausalConv1dShape CausalConv1dShape::of(const Problem& p) {
@@ -194,8 +221,6 @@ Config CausalConv1dOp::adapt_long_rows(const Config& config, const Problem& prob
   // grid's L=2048 winners load 8 bytes per vector at 98% of copy bandwidth). Otherwise
   // the block keeps the tuned size (more threads when a row needs them, packing rows
   // otherwise) and the tuned load path unless the rows are odd.
-  constexpr long long k_wave_threads = 132LL * 2048;
-  constexpr long long k_max_block = 1024;
   Dims d = dims(problem);
   const Params src = params(config);
   const long long rows = d.B * d.C;
@@ -215,20 +240,8 @@ Config CausalConv1dOp::adapt_long_rows(const Config& config, const Problem& prob
       direct = true;
     }
   }
-  for (int items : {4, 2, 1}) {
-    long long row_threads = 32;
-    while (row_threads * p.vec * items < d.L && row_threads < k_max_block) {
-      row_threads *= 2;
-    }
-    p.items = items;
-    const long long tiles = (d.L + row_threads * p.vec * items - 1) / (row_threads * p.vec * items);
-    p.threads = int(std::max<long long>(src.threads, row_threads));
-    p.cpb = int(p.threads / row_threads);
-    if (rows * tiles * row_threads >= k_wave_threads) {
-      break;
-    }
-  }
   p.smem = !direct;
+  p = one_tile_per_row(p, d, 32, src.threads);
   Config c = with_values(
       config, {{"threads", p.threads}, {"vec", p.vec}, {"items", p.items}, {"cpb", p.cpb}});
   for (auto& [k, v] : c) {
@@ -326,11 +339,27 @@ Config CausalConv1dOp::adapt(const Config& config, const Problem& problem) const
       }
     }
   }
-  if (best_tiles >= tiles_of(src) && best_useful <= 1.1 * useful(src) &&
-      check(config, problem, "sm_80")) {
-    return config;
+  const bool keep = best_tiles >= tiles_of(src) && best_useful <= 1.1 * useful(src) &&
+                    check(config, problem, "sm_80");
+  const Params chosen = keep ? src : best;
+  if (d.B * d.C * (chosen.threads / chosen.cpb) < k_wave_threads) {
+    // Under one wave of thread slots, fewer vectors a thread and more threads a row (as
+    // for long rows): B=2, C=2048, L=512 from 16 threads a row of 4 vectors (10.4 us)
+    // to 64 of 1 (8.3).
+    const Params filled = one_tile_per_row(chosen, d, chosen.smem ? 4 : 32, chosen.threads);
+    Config c = with_values(config, {{"threads", filled.threads},
+                                    {"vec", filled.vec},
+                                    {"items", filled.items},
+                                    {"cpb", filled.cpb}});
+    try {
+      if (check(c, problem, "sm_80")) {
+        return c;
+      }
+    } catch (const Error&) {
+      // keep the choice above
+    }
   }
-  return with(best);
+  return keep ? config : with(best);
 }
 
 std::vector<std::string> CausalConv1dOp::defines(const Config& config,
