@@ -194,14 +194,15 @@ TEST_CASE("a configuration from another problem is adapted where its tile would 
   }
   SUBCASE("a grid under one wave of thread slots takes fewer vectors a thread") {
     // 4096 rows of 512: 4 vectors a thread take 16 threads a row (65536 in all), 2 take
-    // 32 (131072), 1 takes 64 (262144, the most a tile of one row allows).
+    // 32 (131072), 1 takes 64 (262144, the most a tile of one row allows); still under a
+    // wave, so the direct path.
     Config packed = parse_fields("threads=128,vec=8,items=4,cpb=8,load=smem", "config");
     CHECK(format_fields(conv.adapt(packed, problem("causal_conv1d", "B=2,C=2048,L=512,W=4"))) ==
-          "threads=128,vec=8,items=1,cpb=2,load=smem");
+          "threads=128,vec=8,items=1,cpb=2,load=direct");
     // The same from a tile of twice the row (the short-row rule, then the wave).
     Config point = parse_fields("threads=128,vec=4,items=4,cpb=2,load=smem", "config");
     CHECK(format_fields(conv.adapt(point, problem("causal_conv1d", "B=2,C=2048,L=512,W=4"))) ==
-          "threads=128,vec=8,items=1,cpb=2,load=smem");
+          "threads=128,vec=8,items=1,cpb=2,load=direct");
     // B=2, C=768, L=2047 (odd): 256 threads a row of 1 vector, 393216 threads.
     CHECK(format_fields(conv.adapt(tuned, problem("causal_conv1d", "B=2,C=768,L=2047,W=4"))) ==
           "threads=256,vec=8,items=1,cpb=1,load=direct");

@@ -61,6 +61,18 @@ bool ragged(const Dims& d, long long vec) {
   return d.L % vec != 0;
 }
 
+// config with p's values.
+Config with_params(const Config& config, const Params& p) {
+  Config c = with_values(
+      config, {{"threads", p.threads}, {"vec", p.vec}, {"items", p.items}, {"cpb", p.cpb}});
+  for (auto& [k, v] : c) {
+    if (k == "load") {
+      v = p.smem ? "smem" : "direct";
+    }
+  }
+  return c;
+}
+
 // Thread slots of one wave on the H100 (132 SMs x 2048): a grid under it leaves SMs
 // idle however its threads load (bench/notes/causal_conv1d-long-rows.md).
 constexpr long long k_wave_threads = 132LL * 2048;
@@ -69,7 +81,7 @@ constexpr long long k_max_block = 1024;
 // One tile per row (up to k_max_block threads a row) with p's vector and load path, the
 // block at least `block` threads: the most vectors a thread (4, 2, then 1) whose grid
 // still fills a wave, each row getting the fewest threads (a power of two, at least
-// min_row_threads) whose tile covers it.
+// min_row_threads) whose tile covers it; a grid under a wave even then loads directly.
 Params one_tile_per_row(Params p, const Dims& d, long long min_row_threads, long long block) {
   const long long rows = d.B * d.C;
   for (int items : {4, 2, 1}) {
@@ -82,8 +94,13 @@ Params one_tile_per_row(Params p, const Dims& d, long long min_row_threads, long
     p.threads = int(std::max(block, row_threads));
     p.cpb = int(p.threads / row_threads);
     if (rows * ((d.L + tile - 1) / tile) * row_threads >= k_wave_threads) {
-      break;
+      return p;
     }
+  }
+  // Still under a wave: every thread loads one vector, and the staged path's shared-
+  // memory round trip only adds latency (B=2, C=2048, L=512: 8.1 us direct, 8.3 staged).
+  if (p.threads / p.cpb % 32 == 0) {
+    p.smem = false;
   }
   return p;
 }
@@ -242,13 +259,7 @@ Config CausalConv1dOp::adapt_long_rows(const Config& config, const Problem& prob
   }
   p.smem = !direct;
   p = one_tile_per_row(p, d, 32, src.threads);
-  Config c = with_values(
-      config, {{"threads", p.threads}, {"vec", p.vec}, {"items", p.items}, {"cpb", p.cpb}});
-  for (auto& [k, v] : c) {
-    if (k == "load") {
-      v = p.smem ? "smem" : "direct";
-    }
-  }
+  const Config c = with_params(config, p);
   try {
     if (check(c, problem, "sm_80")) {
       return c;
@@ -347,10 +358,7 @@ Config CausalConv1dOp::adapt(const Config& config, const Problem& problem) const
     // for long rows): B=2, C=2048, L=512 from 16 threads a row of 4 vectors (10.4 us)
     // to 64 of 1 (8.3).
     const Params filled = one_tile_per_row(chosen, d, chosen.smem ? 4 : 32, chosen.threads);
-    Config c = with_values(config, {{"threads", filled.threads},
-                                    {"vec", filled.vec},
-                                    {"items", filled.items},
-                                    {"cpb", filled.cpb}});
+    const Config c = with_params(config, filled);
     try {
       if (check(c, problem, "sm_80")) {
         return c;
