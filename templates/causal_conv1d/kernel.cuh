@@ -210,27 +210,11 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
     }
   };
   // Ragged rows: the last shift positions of the row can lie past the last tile;
-  // the row's last block computes them from scalar reads. A thread's first such
-  // position is read here, before the tile's loads, so that its latency overlaps
-  // theirs instead of following the tile (the reads past the tile are not cache hits).
-  const int tail_first = int(gridDim.y) * k_tile - shift + t;
-  const bool has_tail =
-      k_ragged && active && blockIdx.y == gridDim.y - 1 && tail_first < args.length;
-  float tail_win[k_width];
-  if constexpr (k_ragged) {
-    if (has_tail) {
-#pragma unroll
-      for (int k = 0; k < k_width; ++k) {
-        tail_win[k] = at_to_float(input_at(tail_first - k_halo + k));
-      }
-    }
-  }
+  // the row's last block computes them from scalar reads (cache hits).
   auto ragged_tail = [&]() {
     if constexpr (k_ragged) {
-      if (has_tail) {
-        out_row[tail_first] = at_from_float<x_t>(conv_point(tail_win, w, bias));
-        // More tail positions than threads a row (rows of fewer than 8 threads).
-        for (int q = tail_first + k_row_threads; q < args.length; q += k_row_threads) {
+      if (blockIdx.y == gridDim.y - 1) {
+        for (int q = int(gridDim.y) * k_tile - shift + t; q < args.length; q += k_row_threads) {
           float win[k_width];
 #pragma unroll
           for (int k = 0; k < k_width; ++k) {
