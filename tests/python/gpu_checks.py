@@ -928,36 +928,46 @@ def check_compile_varlen():
 def check_compile_kvcache():
     """torch.compile(fullgraph=True) of a decoding step through flash_attn_with_kvcache
     (new keys appended): one graph holding the KV cache operator; the output and the
-    caches it leaves match eager's."""
-    seen = []
+    caches it leaves match eager's. Also at head dim 59 (run on zero-padded copies, the
+    caches written back inside the graph) with cache_leftpad."""
+    for d, leftpad in ((64, None), (59, [3, 0])):
+        seen = []
 
-    def backend(gm, example_inputs):
-        seen.append(gm)
-        return gm.forward
+        def backend(gm, example_inputs):
+            seen.append(gm)
+            return gm.forward
 
-    torch.manual_seed(0)
-    caches = [torch.randn(2, 256, 2, 64, device=DEV, dtype=torch.bfloat16) for _ in range(2)]
-    lens = torch.tensor([100, 37], device=DEV, dtype=torch.int32)
-    q = torch.randn(2, 1, 4, 64, device=DEV, dtype=torch.bfloat16)
-    k, v = (torch.randn(2, 1, 2, 64, device=DEV, dtype=torch.bfloat16) for _ in range(2))
+        torch.manual_seed(0)
+        caches = [torch.randn(2, 256, 2, d, device=DEV, dtype=torch.bfloat16)
+                  for _ in range(2)]
+        lens = torch.tensor([100, 37], device=DEV, dtype=torch.int32)
+        pad = None if leftpad is None else torch.tensor(leftpad, device=DEV, dtype=torch.int32)
+        q = torch.randn(2, 1, 4, d, device=DEV, dtype=torch.bfloat16)
+        k, v = (torch.randn(2, 1, 2, d, device=DEV, dtype=torch.bfloat16) for _ in range(2))
 
-    def step(q, k_cache, v_cache, k, v, lens):
-        return autotune.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=lens,
-                                                causal=True)
+        def step(q, k_cache, v_cache, k, v, lens, pad):
+            return autotune.flash_attn_with_kvcache(q, k_cache, v_cache, k, v,
+                                                    cache_seqlens=lens, cache_leftpad=pad,
+                                                    causal=True)
 
-    torch._dynamo.reset()
-    with torch.no_grad():
-        eager = [c.clone() for c in caches]
-        ref = step(q, *eager, k, v, lens)
-        compiled = [c.clone() for c in caches]
-        out = torch.compile(step, fullgraph=True, backend=backend)(q, *compiled, k, v, lens)
-    _same((out, *compiled), (ref, *eager), "kvcache fullgraph")
-    if len(seen) != 1:
-        raise AssertionError(f"{len(seen)} graphs")
-    targets = {str(n.target) for n in seen[0].graph.nodes if n.op == "call_function"}
-    if "autotune.attention_kvcache.default" not in targets:
-        raise AssertionError(f"autotune.attention_kvcache not in the graph: {sorted(targets)}")
-    return "1 graph; output and caches match eager"
+        torch._dynamo.reset()
+        with torch.no_grad():
+            eager = [c.clone() for c in caches]
+            ref = step(q, *eager, k, v, lens, pad)
+            compiled = [c.clone() for c in caches]
+            out = torch.compile(step, fullgraph=True, backend=backend)(q, *compiled, k, v,
+                                                                       lens, pad)
+        what = f"kvcache fullgraph d={d}" + ("" if pad is None else " leftpad")
+        _same((out, *compiled), (ref, *eager), what)
+        if not torch.equal(eager[0][0, 100], k[0, 0]):
+            raise AssertionError(f"{what}: the new key is not in the cache at row 100")
+        if len(seen) != 1:
+            raise AssertionError(f"{what}: {len(seen)} graphs")
+        targets = {str(n.target) for n in seen[0].graph.nodes if n.op == "call_function"}
+        if "autotune.attention_kvcache.default" not in targets:
+            raise AssertionError(f"{what}: autotune.attention_kvcache not in the graph: "
+                                 f"{sorted(targets)}")
+    return "1 graph each (d=64; d=59 padded, with cache_leftpad); output and caches match eager"
 
 
 def check_compile_inductor():
