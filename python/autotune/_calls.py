@@ -7,12 +7,13 @@ device, each tensor's shape, strides and dtype (or its absence), the flags and s
 and which outputs the call allocates. The first call of a signature in a thread checks
 and packs every field as before (tensor_fields: type, rank, dtype, null data) and calls
 the library, which validates everything; only when the library accepted the call is its
-plan kept: the packed args struct (a ctypes buffer owned by the plan, with the
-workspace of a split-KV attention variant filled in), a view of it as 64-bit words
-with the words of the data pointers, the outputs' allocation, and the library's entry
-point. A warm call reads shape, strides and dtype of each tensor for the key (one flat
-tuple: an absent optional tensor is three Nones, a present one adds no tuple of its own),
-drops the key once the plan is found, allocates its outputs, writes each data pointer into
+plan kept: the packed args struct (a ctypes buffer owned by the plan), a view of it as
+64-bit words with the words of the data pointers, the outputs' allocation, and the
+library's entry point (and for a split-KV attention variant, the word of its workspace:
+every call writes the calling stream's there, Runtime.stream_workspace). A warm call
+reads shape, strides and dtype of each tensor for the key (one flat tuple: an absent
+optional tensor is three Nones, a present one adds no tuple of its own), drops the key
+once the plan is found, allocates its outputs, writes each data pointer into
 its word of the plan's buffer (the other bytes stay as the first call packed them) and
 calls the library. Nothing it creates outlives it but the outputs (and the tuple that
 returns two): a warm call leaves the garbage collector nothing to collect and starts no
@@ -311,7 +312,7 @@ def attention(plans, runtime_for, q, k, v, causal, scale, with_lse, copies=None,
         return _attention_first(plans, runtime_for, key, q, k, v, causal, scale, with_lse,
                                 copies, window, softcap, alibi_slopes)
     del key  # its tuples go now: a warm call holds few new objects at once
-    (buf, words, fn, handle, lib, dev, contiguous, lse_shape, device,
+    (buf, words, fn, handle, lib, dev, contiguous, lse_shape, device, rt, i_ws, ws_bytes,
      i_q, i_k, i_v, i_o, i_l, i_a) = plan
     out = _empty_like(q) if contiguous else _empty_like(q, memory_format=_contiguous)
     words[i_q] = q.data_ptr()
@@ -320,6 +321,8 @@ def attention(plans, runtime_for, q, k, v, causal, scale, with_lse, copies=None,
     words[i_o] = out.data_ptr()
     if alibi_slopes is not None:
         words[i_a] = alibi_slopes.data_ptr()
+    if ws_bytes:  # a split-KV variant: this stream's workspace
+        words[i_ws] = rt.stream_workspace(dev, ws_bytes)
     if lse_shape is None:
         status = fn(handle, buf, STREAMS[_raw_stream(dev)])
         if status:
@@ -364,8 +367,9 @@ def _attention_first(plans, runtime_for, key, q, k, v, causal, scale, with_lse, 
     status = fn(handle, buf, STREAMS[_raw_stream(dev)])
     if status:
         _fail(lib, status)
+    i_ws = rt.layouts["attention"].offsets["workspace"] // 8
     _remember(plans.attn, key, (buf, words, fn, handle, lib, dev, contiguous, lse_shape,
-                                q.device, *slots))
+                                q.device, rt, i_ws, workspace[1], *slots))
     return (out, lse) if with_lse else out
 
 

@@ -202,6 +202,16 @@ def varlen_fields(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
 
 
 # A call without a KV cache (cache_seqlens, block_table, k_new, v_new, cache_leftpad).
+def _tensor_key(t):
+    return None if t is None else (tuple(t.shape), t.stride(), t.dtype)
+
+
+def _slopes_key(alibi_slopes):
+    return None if alibi_slopes is None else (tuple(alibi_slopes.shape), alibi_slopes.dtype)
+
+
+# The stream key of the workspaces that calls captured in CUDA graphs use (no stream's).
+_GRAPHS = -1
 NO_KVCACHE = _ABSENT * 5
 
 
@@ -359,7 +369,8 @@ class Runtime:
         self.lib = lib = self.library.dll
         self.layouts = self.library.layouts
         self._local = threading.local()
-        self.workspaces = {}  # (device, bytes) -> zero-filled tensor, kept for later calls
+        # (device, stream, bytes) -> zero-filled tensor, kept for later calls on that stream
+        self.workspaces = {}
         self._workspace_need = {}  # a call's signature -> the workspace bytes it needs
         self.handle = ctypes.c_void_p()
         policy = policy or ("error" if require_tuned else "nearest")
@@ -416,37 +427,55 @@ class Runtime:
         return self
 
     def attention_workspace(self, key, fields, q, features=None):
-        """(pointer, bytes) of the workspace an attention call needs ((0, 0) unless its
-        variant splits the keys), asked once per call signature (key; None: not kept).
-        The buffer is zero-filled once and shared by the calls of every signature that
-        needs as many bytes: each call leaves it zeroed for the next."""
-        ws = self._workspace_need.get(key) if key is not None else None
-        if ws is not None:
-            return ws
+        """(pointer, bytes) of the workspace an attention call on the current stream needs
+        ((0, 0) unless its variant splits the keys). The bytes are asked once per call
+        signature (key; None: asked every call, and refused inside CUDA graph capture);
+        the buffer is the stream's (stream_workspace)."""
+        need = self._workspace_need.get(key) if key is not None else None
+        if need is None:
+            import torch
+            if q.is_cuda and torch.cuda.is_current_stream_capturing():
+                raise RuntimeError(
+                    "autotune: the first attention call of this signature (shapes, strides, "
+                    "dtype, flags) is inside CUDA graph capture; run it once eagerly before "
+                    "capturing (torch.cuda.graphs' warm-up): the first call resolves the "
+                    "variant and may compile it, which may not happen in a graph")
+            n = ctypes.c_uint64()
+            self.check(self.lib.autotune_attention_workspace_size(
+                self.handle, self.pack("attention", *fields, 0, 0,
+                                       *(features or attention_features())), ctypes.byref(n)))
+            need = n.value
+            if need:
+                # The graphs' buffer of this size, zero-filled now (it cannot be in capture).
+                self._workspace(q.get_device(), _GRAPHS, need)
+            if key is not None:
+                if len(self._workspace_need) >= 4096:  # shapes that change every call
+                    self._workspace_need.clear()
+                self._workspace_need[key] = need
+        if not need:
+            return (0, 0)
+        return (self.stream_workspace(q.get_device(), need), need)
+
+    def stream_workspace(self, device, need):
+        """The pointer of the current stream's zero-filled workspace of need bytes. A
+        split-KV call counts its blocks in it and leaves it zeroed: calls on one stream run
+        one after another and share it; calls on different streams may overlap, so each
+        stream has its own. Calls captured in CUDA graphs share one per size, made when its
+        size was first asked (eagerly): replays of graphs that both hold split-KV calls must
+        not overlap (on one stream they do not)."""
         import torch
-        if q.is_cuda and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError(
-                "autotune: the first attention call of this signature (shapes, q's layout, "
-                "dtype, causal, lse) is inside CUDA graph capture; run it once eagerly before "
-                "capturing (torch.cuda.graphs' warm-up): the first call resolves the variant, "
-                "may compile it, and allocates a split-KV variant's workspace, none of which "
-                "may happen in a graph")
-        n = ctypes.c_uint64()
-        self.check(self.lib.autotune_attention_workspace_size(
-            self.handle, self.pack("attention", *fields, 0, 0,
-                                   *(features or attention_features())), ctypes.byref(n)))
-        need = n.value
-        ws = (0, 0)
-        if need:
-            wkey = (q.get_device(), need)
-            buf = self.workspaces.get(wkey)
-            if buf is None:
-                buf = self.workspaces[wkey] = torch.zeros(need, device=q.device,
-                                                          dtype=torch.uint8)
-            ws = (buf.data_ptr(), need)
-        if key is not None:
-            self._workspace_need[key] = ws
-        return ws
+        if torch._C._cuda_isCurrentStreamCapturing():
+            return self._workspace(device, _GRAPHS, need)
+        return self._workspace(device, torch._C._cuda_getCurrentRawStream(device), need)
+
+    def _workspace(self, device, stream, need):
+        wkey = (device, stream, need)
+        buf = self.workspaces.get(wkey)
+        if buf is None:
+            import torch
+            buf = self.workspaces[wkey] = torch.zeros(need, device=torch.device("cuda", device),
+                                                      dtype=torch.uint8)
+        return buf.data_ptr()
 
     def variant(self, op, args):
         """'SOURCE VARIANT' of what a call of op with args runs (SOURCE: tuned,
@@ -568,7 +597,12 @@ class Runtime:
                   *tensor_fields(out, "o"), *tensor_fields(lse, "lse"), int(causal),
                   float(scale or 0.0))
         features = attention_features(tuple(window), softcap, alibi_slopes, varlen)
-        ws = self.attention_workspace(None, fields, q, features)
+        # What the variant (and so the workspace) depends on; not the offsets' values.
+        key = ("varlen", q.get_device(), q.shape, q.stride(), q.dtype, k.shape, k.stride(),
+               k.dtype, v.shape, v.stride(), v.dtype, tuple(cu_seqlens_q.shape),
+               int(max_seqlen_q), int(max_seqlen_k), bool(causal), scale, return_lse,
+               tuple(window), softcap, _slopes_key(alibi_slopes))
+        ws = self.attention_workspace(key, fields, q, features)
         args = self._pack_call("attention", *fields, *ws, *features)
         self.check(self.lib.autotune_attention(self.handle, args, self.stream(q)))
         return (out, lse) if return_lse else out
@@ -594,7 +628,13 @@ class Runtime:
                   *tensor_fields(lse, "lse"), int(causal), float(scale or 0.0))
         kvcache = kvcache_fields(cache_seqlens, block_table, k_new, v_new, cache_leftpad)
         features = attention_features(tuple(window), softcap, alibi_slopes, NO_VARLEN, kvcache)
-        ws = self.attention_workspace(None, fields, q, features)
+        # What the variant (and so the workspace) depends on; not the cache lengths' values.
+        key = ("kvcache", q.get_device(), q.shape, q.stride(), q.dtype, k_cache.shape,
+               k_cache.stride(), k_cache.dtype, v_cache.shape, v_cache.stride(),
+               _tensor_key(block_table), _tensor_key(k_new), _tensor_key(v_new),
+               cache_leftpad is None, bool(causal), scale, return_lse, tuple(window), softcap,
+               _slopes_key(alibi_slopes))
+        ws = self.attention_workspace(key, fields, q, features)
         args = self._pack_call("attention", *fields, *ws, *features)
         self.check(self.lib.autotune_attention(self.handle, args, self.stream(q)))
         return (out, lse) if return_lse else out

@@ -1033,6 +1033,93 @@ def check_cuda_graph():
     return "8 outputs, 2 replays"
 
 
+def _split_kv_workspaces(rt, before):
+    """The workspaces rt made since `before` (a set of keys): (device, stream, bytes)."""
+    return [key for key in rt.workspaces if key not in before]
+
+
+def check_workspace_per_stream():
+    """Split-KV decoding calls on two streams at once, 30 rounds: each stream has its own
+    workspace (the counters in it are per call), and every output equals the call's own
+    reference."""
+    rt = autotune.get_runtime(0)
+    before = set(rt.workspaces)
+    torch.manual_seed(0)
+    inputs = [_attn_inputs(B=8, Sq=1, Sk=1024, Hq=32, Hkv=8, D=128) for _ in range(2)]
+    with torch.no_grad():
+        refs = [autotune.flash_attn_func(*x) for x in inputs]  # warm-up, default stream
+        made = _split_kv_workspaces(rt, before)
+        if not made:
+            raise AssertionError("no split-KV variant ran for B=8, Sq=1, Sk=1024 (no "
+                                 "workspace was made): nothing to check")
+        for x, ref in zip(inputs, refs):
+            want, _ = attention_ref(*x)
+            if not (ref - want).abs().max().item() < 2e-2:
+                raise AssertionError("the eager split-KV call is wrong")
+        streams = [torch.cuda.Stream() for _ in range(2)]
+        for s in streams:
+            s.wait_stream(torch.cuda.current_stream())
+        outs = [[], []]
+        for _ in range(30):
+            for i, s in enumerate(streams):
+                with torch.cuda.stream(s):
+                    outs[i].append(autotune.flash_attn_func(*inputs[i]))
+        torch.cuda.synchronize()
+    per_stream = {key[1] for key in _split_kv_workspaces(rt, before)}
+    for s in streams:
+        if s.cuda_stream not in per_stream:
+            raise AssertionError(f"stream {s.cuda_stream:#x} has no workspace of its own: "
+                                 f"{sorted(per_stream)}")
+    for i in range(2):
+        for r, o in enumerate(outs[i]):
+            if not torch.equal(o, refs[i]):
+                raise AssertionError(f"stream {i}, round {r}: differs from the eager call by "
+                                     f"{(o.float() - refs[i].float()).abs().max().item():.3g}")
+    return "2 streams x 30 split-KV calls, a workspace each, every output as eager"
+
+
+def check_kvcache_graph():
+    """A decoding step through flash_attn_with_kvcache (append, causal, split-KV) captured
+    in a CUDA graph after an eager warm-up, then replayed on new values: the output and
+    the caches it leaves equal eager calls on the same values."""
+    torch.manual_seed(0)
+    B, S, Hq, Hkv, D = 8, 1024, 32, 8, 128
+
+    def fresh():
+        caches = [torch.randn(B, S, Hkv, D, device=DEV, dtype=torch.bfloat16) for _ in range(2)]
+        lens = torch.randint(100, S - 1, (B,), device=DEV, dtype=torch.int32)
+        q = torch.randn(B, 1, Hq, D, device=DEV, dtype=torch.bfloat16)
+        k, v = (torch.randn(B, 1, Hkv, D, device=DEV, dtype=torch.bfloat16) for _ in range(2))
+        return [q, *caches, k, v, lens]
+
+    def step(q, k_cache, v_cache, k, v, lens):
+        return autotune.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=lens,
+                                                causal=True)
+
+    static = fresh()
+    with torch.no_grad():
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(2):
+                step(*static)
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            static_out = step(*static)
+        for trial in range(2):
+            values = fresh()
+            for a, f in zip(static, values):
+                a.copy_(f)
+            g.replay()
+            eager = [t.clone() for t in values]
+            ref = step(*eager)
+            torch.cuda.synchronize()
+            _same((static_out, static[1], static[2]), (ref, eager[1], eager[2]),
+                  f"kvcache graph replay {trial}")
+    return "2 replays; output and caches as eager"
+
+
 def check_capture_first_call_refused():
     """A first attention call of a new signature inside capture is refused with a message
     asking for warm-up (nothing is allocated or compiled in the graph); the context is
@@ -1199,6 +1286,8 @@ OTHER_CHECKS = {
     "compile: fullgraph, KV cache decoding step": check_compile_kvcache,
     "cuda graph: capture and replay": check_cuda_graph,
     "cuda graph: first attention call inside capture is refused": check_capture_first_call_refused,
+    "cuda graph: KV cache decoding step": check_kvcache_graph,
+    "workspace: split-KV calls on two streams at once": check_workspace_per_stream,
     "drop-in: Mamba's strided views": check_mamba_views,
     "drop-in: channel-last conv, states": check_conv_layouts,
     "drop-in: flash-attn conventions": check_attention_conventions,

@@ -892,8 +892,13 @@ class TestCallPlans(unittest.TestCase):
                 test.workspace_asked += 1
                 return (0xABC000, 4096)
 
+            def stream_workspace(self, device, need):
+                test.stream_workspaces.append((device, need))
+                return 0xABC000
+
         self.rt = FakeRuntime()
         self.workspace_asked = 0
+        self.stream_workspaces = []
         self.plans = _calls.Plans()
         _calls._load_torch()
         self.saved_stream = _calls._raw_stream
@@ -973,6 +978,9 @@ class TestCallPlans(unittest.TestCase):
             out, lse = self.calls_mod.attention(self.plans, self.runtime_for, q, k, k.clone(),
                                                 True, 0.5, True)
         self.assertEqual(self.workspace_asked, 1)
+        # The warm call asked for the calling stream's workspace (the first call's came
+        # with its size).
+        self.assertEqual(self.stream_workspaces, [(-1, 4096)])
         self.assertEqual((out.shape, out.is_contiguous(), lse.shape, lse.dtype),
                          (q.shape, True, (2, 8, 4), torch.float32))
         expected_prefix = (*a(q, "q"), *a(k, "k"))
