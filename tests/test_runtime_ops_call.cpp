@@ -104,6 +104,9 @@ TEST_CASE("every op's description covers its C args struct, field by field") {
       fields.push_back({t.offset, sizeof(autotune_tensor), 8});
       last_offset = t.offset;
     }
+    // A bound call holds every field and tensor slot in fixed arrays (call.hpp).
+    CHECK(fields.size() <= size_t(k_max_call_tensors));
+    CHECK(d.fields.size() <= size_t(k_max_call_fields));
     for (const ScalarRule& s : d.scalars) {
       fields.push_back({s.offset, kind_size(s.kind), kind_size(s.kind)});
     }

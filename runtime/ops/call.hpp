@@ -29,7 +29,9 @@ static_assert(int(DType::f32) == AUTOTUNE_FP32 && int(DType::f16) == AUTOTUNE_FP
                   int(DType::bf16) == AUTOTUNE_BF16,
               "DType and autotune_dtype share their codes");
 
-constexpr int k_max_call_fields = 24;
+// What a BoundCall holds (attention's description has 24 fields); every op's description
+// is checked against these (tests/test_runtime_ops_call.cpp).
+constexpr int k_max_call_fields = 32;
 constexpr int k_max_call_tensors = 16;
 
 // Allowed dtypes, as a bit mask of 1 << DType.
