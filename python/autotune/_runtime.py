@@ -212,6 +212,9 @@ def _slopes_key(alibi_slopes):
 
 # The stream key of the workspaces that calls captured in CUDA graphs use (no stream's).
 _GRAPHS = -1
+# Workspaces kept per Runtime (streams x sizes; a program making a stream per request
+# would otherwise keep one per stream it ever used).
+_MAX_WORKSPACES = 64
 NO_KVCACHE = _ABSENT * 5
 
 
@@ -473,6 +476,14 @@ class Runtime:
         buf = self.workspaces.get(wkey)
         if buf is None:
             import torch
+            if len(self.workspaces) >= _MAX_WORKSPACES:
+                # The oldest stream's goes (graphs' are kept: graphs hold their pointers).
+                # It was allocated on its stream, so torch's allocator hands its memory
+                # out again only in that stream's order, after the calls that used it.
+                for old in self.workspaces:
+                    if old[1] != _GRAPHS:
+                        del self.workspaces[old]
+                        break
             buf = self.workspaces[wkey] = torch.zeros(need, device=torch.device("cuda", device),
                                                       dtype=torch.uint8)
         return buf.data_ptr()

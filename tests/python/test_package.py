@@ -635,6 +635,43 @@ class TestHarness(unittest.TestCase):
 
 
 @unittest.skipIf(torch is None, NO_TORCH)
+@unittest.skipIf(torch is None, NO_TORCH)
+class TestStreamWorkspaces(unittest.TestCase):
+    """Runtime's split-KV workspaces: one per device, stream and size, the graphs' apart,
+    the oldest stream's dropped past _MAX_WORKSPACES (torch.zeros on the CPU here)."""
+
+    def setUp(self):
+        from unittest import mock
+        self.rt = object.__new__(_runtime.Runtime)
+        self.rt.workspaces = {}
+        self.made = []
+        cpu_zeros = torch.zeros
+
+        def zeros(n, device=None, dtype=None):
+            self.made.append(n)
+            return cpu_zeros(n, dtype=dtype)
+
+        patcher = mock.patch.object(torch, "zeros", zeros)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+
+    def test_one_per_stream_and_size_graphs_kept(self):
+        rt = self.rt
+        graphs = rt._workspace(0, _runtime._GRAPHS, 4096)
+        first = rt._workspace(0, 0x10, 4096)
+        self.assertEqual(rt._workspace(0, 0x10, 4096), first)  # kept, not made again
+        self.assertNotEqual(rt._workspace(0, 0x20, 4096), first)  # another stream
+        self.assertNotEqual(rt._workspace(0, 0x10, 8192), first)  # another size
+        self.assertEqual(len(self.made), 4)
+        for stream in range(0x100, 0x100 + 2 * _runtime._MAX_WORKSPACES):
+            rt._workspace(0, stream, 4096)
+        self.assertEqual(len(rt.workspaces), _runtime._MAX_WORKSPACES)
+        self.assertIn((0, _runtime._GRAPHS, 4096), rt.workspaces)
+        self.assertEqual(rt._workspace(0, _runtime._GRAPHS, 4096), graphs)
+        self.assertNotIn((0, 0x10, 4096), rt.workspaces)  # the oldest streams' went
+        self.assertIn((0, 0x100 + 2 * _runtime._MAX_WORKSPACES - 1, 4096), rt.workspaces)
+
+
 class TestKvcacheRotary(unittest.TestCase):
     """flash_attn_with_kvcache's rotary embedding (applied before the launch) against an
     independent float64 complex-number reference, on the CPU."""
