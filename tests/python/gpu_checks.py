@@ -1009,20 +1009,27 @@ def check_compile_dynamic():
         raise AssertionError(f"{len(frames)} graphs for two lengths (expected 1)")
 
 
+def _captured(fn, args):
+    """fn(*args) captured in a CUDA graph after the warm-up torch's documentation asks for
+    (two calls on a side stream): (graph, its static output)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            fn(*args)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        static_out = fn(*args)
+    return g, static_out
+
+
 def check_cuda_graph():
     """Capture the drop-ins in a CUDA graph after the warm-up torch's documentation asks
     for; replay on new input values; the results equal eager calls on those values."""
     args = _model_inputs()
     with torch.no_grad():
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(2):
-                _model_fn(*args)
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            static_out = _model_fn(*args)
+        g, static_out = _captured(_model_fn, args)
         for trial in range(2):
             fresh = _model_inputs()
             for a, f in zip(args, fresh):
@@ -1098,15 +1105,7 @@ def check_kvcache_graph():
 
     static = fresh()
     with torch.no_grad():
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(2):
-                step(*static)
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            static_out = step(*static)
+        g, static_out = _captured(step, static)
         for trial in range(2):
             values = fresh()
             for a, f in zip(static, values):
