@@ -635,7 +635,6 @@ class TestHarness(unittest.TestCase):
 
 
 @unittest.skipIf(torch is None, NO_TORCH)
-@unittest.skipIf(torch is None, NO_TORCH)
 class TestStreamWorkspaces(unittest.TestCase):
     """Runtime's split-KV workspaces: one per device, stream and size, the graphs' apart,
     the oldest stream's dropped past _MAX_WORKSPACES (torch.zeros on the CPU here)."""
@@ -672,6 +671,7 @@ class TestStreamWorkspaces(unittest.TestCase):
         self.assertIn((0, 0x100 + 2 * _runtime._MAX_WORKSPACES - 1, 4096), rt.workspaces)
 
 
+@unittest.skipIf(torch is None, NO_TORCH)
 class TestKvcacheRotary(unittest.TestCase):
     """flash_attn_with_kvcache's rotary embedding (applied before the launch) against an
     independent float64 complex-number reference, on the CPU."""
