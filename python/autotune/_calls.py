@@ -312,7 +312,7 @@ def attention(plans, runtime_for, q, k, v, causal, scale, with_lse, copies=None,
         return _attention_first(plans, runtime_for, key, q, k, v, causal, scale, with_lse,
                                 copies, window, softcap, alibi_slopes)
     del key  # its tuples go now: a warm call holds few new objects at once
-    (buf, words, fn, handle, lib, dev, contiguous, lse_shape, device, rt, i_ws, ws_bytes,
+    (buf, words, fn, handle, lib, dev, contiguous, lse_shape, device, runtime, i_ws, ws_bytes,
      i_q, i_k, i_v, i_o, i_l, i_a) = plan
     out = _empty_like(q) if contiguous else _empty_like(q, memory_format=_contiguous)
     words[i_q] = q.data_ptr()
@@ -322,7 +322,7 @@ def attention(plans, runtime_for, q, k, v, causal, scale, with_lse, copies=None,
     if alibi_slopes is not None:
         words[i_a] = alibi_slopes.data_ptr()
     if ws_bytes:  # a split-KV variant: this stream's workspace
-        words[i_ws] = rt.stream_workspace(dev, ws_bytes)
+        words[i_ws] = runtime().stream_workspace(dev, ws_bytes)
     if lse_shape is None:
         status = fn(handle, buf, STREAMS[_raw_stream(dev)])
         if status:
@@ -368,8 +368,9 @@ def _attention_first(plans, runtime_for, key, q, k, v, causal, scale, with_lse, 
     if status:
         _fail(lib, status)
     i_ws = rt.layouts["attention"].offsets["workspace"] // 8
+    # The runtime through a weak reference: its own plans hold this one (no cycle).
     _remember(plans.attn, key, (buf, words, fn, handle, lib, dev, contiguous, lse_shape,
-                                q.device, rt, i_ws, workspace[1], *slots))
+                                q.device, weakref.ref(rt), i_ws, workspace[1], *slots))
     return (out, lse) if with_lse else out
 
 
