@@ -1047,8 +1047,8 @@ def _split_kv_workspaces(rt, before):
 
 def check_workspace_per_stream():
     """Split-KV decoding calls on two streams at once, 30 rounds: each stream has its own
-    workspace (the counters in it are per call), and every output equals the call's own
-    reference."""
+    workspace (the counters in it are per call), and every output matches the eager
+    call's."""
     rt = autotune.get_runtime(0)
     before = set(rt.workspaces)
     torch.manual_seed(0)
@@ -1079,9 +1079,10 @@ def check_workspace_per_stream():
                                  f"{sorted(per_stream)}")
     for i in range(2):
         for r, o in enumerate(outs[i]):
-            if not torch.equal(o, refs[i]):
+            err = (o.float() - refs[i].float()).abs().max().item()
+            if not err < 2e-2:  # the split merge may add its partials in another order
                 raise AssertionError(f"stream {i}, round {r}: differs from the eager call by "
-                                     f"{(o.float() - refs[i].float()).abs().max().item():.3g}")
+                                     f"{err:.3g}")
     return "2 streams x 30 split-KV calls, a workspace each, every output as eager"
 
 
