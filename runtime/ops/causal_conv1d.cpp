@@ -310,9 +310,6 @@ Config CausalConv1dOp::adapt(const Config& config, const Problem& problem) const
     return double(d.L) / double(tiles_of(p) * tile_length(p)) *
            double(std::min<long long>(p.vec * p.items * esize, cap));
   };
-  auto with = [&](const Params& p) {
-    return with_values(config, {{"items", p.items}, {"vec", p.vec}, {"cpb", p.cpb}});
-  };
   constexpr long long k_min_row_bytes = 64;
   Params best = src;
   double best_useful = 0;
@@ -341,7 +338,7 @@ Config CausalConv1dOp::adapt(const Config& config, const Problem& problem) const
             best_useful == 0 || tiles < best_tiles ||
             (tiles == best_tiles &&
              (u > best_useful * (1 + 1e-9) || (u > best_useful * (1 - 1e-9) && busy > best_busy)));
-        if (better && check(with(p), problem, "sm_80")) {
+        if (better && check(with_params(config, p), problem, "sm_80")) {
           best = p;
           best_useful = u;
           best_tiles = tiles;
@@ -367,7 +364,7 @@ Config CausalConv1dOp::adapt(const Config& config, const Problem& problem) const
       // keep the choice above
     }
   }
-  return keep ? config : with(best);
+  return keep ? config : with_params(config, best);
 }
 
 std::vector<std::string> CausalConv1dOp::defines(const Config& config,
