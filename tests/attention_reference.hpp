@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -168,39 +169,37 @@ inline Reference attention_reference_varlen(const HostTensor& q, const HostTenso
 }
 
 // A KV cache (flash-attn's flash_attn_with_kvcache): q [B, Sq, Hq, D] contiguous, the
-// cache k/v [num_pages, page, Hkv, D] contiguous, sequence b's key j is row j % page of
-// page table[b * pages_per_seq + j / page] for j < len[b], then the rows of k_new / v_new
-// [B, Snew, Hkv, D] (null: none). Each sequence is attended as a problem of Sq queries
-// and len[b] + Snew keys. O [B, Hq, Sq, D] in logical order, LSE [B, Hq, Sq].
-inline Reference attention_reference_paged(const HostTensor& q, const HostTensor& k,
+// cache k/v rows of Hkv x D contiguous elements; sequence b's key j is cache row
+// cache_row(b, j) for j < cached[b], then the rows of k_new / v_new [B, Snew, Hkv, D]
+// (null: none). Each sequence is attended as a problem of Sq queries and cached[b] + Snew
+// keys. O [B, Hq, Sq, D] in logical order, LSE [B, Hq, Sq].
+inline Reference attention_reference_cache(const HostTensor& q, const HostTensor& k,
                                            const HostTensor& v, const HostTensor* k_new,
                                            const HostTensor* v_new, int snew,
-                                           const std::vector<int>& len,
-                                           const std::vector<int>& table, int pages_per_seq,
-                                           int page, int Hq, int Hkv, int Sq, int D, bool causal,
-                                           double scale, const Features& f = {}) {
-  const int B = int(len.size());
+                                           const std::vector<int>& cached,
+                                           const std::function<size_t(int, int)>& cache_row, int Hq,
+                                           int Hkv, int Sq, int D, bool causal, double scale,
+                                           const Features& f) {
+  const int B = int(cached.size());
   Reference r;
   r.o.assign(size_t(B) * Hq * Sq * D, 0.0);
   r.lse.assign(size_t(B) * Hq * Sq, -std::numeric_limits<double>::infinity());
   const size_t row = size_t(Hkv) * D;
   for (int b = 0; b < B; ++b) {
-    const int sk = len[size_t(b)] + (k_new ? snew : 0);
+    const int in_cache = cached[size_t(b)];
+    const int sk = in_cache + (k_new ? snew : 0);
     HostTensor qb(q.type, size_t(Sq) * Hq * D), kb(k.type, std::max<size_t>(1, size_t(sk) * row)),
         vb(v.type, std::max<size_t>(1, size_t(sk) * row));
     for (size_t i = 0; i < qb.n; ++i) {
       qb.set(i, q.get(size_t(b) * Sq * Hq * D + i));
     }
     for (int j = 0; j < sk; ++j) {
-      const bool cached = j < len[size_t(b)];
-      const size_t src = cached
-                             ? (size_t(table[size_t(b) * pages_per_seq + size_t(j / page)]) * page +
-                                size_t(j % page)) *
-                                   row
-                             : (size_t(b) * snew + size_t(j - len[size_t(b)])) * row;
+      const bool from_cache = j < in_cache;
+      const size_t src =
+          from_cache ? cache_row(b, j) * row : (size_t(b) * snew + size_t(j - in_cache)) * row;
       for (size_t e = 0; e < row; ++e) {
-        kb.set(size_t(j) * row + e, (cached ? k : *k_new).get(src + e));
-        vb.set(size_t(j) * row + e, (cached ? v : *v_new).get(src + e));
+        kb.set(size_t(j) * row + e, (from_cache ? k : *k_new).get(src + e));
+        vb.set(size_t(j) * row + e, (from_cache ? v : *v_new).get(src + e));
       }
     }
     std::vector<float> slopes;
@@ -212,6 +211,24 @@ inline Reference attention_reference_paged(const HostTensor& q, const HostTensor
     std::copy(one.lse.begin(), one.lse.end(), r.lse.begin() + ptrdiff_t(size_t(b) * Hq * Sq));
   }
   return r;
+}
+
+// A paged cache [num_pages, page, Hkv, D]: sequence b's key j (j < len[b]) is row j % page
+// of page table[b * pages_per_seq + j / page].
+inline Reference attention_reference_paged(const HostTensor& q, const HostTensor& k,
+                                           const HostTensor& v, const HostTensor* k_new,
+                                           const HostTensor* v_new, int snew,
+                                           const std::vector<int>& len,
+                                           const std::vector<int>& table, int pages_per_seq,
+                                           int page, int Hq, int Hkv, int Sq, int D, bool causal,
+                                           double scale, const Features& f = {}) {
+  return attention_reference_cache(
+      q, k, v, k_new, v_new, snew, len,
+      [&](int b, int j) {
+        return size_t(table[size_t(b) * pages_per_seq + size_t(j / page)]) * page +
+               size_t(j % page);
+      },
+      Hq, Hkv, Sq, D, causal, scale, f);
 }
 
 // ||out - ref|| / ||ref|| over the finite elements; an infinity must be matched exactly

@@ -66,37 +66,14 @@ Reference attention_reference_leftpad(const HostTensor& q, const HostTensor& k, 
                                       const std::vector<int>& len, const std::vector<int>& pad,
                                       int Scache, int Hq, int Hkv, int Sq, int D, bool causal,
                                       double scale, const Features& f) {
-  const int B = int(len.size());
-  Reference r;
-  r.o.assign(size_t(B) * Hq * Sq * D, 0.0);
-  r.lse.assign(size_t(B) * Hq * Sq, -std::numeric_limits<double>::infinity());
-  const size_t row = size_t(Hkv) * D;
-  for (int b = 0; b < B; ++b) {
-    const int cached = len[size_t(b)] - pad[size_t(b)];
-    const int sk = cached + (k_new ? snew : 0);
-    HostTensor qb(q.type, size_t(Sq) * Hq * D), kb(k.type, std::max<size_t>(1, size_t(sk) * row)),
-        vb(v.type, std::max<size_t>(1, size_t(sk) * row));
-    for (size_t i = 0; i < qb.n; ++i) {
-      qb.set(i, q.get(size_t(b) * Sq * Hq * D + i));
-    }
-    for (int j = 0; j < sk; ++j) {
-      const bool in_cache = j < cached;
-      const size_t src = in_cache ? (size_t(b) * Scache + size_t(pad[size_t(b)] + j)) * row
-                                  : (size_t(b) * snew + size_t(j - cached)) * row;
-      for (size_t e = 0; e < row; ++e) {
-        kb.set(size_t(j) * row + e, (in_cache ? k : *k_new).get(src + e));
-        vb.set(size_t(j) * row + e, (in_cache ? v : *v_new).get(src + e));
-      }
-    }
-    std::vector<float> slopes;
-    const Features fb = batch_features(f, b, Hq, slopes);
-    const Reference one =
-        attention_reference(qb, kb, vb, {0, D, Hq * D}, {0, D, Hkv * D}, {0, D, Hkv * D}, 1, Hq,
-                            Hkv, Sq, sk, D, causal, scale, fb);
-    std::copy(one.o.begin(), one.o.end(), r.o.begin() + ptrdiff_t(size_t(b) * Hq * Sq * D));
-    std::copy(one.lse.begin(), one.lse.end(), r.lse.begin() + ptrdiff_t(size_t(b) * Hq * Sq));
+  std::vector<int> cached(len.size());
+  for (size_t b = 0; b < len.size(); ++b) {
+    cached[b] = len[b] - pad[b];
   }
-  return r;
+  return attention_reference_cache(
+      q, k, v, k_new, v_new, snew, cached,
+      [&](int b, int j) { return size_t(b) * Scache + size_t(pad[size_t(b)] + j); }, Hq, Hkv, Sq, D,
+      causal, scale, f);
 }
 
 struct LeftpadCase {
