@@ -341,10 +341,10 @@ TEST_CASE("causal_conv1d reads x as mamba-ssm's mixer passes it: a view of the i
 
 TEST_CASE("ragged rows at every offset and stride read and write only their own elements") {
   // x is a view at an element offset with padded channels (each row at another
-  // shift from a 16-byte boundary); out is contiguous at its own offset, so
-  // vector_mode is 1 where both offsets agree and 2 where they do not (and 0 for an
-  // aligned length whose rows are not aligned). The elements of out's allocation
-  // outside the view must stay poisoned.
+  // shift from a 16-byte boundary) or padded batches; out is contiguous at its own
+  // offset, so vector_mode is 1 where both offsets agree and 2 where they do not (and
+  // 0 for an aligned length whose rows are not aligned; the flat path's bits likewise). The
+  // elements of out's allocation outside the view must stay poisoned.
   context();
   const auto& op = static_cast<const CausalConv1dOp&>(find_op("causal_conv1d"));
   cuda::DeviceInfo dev = cuda::query_device(0);
@@ -353,6 +353,8 @@ TEST_CASE("ragged rows at every offset and stride read and write only their own 
       "threads=128,vec=8,items=2,cpb=1,load=direct", "threads=64,vec=4,items=4,cpb=2,load=direct",
       "threads=64,vec=16,items=2,cpb=1,load=direct", "threads=128,vec=8,items=1,cpb=4,load=smem",
       "threads=128,vec=4,items=4,cpb=16,load=smem",  "threads=512,vec=8,items=4,cpb=1,load=smem",
+      "threads=128,vec=8,items=2,cpb=1,load=flat",   "threads=64,vec=4,items=4,cpb=1,load=flat",
+      "threads=256,vec=16,items=1,cpb=1,load=flat",
   };
   for (int L : {1, 3, 5, 8, 333, 1000, 4095}) {
     const int B = 2, C = 5, W = 4;
@@ -369,17 +371,19 @@ TEST_CASE("ragged rows at every offset and stride read and write only their own 
       REQUIRE_MESSAGE(binary.ok(), (binary.ok() ? "" : binary.failure().detail));
       cuda::Module m = cuda::load_module(binary->binary);
       CUfunction f = cuda::get_function(m, op.kernel_name());
-      for (int pad : {0, 3}) {
+      for (auto [pad, batch_pad] : {std::pair{0, 0}, {3, 0}, {0, 8}, {0, 5}}) {
         for (auto [x_off, out_off] : {std::pair{0, 0}, {1, 1}, {1, 0}, {3, 6}, {7, 7}}) {
           CAPTURE(std::string(shape));
           CAPTURE(std::string(text));
           CAPTURE(pad);
+          CAPTURE(batch_pad);
           CAPTURE(x_off);
           CAPTURE(out_off);
           const long long S = L + pad;
-          HostTensor xs(DType::bf16, size_t(x_off) + size_t(B) * C * S);
+          const long long BS = C * S + batch_pad; // x's batch stride
+          HostTensor xs(DType::bf16, size_t(x_off) + size_t(B) * BS);
           xs.randomize(rng, -1, 1);
-          HostTensor xv(DType::bf16, size_t(B) * C * S); // the view, for the reference
+          HostTensor xv(DType::bf16, size_t(B) * BS); // the view, for the reference
           for (size_t i = 0; i < xv.n; ++i) {
             xv.set(i, xs.get(size_t(x_off) + i));
           }
@@ -390,7 +394,7 @@ TEST_CASE("ragged rows at every offset and stride read and write only their own 
           init.randomize(rng, -1, 1);
           std::vector<double> ref_final;
           auto ref =
-              causal_conv1d_reference(xv, w, &bias, B, C, L, W, true, C * S, S, &init, &ref_final);
+              causal_conv1d_reference(xv, w, &bias, B, C, L, W, true, BS, S, &init, &ref_final);
           HostTensor outs(DType::bf16, size_t(out_off) + size_t(B) * C * L + 8);
           outs.poison();
           HostTensor fin(DType::bf16, init.n);
@@ -403,7 +407,7 @@ TEST_CASE("ragged rows at every offset and stride read and write only their own 
           call.initial_states = id.get();
           call.out = od.get() + CUdeviceptr(out_off) * 2;
           call.final_states = fd.get();
-          call.x_batch_stride = C * S;
+          call.x_batch_stride = BS;
           call.x_channel_stride = S;
           call.out_batch_stride = (long long)C * L;
           call.out_channel_stride = L;

@@ -18,6 +18,8 @@
 //   AT_SMEM      0: direct vector loads, halo from the neighbouring lane by warp
 //                shuffle; 1: the tile is staged through shared memory, which
 //                keeps accesses coalesced when rows are not vector-aligned.
+//   AT_FLAT      1: the rows are read as one flat sequence of B * C * L elements
+//                (see "Flat" below); AT_CPB is 1 and AT_SMEM 0.
 //   AT_RAGGED    0: L is a multiple of AT_VEC (every vector lies wholly inside or
 //                wholly past a row). 1: it is not; each row is then read in aligned
 //                vectors from its first aligned address, whatever L and the strides
@@ -39,6 +41,19 @@
 // computes those few outputs with scalar accesses. out is written with the same
 // vectors when its rows have x's shift (vector_mode 1), else one element at a time
 // (vector_mode 2). bench/notes/causal_conv1d-unaligned.md weighs the alternatives.
+//
+// Flat (AT_FLAT=1). The B * C rows, each L long, form one sequence of B * C * L
+// elements whatever L is. When a batch's rows lie back to back (channel stride L: a
+// contiguous tensor, or Mamba's x half of xz) and the batches' starts are aligned,
+// the 16-byte vectors of that sequence are aligned too. Blocks take consecutive
+// chunks of threads * vec * items elements; each vector finds its row and position by
+// a division by L (32-bit below 2^32 elements). A vector inside one row past its first
+// W-1 positions is the fast case: one weight set, the halo from the previous lane. A
+// vector that starts a row or straddles rows (every vector when L < vec) computes
+// each element's row and position and takes the initial state (or zero) before
+// position 0. vector_mode bit 0: x is read as flat vectors, bit 1: out is written as
+// flat vectors; without a bit the accesses go element by element through the
+// strides (any strides), so every layout stays correct.
 #include "common/numeric.cuh"
 
 #ifndef AT_THREADS
@@ -65,6 +80,11 @@ static_assert(AT_SMEM || k_row_threads % 32 == 0, "the shuffle path needs whole 
 #ifndef AT_RAGGED
 #define AT_RAGGED 0
 #endif
+#ifndef AT_FLAT
+#define AT_FLAT 0
+#endif
+static_assert(!AT_FLAT || (k_cpb == 1 && !AT_SMEM && !AT_RAGGED),
+              "the flat path takes one channel per block, direct loads, no ragged rows");
 constexpr bool k_ragged = AT_RAGGED != 0;
 // Alignment (in elements) a vector access needs: its size, up to one 16-byte word.
 constexpr int k_align =
@@ -87,6 +107,7 @@ struct ConvArgs {
   // Without AT_RAGGED: 1 when every row of x and out starts aligned (vector loads
   // and stores), else 0 (one element per access). With it (loads are always
   // vectors): 1 when out's rows have x's shift (vector stores), else 2 (scalar).
+  // AT_FLAT: bit 0 x, bit 1 out is accessed as flat vectors ("Flat").
   int vector_mode;
 };
 
@@ -143,6 +164,179 @@ constexpr int k_pad = 16 / sizeof(x_t) >= k_halo ? 16 / sizeof(x_t) : k_halo;
 constexpr int k_row_slots = k_pad + k_tile;
 #endif
 
+#if AT_FLAT
+constexpr int k_chunk = k_threads * k_vec * k_items; // elements per block
+
+// A row r = b * C + c and a position l of the flat sequence.
+struct FlatPos {
+  unsigned long long row;
+  int l;
+};
+
+extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const ConvArgs args) {
+  const int t = threadIdx.x;
+  const int lane = t % 32;
+  const unsigned length = unsigned(args.length);
+  const unsigned long long channels = unsigned(args.channels);
+  const unsigned long long batch_n = channels * length; // elements of one batch
+  const unsigned long long n = batch_n * unsigned(args.batch);
+  const bool narrow = n <= 0xffffffffull; // 32-bit divisions suffice
+  const bool x_flat = (args.vector_mode & 1) != 0;
+  const bool out_flat = (args.vector_mode & 2) != 0;
+  const x_t zero = at_from_float<x_t>(0.0f);
+  auto locate = [&](unsigned long long e) -> FlatPos {
+    if (narrow) {
+      const unsigned r = unsigned(e) / length;
+      return {r, int(unsigned(e) - r * length)};
+    }
+    const unsigned long long r = e / length;
+    return {r, int(e - r * length)};
+  };
+  auto batch_of = [&](unsigned long long row) -> unsigned long long {
+    return narrow ? unsigned(row) / unsigned(channels) : row / channels;
+  };
+  // x of row r at position l (l < 0: the row's initial state, or zero).
+  auto x_at = [&](unsigned long long row, int l) -> x_t {
+    if (l >= 0) {
+      const unsigned long long b = batch_of(row);
+      return args.x[b * args.x_batch_stride + (row - b * channels) * args.x_channel_stride + l];
+    }
+    return args.initial_states ? args.initial_states[row * k_halo + k_halo + l] : zero;
+  };
+  auto weights = [&](unsigned long long row, float(&w)[k_width], float& bias) {
+    const unsigned c = unsigned(row - batch_of(row) * channels);
+#pragma unroll
+    for (int k = 0; k < k_width; ++k) {
+      w[k] = at_to_float(args.weight[c * k_width + k]);
+    }
+    bias = 0.0f;
+#if AT_HAS_BIAS
+    bias = at_to_float(args.bias[c]);
+#endif
+  };
+
+  // Every vector's loads first, with its row and position and the weights of that
+  // row, so that k_items vectors per thread are in flight at once.
+  at_vec<x_t, k_vec> v[k_items];
+  FlatPos at[k_items];
+  float w[k_items][k_width];
+  float bias[k_items];
+#pragma unroll
+  for (int i = 0; i < k_items; ++i) {
+    const unsigned long long e =
+        static_cast<unsigned long long>(blockIdx.x) * k_chunk + (i * k_threads + t) * k_vec;
+    at[i] = locate(e < n ? e : n - 1);
+    const unsigned long long b = batch_of(at[i].row);
+    // A flat vector lies in one batch: its address is the batch's base plus its
+    // offset in the batch.
+    if (x_flat && e + k_vec <= (b + 1) * batch_n) {
+      v[i].load(args.x + b * args.x_batch_stride + (e - b * batch_n));
+    } else {
+      // Element by element through the strides: a vector across batches, the last
+      // partial vector, or rows that do not lie back to back.
+      unsigned long long row = at[i].row;
+      int l = at[i].l;
+#pragma unroll
+      for (int j = 0; j < k_vec; ++j) {
+        v[i].elem[j] = e + j < n ? x_at(row, l) : zero;
+        if (++l == int(length)) {
+          l = 0, ++row;
+        }
+      }
+    }
+    weights(at[i].row, w[i], bias[i]);
+  }
+#pragma unroll
+  for (int i = 0; i < k_items; ++i) {
+    const unsigned long long e =
+        static_cast<unsigned long long>(blockIdx.x) * k_chunk + (i * k_threads + t) * k_vec;
+    float win[k_halo + k_vec];
+    {
+      float in[k_vec];
+      v[i].to_float(in);
+#pragma unroll
+      for (int j = 0; j < k_vec; ++j) {
+        win[k_halo + j] = in[j];
+      }
+    }
+    // The halo: the tail of the previous lane's vector; lane 0 reads it (a cache hit)
+    // where it lies in the same row.
+#pragma unroll
+    for (int h = 0; h < k_halo; ++h) {
+      float from_left = __shfl_up_sync(0xffffffffu, win[k_vec + h], 1);
+      if (lane == 0) {
+        const int q = at[i].l - k_halo + h;
+        from_left = q >= 0 && e < n ? at_to_float(x_at(at[i].row, q)) : 0.0f;
+      }
+      win[h] = from_left;
+    }
+    if (e >= n) {
+      continue;
+    }
+    if (at[i].l >= k_halo && at[i].l + k_vec <= int(length)) {
+      // Inside one row past its first W-1 positions.
+      at_vec<x_t, k_vec> o;
+#pragma unroll
+      for (int j = 0; j < k_vec; ++j) {
+        o.elem[j] = at_from_float<x_t>(conv_point(win + j, w[i], bias[i]));
+      }
+      const unsigned long long b = batch_of(at[i].row);
+      if (out_flat) {
+        o.store(args.out + b * args.out_batch_stride + (e - b * batch_n));
+      } else {
+        x_t* out_row = args.out + b * args.out_batch_stride +
+                       (at[i].row - b * channels) * args.out_channel_stride + at[i].l;
+#pragma unroll
+        for (int j = 0; j < k_vec; ++j) {
+          out_row[j] = o.elem[j];
+        }
+      }
+      continue;
+    }
+    // The vector starts a row or straddles rows: each element on its own. A window
+    // input at position q >= 0 of the element's row is win[j + k] (the same flat
+    // element); before 0 it is the row's initial state.
+    unsigned long long row = at[i].row;
+    int l = at[i].l;
+    float wc[k_width];
+    float bc = bias[i];
+#pragma unroll
+    for (int k = 0; k < k_width; ++k) {
+      wc[k] = w[i][k];
+    }
+#pragma unroll
+    for (int j = 0; j < k_vec; ++j) {
+      if (e + j >= n) {
+        break;
+      }
+      if (l == int(length)) {
+        l = 0, ++row;
+        weights(row, wc, bc);
+      }
+      float in[k_width];
+#pragma unroll
+      for (int k = 0; k < k_width; ++k) {
+        const int q = l - k_halo + k;
+        in[k] = q >= 0 ? win[j + k] : at_to_float(x_at(row, q));
+      }
+      const unsigned long long b = batch_of(row);
+      args.out[b * args.out_batch_stride + (row - b * channels) * args.out_channel_stride + l] =
+          at_from_float<x_t>(conv_point(in, wc, bc));
+      ++l;
+    }
+  }
+  // final_states[b, c, :] = the last W-1 inputs of each row (the initial state's tail
+  // where L < W-1), spread over all blocks.
+  if (args.final_states) {
+    const unsigned long long states = n / length * k_halo;
+    for (unsigned long long s = static_cast<unsigned long long>(blockIdx.x) * k_threads + t;
+         s < states; s += static_cast<unsigned long long>(gridDim.x) * k_threads) {
+      const unsigned long long row = s / k_halo;
+      args.final_states[s] = x_at(row, int(length) - k_halo + int(s - row * k_halo));
+    }
+  }
+}
+#else
 extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const ConvArgs args) {
   const int rows_per_batch = (args.channels + k_cpb - 1) / k_cpb;
   const int b = blockIdx.x / rows_per_batch;
@@ -323,3 +517,4 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
   ragged_tail();
 #endif
 }
+#endif
