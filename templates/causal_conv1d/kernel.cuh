@@ -166,10 +166,12 @@ constexpr int k_row_slots = k_pad + k_tile;
 
 #if AT_FLAT
 constexpr int k_chunk = k_threads * k_vec * k_items; // elements per block
+constexpr int k_stride = k_threads * k_vec;          // between a thread's vectors
 
-// A row r = b * C + c and a position l of the flat sequence.
+// Where an element of the flat sequence lies: batch b, channel c, position l.
 struct FlatPos {
-  unsigned long long row;
+  unsigned long long b;
+  unsigned c;
   int l;
 };
 
@@ -177,34 +179,48 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
   const int t = threadIdx.x;
   const int lane = t % 32;
   const unsigned length = unsigned(args.length);
-  const unsigned long long channels = unsigned(args.channels);
-  const unsigned long long batch_n = channels * length; // elements of one batch
+  const unsigned channels = unsigned(args.channels);
+  const unsigned long long batch_n = static_cast<unsigned long long>(channels) * length;
   const unsigned long long n = batch_n * unsigned(args.batch);
-  const bool narrow = n <= 0xffffffffull; // 32-bit divisions suffice
+  const x_t zero = at_from_float<x_t>(0.0f);
   const bool x_flat = (args.vector_mode & 1) != 0;
   const bool out_flat = (args.vector_mode & 2) != 0;
-  const x_t zero = at_from_float<x_t>(0.0f);
-  auto locate = [&](unsigned long long e) -> FlatPos {
-    if (narrow) {
-      const unsigned r = unsigned(e) / length;
-      return {r, int(unsigned(e) - r * length)};
+  // Element e (or a distance of e elements) as batches, channels and positions; the
+  // divisions run once per thread, the items step from there.
+  auto split = [&](unsigned long long e) -> FlatPos {
+    unsigned long long r;
+    FlatPos p;
+    if (n <= 0xffffffffull) { // 32-bit divisions suffice
+      r = unsigned(e) / length;
+      p.l = int(unsigned(e) - unsigned(r) * length);
+      p.b = unsigned(r) / channels;
+    } else {
+      r = e / length;
+      p.l = int(e - r * length);
+      p.b = r / channels;
     }
-    const unsigned long long r = e / length;
-    return {r, int(e - r * length)};
+    p.c = unsigned(r - p.b * channels);
+    return p;
   };
-  auto batch_of = [&](unsigned long long row) -> unsigned long long {
-    return narrow ? unsigned(row) / unsigned(channels) : row / channels;
+  auto next_row = [&](FlatPos& p) {
+    p.l = 0;
+    if (++p.c == channels) {
+      p.c = 0, ++p.b;
+    }
   };
-  // x of row r at position l (l < 0: the row's initial state, or zero).
-  auto x_at = [&](unsigned long long row, int l) -> x_t {
+  auto x_index = [&](const FlatPos& p, int l) {
+    return p.b * args.x_batch_stride + p.c * args.x_channel_stride + l;
+  };
+  // x of p's row at position l (l < 0: the row's initial state, or zero).
+  auto x_at = [&](const FlatPos& p, int l) -> x_t {
     if (l >= 0) {
-      const unsigned long long b = batch_of(row);
-      return args.x[b * args.x_batch_stride + (row - b * channels) * args.x_channel_stride + l];
+      return args.x[x_index(p, l)];
     }
-    return args.initial_states ? args.initial_states[row * k_halo + k_halo + l] : zero;
+    return args.initial_states
+               ? args.initial_states[(p.b * channels + p.c) * k_halo + k_halo + l]
+               : zero;
   };
-  auto weights = [&](unsigned long long row, float(&w)[k_width], float& bias) {
-    const unsigned c = unsigned(row - batch_of(row) * channels);
+  auto weights = [&](unsigned c, float (&w)[k_width], float& bias) {
 #pragma unroll
     for (int k = 0; k < k_width; ++k) {
       w[k] = at_to_float(args.weight[c * k_width + k]);
@@ -215,41 +231,55 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
 #endif
   };
 
-  // Every vector's loads first, with its row and position and the weights of that
-  // row, so that k_items vectors per thread are in flight at once.
+  const unsigned long long e0 =
+      static_cast<unsigned long long>(blockIdx.x) * k_chunk + unsigned(t) * k_vec;
+  const FlatPos step = split(k_stride);
+  // Every vector's loads first, with its place and the weights of its row, so that
+  // k_items vectors per thread are in flight at once.
   at_vec<x_t, k_vec> v[k_items];
   FlatPos at[k_items];
   float w[k_items][k_width];
   float bias[k_items];
 #pragma unroll
   for (int i = 0; i < k_items; ++i) {
-    const unsigned long long e =
-        static_cast<unsigned long long>(blockIdx.x) * k_chunk + (i * k_threads + t) * k_vec;
-    at[i] = locate(e < n ? e : n - 1);
-    const unsigned long long b = batch_of(at[i].row);
+    const unsigned long long e = e0 + i * k_stride;
+    if (i == 0) {
+      at[i] = split(e0);
+    } else {
+      at[i] = at[i - 1];
+      at[i].l += step.l;
+      at[i].c += step.c;
+      at[i].b += step.b;
+      if (at[i].l >= int(length)) {
+        at[i].l -= int(length), ++at[i].c;
+      }
+      if (at[i].c >= channels) {
+        at[i].c -= channels, ++at[i].b;
+      }
+    }
     // A flat vector lies in one batch: its address is the batch's base plus its
     // offset in the batch.
-    if (x_flat && e + k_vec <= (b + 1) * batch_n) {
-      v[i].load(args.x + b * args.x_batch_stride + (e - b * batch_n));
+    const unsigned long long batch_start = at[i].b * batch_n;
+    if (x_flat && e + k_vec <= batch_start + batch_n && e + k_vec <= n) {
+      v[i].load(args.x + at[i].b * args.x_batch_stride + (e - batch_start));
     } else {
       // Element by element through the strides: a vector across batches, the last
       // partial vector, or rows that do not lie back to back.
-      unsigned long long row = at[i].row;
-      int l = at[i].l;
+      FlatPos p = at[i];
 #pragma unroll
       for (int j = 0; j < k_vec; ++j) {
-        v[i].elem[j] = e + j < n ? x_at(row, l) : zero;
-        if (++l == int(length)) {
-          l = 0, ++row;
+        if (p.l == int(length)) {
+          next_row(p);
         }
+        v[i].elem[j] = e + j < n ? x_at(p, p.l) : zero;
+        ++p.l;
       }
     }
-    weights(at[i].row, w[i], bias[i]);
+    weights(e < n ? at[i].c : 0, w[i], bias[i]);
   }
 #pragma unroll
   for (int i = 0; i < k_items; ++i) {
-    const unsigned long long e =
-        static_cast<unsigned long long>(blockIdx.x) * k_chunk + (i * k_threads + t) * k_vec;
+    const unsigned long long e = e0 + i * k_stride;
     float win[k_halo + k_vec];
     {
       float in[k_vec];
@@ -266,7 +296,7 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
       float from_left = __shfl_up_sync(0xffffffffu, win[k_vec + h], 1);
       if (lane == 0) {
         const int q = at[i].l - k_halo + h;
-        from_left = q >= 0 && e < n ? at_to_float(x_at(at[i].row, q)) : 0.0f;
+        from_left = q >= 0 && e < n ? at_to_float(args.x[x_index(at[i], q)]) : 0.0f;
       }
       win[h] = from_left;
     }
@@ -280,12 +310,11 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
       for (int j = 0; j < k_vec; ++j) {
         o.elem[j] = at_from_float<x_t>(conv_point(win + j, w[i], bias[i]));
       }
-      const unsigned long long b = batch_of(at[i].row);
       if (out_flat) {
-        o.store(args.out + b * args.out_batch_stride + (e - b * batch_n));
+        o.store(args.out + at[i].b * args.out_batch_stride + (e - at[i].b * batch_n));
       } else {
-        x_t* out_row = args.out + b * args.out_batch_stride +
-                       (at[i].row - b * channels) * args.out_channel_stride + at[i].l;
+        x_t* out_row = args.out + at[i].b * args.out_batch_stride +
+                       at[i].c * args.out_channel_stride + at[i].l;
 #pragma unroll
         for (int j = 0; j < k_vec; ++j) {
           out_row[j] = o.elem[j];
@@ -296,8 +325,7 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
     // The vector starts a row or straddles rows: each element on its own. A window
     // input at position q >= 0 of the element's row is win[j + k] (the same flat
     // element); before 0 it is the row's initial state.
-    unsigned long long row = at[i].row;
-    int l = at[i].l;
+    FlatPos p = at[i];
     float wc[k_width];
     float bc = bias[i];
 #pragma unroll
@@ -309,20 +337,19 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
       if (e + j >= n) {
         break;
       }
-      if (l == int(length)) {
-        l = 0, ++row;
-        weights(row, wc, bc);
+      if (p.l == int(length)) {
+        next_row(p);
+        weights(p.c, wc, bc);
       }
       float in[k_width];
 #pragma unroll
       for (int k = 0; k < k_width; ++k) {
-        const int q = l - k_halo + k;
-        in[k] = q >= 0 ? win[j + k] : at_to_float(x_at(row, q));
+        const int q = p.l - k_halo + k;
+        in[k] = q >= 0 ? win[j + k] : at_to_float(x_at(p, q));
       }
-      const unsigned long long b = batch_of(row);
-      args.out[b * args.out_batch_stride + (row - b * channels) * args.out_channel_stride + l] =
+      args.out[p.b * args.out_batch_stride + p.c * args.out_channel_stride + p.l] =
           at_from_float<x_t>(conv_point(in, wc, bc));
-      ++l;
+      ++p.l;
     }
   }
   // final_states[b, c, :] = the last W-1 inputs of each row (the initial state's tail
@@ -332,7 +359,10 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
     for (unsigned long long s = static_cast<unsigned long long>(blockIdx.x) * k_threads + t;
          s < states; s += static_cast<unsigned long long>(gridDim.x) * k_threads) {
       const unsigned long long row = s / k_halo;
-      args.final_states[s] = x_at(row, int(length) - k_halo + int(s - row * k_halo));
+      FlatPos p;
+      p.b = row / channels;
+      p.c = unsigned(row - p.b * channels);
+      args.final_states[s] = x_at(p, int(length) - k_halo + int(s - row * k_halo));
     }
   }
 }
