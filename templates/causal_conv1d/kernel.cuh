@@ -216,11 +216,10 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
     if (l >= 0) {
       return args.x[x_index(p, l)];
     }
-    return args.initial_states
-               ? args.initial_states[(p.b * channels + p.c) * k_halo + k_halo + l]
-               : zero;
+    return args.initial_states ? args.initial_states[(p.b * channels + p.c) * k_halo + k_halo + l]
+                               : zero;
   };
-  auto weights = [&](unsigned c, float (&w)[k_width], float& bias) {
+  auto weights = [&](unsigned c, float(&w)[k_width], float& bias) {
 #pragma unroll
     for (int k = 0; k < k_width; ++k) {
       w[k] = at_to_float(args.weight[c * k_width + k]);
@@ -237,6 +236,7 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
   // Every vector's loads first, with its place and the weights of its row, so that
   // k_items vectors per thread are in flight at once.
   at_vec<x_t, k_vec> v[k_items];
+  x_t left[k_items][k_halo]; // lane 0's halo, where it lies in the same row
   FlatPos at[k_items];
   float w[k_items][k_width];
   float bias[k_items];
@@ -256,6 +256,11 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
       if (at[i].c >= channels) {
         at[i].c -= channels, ++at[i].b;
       }
+    }
+#pragma unroll
+    for (int h = 0; h < k_halo; ++h) {
+      const int q = at[i].l - k_halo + h;
+      left[i][h] = lane == 0 && q >= 0 && e < n ? args.x[x_index(at[i], q)] : zero;
     }
     // A flat vector lies in one batch: its address is the batch's base plus its
     // offset in the batch.
@@ -289,16 +294,11 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
         win[k_halo + j] = in[j];
       }
     }
-    // The halo: the tail of the previous lane's vector; lane 0 reads it (a cache hit)
-    // where it lies in the same row.
+    // The halo: the tail of the previous lane's vector; lane 0's was loaded above.
 #pragma unroll
     for (int h = 0; h < k_halo; ++h) {
-      float from_left = __shfl_up_sync(0xffffffffu, win[k_vec + h], 1);
-      if (lane == 0) {
-        const int q = at[i].l - k_halo + h;
-        from_left = q >= 0 && e < n ? at_to_float(args.x[x_index(at[i], q)]) : 0.0f;
-      }
-      win[h] = from_left;
+      const float from_left = __shfl_up_sync(0xffffffffu, win[k_vec + h], 1);
+      win[h] = lane == 0 ? at_to_float(left[i][h]) : from_left;
     }
     if (e >= n) {
       continue;
@@ -505,11 +505,18 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
     return; // whole warps: k_row_threads is a multiple of 32
   }
   const int lane = threadIdx.x % 32;
-  // All loads first so that k_items vectors per thread are in flight at once.
+  // All loads first so that k_items vectors per thread are in flight at once, with
+  // lane 0's halo: the tail of the previous warp's vector (a cache hit).
   at_vec<x_t, k_vec> v[k_items];
+  x_t left[k_items][k_halo];
 #pragma unroll
   for (int i = 0; i < k_items; ++i) {
     const int p = base + (i * k_row_threads + t) * k_vec;
+#pragma unroll
+    for (int h = 0; h < k_halo; ++h) {
+      const int q = p - k_halo + h;
+      left[i][h] = lane == 0 && q < args.length ? input_at(q) : at_from_float<x_t>(0.0f);
+    }
     if (vector_ok) {
       if (p < args.length) {
         load_vector(v[i], p);
@@ -529,16 +536,11 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
     for (int j = 0; j < k_vec; ++j) {
       win[k_halo + j] = at_to_float(v[i].elem[j]);
     }
-    // The halo is the tail of the previous lane's vector; lane 0 of each warp
-    // reads it from memory (a cache hit: the neighbouring warp loaded it).
+    // The halo is the tail of the previous lane's vector; lane 0's was loaded above.
 #pragma unroll
     for (int h = 0; h < k_halo; ++h) {
-      float from_left = __shfl_up_sync(0xffffffffu, win[k_vec + h], 1);
-      if (lane == 0) {
-        const int q = p - k_halo + h;
-        from_left = q < args.length ? at_to_float(input_at(q)) : 0.0f;
-      }
-      win[h] = from_left;
+      const float from_left = __shfl_up_sync(0xffffffffu, win[k_vec + h], 1);
+      win[h] = lane == 0 ? at_to_float(left[i][h]) : from_left;
     }
     if (p < args.length) {
       emit(out_row, p, args.length, vector_store, win, w, bias);
