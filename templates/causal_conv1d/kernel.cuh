@@ -305,13 +305,15 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
     }
     if (at[i].l >= k_halo && at[i].l + k_vec <= int(length)) {
       // Inside one row past its first W-1 positions.
-      at_vec<x_t, k_vec> o;
+      float y[k_vec];
 #pragma unroll
       for (int j = 0; j < k_vec; ++j) {
-        o.elem[j] = at_from_float<x_t>(conv_point(win + j, w[i], bias[i]));
+        y[j] = conv_point(win + j, w[i], bias[i]);
       }
+      at_vec<x_t, k_vec> o;
+      o.from_float(y);
       if (out_flat) {
-        o.store(args.out + at[i].b * args.out_batch_stride + (e - at[i].b * batch_n));
+        o.store_global(args.out + at[i].b * args.out_batch_stride + (e - at[i].b * batch_n));
       } else {
         x_t* out_row = args.out + at[i].b * args.out_batch_stride +
                        at[i].c * args.out_channel_stride + at[i].l;
