@@ -46,14 +46,15 @@
 // elements whatever L is. When a batch's rows lie back to back (channel stride L: a
 // contiguous tensor, or Mamba's x half of xz) and the batches' starts are aligned,
 // the 16-byte vectors of that sequence are aligned too. Blocks take consecutive
-// chunks of threads * vec * items elements; each vector finds its row and position by
-// a division by L (32-bit below 2^32 elements). A vector inside one row past its first
-// W-1 positions is the fast case: one weight set, the halo from the previous lane. A
-// vector that starts a row or straddles rows (every vector when L < vec) computes
-// each element's row and position and takes the initial state (or zero) before
-// position 0. vector_mode bit 0: x is read as flat vectors, bit 1: out is written as
-// flat vectors; without a bit the accesses go element by element through the
-// strides (any strides), so every layout stays correct.
+// chunks of threads * vec * items elements; each thread finds its first vector's row
+// and position by a division by L (32-bit below 2^32 elements) and steps to its other
+// vectors. A vector inside one row past its first W-1 positions takes one weight set
+// and the halo from the previous lane; one that starts a row or straddles two takes,
+// per element, its row's weights and, before position 0, its row's initial state (or
+// zero), by selects in the same straight code. Vectors over more than two rows (L <
+// vec) go element by element. vector_mode bit 0: x is read as flat vectors, bit 1: out
+// is written as flat vectors; without a bit the accesses go element by element
+// through the strides (any strides), so every layout stays correct.
 #include "common/numeric.cuh"
 
 #ifndef AT_THREADS
@@ -303,30 +304,64 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
     if (e >= n) {
       continue;
     }
-    if (at[i].l >= k_halo && at[i].l + k_vec <= int(length)) {
-      // Inside one row past its first W-1 positions.
+    const int first = int(length) - at[i].l; // elements of the vector in its first row
+    if (e + k_vec <= n && first + int(length) >= k_vec) {
+      // The vector's elements lie in its first row and, past `first`, in the next one
+      // (where L is not a multiple of the vector). An input at position q < 0 of an
+      // element's row is that row's initial state (or zero).
+      const bool two_rows = first < k_vec;
+      FlatPos next = at[i];
+      float w2[k_width];
+      float b2 = bias[i];
+#pragma unroll
+      for (int k = 0; k < k_width; ++k) {
+        w2[k] = w[i][k];
+      }
+      if (two_rows) {
+        next_row(next);
+        weights(next.c, w2, b2);
+      }
       float y[k_vec];
 #pragma unroll
       for (int j = 0; j < k_vec; ++j) {
-        y[j] = conv_point(win + j, w[i], bias[i]);
+        const bool second = j >= first;
+        float in[k_width], wj[k_width];
+#pragma unroll
+        for (int k = 0; k < k_width; ++k) {
+          const int q = second ? j - first - k_halo + k : at[i].l + j - k_halo + k;
+          if (q >= 0) {
+            in[k] = win[j + k];
+          } else if (args.initial_states) {
+            const unsigned long long row =
+                second ? next.b * channels + next.c : at[i].b * channels + at[i].c;
+            in[k] = at_to_float(args.initial_states[row * k_halo + k_halo + q]);
+          } else {
+            in[k] = 0.0f;
+          }
+          wj[k] = second ? w2[k] : w[i][k];
+        }
+        y[j] = conv_point(in, wj, second ? b2 : bias[i]);
       }
       at_vec<x_t, k_vec> o;
       o.from_float(y);
-      if (out_flat) {
-        o.store_global(args.out + at[i].b * args.out_batch_stride + (e - at[i].b * batch_n));
+      const unsigned long long batch_start = at[i].b * batch_n;
+      if (out_flat && e + k_vec <= batch_start + batch_n) {
+        o.store_global(args.out + at[i].b * args.out_batch_stride + (e - batch_start));
       } else {
-        x_t* out_row = args.out + at[i].b * args.out_batch_stride +
-                       at[i].c * args.out_channel_stride + at[i].l;
 #pragma unroll
         for (int j = 0; j < k_vec; ++j) {
-          out_row[j] = o.elem[j];
+          const bool second = j >= first;
+          const unsigned long long b = second ? next.b : at[i].b;
+          const unsigned c = second ? next.c : at[i].c;
+          const int l = second ? j - first : at[i].l + j;
+          args.out[b * args.out_batch_stride + c * args.out_channel_stride + l] = o.elem[j];
         }
       }
       continue;
     }
-    // The vector starts a row or straddles rows: each element on its own. A window
-    // input at position q >= 0 of the element's row is win[j + k] (the same flat
-    // element); before 0 it is the row's initial state.
+    // The vector spans more than two rows (L < vec) or ends the tensor: each element
+    // on its own. A window input at position q >= 0 of the element's row is win[j + k]
+    // (the same flat element); before 0 it is the row's initial state.
     FlatPos p = at[i];
     float wc[k_width];
     float bc = bias[i];
