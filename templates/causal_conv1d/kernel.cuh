@@ -171,12 +171,18 @@ constexpr int k_stride = k_threads * k_vec;          // between a thread's vecto
 
 // Where an element of the flat sequence lies: batch b, channel c, position l.
 struct FlatPos {
-  unsigned long long b;
+  unsigned b;
   unsigned c;
   int l;
 };
 
-extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const ConvArgs args) {
+// At least 1024 threads an SM (registers capped at 64): the bytes in flight per SM
+// set a bandwidth-bound kernel's speed, and the flat path's bookkeeping otherwise
+// takes 80-96 registers (640 threads an SM).
+constexpr int k_flat_min_blocks = k_threads >= 1024 ? 1 : 1024 / k_threads;
+
+extern "C" __global__ void __launch_bounds__(k_threads, k_flat_min_blocks)
+    causal_conv1d_fwd(const ConvArgs args) {
   const int t = threadIdx.x;
   const int lane = t % 32;
   const unsigned length = unsigned(args.length);
@@ -198,9 +204,9 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
     } else {
       r = e / length;
       p.l = int(e - r * length);
-      p.b = r / channels;
+      p.b = unsigned(r / channels);
     }
-    p.c = unsigned(r - p.b * channels);
+    p.c = unsigned(r - static_cast<unsigned long long>(p.b) * channels);
     return p;
   };
   auto next_row = [&](FlatPos& p) {
@@ -210,15 +216,18 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
     }
   };
   auto x_index = [&](const FlatPos& p, int l) {
-    return p.b * args.x_batch_stride + p.c * args.x_channel_stride + l;
+    return static_cast<long long>(p.b) * args.x_batch_stride + p.c * args.x_channel_stride + l;
   };
   // x of p's row at position l (l < 0: the row's initial state, or zero).
   auto x_at = [&](const FlatPos& p, int l) -> x_t {
     if (l >= 0) {
       return args.x[x_index(p, l)];
     }
-    return args.initial_states ? args.initial_states[(p.b * channels + p.c) * k_halo + k_halo + l]
-                               : zero;
+    return args.initial_states
+               ? args.initial_states[(static_cast<unsigned long long>(p.b) * channels + p.c) *
+                                         k_halo +
+                                     k_halo + l]
+               : zero;
   };
   auto weights = [&](unsigned c, float(&w)[k_width], float& bias) {
 #pragma unroll
@@ -333,7 +342,8 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
             in[k] = win[j + k];
           } else if (args.initial_states) {
             const unsigned long long row =
-                second ? next.b * channels + next.c : at[i].b * channels + at[i].c;
+                second ? static_cast<unsigned long long>(next.b) * channels + next.c
+                       : static_cast<unsigned long long>(at[i].b) * channels + at[i].c;
             in[k] = at_to_float(args.initial_states[row * k_halo + k_halo + q]);
           } else {
             in[k] = 0.0f;
@@ -397,8 +407,8 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
          s < states; s += static_cast<unsigned long long>(gridDim.x) * k_threads) {
       const unsigned long long row = s / k_halo;
       FlatPos p;
-      p.b = row / channels;
-      p.c = unsigned(row - p.b * channels);
+      p.b = unsigned(row / channels);
+      p.c = unsigned(row - static_cast<unsigned long long>(p.b) * channels);
       args.final_states[s] = x_at(p, int(length) - k_halo + int(s - row * k_halo));
     }
   }
