@@ -343,7 +343,7 @@ TEST_CASE("ragged rows at every offset and stride read and write only their own 
   // x is a view at an element offset with padded channels (each row at another
   // shift from a 16-byte boundary) or padded batches; out is contiguous at its own
   // offset, so vector_mode is 1 where both offsets agree and 2 where they do not (and
-  // 0 for an aligned length whose rows are not aligned; the flat path's bits likewise). The
+  // 0 for an aligned length whose rows are not aligned). The
   // elements of out's allocation outside the view must stay poisoned.
   context();
   const auto& op = static_cast<const CausalConv1dOp&>(find_op("causal_conv1d"));
@@ -353,8 +353,6 @@ TEST_CASE("ragged rows at every offset and stride read and write only their own 
       "threads=128,vec=8,items=2,cpb=1,load=direct", "threads=64,vec=4,items=4,cpb=2,load=direct",
       "threads=64,vec=16,items=2,cpb=1,load=direct", "threads=128,vec=8,items=1,cpb=4,load=smem",
       "threads=128,vec=4,items=4,cpb=16,load=smem",  "threads=512,vec=8,items=4,cpb=1,load=smem",
-      "threads=128,vec=8,items=2,cpb=1,load=flat",   "threads=64,vec=4,items=4,cpb=1,load=flat",
-      "threads=256,vec=16,items=1,cpb=1,load=flat",
   };
   for (int L : {1, 3, 5, 8, 333, 1000, 4095}) {
     const int B = 2, C = 5, W = 4;

@@ -124,59 +124,6 @@ TEST_CASE("a length that is not a multiple of the vector builds the ragged-row k
   }
 }
 
-TEST_CASE("the flat path: one channel a block, the rows as one sequence, flat vectors where "
-          "rows lie back to back") {
-  const auto& op = static_cast<const CausalConv1dOp&>(conv());
-  Config c = config("threads=128,vec=8,items=2,cpb=1,load=flat");
-  Problem p = problem("B=3,C=10,L=333,W=4");
-  CHECK(op.check(c, p, "sm_90a"));
-  auto r = op.check(config("threads=128,vec=8,items=2,cpb=2,load=flat"), p, "sm_90a");
-  REQUIRE_FALSE(r);
-  CHECK(r.failure().message.find("cpb=1") != std::string::npos);
-  CHECK(op.check(c, problem("B=65536,C=64,L=4097,W=4"), "sm_90a")); // 2^34 elements
-  // Odd L builds the flat kernel, not the ragged-row one.
-  auto defines = op.defines(c, p);
-  CHECK(std::find(defines.begin(), defines.end(), "-DAT_FLAT=1") != defines.end());
-  CHECK(std::find(defines.begin(), defines.end(), "-DAT_RAGGED=1") == defines.end());
-  LaunchGeometry g = op.geometry(c, p);
-  CHECK(g.block[0] == 128);
-  CHECK(g.grid[0] == (3 * 10 * 333 + 2047) / 2048); // chunks of 128 x 8 x 2 elements
-  CHECK(g.grid[1] == 1);
-  CHECK_THROWS_WITH_AS(op.check(config("threads=128,vec=8,items=2,cpb=1,load=tma"), p, "sm_90a"),
-                       doctest::Contains("'direct', 'smem' or 'flat'"), Error);
-
-  auto mode = [&](CUdeviceptr x, CUdeviceptr out, long long xbs, long long xcs, long long obs,
-                  long long ocs) {
-    CausalConv1dCall call;
-    call.x = x;
-    call.out = out;
-    call.x_batch_stride = xbs;
-    call.x_channel_stride = xcs;
-    call.out_batch_stride = obs;
-    call.out_channel_stride = ocs;
-    return op.kernel_args(op.conv_plan(c, p), call).vector_mode;
-  };
-  const CUdeviceptr a = 1 << 20, b = 1 << 24;
-  const long long cl = 10 * 333;
-  CHECK(mode(a, b, cl, 333, cl, 333) == 3);      // contiguous
-  CHECK(mode(a, b, cl + 8, 333, cl, 333) == 3);  // batches padded by one vector
-  CHECK(mode(a, b, cl + 3, 333, cl, 333) == 2);  // batches padded by 3 elements
-  CHECK(mode(a, b, 2 * cl, 333, cl, 333) == 2);  // Mamba's x of xz: C * L = 3330 is not
-  CHECK(mode(a + 2, b, cl, 333, cl, 333) == 2);  // x at an odd element offset
-  CHECK(mode(a, b, cl + 40, 337, cl, 333) == 2); // x rows padded: element by element
-  CHECK(mode(a, b + 2, cl, 333, cl, 333) == 1);  // out at an odd element offset
-  CHECK(mode(a, b, 333, 3 * 333, cl, 333) == 2); // mamba's [2C, B, L] layout viewed
-  Problem m = problem("B=3,C=16,L=333,W=4");     // C * L a multiple of the vector
-  CausalConv1dCall call;
-  call.x = a;
-  call.out = b;
-  call.x_batch_stride = 2 * 16 * 333; // x of xz [B, 2C, L]
-  call.x_channel_stride = 333;
-  call.out_batch_stride = 16 * 333;
-  call.out_channel_stride = 333;
-  CHECK(op.kernel_args(op.conv_plan(c, m), call).vector_mode == 3);
-}
-
 TEST_CASE("tensors and effective bytes follow the problem") {
   Problem p = problem("B=2,C=8,L=16,W=3,dtype=bf16,wdtype=fp32,bias=1");
   auto t = conv().tensors(p);

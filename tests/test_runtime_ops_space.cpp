@@ -22,7 +22,7 @@ TEST_CASE("the causal_conv1d space parses from its embedded TOML") {
   REQUIRE(s.params.size() == 5);
   CHECK(s.params[0].name == "threads");
   CHECK(s.params[4].name == "load");
-  CHECK(s.size() == 4 * 2 * 3 * 3 * 3);
+  CHECK(s.size() == 4 * 2 * 3 * 3 * 2);
   auto all = s.enumerate();
   CHECK(all.size() == s.size());
   std::set<std::string> ids;

@@ -17,8 +17,7 @@ Dims dims(const Problem& p) {
 
 struct Params {
   int threads, vec, items, cpb;
-  bool smem; // load=smem
-  bool flat; // load=flat: the kernel's "Flat batches"
+  bool smem;
 };
 
 Params params(const Config& c) {
@@ -34,11 +33,7 @@ Params params(const Config& c) {
     } else if (k == "cpb") {
       p.cpb = int(parse_int(v, "cpb")), have[3] = true;
     } else if (k == "load") {
-      if (v != "direct" && v != "smem" && v != "flat") {
-        throw Error(ErrorKind::config,
-                    "causal_conv1d: load must be 'direct', 'smem' or 'flat', not '" + v + "'");
-      }
-      p.smem = v == "smem", p.flat = v == "flat", have[4] = true;
+      p.smem = parse_choice("causal_conv1d", k, v, "direct", "smem"), have[4] = true;
     } else {
       throw Error(ErrorKind::config, "causal_conv1d: unknown parameter '" + k + "'");
     }
@@ -54,11 +49,6 @@ Params params(const Config& c) {
 
 long long tile_length(const Params& p) {
   return (long long)(p.threads / p.cpb) * p.vec * p.items;
-}
-
-// Elements a block of the flat path covers.
-long long flat_chunk(const Params& p) {
-  return (long long)p.threads * p.vec * p.items;
 }
 
 // Largest static shared memory a kernel may declare without opting in.
@@ -77,7 +67,7 @@ Config with_params(const Config& config, const Params& p) {
       config, {{"threads", p.threads}, {"vec", p.vec}, {"items", p.items}, {"cpb", p.cpb}});
   for (auto& [k, v] : c) {
     if (k == "load") {
-      v = p.smem ? "smem" : p.flat ? "flat" : "direct";
+      v = p.smem ? "smem" : "direct";
     }
   }
   return c;
@@ -190,27 +180,19 @@ Result<bool> CausalConv1dOp::check(const Config& config, const Problem& problem,
   if (p.threads % p.cpb != 0) {
     return fail("cpb must divide threads");
   }
-  if (p.vec < d.W - 1 || (p.vec & (p.vec - 1)) != 0) {
-    return fail("vec must be a power of two covering the W-1 halo");
-  }
-  if (p.vec * (long long)dtype_size(d.x) < 8) {
-    return fail("vector accesses under 8 bytes are not worth a variant");
-  }
-  if (p.flat) {
-    if (p.cpb != 1) {
-      return fail("the flat path takes cpb=1 (its blocks cover the rows back to back)");
-    }
-    if ((d.B * d.C * d.L + flat_chunk(p) - 1) / flat_chunk(p) > 0x7fffffffll) {
-      return fail("grid too large");
-    }
-    return true;
-  }
   int row_threads = p.threads / p.cpb;
   if (!p.smem && row_threads % 32 != 0) {
     return fail("the direct load path needs whole warps per channel (threads/cpb % 32 == 0)");
   }
   if (p.smem && row_threads < d.W - 1) {
     return fail("too few threads per channel to load the halo");
+  }
+  if (p.vec < d.W - 1 || (p.vec & (p.vec - 1)) != 0) {
+    return fail("vec must be a power of two covering the W-1 halo");
+  }
+  long long vec_bytes = p.vec * (long long)dtype_size(d.x);
+  if (vec_bytes < 8) {
+    return fail("vector accesses under 8 bytes are not worth a variant");
   }
   long long tile = tile_length(p);
   if (p.smem) {
@@ -233,7 +215,7 @@ Result<bool> CausalConv1dOp::worth_measuring(const Config& config, const Problem
   Params p = params(config);
   Dims d = dims(problem);
   long long tile = tile_length(p);
-  if (!p.flat && tile / 2 >= d.L && p.items > 1) {
+  if (tile / 2 >= d.L && p.items > 1) {
     return fail("tile of " + std::to_string(tile) + " positions leaves over half of each block " +
                 "idle at L=" + std::to_string(d.L) + " (fewer items per thread do better)");
   }
@@ -313,15 +295,6 @@ Config CausalConv1dOp::adapt(const Config& config, const Problem& problem) const
   // vectors, fewer channels per block and more items.
   Dims d = dims(problem);
   const Params src = params(config);
-  if (src.flat) {
-    // The flat path sees no rows: only the grid's size matters. Fewer vectors a thread
-    // while the grid would hold under one wave of thread slots.
-    Params p = src;
-    while (p.items > 1 && d.B * d.C * d.L / (p.vec * p.items) < k_wave_threads) {
-      p.items /= 2;
-    }
-    return with_params(config, p);
-  }
   if (tile_length(src) < 2 * d.L) {
     return adapt_long_rows(config, problem);
   }
@@ -408,9 +381,7 @@ std::vector<std::string> CausalConv1dOp::defines(const Config& config,
                                   std::string("-DAT_SILU=") + (d.silu ? "1" : "0"),
                                   std::string("-DAT_X_T=") + template_type(d.x),
                                   std::string("-DAT_W_T=") + template_type(d.w)};
-  if (p.flat) {
-    out.push_back("-DAT_FLAT=1");
-  } else if (ragged(d, p.vec)) {
+  if (ragged(d, p.vec)) {
     out.push_back("-DAT_RAGGED=1");
   }
   return out;
@@ -422,10 +393,6 @@ LaunchGeometry CausalConv1dOp::geometry(const Config& config, const Problem& pro
   long long tile = tile_length(p);
   LaunchGeometry g;
   g.block[0] = unsigned(p.threads);
-  if (p.flat) {
-    g.grid[0] = unsigned((d.B * d.C * d.L + flat_chunk(p) - 1) / flat_chunk(p));
-    return g;
-  }
   g.grid[0] = unsigned(d.B * ((d.C + p.cpb - 1) / p.cpb));
   g.grid[1] = unsigned((d.L + tile - 1) / tile);
   return g;
@@ -522,9 +489,7 @@ size_t CausalConv1dPlan::pack(const void* args, const BoundCall& call, void* out
 CausalConv1dPlan CausalConv1dOp::conv_plan(const Config& config, const Problem& problem) const {
   CausalConv1dPlan p;
   p.shape = dims(problem);
-  const Params k = params(config);
-  p.vec = k.vec;
-  p.flat = k.flat;
+  p.vec = params(config).vec;
   p.geometry = geometry(config, problem);
   return p;
 }
@@ -558,19 +523,6 @@ CausalConv1dKernelArgs conv_kernel_args(const CausalConv1dPlan& plan,
   const VectorAccess vector(d.x, plan.vec);
   const long long esize = vector.esize;
   const long long vbytes = vector.bytes;
-  if (plan.flat) {
-    // A tensor is read or written as flat vectors when each batch's rows lie back to
-    // back and a batch's start is as far from an aligned address as its offset in the
-    // flat sequence (batch stride - C * L a multiple of the vector: contiguous tensors
-    // and Mamba's x half of xz, whose batch stride is 2 * C * L, when C * L is).
-    auto flat = [&](CUdeviceptr base, long long batch_stride, long long channel_stride) {
-      return (d.C == 1 || channel_stride == d.L) &&
-             vector.aligned(base, {d.B == 1 ? 0 : batch_stride - d.C * d.L});
-    };
-    a.vector_mode = int(flat(call.x, call.x_batch_stride, call.x_channel_stride)) |
-                    int(flat(call.out, call.out_batch_stride, call.out_channel_stride)) << 1;
-    return a;
-  }
   if (ragged(d, plan.vec)) {
     // Every row is read from its first aligned address (the kernel's "Ragged rows"),
     // so loads are always vectors; stores are where out's row b, c is as far from

@@ -35,8 +35,7 @@ struct CausalConv1dKernelArgs {
   CUdeviceptr x, weight, bias, out, initial_states, final_states;
   int batch, channels, length;
   long long x_batch_stride, x_channel_stride, out_batch_stride, out_channel_stride;
-  int vector_mode; // rows: 0 scalar, 1 vector loads and stores, 2 vector loads only;
-                   // flat: bit 0 x, bit 1 out as flat vectors
+  int vector_mode; // 0 scalar, 1 vector loads and stores, 2 vector loads only
 };
 
 // Everything a launch of one variant on one problem needs besides the call's
@@ -44,7 +43,6 @@ struct CausalConv1dKernelArgs {
 struct CausalConv1dPlan final : CallPlan {
   CausalConv1dShape shape;
   int vec = 0;
-  bool flat = false; // load=flat
   size_t pack(const void* args, const BoundCall& call, void* out) const override;
 };
 

@@ -18,8 +18,6 @@
 //   AT_SMEM      0: direct vector loads, halo from the neighbouring lane by warp
 //                shuffle; 1: the tile is staged through shared memory, which
 //                keeps accesses coalesced when rows are not vector-aligned.
-//   AT_FLAT      1: the rows are read as one flat sequence of B * C * L elements
-//                (see "Flat" below); AT_CPB is 1 and AT_SMEM 0.
 //   AT_RAGGED    0: L is a multiple of AT_VEC (every vector lies wholly inside or
 //                wholly past a row). 1: it is not; each row is then read in aligned
 //                vectors from its first aligned address, whatever L and the strides
@@ -41,20 +39,6 @@
 // computes those few outputs with scalar accesses. out is written with the same
 // vectors when its rows have x's shift (vector_mode 1), else one element at a time
 // (vector_mode 2). bench/notes/causal_conv1d-unaligned.md weighs the alternatives.
-//
-// Flat (AT_FLAT=1). The B * C rows, each L long, form one sequence of B * C * L
-// elements whatever L is. When a batch's rows lie back to back (channel stride L: a
-// contiguous tensor, or Mamba's x half of xz) and the batches' starts are aligned,
-// the 16-byte vectors of that sequence are aligned too. Blocks take consecutive
-// chunks of threads * vec * items elements; each thread finds its first vector's row
-// and position by a division by L (32-bit below 2^32 elements) and steps to its other
-// vectors. A vector inside one row past its first W-1 positions takes one weight set
-// and the halo from the previous lane; one that starts a row or straddles two takes,
-// per element, its row's weights and, before position 0, its row's initial state (or
-// zero), by selects in the same straight code. Vectors over more than two rows (L <
-// vec) go element by element. vector_mode bit 0: x is read as flat vectors, bit 1: out
-// is written as flat vectors; without a bit the accesses go element by element
-// through the strides (any strides), so every layout stays correct.
 #include "common/numeric.cuh"
 
 #ifndef AT_THREADS
@@ -81,11 +65,6 @@ static_assert(AT_SMEM || k_row_threads % 32 == 0, "the shuffle path needs whole 
 #ifndef AT_RAGGED
 #define AT_RAGGED 0
 #endif
-#ifndef AT_FLAT
-#define AT_FLAT 0
-#endif
-static_assert(!AT_FLAT || (k_cpb == 1 && !AT_SMEM && !AT_RAGGED),
-              "the flat path takes one channel per block, direct loads, no ragged rows");
 constexpr bool k_ragged = AT_RAGGED != 0;
 // Alignment (in elements) a vector access needs: its size, up to one 16-byte word.
 constexpr int k_align =
@@ -108,7 +87,6 @@ struct ConvArgs {
   // Without AT_RAGGED: 1 when every row of x and out starts aligned (vector loads
   // and stores), else 0 (one element per access). With it (loads are always
   // vectors): 1 when out's rows have x's shift (vector stores), else 2 (scalar).
-  // AT_FLAT: bit 0 x, bit 1 out is accessed as flat vectors ("Flat").
   int vector_mode;
 };
 
@@ -165,255 +143,6 @@ constexpr int k_pad = 16 / sizeof(x_t) >= k_halo ? 16 / sizeof(x_t) : k_halo;
 constexpr int k_row_slots = k_pad + k_tile;
 #endif
 
-#if AT_FLAT
-constexpr int k_chunk = k_threads * k_vec * k_items; // elements per block
-constexpr int k_stride = k_threads * k_vec;          // between a thread's vectors
-
-// Where an element of the flat sequence lies: batch b, channel c, position l.
-struct FlatPos {
-  unsigned b;
-  unsigned c;
-  int l;
-};
-
-// At least 1024 threads an SM (registers capped at 64): the bytes in flight per SM
-// set a bandwidth-bound kernel's speed, and the flat path's bookkeeping otherwise
-// takes 80-96 registers (640 threads an SM).
-constexpr int k_flat_min_blocks = k_threads >= 1024 ? 1 : 1024 / k_threads;
-
-extern "C" __global__ void __launch_bounds__(k_threads, k_flat_min_blocks)
-    causal_conv1d_fwd(const ConvArgs args) {
-  const int t = threadIdx.x;
-  const int lane = t % 32;
-  const unsigned length = unsigned(args.length);
-  const unsigned channels = unsigned(args.channels);
-  const unsigned long long batch_n = static_cast<unsigned long long>(channels) * length;
-  const unsigned long long n = batch_n * unsigned(args.batch);
-  const x_t zero = at_from_float<x_t>(0.0f);
-  const bool x_flat = (args.vector_mode & 1) != 0;
-  const bool out_flat = (args.vector_mode & 2) != 0;
-  // Element e (or a distance of e elements) as batches, channels and positions; the
-  // divisions run once per thread, the items step from there.
-  auto split = [&](unsigned long long e) -> FlatPos {
-    unsigned long long r;
-    FlatPos p;
-    if (n <= 0xffffffffull) { // 32-bit divisions suffice
-      r = unsigned(e) / length;
-      p.l = int(unsigned(e) - unsigned(r) * length);
-      p.b = unsigned(r) / channels;
-    } else {
-      r = e / length;
-      p.l = int(e - r * length);
-      p.b = unsigned(r / channels);
-    }
-    p.c = unsigned(r - static_cast<unsigned long long>(p.b) * channels);
-    return p;
-  };
-  auto next_row = [&](FlatPos& p) {
-    p.l = 0;
-    if (++p.c == channels) {
-      p.c = 0, ++p.b;
-    }
-  };
-  auto x_index = [&](const FlatPos& p, int l) {
-    return static_cast<long long>(p.b) * args.x_batch_stride + p.c * args.x_channel_stride + l;
-  };
-  // x of p's row at position l (l < 0: the row's initial state, or zero).
-  auto x_at = [&](const FlatPos& p, int l) -> x_t {
-    if (l >= 0) {
-      return args.x[x_index(p, l)];
-    }
-    return args.initial_states
-               ? args.initial_states[(static_cast<unsigned long long>(p.b) * channels + p.c) *
-                                         k_halo +
-                                     k_halo + l]
-               : zero;
-  };
-  auto weights = [&](unsigned c, float(&w)[k_width], float& bias) {
-#pragma unroll
-    for (int k = 0; k < k_width; ++k) {
-      w[k] = at_to_float(args.weight[c * k_width + k]);
-    }
-    bias = 0.0f;
-#if AT_HAS_BIAS
-    bias = at_to_float(args.bias[c]);
-#endif
-  };
-
-  const unsigned long long e0 =
-      static_cast<unsigned long long>(blockIdx.x) * k_chunk + unsigned(t) * k_vec;
-  const FlatPos step = split(k_stride);
-  // Every vector's loads first, with its place and the weights of its row, so that
-  // k_items vectors per thread are in flight at once.
-  at_vec<x_t, k_vec> v[k_items];
-  x_t left[k_items][k_halo]; // lane 0's halo, where it lies in the same row
-  FlatPos at[k_items];
-  float w[k_items][k_width];
-  float bias[k_items];
-#pragma unroll
-  for (int i = 0; i < k_items; ++i) {
-    const unsigned long long e = e0 + i * k_stride;
-    if (i == 0) {
-      at[i] = split(e0);
-    } else {
-      at[i] = at[i - 1];
-      at[i].l += step.l;
-      at[i].c += step.c;
-      at[i].b += step.b;
-      if (at[i].l >= int(length)) {
-        at[i].l -= int(length), ++at[i].c;
-      }
-      if (at[i].c >= channels) {
-        at[i].c -= channels, ++at[i].b;
-      }
-    }
-#pragma unroll
-    for (int h = 0; h < k_halo; ++h) {
-      const int q = at[i].l - k_halo + h;
-      left[i][h] = lane == 0 && q >= 0 && e < n ? args.x[x_index(at[i], q)] : zero;
-    }
-    // A flat vector lies in one batch: its address is the batch's base plus its
-    // offset in the batch.
-    const unsigned long long batch_start = at[i].b * batch_n;
-    if (x_flat && e + k_vec <= batch_start + batch_n && e + k_vec <= n) {
-      v[i].load(args.x + at[i].b * args.x_batch_stride + (e - batch_start));
-    } else {
-      // Element by element through the strides: a vector across batches, the last
-      // partial vector, or rows that do not lie back to back.
-      FlatPos p = at[i];
-#pragma unroll
-      for (int j = 0; j < k_vec; ++j) {
-        if (p.l == int(length)) {
-          next_row(p);
-        }
-        v[i].elem[j] = e + j < n ? x_at(p, p.l) : zero;
-        ++p.l;
-      }
-    }
-    weights(e < n ? at[i].c : 0, w[i], bias[i]);
-  }
-#pragma unroll
-  for (int i = 0; i < k_items; ++i) {
-    const unsigned long long e = e0 + i * k_stride;
-    float win[k_halo + k_vec];
-    {
-      float in[k_vec];
-      v[i].to_float(in);
-#pragma unroll
-      for (int j = 0; j < k_vec; ++j) {
-        win[k_halo + j] = in[j];
-      }
-    }
-    // The halo: the tail of the previous lane's vector; lane 0's was loaded above.
-#pragma unroll
-    for (int h = 0; h < k_halo; ++h) {
-      const float from_left = __shfl_up_sync(0xffffffffu, win[k_vec + h], 1);
-      win[h] = lane == 0 ? at_to_float(left[i][h]) : from_left;
-    }
-    if (e >= n) {
-      continue;
-    }
-    const int first = int(length) - at[i].l; // elements of the vector in its first row
-    if (e + k_vec <= n && first + int(length) >= k_vec) {
-      // The vector's elements lie in its first row and, past `first`, in the next one
-      // (where L is not a multiple of the vector). An input at position q < 0 of an
-      // element's row is that row's initial state (or zero).
-      const bool two_rows = first < k_vec;
-      FlatPos next = at[i];
-      float w2[k_width];
-      float b2 = bias[i];
-#pragma unroll
-      for (int k = 0; k < k_width; ++k) {
-        w2[k] = w[i][k];
-      }
-      if (two_rows) {
-        next_row(next);
-        weights(next.c, w2, b2);
-      }
-      float y[k_vec];
-#pragma unroll
-      for (int j = 0; j < k_vec; ++j) {
-        const bool second = j >= first;
-        float in[k_width], wj[k_width];
-#pragma unroll
-        for (int k = 0; k < k_width; ++k) {
-          const int q = second ? j - first - k_halo + k : at[i].l + j - k_halo + k;
-          if (q >= 0) {
-            in[k] = win[j + k];
-          } else if (args.initial_states) {
-            const unsigned long long row =
-                second ? static_cast<unsigned long long>(next.b) * channels + next.c
-                       : static_cast<unsigned long long>(at[i].b) * channels + at[i].c;
-            in[k] = at_to_float(args.initial_states[row * k_halo + k_halo + q]);
-          } else {
-            in[k] = 0.0f;
-          }
-          wj[k] = second ? w2[k] : w[i][k];
-        }
-        y[j] = conv_point(in, wj, second ? b2 : bias[i]);
-      }
-      at_vec<x_t, k_vec> o;
-      o.from_float(y);
-      const unsigned long long batch_start = at[i].b * batch_n;
-      if (out_flat && e + k_vec <= batch_start + batch_n) {
-        o.store_global(args.out + at[i].b * args.out_batch_stride + (e - batch_start));
-      } else {
-#pragma unroll
-        for (int j = 0; j < k_vec; ++j) {
-          const bool second = j >= first;
-          const unsigned long long b = second ? next.b : at[i].b;
-          const unsigned c = second ? next.c : at[i].c;
-          const int l = second ? j - first : at[i].l + j;
-          args.out[b * args.out_batch_stride + c * args.out_channel_stride + l] = o.elem[j];
-        }
-      }
-      continue;
-    }
-    // The vector spans more than two rows (L < vec) or ends the tensor: each element
-    // on its own. A window input at position q >= 0 of the element's row is win[j + k]
-    // (the same flat element); before 0 it is the row's initial state.
-    FlatPos p = at[i];
-    float wc[k_width];
-    float bc = bias[i];
-#pragma unroll
-    for (int k = 0; k < k_width; ++k) {
-      wc[k] = w[i][k];
-    }
-#pragma unroll
-    for (int j = 0; j < k_vec; ++j) {
-      if (e + j >= n) {
-        break;
-      }
-      if (p.l == int(length)) {
-        next_row(p);
-        weights(p.c, wc, bc);
-      }
-      float in[k_width];
-#pragma unroll
-      for (int k = 0; k < k_width; ++k) {
-        const int q = p.l - k_halo + k;
-        in[k] = q >= 0 ? win[j + k] : at_to_float(x_at(p, q));
-      }
-      args.out[p.b * args.out_batch_stride + p.c * args.out_channel_stride + p.l] =
-          at_from_float<x_t>(conv_point(in, wc, bc));
-      ++p.l;
-    }
-  }
-  // final_states[b, c, :] = the last W-1 inputs of each row (the initial state's tail
-  // where L < W-1), spread over all blocks.
-  if (args.final_states) {
-    const unsigned long long states = n / length * k_halo;
-    for (unsigned long long s = static_cast<unsigned long long>(blockIdx.x) * k_threads + t;
-         s < states; s += static_cast<unsigned long long>(gridDim.x) * k_threads) {
-      const unsigned long long row = s / k_halo;
-      FlatPos p;
-      p.b = unsigned(row / channels);
-      p.c = unsigned(row - static_cast<unsigned long long>(p.b) * channels);
-      args.final_states[s] = x_at(p, int(length) - k_halo + int(s - row * k_halo));
-    }
-  }
-}
-#else
 extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const ConvArgs args) {
   const int rows_per_batch = (args.channels + k_cpb - 1) / k_cpb;
   const int b = blockIdx.x / rows_per_batch;
@@ -596,4 +325,3 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
   ragged_tail();
 #endif
 }
-#endif

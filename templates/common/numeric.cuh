@@ -176,21 +176,6 @@ template <typename T, int N> struct at_vec {
       words[i] = w[i];
     }
   }
-  // The elements rounded from fp32; 16-bit pairs pack a 32-bit word at a time.
-  __device__ __forceinline__ void from_float(const float (&in)[N]) {
-    if constexpr (sizeof(T) == 2 && N % 2 == 0) {
-      unsigned* w = reinterpret_cast<unsigned*>(words);
-#pragma unroll
-      for (int i = 0; i < N / 2; ++i) {
-        w[i] = at_pack2(in[2 * i], in[2 * i + 1], T{});
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < N; ++i) {
-        elem[i] = at_from_float<T>(in[i]);
-      }
-    }
-  }
   // The elements as fp32; bf16 pairs convert a 32-bit word at a time (at_unpack2).
   __device__ __forceinline__ void to_float(float (&out)[N]) const {
     if constexpr (at_is_bf16<T>::value && N % 2 == 0) {
@@ -211,19 +196,6 @@ template <typename T, int N> struct at_vec {
 #pragma unroll
     for (int i = 0; i < k_words; ++i) {
       w[i] = words[i];
-    }
-  }
-  // store() to global memory as 16-byte stores whatever the compiler can prove about
-  // p's alignment (the caller guarantees it): a plain copy of the union member can
-  // reach the code generator as four 4-byte stores, four times the store requests.
-  __device__ __forceinline__ void store_global(T* p) const {
-    if constexpr (k_word == 16) {
-#pragma unroll
-      for (int i = 0; i < k_words; ++i) {
-        __stwb(reinterpret_cast<uint4*>(p) + i, words[i]);
-      }
-    } else {
-      store(p);
     }
   }
 };
