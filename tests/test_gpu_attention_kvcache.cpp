@@ -85,6 +85,35 @@ struct LeftpadCase {
   std::string pinned;
 };
 
+// Attention calls of `a` through a runtime pinned to `pinned` (no database), with a
+// zeroed workspace of the size the call asks for, kept for every launch.
+struct PinnedCall {
+  static RuntimeOptions options(const std::string& pinned) {
+    RuntimeOptions ro;
+    ro.database = (fs::temp_directory_path() / "autotune-does-not-exist.db").string();
+    ro.policy = Policy::pin;
+    ro.pinned = pinned;
+    return ro;
+  }
+  PinnedCall(AttentionArgs& args, const std::string& pinned)
+      : a(args), rt(options(pinned)), bytes(rt.attention_workspace_size(a)),
+        ws(std::max<uint64_t>(bytes, 16)) {
+    std::vector<unsigned char> zeros(std::max<uint64_t>(bytes, 16), 0);
+    ws.upload(zeros.data(), zeros.size());
+    a.workspace = reinterpret_cast<void*>(ws.get());
+    a.workspace_bytes = bytes;
+  }
+  // One launch; returns when it has finished.
+  void launch() {
+    rt.attention(a);
+    AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+  }
+  AttentionArgs& a;
+  Runtime rt;
+  uint64_t bytes;
+  cuda::DeviceBuffer ws;
+};
+
 } // namespace
 
 TEST_CASE("paged KV cache attention from the C struct: GQA, shuffled pages, append, split-KV") {
@@ -147,19 +176,8 @@ TEST_CASE("paged KV cache attention from the C struct: GQA, shuffled pages, appe
       a.k_new = dev(knd.get(), ElementType::bf16, {B, Hkv, c.snew, D}, {ns, D, Hkv * D, 1});
       a.v_new = dev(vnd.get(), ElementType::bf16, {B, Hkv, c.snew, D}, {ns, D, Hkv * D, 1});
     }
-    RuntimeOptions ro;
-    ro.database = (fs::temp_directory_path() / "autotune-does-not-exist.db").string();
-    ro.policy = Policy::pin;
-    ro.pinned = c.pinned;
-    Runtime rt(ro);
-    const uint64_t ws_bytes = rt.attention_workspace_size(a);
-    cuda::DeviceBuffer ws(std::max<uint64_t>(ws_bytes, 16));
-    std::vector<unsigned char> zeros(std::max<uint64_t>(ws_bytes, 16), 0);
-    ws.upload(zeros.data(), zeros.size());
-    a.workspace = reinterpret_cast<void*>(ws.get());
-    a.workspace_bytes = ws_bytes;
-    rt.attention(a);
-    AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+    PinnedCall call(a, c.pinned);
+    call.launch();
     od.download(out);
     ld.download(lse);
     CHECK(rel_err(logical(out, B, c.Sq, Hq, D), ref.o) <= 1e-2);
@@ -182,8 +200,7 @@ TEST_CASE("paged KV cache attention from the C struct: GQA, shuffled pages, appe
       }
       CHECK(wrong == 0);
       // A second launch of the same call (the workspace's counters back at zero).
-      rt.attention(a);
-      AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+      call.launch();
       od.download(out);
       CHECK(rel_err(logical(out, B, c.Sq, Hq, D), ref.o) <= 1e-2);
     }
@@ -332,19 +349,8 @@ TEST_CASE("contiguous KV cache with cache_leftpad from the C struct: GQA, append
       a.k_new = dev(knd.get(), ElementType::bf16, {B, Hkv, c.snew, D}, {ns, D, Hkv * D, 1});
       a.v_new = dev(vnd.get(), ElementType::bf16, {B, Hkv, c.snew, D}, {ns, D, Hkv * D, 1});
     }
-    RuntimeOptions ro;
-    ro.database = (fs::temp_directory_path() / "autotune-does-not-exist.db").string();
-    ro.policy = Policy::pin;
-    ro.pinned = c.pinned;
-    Runtime rt(ro);
-    const uint64_t ws_bytes = rt.attention_workspace_size(a);
-    cuda::DeviceBuffer ws(std::max<uint64_t>(ws_bytes, 16));
-    std::vector<unsigned char> zeros(std::max<uint64_t>(ws_bytes, 16), 0);
-    ws.upload(zeros.data(), zeros.size());
-    a.workspace = reinterpret_cast<void*>(ws.get());
-    a.workspace_bytes = ws_bytes;
-    rt.attention(a);
-    AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+    PinnedCall call(a, c.pinned);
+    call.launch();
     od.download(out);
     ld.download(lse);
     CHECK(rel_err(logical(out, B, c.Sq, Hq, D), ref.o) <= 1e-2);
@@ -371,8 +377,7 @@ TEST_CASE("contiguous KV cache with cache_leftpad from the C struct: GQA, append
     CHECK(wrong == 0);
     if (c.snew > 0) {
       // A second launch of the same call (the workspace's counters back at zero).
-      rt.attention(a);
-      AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+      call.launch();
       od.download(out);
       CHECK(rel_err(logical(out, B, c.Sq, Hq, D), ref.o) <= 1e-2);
     }
