@@ -343,8 +343,8 @@ TEST_CASE("ragged rows at every offset and stride read and write only their own 
   // x is a view at an element offset with padded channels (each row at another
   // shift from a 16-byte boundary) or padded batches; out is contiguous at its own
   // offset, so vector_mode is 1 where both offsets agree and 2 where they do not (and
-  // 0 for an aligned length whose rows are not aligned). The
-  // elements of out's allocation outside the view must stay poisoned.
+  // 0 for an aligned length whose rows are not aligned). The elements of out's
+  // allocation outside the view must stay poisoned.
   context();
   const auto& op = static_cast<const CausalConv1dOp&>(find_op("causal_conv1d"));
   cuda::DeviceInfo dev = cuda::query_device(0);
