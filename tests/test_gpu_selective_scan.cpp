@@ -605,7 +605,8 @@ TEST_CASE("tuning a selective_scan with fixed B and variable C verifies and stor
 // whose rows start one element past an odd row pitch, so no row is 16-byte aligned;
 // L is ragged (the AT_RAGGED build: the element layout), a multiple of 8 (the aligned
 // build's one-element fallback) and shorter than a chunk; D = 40 leaves channels past
-// D in the last block. The padding of out must stay untouched.
+// D in the last block. Each ragged run takes its next chunk in registers and through
+// shared memory (ragged=regs|async). The padding of out must stay untouched.
 TEST_CASE("pinned state-form selective_scan variants take ragged and misaligned strided rows") {
   context();
   std::mt19937_64 rng(std::random_device{}());
@@ -629,95 +630,98 @@ TEST_CASE("pinned state-form selective_scan variants take ragged and misaligned 
   };
   for (long long L : {641LL, 640LL, 7LL}) {
     for (const Run& run : runs) {
-      const std::string shape = "B=2,D=40,L=" + std::to_string(L) + ",N=16,dtype=" + run.dtype +
-                                (*run.extra ? std::string(",") + run.extra : std::string());
-      CAPTURE(std::string(shape));
-      CAPTURE(run.config);
-      ScanCase k(shape, rng);
-      const Problem& p = k.problem;
-      const DType dt = parse_dtype(run.dtype, "dtype");
-      const ElementType et = dt == DType::f32   ? ElementType::fp32
-                             : dt == DType::f16 ? ElementType::fp16
-                                                : ElementType::bf16;
-      const long long row = L + pad;
-      auto padded = [&](const HostTensor& h, long long rows) {
-        HostTensor q(h.type, size_t(shift + rows * row));
-        q.poison();
-        for (long long r = 0; r < rows; ++r) {
-          for (long long t = 0; t < L; ++t) {
-            q.set(size_t(shift + r * row + t), h.get(size_t(r * L + t)));
+      for (const char* mode : {"regs", "async"}) {
+        const std::string config = std::string(run.config) + ",ragged=" + mode;
+        const std::string shape = "B=2,D=40,L=" + std::to_string(L) + ",N=16,dtype=" + run.dtype +
+                                  (*run.extra ? std::string(",") + run.extra : std::string());
+        CAPTURE(std::string(shape));
+        CAPTURE(config);
+        ScanCase k(shape, rng);
+        const Problem& p = k.problem;
+        const DType dt = parse_dtype(run.dtype, "dtype");
+        const ElementType et = dt == DType::f32   ? ElementType::fp32
+                               : dt == DType::f16 ? ElementType::fp16
+                                                  : ElementType::bf16;
+        const long long row = L + pad;
+        auto padded = [&](const HostTensor& h, long long rows) {
+          HostTensor q(h.type, size_t(shift + rows * row));
+          q.poison();
+          for (long long r = 0; r < rows; ++r) {
+            for (long long t = 0; t < L; ++t) {
+              q.set(size_t(shift + r * row + t), h.get(size_t(r * L + t)));
+            }
+          }
+          return q;
+        };
+        const bool var_b = p.get("var_bc") == "1" || p.get("var_bc") == "B";
+        const bool var_c = p.get("var_bc") == "1" || p.get("var_bc") == "C";
+        const bool has_z = p.get_int("has_z") != 0;
+        HostTensor u = padded(k.host[k.index("u")], B * D);
+        HostTensor delta = padded(k.host[k.index("delta")], B * D);
+        HostTensor z = has_z ? padded(k.host[k.index("z")], B * D) : HostTensor(dt, 1);
+        HostTensor bm = var_b ? padded(k.host[k.index("B")], B * N) : HostTensor(dt, 1);
+        HostTensor cm = var_c ? padded(k.host[k.index("C")], B * N) : HostTensor(dt, 1);
+        HostTensor out(dt, size_t(shift + B * D * row));
+        out.poison();
+        HostTensor last(DType::f32, size_t(B * D * N));
+        last.poison();
+        DeviceTensor du(u), dd(delta), dz(z), db(bm), dc(cm), dout(out), dlast(last);
+        RuntimeOptions ro;
+        ro.database = (fs::temp_directory_path() / "autotune-does-not-exist.db").string();
+        ro.policy = Policy::pin;
+        ro.pinned = config;
+        Runtime rt(ro);
+        auto vp = [&](const char* name) {
+          return reinterpret_cast<void*>(k.device[k.index(name)]->get());
+        };
+        const size_t esize = dtype_size(dt);
+        auto at = [&](const DeviceTensor& t) {
+          return reinterpret_cast<void*>(t.get() + shift * esize);
+        };
+        auto rows = [&](const DeviceTensor& t) {
+          return tensor(at(t), et, {B, D, L}, {D * row, row, 1});
+        };
+        SelectiveScanArgs a{};
+        a.u = rows(du);
+        a.delta = rows(dd);
+        if (has_z) {
+          a.z = rows(dz);
+        }
+        a.B = var_b ? tensor(at(db), et, {B, N, L}, {N * row, row, 1})
+                    : tensor(vp("B"), ElementType::fp32, {D, N});
+        a.C = var_c ? tensor(at(dc), et, {B, N, L}, {N * row, row, 1})
+                    : tensor(vp("C"), ElementType::fp32, {D, N});
+        a.A = tensor(vp("A"), ElementType::fp32, {D, N});
+        a.D = tensor(vp("D"), ElementType::fp32, {D});
+        a.delta_bias = tensor(vp("delta_bias"), ElementType::fp32, {D});
+        a.out = rows(dout);
+        if (p.get_int("last_state")) {
+          a.last_state = tensor(reinterpret_cast<void*>(dlast.get()), ElementType::fp32, {B, D, N});
+        }
+        a.delta_softplus = 1;
+        Selection s = rt.select_selective_scan(a);
+        CHECK(s.source == "pinned");
+        rt.selective_scan(a);
+        AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+        dout.download(out);
+        HostTensor dense(dt, size_t(B * D * L));
+        bool pad_kept = std::isnan(out.get(0));
+        for (long long r = 0; r < B * D; ++r) {
+          for (long long t = 0; t < row; ++t) {
+            const float v = out.get(size_t(shift + r * row + t));
+            if (t < L) {
+              dense.set(size_t(r * L + t), v);
+            } else {
+              pad_kept = pad_kept && std::isnan(v);
+            }
           }
         }
-        return q;
-      };
-      const bool var_b = p.get("var_bc") == "1" || p.get("var_bc") == "B";
-      const bool var_c = p.get("var_bc") == "1" || p.get("var_bc") == "C";
-      const bool has_z = p.get_int("has_z") != 0;
-      HostTensor u = padded(k.host[k.index("u")], B * D);
-      HostTensor delta = padded(k.host[k.index("delta")], B * D);
-      HostTensor z = has_z ? padded(k.host[k.index("z")], B * D) : HostTensor(dt, 1);
-      HostTensor bm = var_b ? padded(k.host[k.index("B")], B * N) : HostTensor(dt, 1);
-      HostTensor cm = var_c ? padded(k.host[k.index("C")], B * N) : HostTensor(dt, 1);
-      HostTensor out(dt, size_t(shift + B * D * row));
-      out.poison();
-      HostTensor last(DType::f32, size_t(B * D * N));
-      last.poison();
-      DeviceTensor du(u), dd(delta), dz(z), db(bm), dc(cm), dout(out), dlast(last);
-      RuntimeOptions ro;
-      ro.database = (fs::temp_directory_path() / "autotune-does-not-exist.db").string();
-      ro.policy = Policy::pin;
-      ro.pinned = run.config;
-      Runtime rt(ro);
-      auto vp = [&](const char* name) {
-        return reinterpret_cast<void*>(k.device[k.index(name)]->get());
-      };
-      const size_t esize = dtype_size(dt);
-      auto at = [&](const DeviceTensor& t) {
-        return reinterpret_cast<void*>(t.get() + shift * esize);
-      };
-      auto rows = [&](const DeviceTensor& t) {
-        return tensor(at(t), et, {B, D, L}, {D * row, row, 1});
-      };
-      SelectiveScanArgs a{};
-      a.u = rows(du);
-      a.delta = rows(dd);
-      if (has_z) {
-        a.z = rows(dz);
-      }
-      a.B = var_b ? tensor(at(db), et, {B, N, L}, {N * row, row, 1})
-                  : tensor(vp("B"), ElementType::fp32, {D, N});
-      a.C = var_c ? tensor(at(dc), et, {B, N, L}, {N * row, row, 1})
-                  : tensor(vp("C"), ElementType::fp32, {D, N});
-      a.A = tensor(vp("A"), ElementType::fp32, {D, N});
-      a.D = tensor(vp("D"), ElementType::fp32, {D});
-      a.delta_bias = tensor(vp("delta_bias"), ElementType::fp32, {D});
-      a.out = rows(dout);
-      if (p.get_int("last_state")) {
-        a.last_state = tensor(reinterpret_cast<void*>(dlast.get()), ElementType::fp32, {B, D, N});
-      }
-      a.delta_softplus = 1;
-      Selection s = rt.select_selective_scan(a);
-      CHECK(s.source == "pinned");
-      rt.selective_scan(a);
-      AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
-      dout.download(out);
-      HostTensor dense(dt, size_t(B * D * L));
-      bool pad_kept = std::isnan(out.get(0));
-      for (long long r = 0; r < B * D; ++r) {
-        for (long long t = 0; t < row; ++t) {
-          const float v = out.get(size_t(shift + r * row + t));
-          if (t < L) {
-            dense.set(size_t(r * L + t), v);
-          } else {
-            pad_kept = pad_kept && std::isnan(v);
-          }
+        CHECK(pad_kept);
+        CHECK(relative_error(dense, k.ref.out) <= scan_op().tolerance(p));
+        if (p.get_int("last_state")) {
+          dlast.download(last);
+          CHECK(relative_error(last, k.ref.last) <= 1e-4);
         }
-      }
-      CHECK(pad_kept);
-      CHECK(relative_error(dense, k.ref.out) <= scan_op().tolerance(p));
-      if (p.get_int("last_state")) {
-        dlast.download(last);
-        CHECK(relative_error(last, k.ref.last) <= 1e-4);
       }
     }
   }

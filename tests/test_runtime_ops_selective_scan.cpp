@@ -326,6 +326,33 @@ TEST_CASE("selective_scan configuration constraints drop what cannot run") {
     CHECK_THROWS_WITH_AS(scan().check(config(base + "yred=x"), p, "sm_90a"),
                          doctest::Contains("yred"), Error);
   }
+  SUBCASE("a ragged L takes its next chunk in registers or through shared memory") {
+    const std::string pair = "threads=128,items=64,cpb=16,nsplit=8,scan=state,vec=8,poly=0,"
+                             "minblocks=1,bc=pair,yred=1,";
+    const Problem ragged = problem("B=2,D=2560,L=8191,N=16");
+    const Problem aligned = problem("B=2,D=2560,L=8192,N=16");
+    auto has = [](const std::vector<std::string>& defines, const char* d) {
+      return std::find(defines.begin(), defines.end(), d) != defines.end();
+    };
+    CHECK(has(scan().defines(config(pair + "ragged=regs"), ragged), "-DAT_RAGGED=1"));
+    CHECK(has(scan().defines(config(pair + "ragged=async"), ragged), "-DAT_RAGGED=2"));
+    CHECK_FALSE(has(scan().defines(config(pair + "ragged=async"), aligned), "-DAT_RAGGED=2"));
+    // The shared-memory tile: per row of u, delta, z (16 channels each) and of B and C
+    // (16 states each), 64 bf16 steps in 9 blocks of 16 bytes; an offset per channel (4
+    // ints) and per B/C row; two 16-byte alignments.
+    const long long tile = (3 * 16 + 2 * 16) * 9 * 16 + (4 * 16 + 2 * 16) * 4 + 2 * 15;
+    CHECK(scan().geometry(config(pair + "ragged=async"), ragged).dynamic_smem ==
+          scan().geometry(config(pair + "ragged=regs"), ragged).dynamic_smem + tile);
+    CHECK(scan().check(config(pair + "ragged=async"), ragged, "sm_90a"));
+    CHECK(scan().worth_measuring(config(pair + "ragged=async"), ragged));
+    // Where L is a multiple of vec both build the same kernel: measured once.
+    CHECK(scan().worth_measuring(config(pair + "ragged=regs"), aligned));
+    CHECK_FALSE(scan().worth_measuring(config(pair + "ragged=async"), aligned));
+    // The time-parallel scans have one ragged path.
+    CHECK_FALSE(scan().check(config(std::string(k_default) + ",ragged=async"), ragged, "sm_90a"));
+    CHECK_THROWS_WITH_AS(scan().check(config(pair + "ragged=smem"), ragged, "sm_90a"),
+                         doctest::Contains("ragged"), Error);
+  }
   SUBCASE("tuning skips state-parallel variants whose registers cannot fit") {
     Config c = config("threads=512,items=64,cpb=64,nsplit=8,scan=state,vec=8,poly=0,minblocks=2");
     CHECK(scan().check(c, p, "sm_90a"));
@@ -471,6 +498,23 @@ TEST_CASE("a state-form configuration borrowed for a small batch gets more lanes
     // fp32 inputs have no pairs to stage.
     const Config f32 = scan().adapt(grid_point, problem("B=2,D=2048,L=333,N=16,dtype=fp32"));
     CHECK(field(f32, "bc") == "f32");
+  }
+  SUBCASE("long ragged rows of a small batch take the next chunk through shared memory") {
+    for (const char* shape : {"B=1,D=5120,L=2047,N=16", "B=2,D=2560,L=8191,N=16"}) {
+      CAPTURE(std::string(shape));
+      const Problem p = problem(shape);
+      const Config c = scan().adapt(grid_point, p);
+      CHECK(field(c, "ragged") == "async");
+      CHECK(scan().check(c, p, "sm_90a"));
+    }
+    // Short rows, aligned rows and more than 6144 channels keep the registers.
+    for (const char* shape :
+         {"B=2,D=2048,L=333,N=16", "B=2,D=2560,L=8192,N=16", "B=8,D=1536,L=1500,N=16"}) {
+      CAPTURE(std::string(shape));
+      const Config c = scan().adapt(grid_point, problem(shape));
+      const std::string* v = find_field(c, "ragged");
+      CHECK((v == nullptr || *v == "regs"));
+    }
   }
   SUBCASE("N caps the lanes per channel") {
     const Problem few_states = problem("B=1,D=256,L=2048,N=4");

@@ -117,7 +117,7 @@ TEST_CASE("the benchmark problems and default configurations keep their stored s
     CHECK(c.first_key == "B=8,D=2048,L=2048,N=16,G=1,dtype=bf16,var_bc=1,delta_bias=1,softplus=1,"
                          "has_d=1,has_z=1,last_state=0");
     CHECK(c.default_config == "threads=32,items=16,cpb=1,nsplit=1,scan=shfl,vec=8,poly=0,"
-                              "minblocks=1,tsplit=1,bc=f32,cpl=1,ystore=after,yred=0");
+                              "minblocks=1,tsplit=1,bc=f32,cpl=1,ystore=after,yred=0,ragged=regs");
     CHECK(c.keys_sha256 == "ff4c287a354be26139b3f2ff49503a735020d7757bba8c6b4b9085c0a2fa6ed5");
     CHECK(c.variants_sha256 == "f1ae735679c0895e4e7e0d5a6cb63c2da7bd4fd0ab11022306fb07a400e98f02");
   }

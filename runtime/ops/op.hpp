@@ -129,6 +129,10 @@ Result<bool> check_block_threads(int threads);
 Config with_values(const Config& config,
                    std::initializer_list<std::pair<const char*, long long>> values);
 
+// Sets parameter `name` of the configuration to `value`, appending it where the
+// configuration lacks it (an optional parameter).
+void set_value(Config& config, const std::string& name, const std::string& value);
+
 // Vector accesses of `vec` elements of `dtype`, at most 16 bytes each.
 struct VectorAccess {
   VectorAccess(DType dtype, long long vec);

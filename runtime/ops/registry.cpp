@@ -100,6 +100,16 @@ Config with_values(const Config& config,
   return c;
 }
 
+void set_value(Config& config, const std::string& name, const std::string& value) {
+  for (auto& [k, v] : config) {
+    if (k == name) {
+      v = value;
+      return;
+    }
+  }
+  config.emplace_back(name, value);
+}
+
 VectorAccess::VectorAccess(DType dtype, long long vec)
     : esize((long long)dtype_size(dtype)), bytes(std::min<long long>(16, vec * esize)) {}
 

@@ -61,6 +61,7 @@ struct Params {
   bool bc_pair = false;       // 16-bit variable B/C staged as packed pairs (state form)
   bool ystore_during = false; // partial y stored per 4 steps during the scan (state form)
   int yred = 0;               // state form: shuffle levels summing the lanes' partial y (0..2)
+  bool ragged_async = false;  // state form, L no multiple of vec: next chunk via cp.async
   ScanForm form;
   bool smem_scan;
   bool state() const { return form == ScanForm::state; }
@@ -87,6 +88,10 @@ Params params(const Config& c) {
     }
     if (k == "ystore") {
       p.ystore_during = parse_choice("selective_scan", k, v, "after", "during");
+      known = true;
+    }
+    if (k == "ragged") {
+      p.ragged_async = parse_choice("selective_scan", k, v, "regs", "async");
       known = true;
     }
     if (k == "yred") {
@@ -214,15 +219,25 @@ bool ragged(const Params& p, const Dims& d) {
 // per channel, per state a row of B if variable and one of C if variable -- one row
 // of packed pairs when both are variable and 16-bit --, (NSPLIT >> YRED) x
 // PART_STRIDE rows of partial y), then the time slices' exchange. u and z stay in
-// registers.
+// registers. AT_RAGGED adds delta_bias and D per channel; with ragged=async also the
+// raw tile the chunk is copied into (Prefetch in state_parallel.cuh): a table of the raw rows'
+// offsets (4 ints per channel, one per variable B/C row) and per raw row (u, delta, z, then the
+// variable B and C rows) ITEMS * element size / 16 + 1 blocks of 16 bytes; the table and the tile
+// each at a 16-byte boundary.
 long long state_form_smem(const Params& p, long long n, const Dims& d) {
   // bc=pair stages 16-bit variable B/C as packed (B, C) pairs: one row per state.
   const long long bc_rows = p.bc_pair && d.var_b && d.var_c ? n : d.var_rows() * n;
   const long long part_rows = (long long)(p.nsplit >> p.yred) * part_stride(p);
   const long long rows = 2LL * p.cpb + bc_rows + part_rows;
-  const long long exchange = 2LL * p.tsplit * p.cpb * n * 4;  // slice end states and decays
-  const long long table = ragged(p, d) ? 2LL * p.cpb * 4 : 0; // delta_bias and D (AT_RAGGED)
-  return rows * (p.items + 4) * 4 + exchange + table;
+  const long long exchange = 2LL * p.tsplit * p.cpb * n * 4;   // slice end states and decays
+  long long ragged_extra = ragged(p, d) ? 2LL * p.cpb * 4 : 0; // delta_bias and D
+  if (ragged(p, d) && p.ragged_async) {
+    const long long raw_rows = p.cpb * (d.has_z ? 3LL : 2LL) + d.var_rows() * n;
+    const long long row_bytes = 16 * (p.items * (long long)dtype_size(d.x) / 16 + 1);
+    const long long table = 4LL * p.cpb + d.var_rows() * n; // offsets (ints)
+    ragged_extra += 15 + table * 4 + 15 + raw_rows * row_bytes;
+  }
+  return rows * (p.items + 4) * 4 + exchange + ragged_extra;
 }
 
 std::string flag_of(bool b) {
@@ -384,8 +399,10 @@ Result<bool> SelectiveScanOp::check(const Config& config, const Problem& problem
   if (p.state()) {
     return check_state_form(p, d, arch);
   }
-  if (p.tsplit != 1 || p.cpl != 1 || p.bc_pair || p.ystore_during || p.yred != 0) {
-    return fail("tsplit, cpl, bc=pair, ystore=during and yred apply to scan=state only");
+  if (p.tsplit != 1 || p.cpl != 1 || p.bc_pair || p.ystore_during || p.yred != 0 ||
+      p.ragged_async) {
+    return fail("tsplit, cpl, bc=pair, ystore=during, yred and ragged=async apply to scan=state "
+                "only");
   }
   if (p.cpb < 1 || p.nsplit < 1 || p.threads % (p.cpb * p.nsplit) != 0 || p.tpc() % 32 != 0) {
     return fail("each (channel, state group) needs whole warps: threads / (cpb * nsplit) % 32 "
@@ -424,6 +441,10 @@ Result<bool> SelectiveScanOp::worth_measuring(const Config& config, const Proble
   Params p = params(config);
   Dims d = dims(problem);
   if (p.state()) {
+    if (p.ragged_async && !ragged(p, d)) {
+      return fail("ragged=async builds the same kernel as ragged=regs where L is a multiple "
+                  "of vec");
+    }
     // Registers (measured with ptxas): per channel of the lane, ITEMS partial sums
     // plus as many staged reads in flight and 4 per state (h, A, B, C); the next
     // chunk's loads in flight and this chunk's u and z; ~32 more.
@@ -530,11 +551,15 @@ Config SelectiveScanOp::adapt(const Config& config, const Problem& problem) cons
                                      {"tsplit", 1},
                                      {"cpl", 1}});
     if (d.var_b && d.var_c && dtype_size(d.x) == 2) {
-      for (auto& [k, v] : c) {
-        if (k == "bc") {
-          v = "pair";
-        }
-      }
+      set_value(c, "bc", "pair");
+    }
+    // Ragged rows of at least 1024 steps at up to 6144 channels: the next chunk through
+    // shared memory (ragged=async) won there on the H100 (B=1, D=5120, L=2047: 138
+    // against 157 us; B=2, D=2560, L=8191: 523 against 660) and lost at L=333 (27.5
+    // against 23.2) and with the 64-thread lane shape (bench/notes/selective_scan-ragged.md).
+    constexpr long long k_async_min_length = 1024;
+    if (few && ragged(params(c), d) && d.L >= k_async_min_length) {
+      set_value(c, "ragged", "async");
     }
     try {
       if (check(c, problem, "sm_80")) {
@@ -577,7 +602,7 @@ std::vector<std::string> SelectiveScanOp::defines(const Config& config,
                                   "-DAT_LAST_STATE=" + flag_of(d.last_state),
                                   std::string("-DAT_X_T=") + template_type(d.x)};
   if (ragged(p, d)) {
-    out.push_back("-DAT_RAGGED=1");
+    out.push_back(p.ragged_async ? "-DAT_RAGGED=2" : "-DAT_RAGGED=1");
   }
   return out;
 }

@@ -1,32 +1,10 @@
-// Tensor-core and asynchronous-copy primitives for the attention templates (sm_80
-// and newer), each one PTX instruction behind a named function. Conversions and
-// the exp2/log2 approximations are in common/numeric.cuh.
+// Tensor-core primitives for the attention templates (sm_80 and newer), each one PTX
+// instruction behind a named function. The asynchronous copies are in
+// common/async.cuh, conversions and the exp2/log2 approximations in common/numeric.cuh.
 #pragma once
 
+#include "common/async.cuh"
 #include "common/numeric.cuh"
-
-// 32-bit shared-state-space address of a generic pointer into shared memory (what
-// cp.async and ldmatrix take).
-__device__ __forceinline__ unsigned smem_address(const void* p) {
-  unsigned r;
-  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
-  return r;
-}
-
-// 16 bytes global -> shared without passing through registers. With valid == false
-// nothing is read and the 16 bytes are zero-filled (rows past the sequence end).
-__device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
-               "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-// Waits until at most N of this thread's committed groups are still in flight.
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
 
 // Four 8x8 16-bit matrices from shared memory; lane l gives the address of row l%8
 // of matrix l/8. Register i holds (row lane/4, columns 2*(lane%4)..+1) of matrix i.

@@ -4,16 +4,14 @@
 // from the toolkit.
 #pragma once
 
+#include "common/async.cuh"
+
 // The driver's CUtensorMap (cuda.h): 128 opaque bytes, 64-byte aligned, built on the
 // host by cuTensorMapEncodeTiled and passed as (part of) a __grid_constant__
 // parameter, so TMA instructions may take its address in parameter space.
 struct __align__(64) at_tensor_map {
   unsigned long long opaque[16];
 };
-
-__device__ __forceinline__ unsigned at_smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
 
 // ---- mbarrier -------------------------------------------------------------------
 

@@ -42,6 +42,7 @@
 //               per state from [D, N]).
 //   AT_HAS_BIAS, AT_SOFTPLUS, AT_HAS_D, AT_HAS_Z, AT_LAST_STATE: 0/1.
 //   AT_X_T      element type of u, delta, z, out (and variable B/C).
+#include "common/async.cuh"
 #include "common/numeric.cuh"
 
 #ifndef AT_THREADS

@@ -64,10 +64,15 @@
 // per access, so a warp reads or writes whole sectors whatever the alignment and the
 // length; the loop over the chunk and the scan are the same. Without it, calls whose
 // rows are all aligned (vector_ok) use vectors, others one element per access.
+// AT_RAGGED 1 holds the next chunk's elements in registers while the scan runs (one
+// predicated load each), 2 copies them into a shared-memory tile with cp.async (no
+// registers held, more shared-memory reads in the staging); which is faster depends
+// on the shape, so the tuner measures both (parameter ragged=regs|async).
 #ifndef AT_RAGGED
 #define AT_RAGGED 0
 #endif
 constexpr bool k_ragged = AT_RAGGED != 0;
+constexpr bool k_async = AT_RAGGED == 2;
 constexpr int k_lpc = k_nsplit;           // lanes per channel
 constexpr int k_npl = k_n / k_nsplit;     // states per lane and channel
 constexpr int k_cpl = AT_CPL;             // channels per lane
@@ -263,14 +268,15 @@ __device__ __forceinline__ float load_or_zero(const float* p, bool in) {
 // Element layout (AT_RAGGED): slot k of a thread holds element g = k * THREADS +
 // tid of the chunk's [rows][T] tile, i.e. row g / T and step g % T (T and THREADS
 // divide one another, so row and step split into a per-thread and a per-slot part):
-// the lanes of a warp read 32 consecutive steps of a row (T >= 32), one or two
-// 32-byte sectors of 16-bit data at any alignment, where VEC-element vectors need
-// aligned rows and single elements in the vector layout (each lane VEC consecutive
-// steps) touch VEC times the sectors per instruction. Each element has a register
-// of its own while in flight: packed two to a register as in the vector layout, the
-// packing instruction would wait for each load before the scan. The staging and the
-// finish run in the same layout, with scalar shared-memory accesses (a warp's 32
-// steps of a row lie in 32 banks) and delta_bias and D from a table in shared memory.
+// the lanes of a warp take 32 consecutive steps of a row, which is the same work at
+// any alignment of the row. The next chunk is in flight during the scan either in
+// registers, one per element (AT_RAGGED 1; packed two to a register as in the vector
+// layout, each packing instruction would wait for its load before the scan), or in
+// shared memory (AT_RAGGED 2): each row as cp.async copies of the 16-byte blocks that
+// cover its T steps (one block more than T needs, since the row starts at its own
+// offset in its first block), read from there by the staging. The finish runs in the
+// same layout, with scalar shared-memory accesses (a warp's 32 steps of a row lie in
+// 32 banks) and delta_bias and D from a table in shared memory.
 struct Prefetch {
   static constexpr int k_items_x = k_cpb * k_tv; // (channel, vector) items
   static constexpr int k_iters_x = (k_items_x + k_threads - 1) / k_threads;
@@ -323,6 +329,34 @@ struct Prefetch {
     asm volatile("" : "+l"(stride));
     return stride;
   }
+  // Raw rows (AT_RAGGED 2): u, delta (and z) of the block's channels, then the variable
+  // B and/or C rows (packed pairs: the B rows, then the C rows), each k_bpr 16-byte
+  // blocks; copy e of a chunk fills block e % k_bpr of raw row e / k_bpr, i.e. the
+  // 16 bytes at 16 * e.
+  static constexpr int k_e = 16 / int(sizeof(x_t)); // elements per 16-byte block
+  static constexpr int k_bpr = k_t / k_e + 1;
+  static constexpr int k_raw_row_bytes = 16 * k_bpr;
+  static constexpr int k_raw_x = k_cpb * (AT_HAS_Z ? 3 : 2);
+  static constexpr int k_raw_rows =
+      k_raw_x + (AT_VAR_ANY ? k_items_bc / k_tv * (k_pack_bc ? 2 : 1) : 0);
+  static constexpr int k_copies = k_raw_rows * k_bpr;
+  // The offsets table: per channel the (u, delta, z) rows' as an int4, then per state
+  // the (B, C) rows' as an int2 (packed pairs) or per B/C row one int.
+  static constexpr int k_table = 4 * k_cpb + (k_raw_rows - k_raw_x);
+  static __device__ __forceinline__ int table_index(int r) {
+    if (r < k_raw_x) {
+      return r % k_cpb * 4 + r / k_cpb;
+    }
+    r -= k_raw_x;
+    return 4 * k_cpb + (k_pack_bc ? r % k_n * 2 + r / k_n : r);
+  }
+  static constexpr int k_copy_iters = (k_copies + k_threads - 1) / k_threads;
+  // This thread's copies: the block for chunk 0, and the step (relative to the
+  // chunk) of its first element; a block whose first element is at or past L, or of
+  // a channel past D, is zero-filled instead of read.
+  [[maybe_unused]] const char* cp_src[k_async ? k_copy_iters : 1];
+  [[maybe_unused]] int cp_first[k_async ? k_copy_iters : 1];
+  // AT_RAGGED 1: this thread's elements of the next chunk.
   [[maybe_unused]] x_t el_u[k_ragged ? k_slots_x : 1], el_delta[k_ragged ? k_slots_x : 1];
   [[maybe_unused]] x_t el_z[k_ragged && AT_HAS_Z ? k_slots_x : 1];
   [[maybe_unused]] x_t el_bc[k_ragged && AT_VAR_ANY ? k_slots_bc : 1];
@@ -511,7 +545,7 @@ struct Prefetch {
     (void)length;
   }
 
-  // Element layout (AT_RAGGED): this thread's elements of the chunk at chunk_start,
+  // AT_RAGGED 1: this thread's elements of the chunk at chunk_start,
   // zero past L and for channels past D. Every address is formed whether or not the
   // element lies inside (load_or_zero: a predicated load, no branch).
   __device__ __forceinline__ void load_el(const ScanArgs& args, int b, int d_first,
@@ -564,10 +598,11 @@ struct Prefetch {
 #endif
   }
 
-  // Element layout: stage() for this thread's elements (see stage()); delta_bias per
+  // AT_RAGGED 1: stage() for this thread's elements (see stage()); delta_bias per
   // channel of the block from s_bias.
-  __device__ __forceinline__ void stage_el(const float* s_bias, row_ptr s_dt, row_ptr s_du,
-                                           row_ptr s_b, row_ptr s_c, int chunk_start, int length) {
+  __device__ __forceinline__ void stage_regs(const float* s_bias, row_ptr s_dt, row_ptr s_du,
+                                             row_ptr s_b, row_ptr s_c, int chunk_start,
+                                             int length) {
     const int r0 = first_row(), s0 = first_step();
 #pragma unroll
     for (int k = 0; k < k_slots_x; ++k) {
@@ -613,6 +648,138 @@ struct Prefetch {
     (void)s_c;
     (void)chunk_start;
     (void)length;
+  }
+
+  // AT_RAGGED 2: the row behind raw row r (at step 0), or null for a channel past D.
+  static __device__ __forceinline__ const x_t* raw_source(const ScanArgs& args, int b, int d_first,
+                                                          const x_t* b_base, const x_t* c_base,
+                                                          int r) {
+    if (r < k_raw_x) {
+      const int d = d_first + r % k_cpb;
+      if (d >= args.dim) {
+        return nullptr;
+      }
+      switch (r / k_cpb) {
+      case 0:
+        return args.u + b * args.u_bs + d * args.u_ds;
+      case 1:
+        return args.delta + b * args.delta_bs + d * args.delta_ds;
+      default:
+        return args.z + b * args.z_bs + d * args.z_ds;
+      }
+    }
+    r -= k_raw_x;
+    if constexpr (k_pack_bc) {
+      return r < k_n ? b_base + r * args.b_ns : c_base + (r - k_n) * args.c_ns;
+    } else {
+      // The B rows (if variable) come first, then the C rows (if variable).
+      const bool is_c = AT_VAR_B ? AT_VAR_C && r >= k_n : true;
+      const int n = AT_VAR_B && is_c ? r - k_n : r;
+      return is_c ? c_base + n * args.c_ns : b_base + n * args.b_ns;
+    }
+  }
+
+  // AT_RAGGED 2: this thread's copies, and the offsets table (s_off, 16-byte
+  // aligned): the byte offset in the raw tile of each raw row's step 0 (its row start
+  // plus its shift in its first block).
+  __device__ __forceinline__ void init_raw(const ScanArgs& args, int b, int d_first,
+                                           const x_t* b_base, const x_t* c_base, int* s_off) {
+#pragma unroll
+    for (int i = 0; i < k_copy_iters; ++i) {
+      const int e = threadIdx.x + i * k_threads;
+      if (k_copies % k_threads == 0 || e < k_copies) {
+        const int r = e / k_bpr, j = e % k_bpr;
+        const x_t* row = raw_source(args, b, d_first, b_base, c_base, r);
+        const unsigned long long at = reinterpret_cast<unsigned long long>(row);
+        const int shift = int(at % 16) / int(sizeof(x_t));
+        cp_src[i] = reinterpret_cast<const char*>(at - at % 16) + 16 * j;
+        cp_first[i] = row != nullptr ? j * k_e - shift : 0x7fffffff;
+        if (j == 0) {
+          s_off[table_index(r)] = r * k_raw_row_bytes + shift * int(sizeof(x_t));
+        }
+      }
+    }
+  }
+
+  // AT_RAGGED 2: starts the copies of the chunk at chunk_start into the raw tile
+  // (shared-state-space address raw) as one cp.async group, an empty one past L.
+  __device__ __forceinline__ void copy_raw(unsigned raw, int chunk_start, int length) const {
+    const int left = length - chunk_start;
+    const long long skip = static_cast<long long>(chunk_start) * sizeof(x_t);
+    if (left > 0) {
+#pragma unroll
+      for (int i = 0; i < k_copy_iters; ++i) {
+        const int e = threadIdx.x + i * k_threads;
+        if (k_copies % k_threads == 0 || e < k_copies) {
+          cp_async_16(raw + 16 * e, cp_src[i] + skip, cp_first[i] < left);
+        }
+      }
+    }
+    cp_async_commit();
+  }
+
+  // AT_RAGGED 2: stage() for this thread's elements (see stage()), read from the raw
+  // tile (zero past L; FULL: the chunk is inside L); delta_bias per channel of the
+  // block from s_bias.
+  template <bool FULL>
+  __device__ __forceinline__ void stage_raw(const float* s_bias, const char* raw, const int* s_off,
+                                            row_ptr s_dt, row_ptr s_du, row_ptr s_b, row_ptr s_c,
+                                            int chunk_start, int length) {
+    const int r0 = first_row(), s0 = first_step();
+    const x_t zero = at_from_float<x_t>(0.0f);
+    // Element s of the raw row at byte offset off, or zero where `in` is false.
+    auto at = [&](int off, int s, bool in) {
+      return FULL || in ? *reinterpret_cast<const x_t*>(raw + off + s * int(sizeof(x_t))) : zero;
+    };
+#pragma unroll
+    for (int k = 0; k < k_slots_x; ++k) {
+      if (slot_in<k_tile_x, k_items_x>(k)) {
+        const int r = r0 + slot_row(k), s = s0 + slot_step(k);
+        const bool in = chunk_start + s < length;
+        const int4 off = reinterpret_cast<const int4*>(s_off)[r]; // u, delta, z rows
+        const x_t u = at(off.x, s, in);
+        float x = at_to_float(at(off.y, s, in));
+#if AT_HAS_BIAS
+        x += s_bias[r];
+#endif
+#if AT_SOFTPLUS
+        x = softplus(x);
+#endif
+#if AT_LAST_STATE
+        x = FULL || in ? x : 0.0f;
+#endif
+        s_dt[r][swz(s)] = x;
+        s_du[r][swz(s)] = x * at_to_float(u);
+#if AT_HAS_D
+        u_cur[k / k_vec].elem[k % k_vec] = u;
+#endif
+#if AT_HAS_Z
+        z_cur[k / k_vec].elem[k % k_vec] = at(off.z, s, in);
+#endif
+      }
+    }
+#if AT_VAR_ANY
+    const int* off_bc = s_off + 4 * k_cpb;
+#pragma unroll
+    for (int k = 0; k < k_slots_bc; ++k) {
+      if (slot_in<k_tile_bc, k_items_bc>(k)) {
+        const int r = r0 + slot_row(k), s = s0 + slot_step(k);
+        const bool in = chunk_start + s < length;
+        if constexpr (k_pack_bc) {
+          const int2 off = reinterpret_cast<const int2*>(off_bc)[r]; // B, C rows of state r
+          reinterpret_cast<unsigned*>(s_b[r])[swz(s)] =
+              pack_pair(at(off.x, s, in), at(off.y, s, in));
+        } else {
+          const bool is_c = AT_VAR_B ? AT_VAR_C && r >= k_n : true;
+          const int n = AT_VAR_B && is_c ? r - k_n : r;
+          (is_c ? s_c : s_b)[n][swz(s)] = at_to_float(at(off_bc[r], s, in));
+        }
+      }
+    }
+#endif
+    (void)s_bias;
+    (void)s_b;
+    (void)s_c;
   }
 };
 
@@ -724,9 +891,17 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
   // Slice boundary exchange: end state and decay product per (slice, channel, state).
   float(*s_xh)[k_cpb][k_n] = reinterpret_cast<float(*)[k_cpb][k_n]>(s_part + k_prows);
   [[maybe_unused]] float(*s_xp)[k_cpb][k_n] = s_xh + k_s;
-  // AT_RAGGED: delta_bias and D of the block's channels, read per element.
+  // AT_RAGGED: delta_bias and D of the block's channels, read per element; the raw
+  // rows' offsets and, at the next 16-byte boundary, the raw tile (Prefetch).
   [[maybe_unused]] float* s_bias = reinterpret_cast<float*>(s_xh + 2 * k_s);
   [[maybe_unused]] float* s_dskip = s_bias + k_cpb;
+  auto align16 = [](const void* p) {
+    return (reinterpret_cast<unsigned long long>(p) + 15) & ~15ull;
+  };
+  [[maybe_unused]] int* s_off = reinterpret_cast<int*>(align16(s_dskip + k_cpb));
+  [[maybe_unused]] const char* s_raw =
+      reinterpret_cast<const char*>(align16(s_off + Prefetch::k_table));
+  [[maybe_unused]] const unsigned raw_addr = at_smem_addr(s_raw);
 
   const int blocks_per_batch = (args.dim + k_cpb - 1) / k_cpb;
   const int b = blockIdx.x / blocks_per_batch;
@@ -789,9 +964,17 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
       s_bias[c] = AT_HAS_BIAS ? args.delta_bias[d] : 0.0f;
       s_dskip[c] = AT_HAS_D ? args.D[d] : 0.0f;
     }
-    pf.load_el(args, b, d_first, b_base, c_base, 0, length);
-    __syncthreads(); // the table
-    pf.stage_el(s_bias, s_dt, s_du, s_b, s_c, 0, length);
+    if constexpr (k_async) {
+      pf.init_raw(args, b, d_first, b_base, c_base, s_off);
+      pf.copy_raw(raw_addr, 0, length);
+      cp_async_wait<0>();
+      __syncthreads(); // the tables and the raw rows
+      pf.stage_raw<false>(s_bias, s_raw, s_off, s_dt, s_du, s_b, s_c, 0, length);
+    } else {
+      pf.load_el(args, b, d_first, b_base, c_base, 0, length);
+      __syncthreads(); // the table
+      pf.stage_regs(s_bias, s_dt, s_du, s_b, s_c, 0, length);
+    }
   } else {
     pf.init(args, b, d_first, b_base, c_base);
     if (vector_ok && k_t <= length) {
@@ -805,7 +988,9 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
 
   for (int chunk_start = 0; chunk_start < length; chunk_start += k_t) {
     const int next = chunk_start + k_t;
-    if constexpr (k_ragged) {
+    if constexpr (k_async) {
+      pf.copy_raw(raw_addr, next, length);
+    } else if constexpr (k_ragged) {
       if (next < length) {
         pf.load_el(args, b, d_first, b_base, c_base, next, length);
       }
@@ -882,6 +1067,9 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
                        acc[k][q + 1], acc[k][q + 2], acc[k][q + 3]);
         }
       }
+    }
+    if constexpr (k_async) {
+      cp_async_wait<0>(); // the next chunk's raw rows, read by its staging below
     }
     __syncthreads();
 
@@ -973,7 +1161,13 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
     }
     if (next < length) {
       if constexpr (k_ragged) {
-        pf.stage_el(s_bias, s_dt, s_du, s_b, s_c, next, length);
+        if (!k_async) {
+          pf.stage_regs(s_bias, s_dt, s_du, s_b, s_c, next, length);
+        } else if (next + k_t <= length) {
+          pf.stage_raw<true>(s_bias, s_raw, s_off, s_dt, s_du, s_b, s_c, next, length);
+        } else {
+          pf.stage_raw<false>(s_bias, s_raw, s_off, s_dt, s_du, s_b, s_c, next, length);
+        }
       } else {
         pf.stage(s_dt, s_du, s_b, s_c, next, length);
       }
