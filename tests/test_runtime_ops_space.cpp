@@ -96,6 +96,21 @@ TEST_CASE("parameter overrides narrow the space and reject unknown names") {
                        doctest::Contains("'thread' is not a parameter"), Error);
 }
 
+TEST_CASE("a parameter inert for a problem is walked at its one value") {
+  const Op& op = find_op("selective_scan");
+  const Space s = op_space(op);
+  const Problem aligned = op.make_problem(parse_fields("B=2,D=2560,L=8192,N=16", "t"));
+  const Problem ragged = op.make_problem(parse_fields("B=2,D=2560,L=8191,N=16", "t"));
+  CHECK(op.inert_params(aligned) == Fields{{"ragged", "regs"}});
+  CHECK(op.inert_params(ragged).empty());
+  const Space narrowed = narrow_space(s, op.inert_params(aligned));
+  CHECK(narrowed.size() * 2 == s.size());
+  // A space restricted to the other value is left as it is.
+  Space async_only = s;
+  restrict_space(async_only, {{"ragged", "async"}});
+  CHECK(narrow_space(async_only, op.inert_params(aligned)).size() == async_only.size());
+}
+
 TEST_CASE("templates expand their includes once and carry line markers") {
   std::string src = expand_template("causal_conv1d/kernel.cuh");
   CHECK(src.find("struct __align__(2) at_bf16") != std::string::npos);

@@ -83,7 +83,12 @@ cache::DeviceRecord device_record(const cuda::DeviceInfo& d) {
 std::vector<Config> measured_configs(const Session& s, const Problem& problem, size_t& dropped) {
   std::vector<Config> out;
   dropped = 0;
-  s.search.space.for_each([&](const Config& c) {
+  const Fields inert = s.op.inert_params(problem);
+  const Space narrowed = inert.empty() ? Space{} : narrow_space(s.search.space, inert);
+  const Space& space = inert.empty() ? s.search.space : narrowed;
+  // The combinations narrowing removed would each be judged a duplicate.
+  dropped = s.search.space.size() - space.size();
+  space.for_each([&](const Config& c) {
     if (judge(s.op, s.search.priors, c, problem, s.arch) == Verdict::measure) {
       out.push_back(c);
     } else {

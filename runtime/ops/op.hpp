@@ -57,6 +57,14 @@ public:
     (void)problem;
     return true;
   }
+  // Parameters that cannot change the kernel built for this problem, each with the
+  // one value the tuner measures (e.g. how ragged rows are loaded, for an aligned
+  // length); the tuner walks only that value where the space holds it, instead of
+  // judging every combination of the others once per value.
+  virtual Fields inert_params(const Problem& problem) const {
+    (void)problem;
+    return {};
+  }
   // A configuration chosen for another problem (the nearest tuned one, a heuristic
   // point), adjusted to this problem where the op's model says it would waste work
   // (e.g. a tile far longer than the sequence). The runtime checks the result.

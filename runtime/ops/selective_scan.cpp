@@ -482,6 +482,14 @@ Result<bool> SelectiveScanOp::worth_measuring(const Config& config, const Proble
   return true;
 }
 
+Fields SelectiveScanOp::inert_params(const Problem& problem) const {
+  // Every state-form vec (4 or 8) divides a length that 8 divides: no ragged build.
+  if (dims(problem).L % 8 == 0) {
+    return {{"ragged", "regs"}};
+  }
+  return {};
+}
+
 Config SelectiveScanOp::adapt(const Config& config, const Problem& problem) const {
   // A state-form configuration chosen for more channels (B * D) leaves this problem
   // few blocks or few warps: each block owns cpb channels of one batch, each channel

@@ -434,6 +434,18 @@ void restrict_space(Space& space, const Fields& overrides) {
   check_size(space, space.source + " narrowed by --param");
 }
 
+Space narrow_space(const Space& space, const Fields& inert) {
+  Space out = space;
+  for (const auto& [name, value] : inert) {
+    for (Parameter& p : out.params) {
+      if (p.name == name && std::find(p.values.begin(), p.values.end(), value) != p.values.end()) {
+        p.values = {value};
+      }
+    }
+  }
+  return out;
+}
+
 void check_config(const Space& space, const Config& config, const std::string& what) {
   for (const auto& [name, value] : config) {
     const Limit* limit = space.limit(name);

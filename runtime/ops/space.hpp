@@ -98,6 +98,10 @@ Space load_op_space(const Op& op, const std::string& space_file, const Fields& o
 // than k_max_space_size combinations.
 void restrict_space(Space& space, const Fields& overrides);
 
+// The space with each parameter named in `inert` narrowed to its one value, where the
+// parameter holds that value (a parameter without it is left as it is).
+Space narrow_space(const Space& space, const Fields& inert);
+
 // Checks a configuration that did not come from the space (a stored winner's, for
 // re-timing) against the space's limits: every name must be a parameter and every
 // value within its limit. Throws Error(config) starting with `what`.
