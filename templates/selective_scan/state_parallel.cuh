@@ -598,6 +598,46 @@ struct Prefetch {
 #endif
   }
 
+  // Element layout: stage() of one element, slot k of this thread at (channel r, step
+  // s); dt is 0 where `in` is false and the final state is stored. z is unused
+  // without AT_HAS_Z.
+  __device__ __forceinline__ void stage_x(const float* s_bias, row_ptr s_dt, row_ptr s_du, int k,
+                                          int r, int s, bool in, x_t u, x_t delta,
+                                          [[maybe_unused]] x_t z) {
+    float x = at_to_float(delta);
+#if AT_HAS_BIAS
+    x += s_bias[r];
+#endif
+#if AT_SOFTPLUS
+    x = softplus(x);
+#endif
+#if AT_LAST_STATE
+    x = in ? x : 0.0f;
+#endif
+    s_dt[r][swz(s)] = x;
+    s_du[r][swz(s)] = x * at_to_float(u);
+#if AT_HAS_D
+    u_cur[k / k_vec].elem[k % k_vec] = u;
+#endif
+#if AT_HAS_Z
+    z_cur[k / k_vec].elem[k % k_vec] = z;
+#endif
+    (void)s_bias;
+    (void)in;
+  }
+  // Element layout: stage() of one B/C element at (row r, step s): the packed (b, c)
+  // pair of state r, or b alone for B/C row r (the B rows first).
+  static __device__ __forceinline__ void stage_bc(row_ptr s_b, row_ptr s_c, int r, int s, x_t b,
+                                                  [[maybe_unused]] x_t c) {
+    if constexpr (k_pack_bc) {
+      reinterpret_cast<unsigned*>(s_b[r])[swz(s)] = pack_pair(b, c);
+    } else {
+      const bool is_c = AT_VAR_B ? AT_VAR_C && r >= k_n : true;
+      const int n = AT_VAR_B && is_c ? r - k_n : r;
+      (is_c ? s_c : s_b)[n][swz(s)] = at_to_float(b);
+    }
+  }
+
   // AT_RAGGED 1: stage() for this thread's elements (see stage()); delta_bias per
   // channel of the block from s_bias.
   __device__ __forceinline__ void stage_regs(const float* s_bias, row_ptr s_dt, row_ptr s_du,
@@ -608,46 +648,21 @@ struct Prefetch {
     for (int k = 0; k < k_slots_x; ++k) {
       if (slot_in<k_tile_x, k_items_x>(k)) {
         const int r = r0 + slot_row(k), s = s0 + slot_step(k);
-        float x = at_to_float(el_delta[k]);
-#if AT_HAS_BIAS
-        x += s_bias[r];
-#endif
-#if AT_SOFTPLUS
-        x = softplus(x);
-#endif
-#if AT_LAST_STATE
-        x = chunk_start + s < length ? x : 0.0f;
-#endif
-        s_dt[r][swz(s)] = x;
-        s_du[r][swz(s)] = x * at_to_float(el_u[k]);
-#if AT_HAS_D
-        u_cur[k / k_vec].elem[k % k_vec] = el_u[k];
-#endif
-#if AT_HAS_Z
-        z_cur[k / k_vec].elem[k % k_vec] = el_z[k];
-#endif
+        stage_x(s_bias, s_dt, s_du, k, r, s, chunk_start + s < length, el_u[k], el_delta[k],
+                el_z[AT_HAS_Z ? k : 0]);
       }
     }
 #if AT_VAR_ANY
 #pragma unroll
     for (int k = 0; k < k_slots_bc; ++k) {
       if (slot_in<k_tile_bc, k_items_bc>(k)) {
-        const int r = r0 + slot_row(k), s = s0 + slot_step(k);
-        if constexpr (k_pack_bc) {
-          reinterpret_cast<unsigned*>(s_b[r])[swz(s)] = pack_pair(el_bc[k], el_bc_c[k]);
-        } else {
-          const bool is_c = AT_VAR_B ? AT_VAR_C && r >= k_n : true;
-          const int n = AT_VAR_B && is_c ? r - k_n : r;
-          (is_c ? s_c : s_b)[n][swz(s)] = at_to_float(el_bc[k]);
-        }
+        stage_bc(s_b, s_c, r0 + slot_row(k), s0 + slot_step(k), el_bc[k],
+                 el_bc_c[k_pack_bc ? k : 0]);
       }
     }
 #endif
-    (void)s_bias;
     (void)s_b;
     (void)s_c;
-    (void)chunk_start;
-    (void)length;
   }
 
   // AT_RAGGED 2: the row behind raw row r (at step 0), or null for a channel past D.
@@ -737,25 +752,8 @@ struct Prefetch {
         const int r = r0 + slot_row(k), s = s0 + slot_step(k);
         const bool in = chunk_start + s < length;
         const int4 off = reinterpret_cast<const int4*>(s_off)[r]; // u, delta, z rows
-        const x_t u = at(off.x, s, in);
-        float x = at_to_float(at(off.y, s, in));
-#if AT_HAS_BIAS
-        x += s_bias[r];
-#endif
-#if AT_SOFTPLUS
-        x = softplus(x);
-#endif
-#if AT_LAST_STATE
-        x = FULL || in ? x : 0.0f;
-#endif
-        s_dt[r][swz(s)] = x;
-        s_du[r][swz(s)] = x * at_to_float(u);
-#if AT_HAS_D
-        u_cur[k / k_vec].elem[k % k_vec] = u;
-#endif
-#if AT_HAS_Z
-        z_cur[k / k_vec].elem[k % k_vec] = at(off.z, s, in);
-#endif
+        stage_x(s_bias, s_dt, s_du, k, r, s, FULL || in, at(off.x, s, in), at(off.y, s, in),
+                AT_HAS_Z ? at(off.z, s, in) : zero);
       }
     }
 #if AT_VAR_ANY
@@ -767,17 +765,13 @@ struct Prefetch {
         const bool in = chunk_start + s < length;
         if constexpr (k_pack_bc) {
           const int2 off = reinterpret_cast<const int2*>(off_bc)[r]; // B, C rows of state r
-          reinterpret_cast<unsigned*>(s_b[r])[swz(s)] =
-              pack_pair(at(off.x, s, in), at(off.y, s, in));
+          stage_bc(s_b, s_c, r, s, at(off.x, s, in), at(off.y, s, in));
         } else {
-          const bool is_c = AT_VAR_B ? AT_VAR_C && r >= k_n : true;
-          const int n = AT_VAR_B && is_c ? r - k_n : r;
-          (is_c ? s_c : s_b)[n][swz(s)] = at_to_float(at(off_bc[r], s, in));
+          stage_bc(s_b, s_c, r, s, at(off_bc[r], s, in), zero);
         }
       }
     }
 #endif
-    (void)s_bias;
     (void)s_b;
     (void)s_c;
   }
