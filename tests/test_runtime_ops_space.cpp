@@ -96,19 +96,68 @@ TEST_CASE("parameter overrides narrow the space and reject unknown names") {
                        doctest::Contains("'thread' is not a parameter"), Error);
 }
 
-TEST_CASE("a parameter inert for a problem is walked at its one value") {
+namespace {
+size_t total_size(const std::vector<Space>& parts) {
+  size_t n = 0;
+  for (const Space& p : parts) {
+    n += p.size();
+  }
+  return n;
+}
+} // namespace
+
+TEST_CASE("inert parameters are walked at their one value, where their rule applies") {
+  const Space s = parse_space("[params]\nform = [\"a\", \"b\", \"c\"]\nx = [1, 2, 3]\n"
+                              "y = [1, 2]\nz = [\"p\", \"q\"]\n"
+                              "[default]\nform = \"a\"\nx = 1\ny = 1\nz = \"p\"\n",
+                              "t.toml");
+  SUBCASE("a conditional rule cuts the space into the forms it covers and the others") {
+    const std::vector<Space> parts =
+        inert_parts(s, {{"form", {"b", "c"}, {{"x", "1"}, {"y", "2"}}}});
+    REQUIRE(parts.size() == 2);
+    CHECK(parts[0].params[0].values == std::vector<std::string>{"b", "c"});
+    CHECK(parts[0].params[1].values == std::vector<std::string>{"1"});
+    CHECK(parts[0].params[2].values == std::vector<std::string>{"2"});
+    CHECK(parts[1].params[0].values == std::vector<std::string>{"a"});
+    CHECK(parts[1].size() == 3 * 2 * 2);
+    CHECK(total_size(parts) == 2 * 2 + 12);
+  }
+  SUBCASE("an unconditional rule narrows the whole space; rules apply in turn") {
+    const std::vector<Space> parts =
+        inert_parts(s, {{"form", {"a"}, {{"x", "2"}}}, {"", {}, {{"z", "q"}}}});
+    REQUIRE(parts.size() == 2);
+    CHECK(total_size(parts) == 1 * 1 * 2 * 1 + 2 * 3 * 2 * 1);
+  }
+  SUBCASE("a rule narrows nothing where the space lacks its value or its parameter") {
+    CHECK(total_size(inert_parts(s, {{"form", {"a"}, {{"x", "7"}}}})) == s.size());
+    CHECK(total_size(inert_parts(s, {{"mode", {"a"}, {{"x", "1"}}}})) == s.size());
+    CHECK(total_size(inert_parts(s, {{"form", {"d"}, {{"x", "1"}}}})) == s.size());
+  }
+  SUBCASE("ranges of the walk join into enumerate() order") {
+    std::vector<Config> joined;
+    for (size_t b = 0; b < s.size(); b += 5) {
+      s.for_each(b, std::min(s.size(), b + 5), [&](const Config& c) { joined.push_back(c); });
+    }
+    CHECK(joined == s.enumerate());
+  }
+}
+
+TEST_CASE("selective_scan's parameters that a problem or a kernel form does not read are inert") {
   const Op& op = find_op("selective_scan");
   const Space s = op_space(op);
   const Problem aligned = op.make_problem(parse_fields("B=2,D=2560,L=8192,N=16", "t"));
   const Problem ragged = op.make_problem(parse_fields("B=2,D=2560,L=8191,N=16", "t"));
-  CHECK(op.inert_params(aligned) == Fields{{"ragged", "regs"}});
-  CHECK(op.inert_params(ragged).empty());
-  const Space narrowed = narrow_space(s, op.inert_params(aligned));
-  CHECK(narrowed.size() * 2 == s.size());
-  // A space restricted to the other value is left as it is.
+  const std::vector<Space> ragged_parts = inert_parts(s, op.inert_params(ragged));
+  const std::vector<Space> aligned_parts = inert_parts(s, op.inert_params(aligned));
+  // The two time-parallel forms walk the state form's six parameters (3 x 2 x 3 x 2 x 3 x 2
+  // values) at one value each; for an aligned length the state form walks ragged at one.
+  const size_t state = s.size() / 3;
+  CHECK(total_size(ragged_parts) == state + 2 * state / 216);
+  CHECK(total_size(aligned_parts) == state / 2 + 2 * state / 216);
+  // A space restricted to the other value of ragged is not narrowed by that rule.
   Space async_only = s;
-  restrict_space(async_only, {{"ragged", "async"}});
-  CHECK(narrow_space(async_only, op.inert_params(aligned)).size() == async_only.size());
+  restrict_space(async_only, {{"ragged", "async"}, {"scan", "state"}});
+  CHECK(total_size(inert_parts(async_only, op.inert_params(aligned))) == async_only.size());
 }
 
 TEST_CASE("templates expand their includes once and carry line markers") {

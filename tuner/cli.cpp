@@ -1,4 +1,5 @@
 #include "cli.hpp"
+#include "compile.hpp"
 
 #include "args.hpp"
 #include "commands.hpp"
@@ -375,14 +376,16 @@ int list_variants(const Args& a) {
   auto problems = load_problems(op, a.tune.shapes);
   const Problem& p = problems.front();
   const std::string problem = json_escape(p.key());
-  // The space is walked, not held (selective_scan's has 1.5M combinations); each
-  // listed configuration is parsed once, for its id and its typed values.
-  search.space.for_each([&](const Config& c) {
-    std::string why;
-    Verdict verdict = judge(op, search.priors, c, p, a.tune.arch, &why);
-    if (verdict == Verdict::invalid || (verdict == Verdict::pruned && !a.pruned)) {
-      return;
-    }
+  // Each listed configuration is parsed once, for its id and its typed values.
+  size_t skipped = 0;
+  const std::vector<Judged> listed = judge_space(
+      op, search.priors, search.space, p, a.tune.arch, default_jobs(),
+      [&](Verdict v) { return v == Verdict::measure || (v == Verdict::pruned && a.pruned); },
+      a.pruned, skipped);
+  for (const Judged& j : listed) {
+    const Verdict verdict = j.verdict;
+    const std::string& why = j.why;
+    const Config& c = j.config;
     const TypedConfig typed(c);
     std::string params;
     for (size_t i = 0; i < typed.size(); ++i) {
@@ -404,7 +407,7 @@ int list_variants(const Args& a) {
         "{\"op\":\"%s\",\"arch\":\"%s\",\"variant\":\"%s\",\"params\":{%s},\"problem\":\"%s\"%s}\n",
         op.name(), a.tune.arch.c_str(), json_escape(typed.key()).c_str(), params.c_str(),
         problem.c_str(), pruned.c_str());
-  });
+  }
   return 0;
 }
 

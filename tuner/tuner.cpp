@@ -13,10 +13,13 @@
 #include "worker.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <sstream>
+#include <thread>
 #include <unordered_set>
 
 namespace autotune {
@@ -77,24 +80,17 @@ cache::DeviceRecord device_record(const cuda::DeviceInfo& d) {
   return r;
 }
 
-// The configurations of the space measured for a problem, in enumeration order
-// (random sampling depends on it); counts the others. The space is walked, not held:
-// only the measured ones are kept.
+// The configurations of the space measured for a problem, in judge_space() order
+// (random sampling depends on it); counts the others.
 std::vector<Config> measured_configs(const Session& s, const Problem& problem, size_t& dropped) {
+  std::vector<Judged> judged = judge_space(
+      s.op, s.search.priors, s.search.space, problem, s.arch, s.options.jobs,
+      [](Verdict v) { return v == Verdict::measure; }, false, dropped);
   std::vector<Config> out;
-  dropped = 0;
-  const Fields inert = s.op.inert_params(problem);
-  const Space narrowed = inert.empty() ? Space{} : narrow_space(s.search.space, inert);
-  const Space& space = inert.empty() ? s.search.space : narrowed;
-  // The combinations narrowing removed would each be judged a duplicate.
-  dropped = s.search.space.size() - space.size();
-  space.for_each([&](const Config& c) {
-    if (judge(s.op, s.search.priors, c, problem, s.arch) == Verdict::measure) {
-      out.push_back(c);
-    } else {
-      ++dropped;
-    }
-  });
+  out.reserve(judged.size());
+  for (Judged& j : judged) {
+    out.push_back(std::move(j.config));
+  }
   return out;
 }
 
@@ -690,6 +686,71 @@ Verdict judge(const Op& op, const Priors& priors, const Config& config, const Pr
     v = verdict(priors.allow(op, config, problem, arch), Verdict::pruned);
   }
   return v;
+}
+
+std::vector<Judged> judge_space(const Op& op, const Priors& priors, const Space& space,
+                                const Problem& problem, const std::string& arch, int threads,
+                                const std::function<bool(Verdict)>& keep, bool with_why,
+                                size_t& skipped) {
+  if (space.size() > k_max_space_size) {
+    // parse_space and restrict_space refuse such spaces; one built by hand is a bug.
+    throw Error(ErrorKind::internal,
+                space.source + ": a walk of " + std::to_string(space.size()) + " combinations");
+  }
+  // Ranges of about 16K combinations (a few ms each), taken in turn by the threads; each
+  // keeps its own results, joined in range order, so the order does not depend on timing.
+  constexpr size_t k_range = size_t(1) << 14;
+  struct Range {
+    const Space* part;
+    size_t begin, end;
+    std::vector<Judged> out;
+  };
+  const std::vector<Space> parts = inert_parts(space, op.inert_params(problem));
+  std::vector<Range> ranges;
+  for (const Space& part : parts) {
+    for (size_t b = 0; b < part.size(); b += k_range) {
+      ranges.push_back({&part, b, std::min(part.size(), b + k_range), {}});
+    }
+  }
+  std::atomic<size_t> next{0};
+  std::mutex mutex;
+  std::exception_ptr error;
+  auto work = [&] {
+    for (size_t r = next++; r < ranges.size(); r = next++) {
+      Range& range = ranges[r];
+      try {
+        range.part->for_each(range.begin, range.end, [&](const Config& c) {
+          std::string why;
+          Verdict v = judge(op, priors, c, problem, arch, with_why ? &why : nullptr);
+          if (keep(v)) {
+            range.out.push_back({c, v, std::move(why)});
+          }
+        });
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex);
+        error = error ? error : std::current_exception();
+        next = ranges.size();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  const size_t n = std::min(ranges.size(), size_t(std::max(1, threads)));
+  for (size_t t = 1; t < n; ++t) {
+    pool.emplace_back(work);
+  }
+  work();
+  for (std::thread& t : pool) {
+    t.join();
+  }
+  if (error) {
+    std::rethrow_exception(error);
+  }
+  std::vector<Judged> out;
+  for (Range& range : ranges) {
+    std::move(range.out.begin(), range.out.end(), std::back_inserter(out));
+  }
+  skipped = space.size() - out.size();
+  return out;
 }
 
 // The winner among correct measurements: the lowest median, except that variants

@@ -10,6 +10,7 @@
 #include "runtime/ops/space.hpp"
 #include "testbed.hpp"
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -160,6 +161,22 @@ SearchSpace load_search_space(const Op& op, const TuneOptions& options);
 enum class Verdict { measure, invalid, pruned };
 Verdict judge(const Op& op, const Priors& priors, const Config& config, const Problem& problem,
               const std::string& arch, std::string* why = nullptr);
+
+struct Judged {
+  Config config;
+  Verdict verdict = Verdict::invalid;
+  std::string why; // filled only when asked for
+};
+
+// Judges the space's combinations for the problem on `threads` threads, except those in
+// which a parameter the op calls inert (Op::inert_params) takes another value than its
+// one (the same kernel again). Returns the judged ones whose verdict `keep` accepts, in
+// a fixed order (each part of inert_parts() in enumerate() order), and sets `skipped` to
+// the number of combinations not returned (the inert ones included).
+std::vector<Judged> judge_space(const Op& op, const Priors& priors, const Space& space,
+                                const Problem& problem, const std::string& arch, int threads,
+                                const std::function<bool(Verdict)>& keep, bool with_why,
+                                size_t& skipped);
 
 // Indices of the correct variants that survived every halving round, in order of
 // preference: fastest first, except

@@ -4,6 +4,7 @@
 
 #include "call.hpp"
 #include "runtime/base/error.hpp"
+#include "space.hpp"
 #include "types.hpp"
 
 #include <initializer_list>
@@ -57,11 +58,13 @@ public:
     (void)problem;
     return true;
   }
-  // Parameters that cannot change the kernel built for this problem, each with the
-  // one value the tuner measures (e.g. how ragged rows are loaded, for an aligned
-  // length); the tuner walks only that value where the space holds it, instead of
-  // judging every combination of the others once per value.
-  virtual Fields inert_params(const Problem& problem) const {
+  // Parameters that cannot change the kernel built for this problem, each with the one
+  // value the tuner measures: always (how ragged rows are loaded, for an aligned length)
+  // or while another parameter holds some values (parameters only one kernel form
+  // reads). check() must accept no other value where a rule applies; the tuner then
+  // walks only that value (inert_parts) instead of judging every combination of the
+  // others once per value.
+  virtual std::vector<InertRule> inert_params(const Problem& problem) const {
     (void)problem;
     return {};
   }

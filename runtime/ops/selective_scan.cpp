@@ -482,12 +482,22 @@ Result<bool> SelectiveScanOp::worth_measuring(const Config& config, const Proble
   return true;
 }
 
-Fields SelectiveScanOp::inert_params(const Problem& problem) const {
+std::vector<InertRule> SelectiveScanOp::inert_params(const Problem& problem) const {
+  // The time-parallel forms read none of the state form's parameters; check() accepts
+  // them there only at these values.
+  std::vector<InertRule> rules{{"scan",
+                                {"shfl", "smem"},
+                                {{"tsplit", "1"},
+                                 {"bc", "f32"},
+                                 {"cpl", "1"},
+                                 {"ystore", "after"},
+                                 {"yred", "0"},
+                                 {"ragged", "regs"}}}};
   // Every state-form vec (4 or 8) divides a length that 8 divides: no ragged build.
   if (dims(problem).L % 8 == 0) {
-    return {{"ragged", "regs"}};
+    rules.push_back({"", {}, {{"ragged", "regs"}}});
   }
-  return {};
+  return rules;
 }
 
 Config SelectiveScanOp::adapt(const Config& config, const Problem& problem) const {

@@ -53,7 +53,7 @@ public:
                      const std::string& arch) const override;
   Result<bool> worth_measuring(const Config& config, const Problem& problem) const override;
   Config adapt(const Config& config, const Problem& problem) const override;
-  Fields inert_params(const Problem& problem) const override;
+  std::vector<InertRule> inert_params(const Problem& problem) const override;
   std::vector<std::string> defines(const Config& config, const Problem& problem) const override;
   LaunchGeometry geometry(const Config& config, const Problem& problem) const override;
   std::vector<TensorSpec> tensors(const Problem& problem) const override;

@@ -226,12 +226,25 @@ void Space::for_each(const std::function<void(const Config&)>& visit) const {
     throw Error(ErrorKind::internal,
                 source + ": enumerate() of " + std::to_string(n) + " combinations");
   }
-  if (n == 0) {
+  for_each(0, n, visit);
+}
+
+void Space::for_each(size_t begin, size_t end,
+                     const std::function<void(const Config&)>& visit) const {
+  if (begin >= end) {
     return;
   }
-  Config c = at(0);
+  if (end > size()) {
+    throw Error(ErrorKind::internal, source + ": combinations up to " + std::to_string(end) +
+                                         " of " + std::to_string(size()));
+  }
+  Config c = at(begin);
   std::vector<size_t> digits(params.size(), 0);
-  for (size_t done = 0; done < n; ++done) {
+  for (size_t i = params.size(), index = begin; i-- > 0;) {
+    digits[i] = index % params[i].values.size();
+    index /= params[i].values.size();
+  }
+  for (size_t done = begin; done < end; ++done) {
     visit(c);
     // The last parameter varies fastest: advance it, carrying into the ones before.
     for (size_t i = params.size(); i-- > 0;) {
@@ -434,16 +447,70 @@ void restrict_space(Space& space, const Fields& overrides) {
   check_size(space, space.source + " narrowed by --param");
 }
 
-Space narrow_space(const Space& space, const Fields& inert) {
-  Space out = space;
-  for (const auto& [name, value] : inert) {
-    for (Parameter& p : out.params) {
-      if (p.name == name && std::find(p.values.begin(), p.values.end(), value) != p.values.end()) {
-        p.values = {value};
-      }
+namespace {
+
+Parameter* find_param(Space& space, const std::string& name) {
+  for (Parameter& p : space.params) {
+    if (p.name == name) {
+      return &p;
     }
   }
-  return out;
+  return nullptr;
+}
+
+bool holds(const std::vector<std::string>& values, const std::string& v) {
+  return std::find(values.begin(), values.end(), v) != values.end();
+}
+
+// `part` cut by one rule: the combinations where it applies, with its inert parameters
+// narrowed, then those where it does not (the deciding parameter's other values).
+void cut(const Space& part, const InertRule& rule, std::vector<Space>& out) {
+  Space applies = part;
+  Space rest = part;
+  if (!rule.when.empty()) {
+    Parameter* decide = find_param(applies, rule.when);
+    if (!decide) {
+      out.push_back(part);
+      return;
+    }
+    std::vector<std::string> in;
+    std::vector<std::string> other;
+    for (const std::string& v : decide->values) {
+      (holds(rule.when_values, v) ? in : other).push_back(v);
+    }
+    if (in.empty()) {
+      out.push_back(part);
+      return;
+    }
+    decide->values = std::move(in);
+    find_param(rest, rule.when)->values = std::move(other);
+  } else {
+    rest.params.clear(); // nothing outside an unconditional rule
+  }
+  for (const auto& [name, value] : rule.fixed) {
+    Parameter* p = find_param(applies, name);
+    if (p && holds(p->values, value)) {
+      p->values = {value};
+    }
+  }
+  out.push_back(std::move(applies));
+  if (rest.size() > 0) {
+    out.push_back(std::move(rest));
+  }
+}
+
+} // namespace
+
+std::vector<Space> inert_parts(const Space& space, const std::vector<InertRule>& rules) {
+  std::vector<Space> parts{space};
+  for (const InertRule& rule : rules) {
+    std::vector<Space> next;
+    for (const Space& part : parts) {
+      cut(part, rule, next);
+    }
+    parts = std::move(next);
+  }
+  return parts;
 }
 
 void check_config(const Space& space, const Config& config, const std::string& what) {

@@ -71,6 +71,9 @@ struct Space {
   // them all: one Config is updated in place (an odometer over the parameters), so a
   // space of millions costs no more memory than one combination.
   void for_each(const std::function<void(const Config&)>& visit) const;
+  // The same for combinations [begin, end) of that order (end <= size()): disjoint
+  // ranges can be walked by several threads at once.
+  void for_each(size_t begin, size_t end, const std::function<void(const Config&)>& visit) const;
   // The limit declared for `name`, or null.
   const Limit* limit(const std::string& name) const;
 };
@@ -98,9 +101,22 @@ Space load_op_space(const Op& op, const std::string& space_file, const Fields& o
 // than k_max_space_size combinations.
 void restrict_space(Space& space, const Fields& overrides);
 
-// The space with each parameter named in `inert` narrowed to its one value, where the
-// parameter holds that value (a parameter without it is left as it is).
-Space narrow_space(const Space& space, const Fields& inert);
+// Parameters that cannot change the kernel (Op::inert_params): always, for the problem,
+// or while another parameter holds some of its values (selective_scan's time-parallel
+// forms read none of the state form's parameters). Each inert parameter comes with the
+// one value the op's check() accepts for it there.
+struct InertRule {
+  std::string when;                     // the deciding parameter; empty: always
+  std::vector<std::string> when_values; // ... while it holds one of these
+  Fields fixed;                         // inert parameters and their one value
+};
+
+// The space cut into disjoint parts whose union holds every combination except those in
+// which a rule's inert parameter takes another value than the rule's: walking the parts
+// judges each kernel once, not once per value of a parameter it does not read. A rule
+// whose deciding parameter is not in the space, or an inert parameter whose [params]
+// lack the rule's value (a --param restricted it away), narrows nothing.
+std::vector<Space> inert_parts(const Space& space, const std::vector<InertRule>& rules);
 
 // Checks a configuration that did not come from the space (a stored winner's, for
 // re-timing) against the space's limits: every name must be a parameter and every
