@@ -489,6 +489,31 @@ TEST_CASE("a cold problem explores until its budget, less the final round, is sp
   }
 }
 
+TEST_CASE("a batch whose compilation overran the budget is measured for up to half its compile "
+          "time, not thrown away") {
+  FakeBench bench(64);
+  // The seed takes 0.2 + 0.3 s; the first batch (16: 2.5 s left at half a full measurement
+  // each) compiles in 3.2 s, past the 3 s budget, and its 16 cheap timings take 1.6 s.
+  bench.compile_s = 0.2;
+  ProblemReport report;
+  halving(bench, 3.0, 16).measure(bench, pending(64, {5}), report);
+  CHECK(report.budget_exhausted);
+  REQUIRE(bench.prepared.size() == 2); // the seed, then one batch: no second one
+  CHECK(bench.prepared[1].size() == 16);
+  CHECK(bench.count_measured() == 1 + 16);
+  CHECK(bench.winner() == "p=1000"); // the fastest, found in the batch
+
+  // Past the budget, the batch's timings stop at half its compile time. The seed takes
+  // 0.1 + 0.3 s, the batch (11: 1.7 s left) compiles in 1.1 s; one timing fits the budget,
+  // four more the 0.55 s.
+  FakeBench cheap(64);
+  cheap.compile_s = 0.1;
+  halving(cheap, 2.1, 16).measure(cheap, pending(64, {5}), report);
+  REQUIRE(cheap.prepared.size() == 2);
+  CHECK(cheap.prepared[1].size() == 11);
+  CHECK(cheap.count_measured() == 1 + 5);
+}
+
 TEST_CASE("a problem with tuned neighbours is warm even when none of their winners fits it") {
   // Only the built-in point as a seed, but the database holds tuned neighbours.
   for (size_t neighbours : {size_t(0), size_t(3)}) {
@@ -1107,5 +1132,62 @@ TEST_CASE("a persistent attention variant with no more tiles than blocks is meas
     } else {
       CHECK(v == Verdict::measure);
     }
+  }
+}
+
+TEST_CASE("the walk over a space skips only inert combinations and keeps a fixed order on any "
+          "number of threads") {
+  const Op& op = find_op("selective_scan");
+  Space s = op_space(op);
+  restrict_space(s, {{"threads", "64|128"},
+                     {"items", "32|64"},
+                     {"cpb", "4|16"},
+                     {"nsplit", "1|4"},
+                     {"minblocks", "1"},
+                     {"tsplit", "1|2"},
+                     {"cpl", "1|2"},
+                     {"yred", "0|1"}});
+  const Priors priors = load_search_space(op, TuneOptions{}).priors;
+  for (const char* shape : {"B=2,D=2560,L=8192,N=16", "B=3,D=1536,L=1001,N=16"}) {
+    CAPTURE(shape);
+    const Problem p = op.make_problem(parse_fields(shape, "t"));
+    std::set<std::string> full;
+    size_t pruned = 0;
+    s.for_each([&](const Config& c) {
+      const Verdict v = judge(op, priors, c, p, "sm_90a");
+      if (v == Verdict::measure) {
+        full.insert(config_id(c));
+      }
+      pruned += v == Verdict::pruned ? 1 : 0;
+    });
+    REQUIRE(full.size() > 20);
+    size_t skipped = 0;
+    auto measured = [](Verdict v) { return v == Verdict::measure; };
+    const std::vector<Judged> one =
+        judge_space(op, priors, s, p, "sm_90a", 1, measured, false, skipped);
+    CHECK(skipped == s.size() - one.size());
+    std::set<std::string> walked;
+    for (const Judged& j : one) {
+      CHECK(j.verdict == Verdict::measure);
+      walked.insert(config_id(j.config));
+    }
+    CHECK(walked == full);
+    CHECK(walked.size() == one.size()); // each once
+    const std::vector<Judged> four =
+        judge_space(op, priors, s, p, "sm_90a", 4, measured, false, skipped);
+    REQUIRE(four.size() == one.size());
+    for (size_t i = 0; i < one.size(); ++i) {
+      CHECK(four[i].config == one[i].config);
+    }
+    // Pruned combinations come back with their reason when asked for.
+    const std::vector<Judged> with_pruned = judge_space(
+        op, priors, s, p, "sm_90a", 3, [](Verdict v) { return v != Verdict::invalid; }, true,
+        skipped);
+    size_t reasons = 0;
+    for (const Judged& j : with_pruned) {
+      reasons += j.verdict == Verdict::pruned && !j.why.empty() ? 1 : 0;
+    }
+    CHECK(reasons > 0);
+    CHECK(reasons <= pruned);
   }
 }

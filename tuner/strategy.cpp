@@ -411,19 +411,23 @@ private:
       }
       double t = m_clock();
       m_bench.prepare(batch);
-      m_prepare_rate.add(m_clock() - t, double(batch.size()));
+      const double compiled_s = m_clock() - t;
+      m_prepare_rate.add(compiled_s, double(batch.size()));
+      double measured_s = 0; // this batch's cheap timings
       for (size_t i : batch) {
         if (!measurable(m_bench, i)) {
           ++m_done;
           continue;
         }
-        if (!must_explore() && spent() + m_cheap_rate.mean() + final_reserve() > m_budget) {
+        if (!must_explore() && spent() + m_cheap_rate.mean() + final_reserve() > m_budget &&
+            measured_s + m_cheap_rate.mean() > k_sunk_compile_share * compiled_s) {
           return true;
         }
         m_bench.progress("explore", m_done, m_in.pending.size());
         double t1 = m_clock();
         m_bench.measure(i, cheap);
         m_cheap_rate.add(m_clock() - t1);
+        measured_s += m_clock() - t1;
         ++m_done;
         m_explored.push_back(i);
         if (ok(i)) {

@@ -149,8 +149,9 @@ public:
 // nor the winner's re-check); a problem with nothing to start from (no seeds, no
 // stored results, or seeds that all failed here) gets k_cold_budget_factor times as
 // much. The seeds, the final round, the first eta cheap measurements of a cold
-// problem, and exploration until something is correct always run: a budget spent by
-// them is overrun.
+// problem, exploration until something is correct and the cheap timings of a batch
+// already compiled (up to k_sunk_compile_share of its compile time) always run: a
+// budget spent by them is overrun.
 class HalvingSearch final : public Strategy {
 public:
   using Clock = std::function<double()>; // seconds, monotonic
@@ -218,6 +219,12 @@ Timing pool_passes(const std::vector<Timing>& passes, const std::vector<double>&
 // and the final: cheap medians (16 samples, one warm-up) stay within a few percent
 // of full ones, so a candidate 10% slower cannot win.
 constexpr double k_prune_ratio = 1.10;
+// A batch whose compilation ran past the budget is still measured cheaply while its
+// timings take at most this share of what compiling it took: the compile is paid, and a
+// cheap timing costs a few ms against NVRTC's 0.05-4 s per state-form selective_scan
+// variant (one slow variant holds the whole batch: on the H100 a new shape's first batch
+// of 32 took 3.5-5.3 s and was thrown away unmeasured against a 2 s budget).
+constexpr double k_sunk_compile_share = 0.5;
 // One candidate in this many is drawn at random during exploration, so a search
 // around poor seeds still samples the whole space.
 constexpr size_t k_explore_random_share = 4;
