@@ -150,6 +150,19 @@ TEST_CASE("a bad heuristic entry names its file and line") {
                        "config = \"threads=128,vec=8,items=2,cpb=0,load=direct\"\n",
                        "x.toml", space),
       doctest::Contains("cpb"), Error);
+  // A point names every parameter (one added to the space later must be added to it).
+  CHECK_THROWS_WITH_AS(parse_heuristics(op,
+                                        "[[heuristic]]\narch = [\"sm_90\"]\nshape = \"B=1\"\n"
+                                        "config = \"threads=128,vec=8,items=2,cpb=1\"\n",
+                                        "x.toml", space),
+                       doctest::Contains("names no value of 'load'"), Error);
+  // Given in another order, it comes back in the space's.
+  const auto points = parse_heuristics(op,
+                                       "[[heuristic]]\narch = [\"sm_90\"]\nshape = \"B=1\"\n"
+                                       "config = \"load=direct,cpb=1,threads=128,vec=8,items=2\"\n",
+                                       "x.toml", space);
+  REQUIRE(points.size() == 1);
+  CHECK(format_fields(points[0].config) == "threads=128,vec=8,items=2,cpb=1,load=direct");
 }
 
 TEST_CASE("a configuration from another problem is adapted where its tile would idle") {

@@ -2,6 +2,7 @@
 #include "runtime/base/hash.hpp"
 #include "runtime/cuda/nvrtc.hpp"
 #include "runtime/dispatch/variant.hpp"
+#include "runtime/ops/heuristic.hpp"
 #include "runtime/ops/space.hpp"
 #include "runtime/ops/templates.hpp"
 #include "tuner/report.hpp"
@@ -1028,12 +1029,12 @@ TEST_CASE("transfer seeds are the nearest winners valid for the problem, adapted
   };
   const std::vector<TransferSeed> nearest = {seed(only64, "p0"), seed(a, "p1"), seed(a, "p2"),
                                              seed("block_m=notanumber", "p3"), seed(b, "p4")};
-  std::vector<TransferSeed> got = valid_seeds(op, d128, valid, nearest, 4);
+  std::vector<TransferSeed> got = valid_seeds(op, space, d128, valid, nearest, 4);
   REQUIRE(got.size() == 2);
   CHECK(got[0].config == a);
   CHECK(got[0].problem == "p1");
   CHECK(got[1].config == b);
-  CHECK(valid_seeds(op, d128, valid, nearest, 1).size() == 1);
+  CHECK(valid_seeds(op, space, d128, valid, nearest, 1).size() == 1);
 
   // A decoding winner (four warps share each 16-row tile) borrowed by a prefill problem
   // is adapted to one warp per 16 rows, which is valid there.
@@ -1046,10 +1047,57 @@ TEST_CASE("transfer seeds are the nearest winners valid for the problem, adapted
       valid_prefill.push_back(c);
     }
   }
-  got = valid_seeds(op, prefill, valid_prefill, {seed(decode, "decode")}, 4);
+  got = valid_seeds(op, space, prefill, valid_prefill, {seed(decode, "decode")}, 4);
   REQUIRE(got.size() == 1);
   CHECK(got[0].config != decode);
   CHECK(got[0].config.find("block_m=64,") != std::string::npos);
+}
+
+TEST_CASE("a winner stored before a parameter existed is a seed with that parameter's default") {
+  const Op& op = find_op("selective_scan");
+  const Space space = op_space(op);
+  const Problem p = op.make_problem(parse_fields("B=4,D=5120,L=2047,N=16", "shape"));
+  const Config with = parse_fields("threads=64,items=32,cpb=16,nsplit=4,scan=state,vec=8,poly=0,"
+                                   "minblocks=1,tsplit=1,bc=pair,cpl=1,ystore=after,yred=1,"
+                                   "ragged=regs",
+                                   "config");
+  REQUIRE(op.check(with, p, "sm_90a"));
+  TransferSeed old;
+  old.config = "threads=64,items=32,cpb=16,nsplit=4,scan=state,vec=8,poly=0,minblocks=1,"
+               "tsplit=1,bc=pair,cpl=1,ystore=after,yred=1"; // no ragged yet
+  old.problem = "B=4,D=5120,L=2048,N=16";
+  TransferSeed removed = old;
+  removed.config += ",retired=3"; // a parameter since removed: not a seed
+  const std::vector<TransferSeed> got = valid_seeds(op, space, p, {with}, {removed, old}, 4);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].config == config_id(with));
+}
+
+TEST_CASE("every built-in point is measured as a seed on its own shape") {
+  // The tuner finds a seed among the measured configurations by its id: a point that
+  // names too few parameters, or is pruned on its own shape, would be dropped silently.
+  for (const char* name : {"causal_conv1d", "selective_scan", "attention"}) {
+    const Op& op = find_op(name);
+    const SearchSpace search = load_search_space(op, TuneOptions{});
+    for (const HeuristicPoint& point :
+         parse_heuristics(op, template_file(op.space_path()), op.space_path(), search.space)) {
+      if (std::find(point.archs.begin(), point.archs.end(), "sm_90a") == point.archs.end()) {
+        continue;
+      }
+      CAPTURE(point.origin);
+      const Problem p = op.make_problem(point.shape);
+      const auto seed = heuristic_config(op, p, "sm_90a");
+      REQUIRE(seed);
+      size_t skipped = 0;
+      bool found = false;
+      for (const Judged& j : judge_space(
+               op, search.priors, search.space, p, "sm_90a", 2,
+               [](Verdict v) { return v == Verdict::measure; }, false, skipped)) {
+        found = found || config_id(j.config) == config_id(seed->first);
+      }
+      CHECK(found);
+    }
+  }
 }
 
 TEST_CASE("the --json report writes null, not nan, for numbers that are not finite") {

@@ -463,7 +463,7 @@ std::vector<TransferSeed> nearest_winners(const cache::Database& db, const Op& o
   return out;
 }
 
-std::vector<TransferSeed> valid_seeds(const Op& op, const Problem& problem,
+std::vector<TransferSeed> valid_seeds(const Op& op, const Space& space, const Problem& problem,
                                       const std::vector<Config>& valid,
                                       std::vector<TransferSeed> nearest, size_t k) {
   std::unordered_set<std::string> ids;
@@ -478,9 +478,12 @@ std::vector<TransferSeed> valid_seeds(const Op& op, const Problem& problem,
     }
     std::string adapted;
     try {
-      adapted = config_id(op.adapt(parse_fields(seed.config, "stored configuration"), problem));
+      const Config stored = order_config(space, parse_fields(seed.config, "stored configuration"),
+                                         true, "stored configuration");
+      seed.config = config_id(stored);
+      adapted = config_id(op.adapt(stored, problem));
     } catch (const Error&) {
-      continue; // a configuration of an older space
+      continue; // a configuration of another space (a parameter since removed)
     }
     if (ids.count(adapted)) {
       seed.config = adapted;
@@ -533,7 +536,8 @@ void tune_problem(const Session& s, const Device& d, const Strategy& strategy, s
     std::vector<TransferSeed> nearest =
         nearest_winners(s.db, s.op, d.key, problem, k_transfer_candidates);
     neighbours = nearest.size();
-    seeds = valid_seeds(s.op, problem, valid, std::move(nearest), size_t(s.options.transfer));
+    seeds = valid_seeds(s.op, s.search.space, problem, valid, std::move(nearest),
+                        size_t(s.options.transfer));
     // The op's built-in tuning point for this GPU family (what the heuristic policy
     // runs) is measured too: where the database holds little near this problem it is
     // often the better start (on unseen selective_scan shapes it ran up to 1.49x the

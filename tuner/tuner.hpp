@@ -213,8 +213,10 @@ std::vector<TransferSeed> nearest_winners(const cache::Database& db, const Op& o
 // `valid` as the op adapts them to it (what the runtime's nearest policy runs), else as
 // they are -- without repeats. Where none of the nearest few winners fitted, the search ran
 // as if nothing was tuned (10x the budget): on the H100 the headline command's first
-// D=128 attention problem, after only D=64 ones, took 20 s instead of 2.
-std::vector<TransferSeed> valid_seeds(const Op& op, const Problem& problem,
+// D=128 attention problem, after only D=64 ones, took 20 s instead of 2. A winner stored
+// before a parameter of `space` existed takes that parameter's [default] value
+// (order_config), so it still matches its configuration in `valid`.
+std::vector<TransferSeed> valid_seeds(const Op& op, const Space& space, const Problem& problem,
                                       const std::vector<Config>& valid,
                                       std::vector<TransferSeed> nearest, size_t k);
 

@@ -77,6 +77,9 @@ std::vector<HeuristicPoint> parse_heuristics(const Op& op, const std::string& te
       fail_at(source, node, "a [[heuristic]] entry needs arch, shape and config");
     }
     check_config(space, p.config, p.origin + " config");
+    // Every parameter, in the space's order: the tuner measures a point as a seed by
+    // its configuration id, which must match the space's own.
+    p.config = order_config(space, p.config, false, p.origin + " config");
     points.push_back(std::move(p));
   }
   return points;

@@ -513,6 +513,32 @@ std::vector<Space> inert_parts(const Space& space, const std::vector<InertRule>&
   return parts;
 }
 
+Config order_config(const Space& space, const Config& config, bool fill_missing,
+                    const std::string& what) {
+  for (const auto& [name, value] : config) {
+    (void)value;
+    const bool known = std::any_of(space.params.begin(), space.params.end(),
+                                   [&](const Parameter& p) { return p.name == name; });
+    if (!known) {
+      throw_config(what + ": '" + name + "' is not a parameter of " + space.source);
+    }
+  }
+  Config out;
+  out.reserve(space.params.size());
+  for (const Parameter& p : space.params) {
+    if (const std::string* v = find_field(config, p.name)) {
+      out.emplace_back(p.name, *v);
+    } else if (const std::string* d =
+                   fill_missing ? find_field(space.default_config, p.name) : nullptr) {
+      out.emplace_back(p.name, *d);
+    } else {
+      throw_config(what + ": names no value of '" + p.name + "' (every parameter of " +
+                   space.source + " must be given)");
+    }
+  }
+  return out;
+}
+
 void check_config(const Space& space, const Config& config, const std::string& what) {
   for (const auto& [name, value] : config) {
     const Limit* limit = space.limit(name);

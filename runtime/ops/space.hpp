@@ -118,6 +118,14 @@ struct InertRule {
 // lack the rule's value (a --param restricted it away), narrows nothing.
 std::vector<Space> inert_parts(const Space& space, const std::vector<InertRule>& rules);
 
+// `config` in the space's parameter order: configuration ids (config_id) compare equal
+// only so. A parameter it does not name takes the space's [default] value when
+// `fill_missing` (a configuration stored before the parameter existed, whose kernel
+// that value reproduces), else it is an error. Throws Error(config) starting with
+// `what` for a missing parameter (unless filled) or a name the space does not have.
+Config order_config(const Space& space, const Config& config, bool fill_missing,
+                    const std::string& what);
+
 // Checks a configuration that did not come from the space (a stored winner's, for
 // re-timing) against the space's limits: every name must be a parameter and every
 // value within its limit. Throws Error(config) starting with `what`.
