@@ -473,6 +473,14 @@ def step_exhaustive(args, op, summary, deadline):
                         row["within_2pct"] = pair["ratio"] <= WITHIN
             else:
                 row["notes"] = f"the default winner in the exhaustive run: {outcome}"
+                if e["winner"] and outcome.startswith("not measured"):
+                    # Outside the exhaustive run's sample (spaces over 4096 valid variants
+                    # are sampled): the pair measured side by side decides.
+                    pair = paired(args, op, db, b["problem"], b["winner"], e["winner"], log,
+                                  deadline)
+                    if pair:
+                        row.update(paired=pair, ratio=pair["ratio"],
+                                   within_2pct=pair["ratio"] <= WITHIN)
         rows.append(row)
         for folder in (args.out, args.work):
             write_json(os.path.join(folder, f"headline-{op}-ex-{i}.json"), row)
@@ -518,11 +526,12 @@ def collect(args, quiet=False):
     result = {"gpu": gpu, "date": datetime.date.today().isoformat(),
               "commit": ", ".join(sorted({s["commit"] for s in summaries.values()})),
               "command": "python3 bench/headline.py --ops OP --out DIR (autotune --arch auto "
-                         "--op OP into an empty database, timed; then --strategy exhaustive "
-                         "--force, one shape at a time, on a subset of its shapes)",
+                         "--op OP into an empty database, timed; then --strategy exhaustive, "
+                         "one shape at a time, on a subset of its shapes)",
               "within": f"ratio = default_us / exhaustive_us <= {WITHIN} (both medians from the "
                         "exhaustive run of the shape; where the winners differ and that ratio "
-                        f"is over {WITHIN}, the ratio of the pair re-measured side by side in "
+                        f"is over {WITHIN}, or the default winner lies outside the exhaustive "
+                        "run's sample, the ratio of the pair re-measured side by side in "
                         f"{PAIRED_RUNS} short sessions decides: row 'paired')",
               "summary": {}, "tuning": [], "rows": kept, "breakdown": {}}
     for op in [o for o in OPS if o in summaries]:
