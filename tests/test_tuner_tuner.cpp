@@ -490,8 +490,8 @@ TEST_CASE("a cold problem explores until its budget, less the final round, is sp
   }
 }
 
-TEST_CASE("a batch whose compilation overran the budget is measured for up to half its compile "
-          "time, not thrown away") {
+TEST_CASE("a first batch whose compilation overran the budget is measured for up to half "
+          "its compile time, not thrown away") {
   FakeBench bench(64);
   // The seed takes 0.2 + 0.3 s; the first batch (16: 2.5 s left at half a full measurement
   // each) compiles in 3.2 s, past the 3 s budget, and its 16 cheap timings take 1.6 s.

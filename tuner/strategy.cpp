@@ -413,6 +413,7 @@ private:
       m_bench.prepare(batch);
       const double compiled_s = m_clock() - t;
       m_prepare_rate.add(compiled_s, double(batch.size()));
+      const bool first = m_explored.empty();
       double measured_s = 0; // this batch's cheap timings
       for (size_t i : batch) {
         if (!measurable(m_bench, i)) {
@@ -420,7 +421,7 @@ private:
           continue;
         }
         if (!must_explore() && spent() + m_cheap_rate.mean() + final_reserve() > m_budget &&
-            measured_s + m_cheap_rate.mean() > k_sunk_compile_share * compiled_s) {
+            (!first || measured_s + m_cheap_rate.mean() > k_sunk_compile_share * compiled_s)) {
           return true;
         }
         m_bench.progress("explore", m_done, m_in.pending.size());
