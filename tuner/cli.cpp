@@ -1,8 +1,8 @@
 #include "cli.hpp"
-#include "compile.hpp"
 
 #include "args.hpp"
 #include "commands.hpp"
+#include "compile.hpp"
 
 #include "progress.hpp"
 #include "report.hpp"
@@ -383,10 +383,7 @@ int list_variants(const Args& a) {
       [&](Verdict v) { return v == Verdict::measure || (v == Verdict::pruned && a.pruned); },
       a.pruned, skipped);
   for (const Judged& j : listed) {
-    const Verdict verdict = j.verdict;
-    const std::string& why = j.why;
-    const Config& c = j.config;
-    const TypedConfig typed(c);
+    const TypedConfig typed(j.config);
     std::string params;
     for (size_t i = 0; i < typed.size(); ++i) {
       const auto& [k, v] = typed[i];
@@ -402,7 +399,7 @@ int list_variants(const Args& a) {
     }
     // A pruned variant says why (a heuristic of the op, or a search prior for the arch).
     std::string pruned =
-        verdict == Verdict::pruned ? ",\"pruned\":\"" + json_escape(why) + "\"" : "";
+        j.verdict == Verdict::pruned ? ",\"pruned\":\"" + json_escape(j.why) + "\"" : "";
     std::printf(
         "{\"op\":\"%s\",\"arch\":\"%s\",\"variant\":\"%s\",\"params\":{%s},\"problem\":\"%s\"%s}\n",
         op.name(), a.tune.arch.c_str(), json_escape(typed.key()).c_str(), params.c_str(),

@@ -14,6 +14,7 @@
 #include <limits>
 #include <set>
 #include <sstream>
+#include <utility>
 
 namespace autotune {
 namespace {
@@ -149,10 +150,7 @@ void apply_limits(Space& space, const std::vector<Limit>& limits, const std::str
     check_distinct(p, p.origin + ": params");
   }
   for (auto& [name, value] : space.default_config) {
-    const Parameter* p = nullptr;
-    for (const Parameter& candidate : space.params) {
-      p = candidate.name == name ? &candidate : p;
-    }
+    const Parameter* p = space.param(name);
     value =
         admit_or_throw(*find(name), value, (p ? p->default_origin : space.source) + ": [default]");
   }
@@ -198,14 +196,24 @@ size_t Space::size() const {
   return n;
 }
 
+namespace {
+
+// The value index of each parameter in combination `index` (the last varies fastest).
+std::vector<size_t> digits_of(const Space& space, size_t index) {
+  std::vector<size_t> digits(space.params.size());
+  for (size_t i = space.params.size(); i-- > 0;) {
+    digits[i] = index % space.params[i].values.size();
+    index /= space.params[i].values.size();
+  }
+  return digits;
+}
+
+} // namespace
+
 Config Space::at(size_t index) const {
+  const std::vector<size_t> digits = digits_of(*this, index);
   Config c;
   c.reserve(params.size());
-  std::vector<size_t> digits(params.size());
-  for (size_t i = params.size(); i-- > 0;) {
-    digits[i] = index % params[i].values.size();
-    index /= params[i].values.size();
-  }
   for (size_t i = 0; i < params.size(); ++i) {
     c.emplace_back(params[i].name, params[i].values[digits[i]]);
   }
@@ -239,11 +247,7 @@ void Space::for_each(size_t begin, size_t end,
                                          " of " + std::to_string(size()));
   }
   Config c = at(begin);
-  std::vector<size_t> digits(params.size(), 0);
-  for (size_t i = params.size(), index = begin; i-- > 0;) {
-    digits[i] = index % params[i].values.size();
-    index /= params[i].values.size();
-  }
+  std::vector<size_t> digits = digits_of(*this, begin);
   for (size_t done = begin; done < end; ++done) {
     visit(c);
     // The last parameter varies fastest: advance it, carrying into the ones before.
@@ -256,6 +260,19 @@ void Space::for_each(size_t begin, size_t end,
       c[i].second = params[i].values[0];
     }
   }
+}
+
+const Parameter* Space::param(const std::string& name) const {
+  for (const Parameter& p : params) {
+    if (p.name == name) {
+      return &p;
+    }
+  }
+  return nullptr;
+}
+
+Parameter* Space::param(const std::string& name) {
+  return const_cast<Parameter*>(std::as_const(*this).param(name));
 }
 
 const Limit* Space::limit(const std::string& name) const {
@@ -416,10 +433,7 @@ void restrict_space(Space& space, const Fields& overrides) {
       throw Error(ErrorKind::usage,
                   "--param: '" + name + "' is given twice (list its values as " + name + "=V1|V2)");
     }
-    Parameter* param = nullptr;
-    for (auto& p : space.params) {
-      param = p.name == name ? &p : param;
-    }
+    Parameter* param = space.param(name);
     if (!param) {
       std::vector<std::string> names;
       for (const auto& p : space.params) {
@@ -449,15 +463,6 @@ void restrict_space(Space& space, const Fields& overrides) {
 
 namespace {
 
-Parameter* find_param(Space& space, const std::string& name) {
-  for (Parameter& p : space.params) {
-    if (p.name == name) {
-      return &p;
-    }
-  }
-  return nullptr;
-}
-
 bool holds(const std::vector<std::string>& values, const std::string& v) {
   return std::find(values.begin(), values.end(), v) != values.end();
 }
@@ -468,7 +473,7 @@ void cut(const Space& part, const InertRule& rule, std::vector<Space>& out) {
   Space applies = part;
   Space rest = part;
   if (!rule.when.empty()) {
-    Parameter* decide = find_param(applies, rule.when);
+    Parameter* decide = applies.param(rule.when);
     if (!decide) {
       out.push_back(part);
       return;
@@ -483,12 +488,12 @@ void cut(const Space& part, const InertRule& rule, std::vector<Space>& out) {
       return;
     }
     decide->values = std::move(in);
-    find_param(rest, rule.when)->values = std::move(other);
+    rest.param(rule.when)->values = std::move(other);
   } else {
     rest.params.clear(); // nothing outside an unconditional rule
   }
   for (const auto& [name, value] : rule.fixed) {
-    Parameter* p = find_param(applies, name);
+    Parameter* p = applies.param(name);
     if (p && holds(p->values, value)) {
       p->values = {value};
     }
@@ -517,9 +522,7 @@ Config order_config(const Space& space, const Config& config, bool fill_missing,
                     const std::string& what) {
   for (const auto& [name, value] : config) {
     (void)value;
-    const bool known = std::any_of(space.params.begin(), space.params.end(),
-                                   [&](const Parameter& p) { return p.name == name; });
-    if (!known) {
+    if (!space.param(name)) {
       throw_config(what + ": '" + name + "' is not a parameter of " + space.source);
     }
   }

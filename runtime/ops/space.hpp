@@ -76,6 +76,9 @@ struct Space {
   void for_each(size_t begin, size_t end, const std::function<void(const Config&)>& visit) const;
   // The limit declared for `name`, or null.
   const Limit* limit(const std::string& name) const;
+  // The parameter `name`, or null.
+  const Parameter* param(const std::string& name) const;
+  Parameter* param(const std::string& name);
 };
 
 // Parses TOML text; throws Error(config) with "source:line:column: message" for a
