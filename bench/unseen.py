@@ -45,7 +45,9 @@ Per shape:
   and bench_selective_scan.py measure it); pct_of_copy = 100 * copy_us / ours_us.
   (Rows of causal_conv1d before this version copied twice those bytes: their
   copy_fraction reads about twice too high.)
-All timed with triton.testing.do_bench (CUDA events, L2 flushed, median).
+All timed with triton.testing.do_bench (CUDA events, L2 flushed, median); the tuned winner,
+each policy's variant and the copy in --rounds interleaved rounds (default 3), each one's
+time the median of its rounds.
 Rows {op, shape, policy, ours_us, tuned_us, ratio_to_tuned (tuned_us / ours_us),
 peers{...}} plus variant, tuned_variant, rel_err, tune_s and, for causal_conv1d and
 selective_scan, gbps and pct_of_copy (and the earlier names GBps, copy_fraction, MB),
@@ -369,6 +371,17 @@ def bench_us(fn):
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
 
 
+def interleaved_us(timed, rounds):
+    """{name: median us over `rounds` rounds of bench_us}, the names timed in turn in each
+    round, in reverse order every other round."""
+    names = list(timed)
+    samples = {n: [] for n in names}
+    for r in range(max(1, rounds)):
+        for n in (names if r % 2 == 0 else names[::-1]):
+            samples[n].append(bench_us(timed[n]))
+    return {n: statistics.median(v) for n, v in samples.items()}
+
+
 def copy_peer(nbytes):
     """A device copy whose read + write traffic is nbytes."""
     import torch
@@ -465,10 +478,19 @@ def measure_shape(args, op, s, grid_db, runtimes, deadline):
     else:
         notes["tuned"] = f"autotune exited with {rc}: {err.strip()[-300:]}"
     case = CASES[op](s)
-    tuned_us = tuned_variant = None
+    # What is timed: the tuned winner and each policy's variant (each checked first),
+    # then timed together in args.rounds interleaved rounds (order reversed every other
+    # round) so that a drift of the GPU's clock or a noisy moment reaches them alike;
+    # each one's time is the median of its rounds. Timed one after another, the same
+    # variant under two policies measured up to 8% apart on a 9 us kernel (causal_conv1d
+    # B=2,C=2048,L=512: 8.86 and 9.54 us).
+    timed = {}  # name -> fn
+    keep = []   # runtimes alive until the timing is done
+    tuned_variant = None
     if tune_s is not None:
         try:
             rt = autotune_runtime.Runtime(args.lib, own, policy="error")
+            keep.append(rt)
             fn = case.run(rt)
             case.poison()
             fn()
@@ -477,8 +499,7 @@ def measure_shape(args, op, s, grid_db, runtimes, deadline):
             err = case.check()
             if err is not None and not err < args.max_rel_err:
                 notes["tuned"] = f"rel_err {err:.3g} of the tuned winner"
-            tuned_us = bench_us(fn)
-            del rt
+            timed["tuned"] = fn
         except Exception as e:  # a runtime error is a result, not the end of the run
             notes["tuned"] = short_error(e)
     peer_us = {}
@@ -491,13 +512,12 @@ def measure_shape(args, op, s, grid_db, runtimes, deadline):
             peer_us[name] = None
             notes[name] = short_error(e)
     if op != "attention":
-        peer_us["copy"] = round(bench_us(copy_peer(case.nbytes)), 2)
+        timed["copy"] = copy_peer(case.nbytes)
     rows = []
     for policy, rt in runtimes.items():
         row = {"op": op, "shape": row_shape(op, s), "policy": policy, "variant": None,
-               "ours_us": None, "tuned_us": None if tuned_us is None else round(tuned_us, 2),
-               "ratio_to_tuned": None, "tuned_variant": tuned_variant, "rel_err": None,
-               "peers": dict(peer_us),
+               "ours_us": None, "tuned_us": None, "ratio_to_tuned": None,
+               "tuned_variant": tuned_variant, "rel_err": None, "peers": peer_us,
                "tune_s": None if tune_s is None else round(tune_s, 2)}
         row_notes = dict(notes)
         try:
@@ -510,12 +530,23 @@ def measure_shape(args, op, s, grid_db, runtimes, deadline):
             row["rel_err"] = None if err is None or err != err else float(f"{err:.3g}")
             if err is not None and not err < args.max_rel_err:
                 row_notes["ours"] = f"rel_err {err:.3g} over {args.max_rel_err}"
-            us = bench_us(fn)
-            row["ours_us"] = round(us, 2)
-            if tuned_us is not None:
-                row["ratio_to_tuned"] = round(tuned_us / us, 3)
+            timed["policy " + policy] = fn
         except Exception as e:
             row_notes["ours"] = short_error(e)
+        if row_notes:
+            row["notes"] = row_notes
+        rows.append(row)
+    us_of = interleaved_us(timed, args.rounds)
+    tuned_us = us_of.get("tuned")
+    if "copy" in us_of:
+        peer_us["copy"] = round(us_of["copy"], 2)
+    for row in rows:
+        us = us_of.get("policy " + row["policy"])
+        row["peers"] = dict(peer_us)
+        row["tuned_us"] = None if tuned_us is None else round(tuned_us, 2)
+        row["ours_us"] = None if us is None else round(us, 2)
+        if us and tuned_us:
+            row["ratio_to_tuned"] = round(tuned_us / us, 3)
         us = row["ours_us"]
         if op == "attention":
             row["tflops"] = round(case.flops / (us * 1e-6) / 1e12, 1) if us else None
@@ -529,10 +560,8 @@ def measure_shape(args, op, s, grid_db, runtimes, deadline):
             row["GBps"] = gbps
             row["copy_fraction"] = round(peer_us["copy"] / us, 3) if us else None
             row["MB"] = round(case.nbytes / 1e6, 1)
-        if row_notes:
-            row["notes"] = row_notes
-        rows.append(row)
         print(json.dumps(row), flush=True)
+    del keep
     del case
     torch.cuda.empty_cache()
     for suffix in ("", "-wal", "-shm"):
@@ -599,7 +628,8 @@ def markdown(result):
              "Each op's database holds only its benchmark grid (bench/shapes.toml). "
              "ratio to tuned = tuned_us / ours_us (1.0: as fast as the shape's own tuned "
              "winner); peers in us; % of copy = a device copy of the same traffic / ours. "
-             "All measured in one process per op (do_bench median, L2 flushed).", ""]
+             "All measured in one process per op (do_bench median, L2 flushed); the tuned winner, "
+             "each policy and the copy timed in interleaved rounds, the median of the rounds.", ""]
     for op in [o for o in OPS if o in result["runs"]]:
         run = result["runs"][op]
         lines += [f"## {op}", "", f"commit `{run['commit']}`, {run['date']}; command: "
@@ -688,7 +718,10 @@ def write_results(args, gpu, slug, runs, rows, ops_run):
               "metric": "us (lower is better); ratio_to_tuned = tuned_us / ours_us; peers in us; "
                         "gbps: effective GB/s; pct_of_copy = 100 * copy_us / ours_us with a copy "
                         "of the same read + write traffic",
-              "timing": "triton.testing.do_bench median (warmup 25 ms, rep 100 ms), L2 flushed",
+              "timing": "triton.testing.do_bench median (warmup 25 ms, rep 100 ms), L2 flushed; "
+                        "the tuned winner, each policy and the copy in runs[op].rounds interleaved "
+                        "rounds, the median of each one's rounds (an op's run without `rounds` "
+                        "timed each once, one after another)",
               "runs": all_runs,
               "summary": {op: summarize(op, all_rows) for op in OPS if op in all_runs},
               "rows": all_rows}
@@ -957,6 +990,9 @@ def main():
                          "the start (a device call allows 600)")
     ap.add_argument("--max-rel-err", type=float, default=2e-2,
                     help="a rel_err above this is noted in the row")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="interleaved rounds timing the tuned winner, each policy and the copy "
+                         "(each one's time: the median of its rounds)")
     ap.add_argument("--tmp", default="/tmp")
     ap.add_argument("--commit", default=None, help="default: .device/COMMIT")
     ap.add_argument("--dry-run", action="store_true",
@@ -1007,7 +1043,8 @@ def main():
     for op in ops:
         run = {"commit": args.commit, "date": datetime.date.today().isoformat(),
                "command": " ".join(["python3", "bench/unseen.py"] + sys.argv[1:]),
-               "seed": args.seed, "count": args.count, "policies": args.policies}
+               "seed": args.seed, "count": args.count, "policies": args.policies,
+               "rounds": args.rounds}
         runs[op] = run
         notes = []
         try:
