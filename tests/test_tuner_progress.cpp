@@ -142,6 +142,16 @@ TEST_CASE("plain progress writes a line per problem start and finish, and at mos
     CHECK(h.text().find("[2/2] attention B=4,H=32,S=4096: 234 candidates, budget 2.0 s, "
                         "starting from 3 tuned neighbours' winners\n") != std::string::npos);
   }
+  SUBCASE("the op's built-in point is named apart from the neighbours' winners") {
+    h.progress.start_problem(1, "B=4,H=32,S=4096", 234, 1, 1);
+    CHECK(h.text().find("starting from 1 tuned neighbour's winner and the op's built-in "
+                        "point\n") != std::string::npos);
+  }
+  SUBCASE("a problem that starts from the built-in point only says so") {
+    h.progress.start_problem(1, "B=4,H=32,S=4096", 234, 0, 1);
+    CHECK(h.text().find("budget 2.0 s, starting from the op's built-in point\n") !=
+          std::string::npos);
+  }
   SUBCASE("a problem the database answers is one line") {
     size_t before = count(h.text(), "\n");
     std::vector<Progress::Planned> plan(1);

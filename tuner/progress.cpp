@@ -107,7 +107,7 @@ void Progress::start_run(const std::string& op, std::vector<Planned> plan) {
 }
 
 void Progress::start_problem(size_t index, const std::string& problem, size_t candidates,
-                             size_t seeds) {
+                             size_t seeds, size_t builtin) {
   m_in_problem = true;
   m_started = true;
   m_index = index;
@@ -130,10 +130,16 @@ void Progress::start_problem(size_t index, const std::string& problem, size_t ca
     if (index < m_plan.size() && m_plan[index].budget_s > 0) {
       text.append(", budget ").append(seconds_text(m_plan[index].budget_s));
     }
-    if (seeds > 0) {
-      text.append(", starting from ")
-          .append(std::to_string(seeds))
-          .append(seeds == 1 ? " tuned neighbour's winner" : " tuned neighbours' winners");
+    if (seeds > 0 || builtin > 0) {
+      text.append(", starting from ");
+      if (seeds > 0) {
+        text.append(std::to_string(seeds))
+            .append(seeds == 1 ? " tuned neighbour's winner" : " tuned neighbours' winners")
+            .append(builtin > 0 ? " and " : "");
+      }
+      if (builtin > 0) {
+        text.append("the op's built-in point");
+      }
     }
     line(text);
   } else if (m_mode == Mode::terminal) {

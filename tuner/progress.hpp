@@ -55,9 +55,10 @@ public:
   };
   // A run of one op over `plan.size()` problems, in order.
   void start_run(const std::string& op, std::vector<Planned> plan);
-  // Problem `index` (0-based) starts; it may measure up to `candidates` variants, the
-  // first `seeds` of them the winners of tuned neighbours.
-  void start_problem(size_t index, const std::string& problem, size_t candidates, size_t seeds = 0);
+  // Problem `index` (0-based) starts; it may measure up to `candidates` variants, first
+  // `seeds` winners of tuned neighbours and `builtin` built-in points of the op.
+  void start_problem(size_t index, const std::string& problem, size_t candidates, size_t seeds = 0,
+                     size_t builtin = 0);
   void compiling(size_t done, size_t total);
   // `done` of the stage's `total` measurements are done; `measured`: distinct
   // variants measured in this problem so far.

@@ -587,7 +587,9 @@ void tune_problem(const Session& s, const Device& d, const Strategy& strategy, s
   }
   valid.clear();
   std::vector<Candidate> candidates = describe_candidates(s, std::move(configs), problem);
-  s.progress.start_problem(index, problem.key(), candidates.size(), seed_ids.size());
+  const size_t builtin_seeds = size_t(std::count(seed_builtin.begin(), seed_builtin.end(), true));
+  s.progress.start_problem(index, problem.key(), candidates.size(), seed_ids.size() - builtin_seeds,
+                           builtin_seeds);
   WorkerBench bench(s, d, problem, candidates, report);
   SearchInput input = bench.resume();
   input.neighbours = neighbours;
