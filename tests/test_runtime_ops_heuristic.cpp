@@ -227,6 +227,30 @@ TEST_CASE("a configuration from another problem is adapted where its tile would 
   }
 }
 
+TEST_CASE("selective_scan's bf16 points serve fp32 and fixed B/C problems with fp32 staging") {
+  const Op& op = find_op("selective_scan");
+  auto pick = [&](const char* shape) {
+    auto c = heuristic_config(op, problem("selective_scan", shape), "sm_90a");
+    REQUIRE(c);
+    return std::make_pair(format_fields(c->first), c->second);
+  };
+  const std::string lanes64 = "threads=64,items=32,cpb=16,nsplit=4,scan=state,vec=8,poly=0,"
+                              "minblocks=1,tsplit=1,bc=f32,";
+  const std::string lanes128 = "threads=128,items=64,cpb=16,nsplit=8,scan=state,vec=8,poly=0,"
+                               "minblocks=1,tsplit=1,";
+  // The nearest point (bc=pair) is adapted, not passed over for a farther one.
+  auto fixed = pick("B=4,D=5120,L=2048,N=16,var_bc=0");
+  CHECK(fixed.first.rfind(lanes64, 0) == 0);
+  CHECK(fixed.second == "sm_90a point B=4,D=5120,L=2048,N=16");
+  CHECK(pick("B=4,D=5120,L=2048,N=16,dtype=fp32").first.rfind(lanes64, 0) == 0);
+  // A small batch with variable B/C staged as fp32 takes the 64-thread lane shape; with
+  // pairs, or with B/C fixed (in registers), the 128-thread one.
+  CHECK(pick("B=2,D=2560,L=3000,N=16,dtype=fp32").first.rfind(lanes64, 0) == 0);
+  CHECK(pick("B=2,D=2560,L=3000,N=16").first.rfind(lanes128 + "bc=pair", 0) == 0);
+  CHECK(pick("B=2,D=2560,L=3000,N=16,dtype=fp16").first.rfind(lanes128 + "bc=pair", 0) == 0);
+  CHECK(pick("B=2,D=2560,L=3000,N=16,var_bc=0").first.rfind(lanes128 + "bc=f32", 0) == 0);
+}
+
 TEST_CASE("a GPU with no points of its own gets the transferred configuration sized to its SMs") {
   const Op& conv = find_op("causal_conv1d");
   const Problem p = problem("causal_conv1d", "B=2,C=2048,L=2048,W=4");

@@ -130,6 +130,7 @@ std::optional<Lookup> heuristic_lookup(const Op& op, const Problem& problem,
     }
     const HeuristicPoint* best = nullptr;
     double best_distance = 0;
+    Config best_config;
     for (const HeuristicPoint& p : *points) {
       const bool mine = std::find(p.archs.begin(), p.archs.end(), arch) != p.archs.end();
       if (mine != own_family) {
@@ -143,8 +144,12 @@ std::optional<Lookup> heuristic_lookup(const Op& op, const Problem& problem,
       if (best && d >= best_distance) {
         continue;
       }
+      // What the point would run here is its configuration adapted to the problem: that
+      // must be valid (a point tuned with 16-bit inputs can serve fp32 ones once adapted).
+      Config adapted;
       try {
-        if (!op.check(p.config, problem, arch)) {
+        adapted = op.adapt(p.config, problem);
+        if (!op.check(adapted, problem, arch)) {
           continue;
         }
       } catch (const Error&) {
@@ -152,9 +157,10 @@ std::optional<Lookup> heuristic_lookup(const Op& op, const Problem& problem,
       }
       best = &p;
       best_distance = d;
+      best_config = std::move(adapted);
     }
     if (best) {
-      return Lookup{{op.adapt(best->config, problem),
+      return Lookup{{best_config,
                      (own_family ? arch : best->archs.front() + "->" + arch) + " point " +
                          format_fields(best->shape),
                      best_distance},

@@ -518,7 +518,17 @@ Config SelectiveScanOp::adapt(const Config& config, const Problem& problem) cons
   if (!p.state()) {
     return config;
   }
+  // Variable B and C staged as 16-bit pairs need both variable and 16-bit inputs; for
+  // another problem the same configuration stages them as fp32 (the tuned points are
+  // bf16: without this a point nearest in shape was passed over for a farther one, e.g.
+  // fixed B/C at B=4, D=5120, L=2048 ran the B=8, D=2048 point at 313 us against 249
+  // for the B=4, D=5120 point's lanes with fp32 staging, H100).
+  const bool pairs_fit = d.var_b && d.var_c && dtype_size(d.x) == 2;
   Config current = config;
+  if (p.bc_pair && !pairs_fit) {
+    set_value(current, "bc", "f32");
+    p.bc_pair = false;
+  }
   for (int step = 0; step < 5; ++step) {
     const long long blocks = d.B * ((d.D + p.cpb - 1) / p.cpb);
     const long long warps = blocks * (p.threads / 32);
@@ -557,18 +567,24 @@ Config SelectiveScanOp::adapt(const Config& config, const Problem& problem) cons
   // with 4 lanes a channel -- both about 1000 warps in all. Configurations sized for the
   // grid's larger batches (cpb 32-64, 32 steps, fp32 rows) ran up to 1.5x slower there
   // (B=8, D=1536, L=1500: 259 us against 175).
+  // That lane shape of 128 threads and 8 lanes was measured with pairs (or fixed B/C,
+  // in registers); with variable B/C staged as fp32 (fp32 inputs) its 64-step rows cost
+  // more than its lanes gain at long L: fp32 B=2, D=2560, L=3000 ran 251 us against 183
+  // for the 64-thread shape (fp16 with fp32 staging 216 against 167), while at L=512-2048
+  // the 64-thread shape was at most 6% slower (bench/notes/selective_scan-small-batch.md).
   constexpr long long k_small_channels = 16384;
   constexpr long long k_few_channels = 6144;
   const long long channels = d.B * d.D;
   if (channels <= k_small_channels) {
-    const bool few = channels <= k_few_channels;
+    const bool f32_rows = (d.var_b || d.var_c) && !pairs_fit;
+    const bool few = channels <= k_few_channels && !f32_rows;
     Config c = with_values(current, {{"threads", few ? 128 : 64},
                                      {"items", few ? 64 : 32},
                                      {"cpb", 16},
                                      {"nsplit", few ? 8 : 4},
                                      {"tsplit", 1},
                                      {"cpl", 1}});
-    if (d.var_b && d.var_c && dtype_size(d.x) == 2) {
+    if (pairs_fit) {
       set_value(c, "bc", "pair");
     }
     // Ragged rows of at least 1024 steps at up to 6144 channels: the next chunk through
