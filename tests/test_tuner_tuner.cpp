@@ -1073,6 +1073,30 @@ TEST_CASE("a winner stored before a parameter existed is a seed with that parame
   CHECK(got[0].config == config_id(with));
 }
 
+TEST_CASE("the built-in seed takes the order of the searched space's parameters") {
+  const Op& op = find_op("causal_conv1d");
+  const Problem p = op.make_problem(parse_fields("B=4,C=4096,L=2048,W=4", "shape"));
+  const auto own = builtin_seed(op, op_space(op), p, "sm_90a");
+  REQUIRE(own);
+  CHECK(own->builtin);
+  // A --space file listing the same parameters in another order.
+  const Space reordered = parse_space("[params]\nload = [\"direct\", \"smem\"]\n"
+                                      "cpb = [1, 2, 4, 8]\nitems = [1, 2, 4]\nvec = [4, 8]\n"
+                                      "threads = [64, 128, 256, 512]\n[default]\n"
+                                      "load = \"direct\"\ncpb = 1\nitems = 2\nvec = 8\n"
+                                      "threads = 128\n",
+                                      "mine.toml");
+  const auto mine = builtin_seed(op, reordered, p, "sm_90a");
+  REQUIRE(mine);
+  CHECK(mine->config.rfind("load=", 0) == 0);
+  CHECK(config_id(order_config(op_space(op), parse_fields(mine->config, "c"), false, "c")) ==
+        own->config);
+  // A space without one of the op's parameters has no built-in seed.
+  const Space fewer =
+      parse_space("[params]\nthreads = [128]\n[default]\nthreads = 128\n", "f.toml");
+  CHECK_FALSE(builtin_seed(op, fewer, p, "sm_90a"));
+}
+
 TEST_CASE("every built-in point is measured as a seed on its own shape") {
   // The tuner finds a seed among the measured configurations by its id: a point that
   // names too few parameters, or is pruned on its own shape, would be dropped silently.

@@ -497,6 +497,23 @@ std::vector<TransferSeed> valid_seeds(const Op& op, const Space& space, const Pr
   return out;
 }
 
+std::optional<TransferSeed> builtin_seed(const Op& op, const Space& space, const Problem& problem,
+                                         const std::string& arch) {
+  auto point = heuristic_config(op, problem, arch);
+  if (!point) {
+    return std::nullopt;
+  }
+  TransferSeed seed;
+  try {
+    seed.config = config_id(order_config(space, point->first, false, "built-in point"));
+  } catch (const Error&) {
+    return std::nullopt; // a --space file without one of the op's parameters
+  }
+  seed.problem = "built-in " + point->second;
+  seed.builtin = true;
+  return seed;
+}
+
 namespace {
 
 void store_winner(const Session& s, const Device& d, const Problem& problem,
@@ -543,16 +560,12 @@ void tune_problem(const Session& s, const Device& d, const Strategy& strategy, s
     // often the better start (on unseen selective_scan shapes it ran up to 1.49x the
     // winner a transfer from the benchmark grid alone found; with it, the new shapes'
     // winners came out up to 2.1x faster: bench/notes/untuned-shapes.md).
-    if (auto point = heuristic_config(s.op, problem, d.record.arch)) {
-      TransferSeed seed;
-      seed.config = config_id(point->first);
-      seed.problem = "built-in " + point->second;
-      seed.builtin = true;
+    if (auto seed = builtin_seed(s.op, s.search.space, problem, d.record.arch)) {
       const bool known = std::any_of(seeds.begin(), seeds.end(), [&](const TransferSeed& t) {
-        return t.config == seed.config;
+        return t.config == seed->config;
       });
       if (!known) {
-        seeds.push_back(std::move(seed));
+        seeds.push_back(std::move(*seed));
       }
     }
   }

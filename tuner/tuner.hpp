@@ -220,6 +220,12 @@ std::vector<TransferSeed> valid_seeds(const Op& op, const Space& space, const Pr
                                       const std::vector<Config>& valid,
                                       std::vector<TransferSeed> nearest, size_t k);
 
+// The op's built-in point for the problem on `arch` (heuristic_config) as a seed, its id
+// in `space`'s parameter order (a --space file may list them in another); none where the
+// op has no point for the arch or the space lacks one of its parameters.
+std::optional<TransferSeed> builtin_seed(const Op& op, const Space& space, const Problem& problem,
+                                         const std::string& arch);
+
 // Problems from --shape strings, or the op's defaults.
 std::vector<Problem> load_problems(const Op& op, const std::vector<std::string>& shapes);
 
