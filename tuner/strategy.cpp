@@ -427,8 +427,9 @@ private:
         m_bench.progress("explore", m_done, m_in.pending.size());
         double t1 = m_clock();
         m_bench.measure(i, cheap);
-        m_cheap_rate.add(m_clock() - t1);
-        measured_s += m_clock() - t1;
+        const double took = m_clock() - t1;
+        m_cheap_rate.add(took);
+        measured_s += took;
         ++m_done;
         m_explored.push_back(i);
         if (ok(i)) {
