@@ -97,7 +97,7 @@ __device__ __forceinline__ float conv_point(const float* win, const float (&w)[k
     acc = fmaf(w[k], win[k], acc);
   }
 #if AT_SILU
-  acc = at_silu(acc);
+  acc = at_silu_rcp(acc);
 #endif
   return acc;
 }

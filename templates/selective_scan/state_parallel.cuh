@@ -889,12 +889,17 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
   // rows' offsets and, at the next 16-byte boundary, the raw tile (Prefetch).
   [[maybe_unused]] float* s_bias = reinterpret_cast<float*>(s_xh + 2 * k_s);
   [[maybe_unused]] float* s_dskip = s_bias + k_cpb;
-  auto align16 = [](const void* p) {
-    return (reinterpret_cast<unsigned long long>(p) + 15) & ~15ull;
+  // Rounded up by pointer arithmetic on s_dyn (16-byte aligned), not through an
+  // integer: the compiler then still knows these are shared memory and reads them
+  // with LDS (a pointer rebuilt from an integer is read with generic loads, which
+  // wait on the long scoreboard like global ones).
+  auto align16 = [&](const void* p) {
+    const char* base = reinterpret_cast<const char*>(s_dyn);
+    const int off = static_cast<int>(reinterpret_cast<const char*>(p) - base);
+    return base + ((off + 15) & ~15);
   };
-  [[maybe_unused]] int* s_off = reinterpret_cast<int*>(align16(s_dskip + k_cpb));
-  [[maybe_unused]] const char* s_raw =
-      reinterpret_cast<const char*>(align16(s_off + Prefetch::k_table));
+  [[maybe_unused]] int* s_off = reinterpret_cast<int*>(const_cast<char*>(align16(s_dskip + k_cpb)));
+  [[maybe_unused]] const char* s_raw = align16(s_off + Prefetch::k_table);
   [[maybe_unused]] const unsigned raw_addr = at_smem_addr(s_raw);
 
   const int blocks_per_batch = (args.dim + k_cpb - 1) / k_cpb;
