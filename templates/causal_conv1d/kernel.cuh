@@ -169,18 +169,15 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
   x_t* out_row = args.out + b * args.out_batch_stride + cc * args.out_channel_stride;
   const long long state_row = (static_cast<long long>(b) * args.channels + cc) * k_halo;
   const x_t* init_row = args.initial_states ? args.initial_states + state_row : nullptr;
-  // Input at any position q < length: x, or the initial state (or zero) before 0.
-  // Ragged tiles also ask for positions before -k_halo, which no output reads.
-  auto input_at = [&](int q) -> x_t {
-    if (q >= 0) {
-      return x_row[q];
-    }
-    if constexpr (k_ragged) {
-      if (q < -k_halo) {
-        return at_from_float<x_t>(0.0f);
-      }
-    }
-    return init_row ? init_row[k_halo + q] : at_from_float<x_t>(0.0f);
+  // Input at any position q: x inside the row, the initial state (or zero) before 0,
+  // zero past the row's end and, for ragged tiles, before -k_halo (no output reads
+  // those). One predicated load (or none where `want` is false), no branch: vectors
+  // that straddle a row's ends take this for each element.
+  auto input_at = [&](int q, bool want = true) -> x_t {
+    const bool from_x = q >= 0 && q < args.length;
+    const bool from_init = q < 0 && q >= -k_halo && init_row != nullptr;
+    const x_t* src = from_x ? x_row + q : (from_init ? init_row + (k_halo + q) : x_row);
+    return at_load_or_zero(src, want && (from_x || from_init));
   };
   if (args.final_states && active && blockIdx.y == gridDim.y - 1 && t < k_halo) {
     args.final_states[state_row + t] = input_at(args.length - k_halo + t);
@@ -193,16 +190,35 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
     }
   }
   const int base = tile_start - shift;
+  // The tensor's address range: x's first element to one past its last (strides are
+  // non-negative). A vector that straddles an end of a row but lies inside this range
+  // is read whole: its elements outside the row belong to the neighbouring rows (or to
+  // the gaps of a view, in the same allocation) and are never used, except those just
+  // before the row's start, which the halo reads and which take the initial state (or
+  // zero) instead. Only the vectors reaching outside the tensor (the first row's front,
+  // the last row's end) are read element by element.
+  [[maybe_unused]] const x_t* x_lo = args.x;
+  [[maybe_unused]] const x_t* x_hi = args.x + (args.batch - 1) * args.x_batch_stride +
+                                     (args.channels - 1) * args.x_channel_stride + args.length;
   // The inputs at positions p .. p + k_vec - 1 (p < length, p aligned): one vector
-  // access, or element by element where the vector straddles an end of the row.
+  // access, or element by element where the vector reaches outside the tensor.
   auto load_vector = [&](at_vec<x_t, k_vec>& v, int p) {
     if constexpr (k_ragged) {
-      if (p >= 0 && p + k_vec <= args.length) {
+      if ((p >= 0 && p + k_vec <= args.length) ||
+          (x_row + p >= x_lo && x_row + p + k_vec <= x_hi)) {
         v.load(x_row + p);
+        if (p < 0) {
+#pragma unroll
+          for (int j = 0; j < k_vec; ++j) {
+            if (p + j < 0) {
+              v.elem[j] = input_at(p + j);
+            }
+          }
+        }
       } else {
 #pragma unroll
         for (int j = 0; j < k_vec; ++j) {
-          v.elem[j] = p + j < args.length ? input_at(p + j) : at_from_float<x_t>(0.0f);
+          v.elem[j] = input_at(p + j);
         }
       }
     } else {
@@ -291,7 +307,7 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
 #pragma unroll
     for (int h = 0; h < k_halo; ++h) {
       const int q = p - k_halo + h;
-      left[i][h] = lane == 0 && q < args.length ? input_at(q) : at_from_float<x_t>(0.0f);
+      left[i][h] = input_at(q, lane == 0);
     }
     if (vector_ok) {
       if (p < args.length) {

@@ -144,6 +144,35 @@ __device__ __forceinline__ float at_silu_tanh(float x) {
   return fmaf(h, at_tanh_approx(h), h);
 }
 
+// One element from global memory where `in`, else zero: a predicated load, no branch,
+// and (volatile asm) issued where it stands. selective_scan issues the next chunk's
+// elements before a chunk's scan (as plain loads the compiler moved them next to their
+// use after it, which left their latency in front of every chunk's barrier);
+// causal_conv1d reads the elements of vectors that straddle a row's ends (as plain
+// loads behind their bounds checks, each was a branch of its own).
+__device__ __forceinline__ unsigned short at_load_or_zero_u16(const void* p, bool in) {
+  unsigned short v;
+  asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %2, 0;\n\tmov.u16 %0, 0;\n\t"
+               "@q ld.global.u16 %0, [%1];\n\t}"
+               : "=h"(v)
+               : "l"(p), "r"(int(in)));
+  return v;
+}
+__device__ __forceinline__ at_bf16 at_load_or_zero(const at_bf16* p, bool in) {
+  return at_bf16{at_load_or_zero_u16(p, in)};
+}
+__device__ __forceinline__ at_f16 at_load_or_zero(const at_f16* p, bool in) {
+  return at_f16{at_load_or_zero_u16(p, in)};
+}
+__device__ __forceinline__ float at_load_or_zero(const float* p, bool in) {
+  float v;
+  asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %2, 0;\n\tmov.f32 %0, 0f00000000;\n\t"
+               "@q ld.global.f32 %0, [%1];\n\t}"
+               : "=f"(v)
+               : "l"(p), "r"(int(in)));
+  return v;
+}
+
 // A register array of N elements of T, loaded and stored with the widest accesses
 // that fit (16-byte vectors, then 8, 4, 2): ld.global.v4 when N*sizeof(T) >= 16.
 // The caller guarantees alignment to min(16, N*sizeof(T)) bytes.

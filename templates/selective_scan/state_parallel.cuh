@@ -234,34 +234,6 @@ __device__ __forceinline__ unsigned pack_pair(float, float) {
 
 typedef float (*row_ptr)[k_row];
 
-// One element from global memory where `in`, else zero, as a volatile asm: the
-// compiler keeps it where it stands. Issued before the chunk's scan, the next
-// chunk's loads land while it runs; as plain loads (one register per element under
-// AT_RAGGED) they were moved past the scan, next to their use after it, which left
-// their latency in front of every chunk's barrier.
-__device__ __forceinline__ unsigned short load_or_zero_u16(const void* p, bool in) {
-  unsigned short v;
-  asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %2, 0;\n\tmov.u16 %0, 0;\n\t"
-               "@q ld.global.u16 %0, [%1];\n\t}"
-               : "=h"(v)
-               : "l"(p), "r"(int(in)));
-  return v;
-}
-__device__ __forceinline__ at_bf16 load_or_zero(const at_bf16* p, bool in) {
-  return at_bf16{load_or_zero_u16(p, in)};
-}
-__device__ __forceinline__ at_f16 load_or_zero(const at_f16* p, bool in) {
-  return at_f16{load_or_zero_u16(p, in)};
-}
-__device__ __forceinline__ float load_or_zero(const float* p, bool in) {
-  float v;
-  asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %2, 0;\n\tmov.f32 %0, 0f00000000;\n\t"
-               "@q ld.global.f32 %0, [%1];\n\t}"
-               : "=f"(v)
-               : "l"(p), "r"(int(in)));
-  return v;
-}
-
 // One chunk's inputs in flight: this thread's share of the (channel, vector) items
 // of u, delta, z and of the (state, vector) items of B and C, as raw vectors.
 //
@@ -547,7 +519,7 @@ struct Prefetch {
 
   // AT_RAGGED 1: this thread's elements of the chunk at chunk_start,
   // zero past L and for channels past D. Every address is formed whether or not the
-  // element lies inside (load_or_zero: a predicated load, no branch).
+  // element lies inside (at_load_or_zero: a predicated load, no branch).
   __device__ __forceinline__ void load_el(const ScanArgs& args, int b, int d_first,
                                           const x_t* b_base, const x_t* c_base, int chunk_start,
                                           int length) {
@@ -565,10 +537,10 @@ struct Prefetch {
       if (slot_in<k_tile_x, k_items_x>(k)) {
         const int r = slot_row(k), s = slot_step(k);
         const bool in = r < rows_in && chunk_start + s0 + s < length;
-        el_u[k] = load_or_zero(pu + r * uds + s, in);
-        el_delta[k] = load_or_zero(pd + r * dds + s, in);
+        el_u[k] = at_load_or_zero(pu + r * uds + s, in);
+        el_delta[k] = at_load_or_zero(pd + r * dds + s, in);
 #if AT_HAS_Z
-        el_z[k] = load_or_zero(pz + r * zds + s, in);
+        el_z[k] = at_load_or_zero(pz + r * zds + s, in);
 #endif
       }
     }
@@ -581,14 +553,14 @@ struct Prefetch {
         const int r = r0 + slot_row(k), t = t0 + slot_step(k);
         const bool in = t < length;
         if constexpr (k_pack_bc) {
-          el_bc[k] = load_or_zero(b_base + r * bns + t, in);
-          el_bc_c[k] = load_or_zero(c_base + r * cns + t, in);
+          el_bc[k] = at_load_or_zero(b_base + r * bns + t, in);
+          el_bc_c[k] = at_load_or_zero(c_base + r * cns + t, in);
         } else {
           // The B rows (if variable) come first, then the C rows (if variable).
           const bool is_c = AT_VAR_B ? AT_VAR_C && r >= k_n : true;
           const int n = AT_VAR_B && is_c ? r - k_n : r;
           const x_t* row = is_c ? c_base + n * cns : b_base + n * bns;
-          el_bc[k] = load_or_zero(row + t, in);
+          el_bc[k] = at_load_or_zero(row + t, in);
         }
       }
     }
