@@ -314,3 +314,34 @@ TEST_CASE("a GPU with no points of its own gets the transferred configuration si
     }
   }
 }
+
+TEST_CASE("a configuration from another problem serves adapted, else as it stands, else not") {
+  const Op& scan = find_op("selective_scan");
+  const Config pair = parse_fields("threads=128,items=64,cpb=16,nsplit=8,scan=state,vec=8,poly=0,"
+                                   "minblocks=1,tsplit=1,bc=pair,cpl=1,ystore=after,yred=1,"
+                                   "ragged=regs",
+                                   "config");
+  SUBCASE("pairs need 16-bit inputs: an fp32 problem gets the adapted fp32 staging") {
+    const Problem fp32 = problem("selective_scan", "B=2,D=2560,L=3000,N=16,dtype=fp32");
+    CHECK_FALSE(scan.check(pair, fp32, "sm_90a"));
+    auto served = serve_config(scan, pair, fp32, "sm_90a");
+    REQUIRE(served);
+    CHECK(scan.check(*served, fp32, "sm_90a"));
+    CHECK(*find_field(*served, "bc") == "f32");
+  }
+  SUBCASE("a bf16 problem gets what adapt makes of it, which is valid") {
+    const Problem bf16 = problem("selective_scan", "B=2,D=2560,L=3000,N=16");
+    auto served = serve_config(scan, pair, bf16, "sm_90a");
+    REQUIRE(served);
+    CHECK(format_fields(*served) == format_fields(scan.adapt(pair, bf16)));
+  }
+  SUBCASE("a Hopper-only attention configuration serves no sm_80 GPU") {
+    const Op& attn = find_op("attention");
+    const Config wgmma = parse_fields("block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,"
+                                      "q=smem,splits=1,family=wgmma",
+                                      "config");
+    const Problem p = problem("attention", "B=2,H=8,S=1024,D=128,dtype=bf16");
+    CHECK(serve_config(attn, wgmma, p, "sm_90a"));
+    CHECK_FALSE(serve_config(attn, wgmma, p, "sm_80"));
+  }
+}

@@ -277,15 +277,19 @@ std::optional<std::pair<Config, std::string>> Runtime::Impl::nearest(const Op& o
         (distance > best_distance || (distance == best_distance && w.problem >= best->second))) {
       continue;
     }
+    std::optional<Config> served;
     try {
+      // A winner stored before a parameter existed takes its [default] value.
+      config = order_config(space, config, true, "stored configuration");
       check_config(space, config, "stored configuration");
-      if (!op.check(config, problem, device.arch())) {
-        continue;
-      }
+      served = serve_config(op, config, problem, device.arch());
     } catch (const Error&) {
-      continue; // a configuration of an older space, or outside the op's limits
+      continue; // a configuration of another space, or outside the op's limits
     }
-    best = std::make_pair(op.adapt(config, problem), w.problem);
+    if (!served) {
+      continue;
+    }
+    best = std::make_pair(std::move(*served), w.problem);
     best_distance = distance;
   }
   // The built-in tuning points of this GPU's family (the heuristic policy's) are tuned

@@ -144,20 +144,13 @@ std::optional<Lookup> heuristic_lookup(const Op& op, const Problem& problem,
       if (best && d >= best_distance) {
         continue;
       }
-      // What the point would run here is its configuration adapted to the problem: that
-      // must be valid (a point tuned with 16-bit inputs can serve fp32 ones once adapted).
-      Config adapted;
-      try {
-        adapted = op.adapt(p.config, problem);
-        if (!op.check(adapted, problem, arch)) {
-          continue;
-        }
-      } catch (const Error&) {
+      std::optional<Config> served = serve_config(op, p.config, problem, arch);
+      if (!served) {
         continue;
       }
       best = &p;
       best_distance = d;
-      best_config = std::move(adapted);
+      best_config = std::move(*served);
     }
     if (best) {
       return Lookup{{best_config,
@@ -277,6 +270,29 @@ std::optional<std::pair<Config, std::string>> heuristic_config(const Op& op, con
                 " SMs" + (moves.empty() ? "" : " with " + moves);
   }
   return std::make_pair(std::move(m.config), std::move(m.origin));
+}
+
+std::optional<Config> serve_config(const Op& op, const Config& config, const Problem& problem,
+                                   const std::string& arch) {
+  auto valid = [&](const Config& c) {
+    try {
+      return op.check(c, problem, arch).ok();
+    } catch (const Error&) {
+      return false;
+    }
+  };
+  try {
+    Config adapted = op.adapt(config, problem);
+    if (valid(adapted)) {
+      return adapted;
+    }
+  } catch (const Error&) {
+    // adapt() refused it: the configuration as it stands may still serve
+  }
+  if (valid(config)) {
+    return config;
+  }
+  return std::nullopt;
 }
 
 std::optional<HeuristicMatch> nearest_own_point(const Op& op, const Problem& problem,

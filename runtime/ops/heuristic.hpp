@@ -79,6 +79,13 @@ struct HeuristicMatch {
 std::optional<HeuristicMatch> nearest_own_point(const Op& op, const Problem& problem,
                                                 const std::string& arch);
 
+// What a configuration chosen for another problem (a stored winner, a built-in point)
+// runs on `problem`: Op::adapt's version where that is valid for `arch`, else the
+// configuration itself where it is, else nothing (a point tuned with 16-bit inputs may
+// need adapting before it serves fp32 ones; an adapted one the op refuses falls back).
+std::optional<Config> serve_config(const Op& op, const Config& config, const Problem& problem,
+                                   const std::string& arch);
+
 // The waves the grid of `config` fills on `device`: blocks / (SMs x resident blocks
 // per SM), resident blocks estimated from the block's threads against the SM's
 // thread slots at k_heuristic_regs_per_thread registers each, its dynamic shared
