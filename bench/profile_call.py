@@ -64,18 +64,34 @@ def attention_call(shape):
     return lambda: autotune.flash_attn_func(q, k, v, causal=causal)
 
 
+def decode_call(shape):
+    """One decode step against a paged cache (pages shuffled, every sequence full)."""
+    b, hq, hkv, ctx, d = (int(shape[k]) for k in ("B", "Hq", "Hkv", "ctx", "D"))
+    page = int(shape.get("page", 256))
+    dt = dtype_of(shape)
+    per_seq = ctx // page
+    kc = torch.randn(b * per_seq, page, hkv, d, device="cuda", dtype=dt)
+    vc = torch.randn_like(kc)
+    table = torch.randperm(b * per_seq).view(b, per_seq).to("cuda", torch.int32)
+    lens = torch.full((b,), ctx, device="cuda", dtype=torch.int32)
+    q = torch.randn(b, 1, hq, d, device="cuda", dtype=dt)
+    return lambda: autotune.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens,
+                                                    block_table=table)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("op", choices=["selective_scan", "causal_conv1d", "attention"])
-    parser.add_argument("shape", help="k=v,... (attention: B,H,S,D,causal,dtype)")
+    parser.add_argument("op", choices=["selective_scan", "causal_conv1d", "attention", "decode"])
+    parser.add_argument("shape", help="k=v,... (attention: B,H,S,D,causal,dtype; decode: "
+                        "B,Hq,Hkv,ctx,D,page,dtype)")
     parser.add_argument("--policy", default="heuristic")
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     autotune.set_policy(args.policy)
     shape = parse_shape(args.shape)
     call = {"selective_scan": scan_call, "causal_conv1d": conv_call,
-            "attention": attention_call}[args.op](shape)
+            "attention": attention_call, "decode": decode_call}[args.op](shape)
     for _ in range(args.repeat):
         call()
     torch.cuda.synchronize()

@@ -32,7 +32,8 @@ import ctypes
 import threading
 import weakref
 
-from ._runtime import NO_WINDOW, attention_features, attention_fields, tensor_fields
+from ._runtime import (NO_VARLEN, NO_WINDOW, attention_features, attention_fields,
+                       kvcache_fields, tensor_fields)
 
 # A thread's plans stop growing here (shapes that change every call, such as a serving
 # loop's sequence lengths, would otherwise keep one plan per length forever): the cache
@@ -122,15 +123,19 @@ POINTERS = {
                        "last_state"),
     "attention": ("q", "k", "v", "o", "lse", "alibi_slopes"),
 }
+# An attention call against a KV cache also rewrites its index tensors and new rows.
+KVCACHE_POINTERS = POINTERS["attention"] + ("cache_seqlens", "block_table", "k_new", "v_new",
+                                            "cache_leftpad")
 
 
-def _new_args(rt, op, values):
+def _new_args(rt, op, values, pointers=None):
     """The plan's args struct packed with values, a view of it as 64-bit words and the
-    words of the data pointers of POINTERS[op]."""
+    words of the data pointers of the fields named by pointers (default POINTERS[op])."""
     layout = rt.layouts[op]
     buf = ctypes.create_string_buffer(layout.size)
     layout.struct.pack_into(buf, 0, *values)
-    return buf, memoryview(buf).cast("B").cast("Q"), layout.pointer_slots_of(POINTERS[op])
+    return (buf, memoryview(buf).cast("B").cast("Q"),
+            layout.pointer_slots_of(pointers or POINTERS[op]))
 
 
 def _fail(library, status):
@@ -371,6 +376,110 @@ def _attention_first(plans, runtime_for, key, q, k, v, causal, scale, with_lse, 
     # The runtime through a weak reference: its own plans hold this one (no cycle).
     _remember(plans.attn, key, (buf, words, fn, handle, lib, dev, contiguous, lse_shape,
                                 q.device, weakref.ref(rt), i_ws, workspace[1], *slots))
+    return (out, lse) if with_lse else out
+
+
+# ---- attention against a KV cache (flash_attn_with_kvcache) ------------------------------
+def kvcache(plans, runtime_for, q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new,
+            causal, scale, with_lse, window, softcap, alibi_slopes, cache_leftpad):
+    """out [B, Sq, Hq, D] (and the fp32 log-sum-exp [B, Hq, Sq] when with_lse) of a decoding
+    call against a KV cache, as Runtime.attention_kvcache describes it; the cache lengths,
+    the block table, the new rows and the left padding are tensors whose data pointers a
+    warm call rewrites like the others (their values are read on the GPU). A decoding
+    loop's host time is this call: the same plan as attention's."""
+    try:
+        key = ("kvcache", q.get_device(), q.shape, q.stride(), q.dtype, k_cache.shape,
+               k_cache.stride(), k_cache.dtype, v_cache.shape, v_cache.stride(),
+               v_cache.dtype, cache_seqlens.shape, cache_seqlens.stride(), cache_seqlens.dtype,
+               cache_seqlens.get_device(),
+               None if block_table is None else block_table.shape,
+               None if block_table is None else block_table.stride(),
+               None if block_table is None else block_table.dtype,
+               None if block_table is None else block_table.get_device(),
+               None if k_new is None else k_new.shape,
+               None if k_new is None else k_new.stride(),
+               None if k_new is None else k_new.dtype,
+               None if v_new is None else v_new.shape,
+               None if v_new is None else v_new.stride(),
+               None if v_new is None else v_new.dtype,
+               None if cache_leftpad is None else cache_leftpad.shape,
+               None if cache_leftpad is None else cache_leftpad.stride(),
+               None if cache_leftpad is None else cache_leftpad.dtype,
+               None if cache_leftpad is None else cache_leftpad.get_device(),
+               causal, scale, with_lse, window, softcap,
+               None if alibi_slopes is None else alibi_slopes.shape,
+               None if alibi_slopes is None else alibi_slopes.stride(),
+               None if alibi_slopes is None else alibi_slopes.dtype,
+               None if alibi_slopes is None else alibi_slopes.get_device())
+        plan = plans.attn.get(key)
+    except (AttributeError, TypeError):
+        key = plan = None
+    if plan is None:
+        return _kvcache_first(plans, runtime_for, key, q, k_cache, v_cache, cache_seqlens,
+                              block_table, k_new, v_new, causal, scale, with_lse, window,
+                              softcap, alibi_slopes, cache_leftpad)
+    del key
+    (buf, words, fn, handle, lib, dev, lse_shape, device, runtime, i_ws, ws_bytes, i_q, i_k, i_v,
+     i_o, i_l, i_a, i_s, i_t, i_kn, i_vn, i_lp) = plan
+    out = _empty_like(q, memory_format=_contiguous)
+    words[i_q] = q.data_ptr()
+    words[i_k] = k_cache.data_ptr()
+    words[i_v] = v_cache.data_ptr()
+    words[i_o] = out.data_ptr()
+    words[i_s] = cache_seqlens.data_ptr()
+    if block_table is not None:
+        words[i_t] = block_table.data_ptr()
+    if k_new is not None:
+        words[i_kn] = k_new.data_ptr()
+        words[i_vn] = v_new.data_ptr()
+    if cache_leftpad is not None:
+        words[i_lp] = cache_leftpad.data_ptr()
+    if alibi_slopes is not None:
+        words[i_a] = alibi_slopes.data_ptr()
+    if ws_bytes:  # a split-KV variant: this stream's workspace
+        words[i_ws] = runtime().stream_workspace(dev, ws_bytes)
+    if lse_shape is None:
+        status = fn(handle, buf, STREAMS[_raw_stream(dev)])
+        if status:
+            _fail(lib, status)
+        return out
+    lse = _empty(lse_shape, dtype=_f32, device=device)
+    words[i_l] = lse.data_ptr()
+    status = fn(handle, buf, STREAMS[_raw_stream(dev)])
+    if status:
+        _fail(lib, status)
+    return out, lse
+
+
+def _kvcache_first(plans, runtime_for, key, q, k_cache, v_cache, cache_seqlens, block_table,
+                   k_new, v_new, causal, scale, with_lse, window, softcap, alibi_slopes,
+                   cache_leftpad):
+    torch = _load_torch()
+    fields_q = attention_fields(q, "q")
+    dev = q.get_device()
+    rt = runtime_for(dev, q, "q")
+    out = torch.empty_like(q, memory_format=_contiguous)
+    lse = lse_shape = None
+    if with_lse:
+        lse_shape = lse_shape_of(q)
+        lse = torch.empty(lse_shape, dtype=_f32, device=q.device)
+    fields = (*fields_q, *attention_fields(k_cache, "k_cache"),
+              *attention_fields(v_cache, "v_cache"), *attention_fields(out, "o"),
+              *tensor_fields(lse, "lse"), 1 if causal else 0, float(scale or 0.0))
+    features = attention_features(window, softcap, alibi_slopes, NO_VARLEN,
+                                  kvcache_fields(cache_seqlens, block_table, k_new, v_new,
+                                                 cache_leftpad))
+    workspace = rt.attention_workspace(key, fields, q, features)
+    buf, words, slots = _new_args(rt, "attention", fields + workspace + features,
+                                  KVCACHE_POINTERS)
+    lib = rt.library
+    fn, handle = lib.calls["attention"], rt.handle
+    status = fn(handle, buf, STREAMS[_raw_stream(dev)])
+    if status:
+        _fail(lib, status)
+    i_ws = rt.layouts["attention"].offsets["workspace"] // 8
+    _remember(plans.attn, key, (buf, words, fn, handle, lib, dev, lse_shape, q.device,
+                                weakref.ref(rt), i_ws, workspace[1], *slots))
     return (out, lse) if with_lse else out
 
 

@@ -713,9 +713,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         q, k_cache, v_cache, k, v, softmax_scale, head_dim = _kvcache_pad_head_dim(
             q, k_cache, v_cache, k, v, softmax_scale)
     if type(q) is _Tensor and not _is_compiling():
-        result = _ops.get_runtime(q.device.index).attention_kvcache(
-            q, k_cache, v_cache, cache_seqlens, block_table, k, v, causal, softmax_scale,
-            bool(return_softmax_lse), window, softcap, alibi_slopes, cache_leftpad)
+        result = _calls.kvcache(_ops._plans, _ops._device, q, k_cache, v_cache, cache_seqlens,
+                                block_table, k, v, bool(causal), softmax_scale,
+                                bool(return_softmax_lse), window, softcap, alibi_slopes,
+                                cache_leftpad)
     else:  # traced (torch.compile): the registered operator, which writes the caches
         result = (_KVCACHE_LSE if return_softmax_lse else _KVCACHE)(
             q, k_cache, v_cache, cache_seqlens, block_table, k, v, causal, softmax_scale,

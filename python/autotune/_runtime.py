@@ -628,27 +628,10 @@ class Runtime:
         cache_leftpad int32 (B,) on the GPU (a contiguous cache only): sequence b's keys
         start at cache row cache_leftpad[b]. With return_lse also the fp32 log-sum-exp
         (B, Hq, Sq)."""
-        import torch
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-        lse = None
-        if return_lse:
-            lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), device=q.device,
-                              dtype=torch.float32)
-        fields = (*attention_fields(q, "q"), *attention_fields(k_cache, "k_cache"),
-                  *attention_fields(v_cache, "v_cache"), *attention_fields(out, "o"),
-                  *tensor_fields(lse, "lse"), int(causal), float(scale or 0.0))
-        kvcache = kvcache_fields(cache_seqlens, block_table, k_new, v_new, cache_leftpad)
-        features = attention_features(tuple(window), softcap, alibi_slopes, NO_VARLEN, kvcache)
-        # What the variant (and so the workspace) depends on; not the cache lengths' values.
-        key = ("kvcache", q.get_device(), q.shape, q.stride(), q.dtype, k_cache.shape,
-               k_cache.stride(), k_cache.dtype, v_cache.shape, v_cache.stride(),
-               _tensor_key(block_table), _tensor_key(k_new), _tensor_key(v_new),
-               cache_leftpad is None, bool(causal), scale, return_lse, tuple(window), softcap,
-               _slopes_key(alibi_slopes))
-        ws = self.attention_workspace(key, fields, q, features)
-        args = self._pack_call("attention", *fields, *ws, *features)
-        self.check(self.lib.autotune_attention(self.handle, args, self.stream(q)))
-        return (out, lse) if return_lse else out
+        return self._calls.kvcache(self.plans, self._served_by, q, k_cache, v_cache,
+                                   cache_seqlens, block_table, k_new, v_new, bool(causal), scale,
+                                   bool(return_lse), tuple(window), softcap, alibi_slopes,
+                                   cache_leftpad)
 
     # ---- selective_scan -----------------------------------------------------------------
     def selective_scan_args(self, u, delta, A, B, C, out, D=None, z=None, delta_bias=None,
