@@ -1,6 +1,7 @@
 """Host time of a warm decoding call through flash_attn_with_kvcache (paged cache, Sq=1,
-a launch-bound size), beside flash_attn_func's, and a check that warm calls leave nothing
-to collect and follow new cache lengths. On the GPU machine:
+a launch-bound size), beside flash_attn_func's and flash_attn_varlen_func's, and checks
+that warm calls leave nothing to collect and follow new cache lengths and offsets. On the
+GPU machine:
 
     export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$PWD/.device
     AUTOTUNE_LIBRARY=$PWD/.device/libautotune.so python3 bench/host_call_kvcache.py
@@ -64,3 +65,25 @@ qs = q.view(Hkv, Hq // Hkv, D).float()
 ref = torch.softmax(torch.einsum("hgd,khd->hgk", qs, kk) * D ** -0.5, -1)
 ref = torch.einsum("hgk,khd->hgd", ref, vv).reshape(1, 1, Hq, D)
 print("warm call with new lengths: max abs err", (o1.float() - ref).abs().max().item())
+# varlen: two sequences of 40 and 24 tokens
+tq = torch.randn(64, Hq, D, device=dev, dtype=torch.bfloat16)
+cu = torch.tensor([0, 40, 64], device=dev, dtype=torch.int32)
+fv = lambda: autotune.flash_attn_varlen_func(tq, tq, tq, cu, cu, 40, 40, causal=True)  # noqa: E731
+for _ in range(50):
+    fv()
+torch.cuda.synchronize()
+ts = []
+for i in range(2000):
+    t0 = time.perf_counter()
+    fv()
+    ts.append(time.perf_counter() - t0)
+    if i % 50 == 0:
+        torch.cuda.synchronize()
+ts.sort()
+print(f"flash_attn_varlen_func: median {ts[len(ts) // 2] * 1e6:.1f} us host, "
+      f"p90 {ts[int(len(ts) * .9)] * 1e6:.1f}")
+ov = fv()
+ref = torch.cat([torch.nn.functional.scaled_dot_product_attention(
+    tq[a:b].transpose(0, 1)[None], tq[a:b].transpose(0, 1)[None], tq[a:b].transpose(0, 1)[None],
+    is_causal=True)[0].transpose(0, 1) for a, b in ((0, 40), (40, 64))])
+print("varlen warm call: max abs err", (ov.float() - ref.float()).abs().max().item())

@@ -33,7 +33,7 @@ import threading
 import weakref
 
 from ._runtime import (NO_VARLEN, NO_WINDOW, attention_features, attention_fields,
-                       kvcache_fields, tensor_fields)
+                       check_varlen_tensors, kvcache_fields, tensor_fields, varlen_fields)
 
 # A thread's plans stop growing here (shapes that change every call, such as a serving
 # loop's sequence lengths, would otherwise keep one plan per length forever): the cache
@@ -123,7 +123,9 @@ POINTERS = {
                        "last_state"),
     "attention": ("q", "k", "v", "o", "lse", "alibi_slopes"),
 }
-# An attention call against a KV cache also rewrites its index tensors and new rows.
+# A variable-length attention call also rewrites its offsets; one against a KV cache its
+# index tensors and new rows.
+VARLEN_POINTERS = POINTERS["attention"] + ("cu_seqlens_q", "cu_seqlens_k")
 KVCACHE_POINTERS = POINTERS["attention"] + ("cache_seqlens", "block_table", "k_new", "v_new",
                                             "cache_leftpad")
 
@@ -472,6 +474,87 @@ def _kvcache_first(plans, runtime_for, key, q, k_cache, v_cache, cache_seqlens, 
     workspace = rt.attention_workspace(key, fields, q, features)
     buf, words, slots = _new_args(rt, "attention", fields + workspace + features,
                                   KVCACHE_POINTERS)
+    lib = rt.library
+    fn, handle = lib.calls["attention"], rt.handle
+    status = fn(handle, buf, STREAMS[_raw_stream(dev)])
+    if status:
+        _fail(lib, status)
+    i_ws = rt.layouts["attention"].offsets["workspace"] // 8
+    _remember(plans.attn, key, (buf, words, fn, handle, lib, dev, lse_shape, q.device,
+                                weakref.ref(rt), i_ws, workspace[1], *slots))
+    return (out, lse) if with_lse else out
+
+
+# ---- variable-length attention (flash_attn_varlen_func) ------------------------------------
+def varlen(plans, runtime_for, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+           causal, scale, with_lse, window, softcap, alibi_slopes):
+    """out (total_q, Hq, D) (and the fp32 log-sum-exp (Hq, total_q) when with_lse) of a
+    variable-length call, as Runtime.attention_varlen describes it. The longest lengths are
+    part of the signature (they are packed, and they pick the variant); the offsets are
+    rewritten by pointer like the tensors."""
+    try:
+        key = ("varlen", q.get_device(), q.shape, q.stride(), q.dtype, k.shape, k.stride(),
+               k.dtype, v.shape, v.stride(), v.dtype, cu_seqlens_q.shape, cu_seqlens_q.stride(),
+               cu_seqlens_q.dtype, cu_seqlens_q.get_device(), cu_seqlens_k.shape,
+               cu_seqlens_k.stride(), cu_seqlens_k.dtype, cu_seqlens_k.get_device(),
+               max_seqlen_q, max_seqlen_k, causal, scale, with_lse, window, softcap,
+               None if alibi_slopes is None else alibi_slopes.shape,
+               None if alibi_slopes is None else alibi_slopes.stride(),
+               None if alibi_slopes is None else alibi_slopes.dtype,
+               None if alibi_slopes is None else alibi_slopes.get_device())
+        plan = plans.attn.get(key)
+    except (AttributeError, TypeError):
+        key = plan = None
+    if plan is None:
+        return _varlen_first(plans, runtime_for, key, q, k, v, cu_seqlens_q, cu_seqlens_k,
+                             max_seqlen_q, max_seqlen_k, causal, scale, with_lse, window,
+                             softcap, alibi_slopes)
+    del key
+    (buf, words, fn, handle, lib, dev, lse_shape, device, runtime, i_ws, ws_bytes, i_q, i_k, i_v,
+     i_o, i_l, i_a, i_cq, i_ck) = plan
+    out = _empty_like(q, memory_format=_contiguous)
+    words[i_q] = q.data_ptr()
+    words[i_k] = k.data_ptr()
+    words[i_v] = v.data_ptr()
+    words[i_o] = out.data_ptr()
+    words[i_cq] = cu_seqlens_q.data_ptr()
+    words[i_ck] = cu_seqlens_k.data_ptr()
+    if alibi_slopes is not None:
+        words[i_a] = alibi_slopes.data_ptr()
+    if ws_bytes:  # a split-KV variant: this stream's workspace
+        words[i_ws] = runtime().stream_workspace(dev, ws_bytes)
+    if lse_shape is None:
+        status = fn(handle, buf, STREAMS[_raw_stream(dev)])
+        if status:
+            _fail(lib, status)
+        return out
+    lse = _empty(lse_shape, dtype=_f32, device=device)
+    words[i_l] = lse.data_ptr()
+    status = fn(handle, buf, STREAMS[_raw_stream(dev)])
+    if status:
+        _fail(lib, status)
+    return out, lse
+
+
+def _varlen_first(plans, runtime_for, key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                  max_seqlen_k, causal, scale, with_lse, window, softcap, alibi_slopes):
+    torch = _load_torch()
+    check_varlen_tensors(q, k, v)
+    varlen_args = varlen_fields(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    dev = q.get_device()
+    rt = runtime_for(dev, q, "q")
+    out = torch.empty_like(q, memory_format=_contiguous)
+    lse = lse_shape = None
+    if with_lse:
+        lse_shape = (q.shape[1], q.shape[0])
+        lse = torch.empty(lse_shape, dtype=_f32, device=q.device)
+    fields = (*tensor_fields(q, "q"), *tensor_fields(k, "k"), *tensor_fields(v, "v"),
+              *tensor_fields(out, "o"), *tensor_fields(lse, "lse"), 1 if causal else 0,
+              float(scale or 0.0))
+    features = attention_features(window, softcap, alibi_slopes, varlen_args)
+    workspace = rt.attention_workspace(key, fields, q, features)
+    buf, words, slots = _new_args(rt, "attention", fields + workspace + features,
+                                  VARLEN_POINTERS)
     lib = rt.library
     fn, handle = lib.calls["attention"], rt.handle
     status = fn(handle, buf, STREAMS[_raw_stream(dev)])

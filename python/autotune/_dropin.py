@@ -532,9 +532,9 @@ def _attend_varlen(name, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
     q, k, v, softmax_scale, head_dim = _pad_head_dim(q, k, v, softmax_scale)
     with_lse = True if return_attn_probs else False
     if type(q) is _Tensor and not _is_compiling():
-        fn = _ops.get_runtime(q.device.index).attention_varlen
+        fn = _varlen_warm
         args = (q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
-                causal, softmax_scale, with_lse, None, window, softcap, alibi_slopes)
+                causal, softmax_scale, with_lse, window, softcap, alibi_slopes)
     else:  # traced (torch.compile): the registered operator, one node of the graph
         fn = _VARLEN_LSE if with_lse else _VARLEN
         args = (q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
@@ -548,6 +548,11 @@ def _attend_varlen(name, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
     if alibi_slopes is not None and causal and window[0] < 0:
         lse = lse + _varlen_alibi_offset(alibi_slopes, cu_seqlens_q, cu_seqlens_k, lse.shape[1])
     return out, lse, q.new_empty((0,))
+
+
+def _varlen_warm(*args):
+    """The varlen call on the package's per-signature plans (_calls.varlen)."""
+    return _calls.varlen(_ops._plans, _ops._device, *args)
 
 
 def _varlen_alibi_offset(slopes, cu_seqlens_q, cu_seqlens_k, total_q):

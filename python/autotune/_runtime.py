@@ -201,6 +201,20 @@ def varlen_fields(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
             int(max_seqlen_q), int(max_seqlen_k))
 
 
+def check_varlen_tensors(q, k, v):
+    """q, k, v of a variable-length call: 3-d (total_tokens, nheads, headdim) CUDA tensors."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        shape = getattr(t, "shape", None)
+        if shape is None:
+            raise TypeError(f"autotune: {name} must be a torch.Tensor, not {type(t).__name__}")
+        if len(shape) != 3:
+            raise ValueError(f"autotune: {name} must be (total_tokens, nheads, headdim) for "
+                             f"variable-length batches, not {list(shape)}")
+        if not t.is_cuda:
+            raise ValueError(f"autotune: {name} is on {t.device}; autotune's kernels take CUDA "
+                             "tensors")
+
+
 # A call without a KV cache (cache_seqlens, block_table, k_new, v_new, cache_leftpad).
 def _tensor_key(t):
     return None if t is None else (tuple(t.shape), t.stride(), t.dtype)
@@ -586,21 +600,14 @@ class Runtime:
         return_lse also the fp32 log-sum-exp (nheads, total_q). The offsets are read on the
         GPU, not checked: they must start at 0, not decrease and stay within the tensors,
         and no sequence may be longer than its max_seqlen."""
-        for name, t in (("q", q), ("k", k), ("v", v)):
-            shape = getattr(t, "shape", None)
-            if shape is None:
-                raise TypeError(f"autotune: {name} must be a torch.Tensor, not "
-                                f"{type(t).__name__}")
-            if len(shape) != 3:
-                raise ValueError(f"autotune: {name} must be (total_tokens, nheads, headdim) for "
-                                 f"variable-length batches, not {list(shape)}")
-            if not t.is_cuda:
-                raise ValueError(f"autotune: {name} is on {t.device}; autotune's kernels take "
-                                 "CUDA tensors")
+        if out is None:
+            return self._calls.varlen(self.plans, self._served_by, q, k, v, cu_seqlens_q,
+                                      cu_seqlens_k, max_seqlen_q, max_seqlen_k, bool(causal),
+                                      scale, bool(return_lse), tuple(window), softcap,
+                                      alibi_slopes)
+        check_varlen_tensors(q, k, v)
         varlen = varlen_fields(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
         import torch
-        if out is None:
-            out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         lse = None
         if return_lse:
             lse = torch.empty((q.shape[1], q.shape[0]), device=q.device, dtype=torch.float32)

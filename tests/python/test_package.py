@@ -343,7 +343,8 @@ class TestAttentionFeatures(unittest.TestCase):
         if not path:
             self.skipTest("no built libautotune.so")
         layouts = _runtime.Library.load(path).layouts
-        for op, names in (*_calls.POINTERS.items(), ("attention", _calls.KVCACHE_POINTERS)):
+        for op, names in (*_calls.POINTERS.items(), ("attention", _calls.KVCACHE_POINTERS),
+                          ("attention", _calls.VARLEN_POINTERS)):
             layout = layouts[op]
             slots = layout.pointer_slots_of(names)
             self.assertEqual(slots, tuple(layout.offsets[n] // 8 for n in names))
