@@ -144,6 +144,40 @@ def _fail(library, status):
     library.check(status)
 
 
+def _launch(fn, handle, buf, lib, dev, words, i_l, lse_shape, device, out):
+    """A warm attention call's launch from its plan's buffer: out, or (out, a new fp32
+    log-sum-exp) when the signature asks for one."""
+    if lse_shape is None:
+        status = fn(handle, buf, STREAMS[_raw_stream(dev)])
+        if status:
+            _fail(lib, status)
+        return out
+    lse = _empty(lse_shape, dtype=_f32, device=device)
+    words[i_l] = lse.data_ptr()
+    status = fn(handle, buf, STREAMS[_raw_stream(dev)])
+    if status:
+        _fail(lib, status)
+    return out, lse
+
+
+def _first_call(plans, rt, key, q, fields, features, pointers, lse_shape):
+    """The first attention call of a varlen or KV-cache signature: packs fields, the
+    workspace and features, calls the library and keeps the plan once it accepted the
+    call (the layout varlen() and kvcache() unpack)."""
+    dev = q.get_device()
+    workspace = rt.attention_workspace(key, fields, q, features)
+    buf, words, slots = _new_args(rt, "attention", fields + workspace + features, pointers)
+    lib = rt.library
+    fn, handle = lib.calls["attention"], rt.handle
+    status = fn(handle, buf, STREAMS[_raw_stream(dev)])
+    if status:
+        _fail(lib, status)
+    i_ws = rt.layouts["attention"].offsets["workspace"] // 8
+    # The runtime through a weak reference: its own plans hold this one (no cycle).
+    _remember(plans.attn, key, (buf, words, fn, handle, lib, dev, lse_shape, q.device,
+                                weakref.ref(rt), i_ws, workspace[1], *slots))
+
+
 # ---- causal_conv1d ------------------------------------------------------------------------
 def conv(plans, runtime_for, x, weight, bias, initial_states, silu, with_final, copies=None):
     """out (and final states [B, C, W-1] in x's dtype when with_final) of a conv call.
@@ -330,17 +364,7 @@ def attention(plans, runtime_for, q, k, v, causal, scale, with_lse, copies=None,
         words[i_a] = alibi_slopes.data_ptr()
     if ws_bytes:  # a split-KV variant: this stream's workspace
         words[i_ws] = runtime().stream_workspace(dev, ws_bytes)
-    if lse_shape is None:
-        status = fn(handle, buf, STREAMS[_raw_stream(dev)])
-        if status:
-            _fail(lib, status)
-        return out
-    lse = _empty(lse_shape, dtype=_f32, device=device)
-    words[i_l] = lse.data_ptr()
-    status = fn(handle, buf, STREAMS[_raw_stream(dev)])
-    if status:
-        _fail(lib, status)
-    return out, lse
+    return _launch(fn, handle, buf, lib, dev, words, i_l, lse_shape, device, out)
 
 
 def _attention_first(plans, runtime_for, key, q, k, v, causal, scale, with_lse, copies, window,
@@ -440,17 +464,7 @@ def kvcache(plans, runtime_for, q, k_cache, v_cache, cache_seqlens, block_table,
         words[i_a] = alibi_slopes.data_ptr()
     if ws_bytes:  # a split-KV variant: this stream's workspace
         words[i_ws] = runtime().stream_workspace(dev, ws_bytes)
-    if lse_shape is None:
-        status = fn(handle, buf, STREAMS[_raw_stream(dev)])
-        if status:
-            _fail(lib, status)
-        return out
-    lse = _empty(lse_shape, dtype=_f32, device=device)
-    words[i_l] = lse.data_ptr()
-    status = fn(handle, buf, STREAMS[_raw_stream(dev)])
-    if status:
-        _fail(lib, status)
-    return out, lse
+    return _launch(fn, handle, buf, lib, dev, words, i_l, lse_shape, device, out)
 
 
 def _kvcache_first(plans, runtime_for, key, q, k_cache, v_cache, cache_seqlens, block_table,
@@ -471,17 +485,7 @@ def _kvcache_first(plans, runtime_for, key, q, k_cache, v_cache, cache_seqlens, 
     features = attention_features(window, softcap, alibi_slopes, NO_VARLEN,
                                   kvcache_fields(cache_seqlens, block_table, k_new, v_new,
                                                  cache_leftpad))
-    workspace = rt.attention_workspace(key, fields, q, features)
-    buf, words, slots = _new_args(rt, "attention", fields + workspace + features,
-                                  KVCACHE_POINTERS)
-    lib = rt.library
-    fn, handle = lib.calls["attention"], rt.handle
-    status = fn(handle, buf, STREAMS[_raw_stream(dev)])
-    if status:
-        _fail(lib, status)
-    i_ws = rt.layouts["attention"].offsets["workspace"] // 8
-    _remember(plans.attn, key, (buf, words, fn, handle, lib, dev, lse_shape, q.device,
-                                weakref.ref(rt), i_ws, workspace[1], *slots))
+    _first_call(plans, rt, key, q, fields, features, KVCACHE_POINTERS, lse_shape)
     return (out, lse) if with_lse else out
 
 
@@ -523,17 +527,7 @@ def varlen(plans, runtime_for, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
         words[i_a] = alibi_slopes.data_ptr()
     if ws_bytes:  # a split-KV variant: this stream's workspace
         words[i_ws] = runtime().stream_workspace(dev, ws_bytes)
-    if lse_shape is None:
-        status = fn(handle, buf, STREAMS[_raw_stream(dev)])
-        if status:
-            _fail(lib, status)
-        return out
-    lse = _empty(lse_shape, dtype=_f32, device=device)
-    words[i_l] = lse.data_ptr()
-    status = fn(handle, buf, STREAMS[_raw_stream(dev)])
-    if status:
-        _fail(lib, status)
-    return out, lse
+    return _launch(fn, handle, buf, lib, dev, words, i_l, lse_shape, device, out)
 
 
 def _varlen_first(plans, runtime_for, key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
@@ -552,17 +546,7 @@ def _varlen_first(plans, runtime_for, key, q, k, v, cu_seqlens_q, cu_seqlens_k, 
               *tensor_fields(out, "o"), *tensor_fields(lse, "lse"), 1 if causal else 0,
               float(scale or 0.0))
     features = attention_features(window, softcap, alibi_slopes, varlen_args)
-    workspace = rt.attention_workspace(key, fields, q, features)
-    buf, words, slots = _new_args(rt, "attention", fields + workspace + features,
-                                  VARLEN_POINTERS)
-    lib = rt.library
-    fn, handle = lib.calls["attention"], rt.handle
-    status = fn(handle, buf, STREAMS[_raw_stream(dev)])
-    if status:
-        _fail(lib, status)
-    i_ws = rt.layouts["attention"].offsets["workspace"] // 8
-    _remember(plans.attn, key, (buf, words, fn, handle, lib, dev, lse_shape, q.device,
-                                weakref.ref(rt), i_ws, workspace[1], *slots))
+    _first_call(plans, rt, key, q, fields, features, VARLEN_POINTERS, lse_shape)
     return (out, lse) if with_lse else out
 
 
