@@ -3,8 +3,8 @@
 sizes: rows python_call_us (median over single calls) and python_call_p99_us for
 bench/results/<gpu>-tuning.json. Ours three ways: the ctypes Runtime
 (runtime/python/autotune_runtime.py; ops attention, causal_conv1d, selective_scan), the
-package's drop-ins (flash_attn_func, causal_conv1d_fn, selective_scan_fn: what a model
-calls) and the registered operators through torch's dispatcher
+package's drop-ins (flash_attn_func, causal_conv1d_fn, selective_scan_fn,
+flash_attn_with_kvcache, flash_attn_varlen_func: what a model calls) and the registered operators through torch's dispatcher
 (torch.ops.autotune.attention, ...: what a compiled graph calls). Issue 16's floor: the
 drop-in attention call at most sdpa's, the drop-in conv call at most conv1d's.
 
@@ -129,6 +129,14 @@ def main():
     Dv = torch.rand(64, device=dev)
     z = torch.randn_like(u)
     dbias = -torch.rand(64, device=dev)
+    # decoding against a paged KV cache (one 256-key page per sequence) and a varlen batch
+    kc = torch.randn(1, 256, 2, 64, device=dev, dtype=bf16)
+    vc = torch.randn_like(kc)
+    table = torch.zeros(1, 1, device=dev, dtype=torch.int32)
+    lens = torch.full((1,), 200, device=dev, dtype=torch.int32)
+    q1 = torch.randn(1, 1, 4, 64, device=dev, dtype=bf16)
+    tq = torch.randn(128, 4, 64, device=dev, dtype=bf16)
+    cu = torch.tensor([0, 80, 128], device=dev, dtype=torch.int32)
     cases = {
         "attention": lambda: rt.attention(q, k, v, causal=True),
         "sdpa": lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=True),
@@ -140,6 +148,10 @@ def main():
         "causal_conv1d_fn": lambda: autotune.causal_conv1d_fn(x, w, b, activation="silu"),
         "selective_scan_fn": lambda: autotune.selective_scan_fn(
             u, delta, A, Bm, Cm, Dv, z=z, delta_bias=dbias, delta_softplus=True),
+        "flash_attn_with_kvcache": lambda: autotune.flash_attn_with_kvcache(
+            q1, kc, vc, cache_seqlens=lens, block_table=table),
+        "flash_attn_varlen_func": lambda: autotune.flash_attn_varlen_func(
+            tq, tq, tq, cu, cu, 80, 80, causal=True),
         "torch.ops.autotune.attention": lambda: ops.attention(q, k, v, True),
         "torch.ops.autotune.causal_conv1d": lambda: ops.causal_conv1d(x, w, b, None, True),
         "torch.ops.autotune.selective_scan": lambda: ops.selective_scan(
@@ -147,7 +159,9 @@ def main():
     }
     kinds = {"sdpa": "torch", "conv1d": "torch", "flash_attn_func": "the package's drop-in",
              "causal_conv1d_fn": "the package's drop-in",
-             "selective_scan_fn": "the package's drop-in"}
+             "selective_scan_fn": "the package's drop-in",
+             "flash_attn_with_kvcache": "the package's drop-in: one decoding step, paged cache",
+             "flash_attn_varlen_func": "the package's drop-in: two packed sequences"}
     with torch.no_grad():
         rows = {op: host_times(fn, args.calls, args.repeats) for op, fn in cases.items()}
     # Where a tail comes from when nothing is collected: two baselines timed the same way.
