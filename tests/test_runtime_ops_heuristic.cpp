@@ -335,6 +335,20 @@ TEST_CASE("a configuration from another problem serves adapted, else as it stand
     REQUIRE(served);
     CHECK(format_fields(*served) == format_fields(scan.adapt(pair, bf16)));
   }
+  SUBCASE("a winner of a ragged length serves an aligned one with the tuner's inert value") {
+    const Config async = parse_fields("threads=128,items=64,cpb=16,nsplit=8,scan=state,vec=8,"
+                                      "poly=0,minblocks=1,tsplit=1,bc=pair,cpl=1,"
+                                      "ystore=after,yred=1,ragged=async",
+                                      "config");
+    const Problem aligned = problem("selective_scan", "B=1,D=5120,L=2048,N=16");
+    auto served = serve_config(scan, async, aligned, "sm_90a");
+    REQUIRE(served);
+    CHECK(*find_field(*served, "ragged") == "regs");
+    const Problem ragged = problem("selective_scan", "B=1,D=5120,L=2047,N=16");
+    served = serve_config(scan, async, ragged, "sm_90a");
+    REQUIRE(served);
+    CHECK(*find_field(*served, "ragged") == "async");
+  }
   SUBCASE("a Hopper-only attention configuration serves no sm_80 GPU") {
     const Op& attn = find_op("attention");
     const Config wgmma = parse_fields("block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,"

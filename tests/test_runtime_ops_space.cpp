@@ -509,3 +509,18 @@ TEST_CASE("fuzz: space parsing and --param fail only with autotune errors") {
   }
   CHECK(parsed > 0); // some mutations keep the file valid, so the parsed path is exercised
 }
+
+TEST_CASE("inert rules set a configuration's inert parameters where they apply") {
+  const std::vector<InertRule> rules{{"scan", {"shfl", "smem"}, {{"tsplit", "1"}, {"bc", "f32"}}},
+                                     {"", {}, {{"ragged", "regs"}}}};
+  const Config state =
+      parse_fields("scan=state,tsplit=2,bc=pair,ragged=async,threads=64", "config");
+  CHECK(format_fields(apply_inert_rules(state, rules)) ==
+        "scan=state,tsplit=2,bc=pair,ragged=regs,threads=64");
+  const Config shfl = parse_fields("scan=shfl,tsplit=2,bc=pair,ragged=async", "config");
+  CHECK(format_fields(apply_inert_rules(shfl, rules)) == "scan=shfl,tsplit=1,bc=f32,ragged=regs");
+  SUBCASE("a parameter the configuration does not name is not added") {
+    const Config few = parse_fields("scan=smem,threads=32", "config");
+    CHECK(format_fields(apply_inert_rules(few, rules)) == "scan=smem,threads=32");
+  }
+}

@@ -281,16 +281,20 @@ std::optional<Config> serve_config(const Op& op, const Config& config, const Pro
       return false;
     }
   };
+  // Either way with the inert parameters at the values the tuner measures (the same
+  // kernel under the id a tuning run compiled).
+  const std::vector<InertRule> rules = op.inert_params(problem);
   try {
-    Config adapted = op.adapt(config, problem);
+    Config adapted = apply_inert_rules(op.adapt(config, problem), rules);
     if (valid(adapted)) {
       return adapted;
     }
   } catch (const Error&) {
     // adapt() refused it: the configuration as it stands may still serve
   }
-  if (valid(config)) {
-    return config;
+  Config own = apply_inert_rules(config, rules);
+  if (valid(own)) {
+    return own;
   }
   return std::nullopt;
 }

@@ -82,7 +82,8 @@ std::optional<HeuristicMatch> nearest_own_point(const Op& op, const Problem& pro
 // What a configuration chosen for another problem (a stored winner, a built-in point)
 // runs on `problem`: Op::adapt's version where that is valid for `arch`, else the
 // configuration itself where it is, else nothing (a point tuned with 16-bit inputs may
-// need adapting before it serves fp32 ones; an adapted one the op refuses falls back).
+// need adapting before it serves fp32 ones; an adapted one the op refuses falls back);
+// inert parameters at the values Op::inert_params fixes for the problem.
 std::optional<Config> serve_config(const Op& op, const Config& config, const Problem& problem,
                                    const std::string& arch);
 

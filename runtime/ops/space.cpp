@@ -518,6 +518,27 @@ std::vector<Space> inert_parts(const Space& space, const std::vector<InertRule>&
   return parts;
 }
 
+Config apply_inert_rules(const Config& config, const std::vector<InertRule>& rules) {
+  Config out = config;
+  for (const InertRule& rule : rules) {
+    if (!rule.when.empty()) {
+      const std::string* v = find_field(out, rule.when);
+      if (!v || std::find(rule.when_values.begin(), rule.when_values.end(), *v) ==
+                    rule.when_values.end()) {
+        continue;
+      }
+    }
+    for (const auto& [name, value] : rule.fixed) {
+      for (auto& [n, v] : out) {
+        if (n == name) {
+          v = value;
+        }
+      }
+    }
+  }
+  return out;
+}
+
 Config order_config(const Space& space, const Config& config, bool fill_missing,
                     const std::string& what) {
   for (const auto& [name, value] : config) {

@@ -114,6 +114,12 @@ struct InertRule {
   Fields fixed;                         // inert parameters and their one value
 };
 
+// `config` with the inert parameters of every rule that applies set to the rule's value:
+// the id the tuner measures for the same kernel (a configuration chosen for another
+// problem may carry a value this problem's kernel does not read). Parameters the
+// configuration does not name are left out.
+Config apply_inert_rules(const Config& config, const std::vector<InertRule>& rules);
+
 // The space cut into disjoint parts whose union holds every combination except those in
 // which a rule's inert parameter takes another value than the rule's: walking the parts
 // judges each kernel once, not once per value of a parameter it does not read. A rule
