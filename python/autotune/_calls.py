@@ -144,20 +144,20 @@ def _fail(library, status):
     library.check(status)
 
 
-def _launch(fn, handle, buf, lib, dev, words, i_l, lse_shape, device, out):
-    """A warm attention call's launch from its plan's buffer: out, or (out, a new fp32
-    log-sum-exp) when the signature asks for one."""
-    if lse_shape is None:
+def _launch(fn, handle, buf, lib, dev, words, i_extra, extra_shape, device, out):
+    """A warm call's launch from its plan's buffer: out, or (out, a new fp32 second output:
+    attention's log-sum-exp, the scan's last state) when the signature asks for one."""
+    if extra_shape is None:
         status = fn(handle, buf, STREAMS[_raw_stream(dev)])
         if status:
             _fail(lib, status)
         return out
-    lse = _empty(lse_shape, dtype=_f32, device=device)
-    words[i_l] = lse.data_ptr()
+    extra = _empty(extra_shape, dtype=_f32, device=device)
+    words[i_extra] = extra.data_ptr()
     status = fn(handle, buf, STREAMS[_raw_stream(dev)])
     if status:
         _fail(lib, status)
-    return out, lse
+    return out, extra
 
 
 def _first_call(plans, rt, key, q, fields, features, pointers, lse_shape):
@@ -287,17 +287,7 @@ def scan(plans, runtime_for, u, delta, A, B, C, D, z, delta_bias, delta_softplus
     if delta_bias is not None:
         words[i_db] = delta_bias.data_ptr()
     words[i_o] = out.data_ptr()
-    if state_shape is None:
-        status = fn(handle, buf, STREAMS[_raw_stream(dev)])
-        if status:
-            _fail(lib, status)
-        return out
-    last = _empty(state_shape, dtype=_f32, device=device)
-    words[i_s] = last.data_ptr()
-    status = fn(handle, buf, STREAMS[_raw_stream(dev)])
-    if status:
-        _fail(lib, status)
-    return out, last
+    return _launch(fn, handle, buf, lib, dev, words, i_s, state_shape, device, out)
 
 
 def _scan_first(plans, runtime_for, key, u, delta, A, B, C, D, z, delta_bias, delta_softplus,

@@ -215,11 +215,6 @@ def check_varlen_tensors(q, k, v):
                              "tensors")
 
 
-# A call without a KV cache (cache_seqlens, block_table, k_new, v_new, cache_leftpad).
-def _tensor_key(t):
-    return None if t is None else (tuple(t.shape), t.stride(), t.dtype)
-
-
 def _slopes_key(alibi_slopes):
     return None if alibi_slopes is None else (tuple(alibi_slopes.shape), alibi_slopes.dtype)
 
