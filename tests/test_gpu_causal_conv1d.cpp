@@ -84,6 +84,11 @@ TEST_CASE("every valid causal_conv1d variant matches a float64 reference") {
       "B=5,C=7,L=997,W=4,dtype=fp32,wdtype=fp32,init_states=1,final_states=1",
       "B=4,C=9,L=8191,W=2,dtype=bf16,bias=0,silu=0",
       "B=64,C=24,L=333,W=2,dtype=bf16,bias=1,silu=1",
+      // Flat planes (rows back to back, C*L whole vectors): vectors that cross rows,
+      // rows barely longer than a vector, initial and final states at every crossing.
+      "B=3,C=8,L=65,W=4,dtype=bf16,init_states=1,final_states=1",
+      "B=2,C=16,L=67,W=3,dtype=fp32,wdtype=fp32,init_states=1,final_states=1",
+      "B=4,C=32,L=1001,W=4,dtype=bf16,bias=1,silu=1,init_states=1",
   };
   for (const char* shape : shapes) {
     ConvCase k(shape, rng);
@@ -343,7 +348,8 @@ TEST_CASE("ragged rows at every offset and stride read and write only their own 
   // x is a view at an element offset with padded channels (each row at another
   // shift from a 16-byte boundary) or padded batches; out is contiguous at its own
   // offset, so vector_mode is 1 where both offsets agree and 2 where they do not (and
-  // 0 for an aligned length whose rows are not aligned). The elements of out's
+  // 0 for an aligned length whose rows are not aligned), or 3 (flat planes) where rows
+  // lie back to back in aligned planes of whole vectors. The elements of out's
   // allocation outside the view must stay poisoned.
   context();
   const auto& op = static_cast<const CausalConv1dOp&>(find_op("causal_conv1d"));
@@ -354,10 +360,21 @@ TEST_CASE("ragged rows at every offset and stride read and write only their own 
       "threads=64,vec=16,items=2,cpb=1,load=direct", "threads=128,vec=8,items=1,cpb=4,load=smem",
       "threads=128,vec=4,items=4,cpb=16,load=smem",  "threads=512,vec=8,items=4,cpb=1,load=smem",
   };
-  for (int L : {1, 3, 5, 8, 333, 1000, 4095}) {
-    const int B = 2, C = 5, W = 4;
-    const std::string shape =
-        "B=2,C=5,L=" + std::to_string(L) + ",W=4,dtype=bf16,init_states=1,final_states=1";
+  int flat_launches = 0; // C = 8: contiguous rows in aligned planes read as flat planes
+  for (auto [C, L] : {std::pair{5, 1},
+                      {5, 3},
+                      {5, 5},
+                      {5, 8},
+                      {5, 333},
+                      {5, 1000},
+                      {5, 4095},
+                      {8, 9},
+                      {8, 333},
+                      {8, 1000},
+                      {8, 4095}}) {
+    const int B = 2, W = 4;
+    const std::string shape = "B=2,C=" + std::to_string(C) + ",L=" + std::to_string(L) +
+                              ",W=4,dtype=bf16,init_states=1,final_states=1";
     Problem problem = op.make_problem(parse_fields(shape, "shape"));
     for (const char* text : configs) {
       Config config = parse_fields(text, "config");
@@ -410,7 +427,10 @@ TEST_CASE("ragged rows at every offset and stride read and write only their own 
           call.out_batch_stride = (long long)C * L;
           call.out_channel_stride = L;
           ArgPack args;
-          args.add(op.kernel_args(op.conv_plan(config, problem), call));
+          const CausalConv1dKernelArgs kernel_args =
+              op.kernel_args(op.conv_plan(config, problem), call);
+          flat_launches += kernel_args.vector_mode == 3;
+          args.add(kernel_args);
           LaunchGeometry g = op.geometry(config, problem);
           AUTOTUNE_CU(cuda::driver().cuLaunchKernel(f, g.grid[0], g.grid[1], g.grid[2], g.block[0],
                                                     g.block[1], g.block[2], g.dynamic_smem, nullptr,
@@ -433,4 +453,5 @@ TEST_CASE("ragged rows at every offset and stride read and write only their own 
       }
     }
   }
+  CHECK(flat_launches > 0);
 }
