@@ -184,12 +184,6 @@ TEST_CASE("the causal_conv1d kernel's ConvArgs is CausalConv1dKernelArgs, field 
       HOST_FIELD(A, out_batch_stride),
       HOST_FIELD(A, out_channel_stride),
       HOST_FIELD(A, vector_mode),
-      HOST_FIELD(A, flat_vectors),
-      HOST_FIELD(A, plane_vectors),
-      HOST_FIELD(A, plane_mul),
-      HOST_FIELD(A, plane_shr),
-      HOST_FIELD(A, length_mul),
-      HOST_FIELD(A, length_shr),
   };
   const Op& op = find_op("causal_conv1d");
   const Space space = parse_space(template_file(op.space_path()), op.space_path());

@@ -61,13 +61,6 @@ bool ragged(const Dims& d, long long vec) {
   return d.L % vec != 0;
 }
 
-// The shortest rows read as flat planes, and the shared memory those kernels stage a
-// block's filters in (kernel.cuh k_flat_min_length, k_flat_channels).
-constexpr long long k_flat_min_length = 64;
-long long flat_filter_bytes(const Params& p, const Dims& d) {
-  return ((long long)p.threads * p.items * p.vec / k_flat_min_length + 2) * (d.W + 1) * 4;
-}
-
 // config with p's values.
 Config with_params(const Config& config, const Params& p) {
   Config c = with_values(
@@ -202,15 +195,14 @@ Result<bool> CausalConv1dOp::check(const Config& config, const Problem& problem,
     return fail("vector accesses under 8 bytes are not worth a variant");
   }
   long long tile = tile_length(p);
-  long long smem = ragged(d, p.vec) ? flat_filter_bytes(p, d) : 0;
   if (p.smem) {
     long long pad = std::max<long long>(16 / (long long)dtype_size(d.x), d.W - 1);
     // (ragged rows stage one vector more: kernel.cuh k_row_slots)
     const long long row = pad + tile + (ragged(d, p.vec) ? p.vec : 0);
-    smem += p.cpb * row * (long long)dtype_size(d.x);
-  }
-  if (smem > k_static_smem_limit) {
-    return fail("shared memory of " + std::to_string(smem) + " bytes exceeds 48 KiB");
+    const long long smem = p.cpb * row * (long long)dtype_size(d.x);
+    if (smem > k_static_smem_limit) {
+      return fail("shared-memory tile of " + std::to_string(smem) + " bytes exceeds 48 KiB");
+    }
   }
   if ((d.L + tile - 1) / tile > k_max_grid_y) {
     return fail("L needs more than 65535 tiles for this tile length");
@@ -501,17 +493,6 @@ CausalConv1dPlan CausalConv1dOp::conv_plan(const Config& config, const Problem& 
   p.shape = dims(problem);
   p.vec = params(config).vec;
   p.geometry = geometry(config, problem);
-  const Dims& d = p.shape;
-  // Flat planes (kernel.cuh): ragged rows only (aligned ones are whole vectors already)
-  // of at least k_flat_min_length positions, whole vectors per plane, and indices
-  // at_div_magic takes (under 2^31).
-  constexpr long long k_index_limit = 1ll << 31;
-  p.flat = ragged(d, p.vec) && d.L >= k_flat_min_length && (d.C * d.L) % p.vec == 0 &&
-           d.C * d.L < k_index_limit && d.B * d.C * d.L / p.vec < k_index_limit;
-  if (p.flat) {
-    p.by_plane = DivMagic(unsigned(d.C * d.L / p.vec));
-    p.by_length = DivMagic(unsigned(d.L));
-  }
   return p;
 }
 
@@ -541,33 +522,13 @@ CausalConv1dKernelArgs conv_kernel_args(const CausalConv1dPlan& plan,
   a.x_channel_stride = call.x_channel_stride;
   a.out_batch_stride = call.out_batch_stride;
   a.out_channel_stride = call.out_channel_stride;
-  const VectorAccess vector(d.x, plan.vec);
-  const long long esize = vector.esize;
-  const long long vbytes = vector.bytes;
-  if (plan.flat && call.x_channel_stride == d.L && call.out_channel_stride == d.L &&
-      vector.aligned(call.x, {d.B > 1 ? call.x_batch_stride : 0}) &&
-      vector.aligned(call.out, {d.B > 1 ? call.out_batch_stride : 0})) {
-    // Rows back to back in aligned planes: the kernel's "Flat planes".
-    a.vector_mode = 3;
-    a.flat_vectors = int(d.B * d.C * d.L / plan.vec);
-    a.plane_vectors = unsigned(d.C * d.L / plan.vec);
-    a.plane_mul = plan.by_plane.mul;
-    a.plane_shr = plan.by_plane.shr;
-    a.length_mul = plan.by_length.mul;
-    a.length_shr = plan.by_length.shr;
-    return a;
-  }
   if (ragged(d, plan.vec)) {
-    // Every row is read from its first aligned address (the kernel's "Ragged rows"),
-    // so loads are always vectors; stores are where out's row b, c is as far from
-    // an aligned address as x's, for every b and c.
-    const bool same_shift =
-        call.x % vbytes == call.out % vbytes &&
-        (d.B == 1 || ((call.x_batch_stride - call.out_batch_stride) * esize) % vbytes == 0) &&
-        (d.C == 1 || ((call.x_channel_stride - call.out_channel_stride) * esize) % vbytes == 0);
-    a.vector_mode = same_shift ? 1 : 2;
+    // Every row is tiled from out's first aligned address and x read realigned (the
+    // kernel's "Ragged rows"): vectors whatever the strides.
+    a.vector_mode = 1;
     return a;
   }
+  const VectorAccess vector(d.x, plan.vec);
   a.vector_mode = vector.aligned(call.x, {call.x_batch_stride, call.x_channel_stride}) &&
                   vector.aligned(call.out, {call.out_batch_stride, call.out_channel_stride});
   return a;

@@ -35,11 +35,7 @@ struct CausalConv1dKernelArgs {
   CUdeviceptr x, weight, bias, out, initial_states, final_states;
   int batch, channels, length;
   long long x_batch_stride, x_channel_stride, out_batch_stride, out_channel_stride;
-  int vector_mode; // 0 scalar, 1 vector loads and stores, 2 vector loads only, 3 flat planes
-  int flat_vectors;
-  unsigned plane_vectors;
-  unsigned plane_mul, plane_shr;
-  unsigned length_mul, length_shr;
+  int vector_mode; // 0 scalar, 1 vector loads and stores
 };
 
 // Everything a launch of one variant on one problem needs besides the call's
@@ -47,10 +43,6 @@ struct CausalConv1dKernelArgs {
 struct CausalConv1dPlan final : CallPlan {
   CausalConv1dShape shape;
   int vec = 0;
-  // Whether the shape can be read as flat planes (the kernel's vector_mode 3) when the
-  // call's layout allows it, and the divisions that mode needs.
-  bool flat = false;
-  DivMagic by_plane, by_length;
   size_t pack(const void* args, const BoundCall& call, void* out) const override;
 };
 

@@ -155,16 +155,6 @@ struct VectorAccess {
   long long bytes; // bytes of one access
 };
 
-// n / divisor as at_div_magic computes it on the device (templates/common/numeric.cuh):
-// (umulhi(n, mul) + n) >> shr, exact for every n < 2^31 and divisor in [1, 2^31).
-struct DivMagic {
-  DivMagic() = default; // divides by 1
-  explicit DivMagic(unsigned divisor);
-  unsigned divide(unsigned n) const; // the device's arithmetic, for tests
-
-  unsigned mul = 0, shr = 0;
-};
-
 // The tolerance of an op whose error is dominated by one rounding of its 16-bit
 // output (bf16 keeps 8 significant bits, fp16 11); `f32` for fp32 outputs.
 double output_rounding_tolerance(DType out, double f32);

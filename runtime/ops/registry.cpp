@@ -125,24 +125,6 @@ bool VectorAccess::aligned(CUdeviceptr base, std::initializer_list<long long> st
   return true;
 }
 
-DivMagic::DivMagic(unsigned divisor) {
-  if (divisor == 0 || divisor >= (1u << 31)) {
-    throw Error(ErrorKind::internal,
-                "DivMagic: divisor " + std::to_string(divisor) + " outside [1, 2^31)");
-  }
-  // shr = ceil(log2(divisor)); mul = floor(2^32 (2^shr - divisor) / divisor) + 1, the
-  // low 32 bits of the 33-bit multiplier 2^32 + mul.
-  while ((1ull << shr) < divisor) {
-    ++shr;
-  }
-  mul = unsigned((((1ull << shr) - divisor) << 32) / divisor + 1);
-}
-
-unsigned DivMagic::divide(unsigned n) const {
-  const unsigned hi = unsigned((static_cast<unsigned long long>(n) * mul) >> 32);
-  return (hi + n) >> shr;
-}
-
 double output_rounding_tolerance(DType out, double f32) {
   switch (out) {
   case DType::bf16:

@@ -28,28 +28,22 @@
 // Ragged rows (AT_RAGGED=1). With an odd L the rows of a contiguous [B, C, L]
 // tensor start at every possible offset from a 16-byte boundary, so no fixed split
 // of a row into vectors is aligned for every row. Each row instead computes its
-// shift, the number of elements between the aligned address at or before its start
-// and the start, and its tiles cover positions [y * tile - shift, (y + 1) * tile -
-// shift): every vector of a tile begins at an aligned address. Vectors wholly inside
-// the row are single wide accesses; the (at most two) vectors that straddle the
-// row's ends read and write their in-row elements one at a time and never touch the
-// neighbouring rows (which may belong to no tensor at all). Positions before 0 in
-// the first vector take the initial state (or zero), as the halo does. The last
+// shift, the number of elements between the aligned address at or before out's row
+// start and that start, and its tiles cover positions [y * tile - shift, (y + 1) *
+// tile - shift): every output vector of a tile begins at an aligned address. x's row
+// has its own shift (a view such as mamba-ssm's x = xz[:, :C] against a contiguous
+// out); its aligned vectors then begin `lag` positions before out's, and a vector of
+// inputs is the end of one aligned x vector and the start of the next (from the
+// next lane on the direct path, from the staged tile on the shared-memory one).
+// Vectors wholly inside the row are single wide accesses; the (at most two) output
+// vectors that straddle the row's ends write their in-row elements one at a time and
+// never touch the neighbouring rows (which may belong to no tensor at all); input
+// vectors that straddle them are read whole where they lie inside x's address range.
+// Positions before 0 take the initial state (or zero), as the halo does. The last
 // shift positions of a row may lie past the last tile; the last block of the row
-// computes those few outputs with scalar accesses. out is written with the same
-// vectors when its rows have x's shift (vector_mode 1), else one element at a time
-// (vector_mode 2). bench/notes/causal_conv1d-unaligned.md weighs the alternatives.
-//
-// Flat planes (AT_RAGGED, vector_mode 3). When the rows of each batch lie back to back
-// (channel stride L, x and out alike: a contiguous tensor, or mamba-ssm's x = xz[:, :C]
-// view) and every batch's plane of C*L elements starts aligned and holds whole vectors,
-// the plane is read as one aligned array: the grid's blocks share the B*C*L/AT_VEC
-// vectors evenly, consecutive threads taking consecutive vectors, and a vector may hold
-// the end of one row and the start of the next. Its channel and position come from two
-// divisions by launch constants (at_div_magic); only the vectors that hold a row's
-// first W-1 positions mask their window (initial state or zero), and only those that
-// cross a row's end weigh their elements with two channels' filters. No element is
-// read or written one at a time and no row has a tail.
+// computes those few outputs with scalar accesses. bench/notes/causal_conv1d-unaligned.md
+// weighs the alternatives.
+
 #include "common/numeric.cuh"
 
 #ifndef AT_THREADS
@@ -96,16 +90,9 @@ struct ConvArgs {
   long long out_batch_stride;
   long long out_channel_stride;
   // Without AT_RAGGED: 1 when every row of x and out starts aligned (vector loads
-  // and stores), else 0 (one element per access). With it (loads are always
-  // vectors): 1 when out's rows have x's shift (vector stores), else 2 (scalar), or 3
-  // when x and out are flat planes (see "Flat planes").
+  // and stores), else 0 (one element per access). With it: 1 (vectors always; rows of
+  // x and out at different shifts are realigned, see "Ragged rows").
   int vector_mode;
-  // vector_mode 3 only: B*C*L / AT_VEC vectors in all, C*L / AT_VEC per plane, and the
-  // multipliers of at_div_magic for dividing by the vectors per plane and by L.
-  int flat_vectors;
-  unsigned plane_vectors;
-  unsigned plane_mul, plane_shr;
-  unsigned length_mul, length_shr;
 };
 
 __device__ __forceinline__ float conv_point(const float* win, const float (&w)[k_width], float b) {
@@ -175,35 +162,6 @@ __device__ __forceinline__ void take_lagged(at_vec<x_t, k_vec>& o, const at_vec<
     }
   }
 }
-__device__ __forceinline__ void realign(at_vec<x_t, k_vec>& o, const at_vec<x_t, k_vec>& a,
-                                        const at_vec<x_t, k_vec>& b, int lag) {
-  switch (lag) {
-  case 1:
-    take_lagged<1>(o, a, b);
-    break;
-  case 2:
-    take_lagged<2>(o, a, b);
-    break;
-  case 3:
-    take_lagged<3>(o, a, b);
-    break;
-  case 4:
-    take_lagged<4>(o, a, b);
-    break;
-  case 5:
-    take_lagged<5>(o, a, b);
-    break;
-  case 6:
-    take_lagged<6>(o, a, b);
-    break;
-  case 7:
-    take_lagged<7>(o, a, b);
-    break;
-  default:
-    o = a;
-    break;
-  }
-}
 // The vector of the lane above (its 4-byte words shuffled down by one lane).
 __device__ __forceinline__ at_vec<x_t, k_vec> from_next_lane(const at_vec<x_t, k_vec>& v) {
   constexpr int k_u32 = at_vec<x_t, k_vec>::k_bytes / 4;
@@ -217,161 +175,100 @@ __device__ __forceinline__ at_vec<x_t, k_vec> from_next_lane(const at_vec<x_t, k
   return r;
 }
 
-#if AT_RAGGED
-// Flat planes hold rows of at least this many positions (runtime/ops/causal_conv1d.cpp
-// checks it), so a block's vectors span at most k_flat_channels channels.
-constexpr int k_flat_min_length = 64;
-constexpr int k_flat_channels = k_threads * k_items * k_vec / k_flat_min_length + 2;
+// Lane src's vector, to every lane.
+__device__ __forceinline__ at_vec<x_t, k_vec> from_lane(const at_vec<x_t, k_vec>& v, int src) {
+  constexpr int k_u32 = at_vec<x_t, k_vec>::k_bytes / 4;
+  at_vec<x_t, k_vec> r;
+  const unsigned* in = reinterpret_cast<const unsigned*>(&v);
+  unsigned* out = reinterpret_cast<unsigned*>(&r);
+#pragma unroll
+  for (int k = 0; k < k_u32; ++k) {
+    out[k] = __shfl_sync(0xffffffffu, in[k], src);
+  }
+  return r;
+}
 
-// Flat planes (vector_mode 3; see the header): block g of the grid's G owns vectors
-// [g * per, (g + 1) * per) of all B*C*L/AT_VEC, per = ceil(all / G) <= the block's
-// k_threads * k_items (the grid is sized for rows, which cover at least as much).
-__device__ __forceinline__ void conv_flat(const ConvArgs& args) {
-  const int blocks = static_cast<int>(gridDim.x * gridDim.y);
-  const int block = static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x);
-  const int per = (args.flat_vectors + blocks - 1) / blocks;
-  const int first = block * per;
-  const int end = min(first + per, args.flat_vectors);
-  const int lane = threadIdx.x % 32;
-  const int length = args.length;
-  const int channels = args.channels;
-  // Vector idx: its batch b and element e within the plane.
-  auto locate = [&](int idx, unsigned& b, unsigned& e) {
-    const unsigned n = idx < end ? unsigned(idx) : 0u;
-    b = at_div_magic(n, args.plane_mul, args.plane_shr);
-    e = (n - b * args.plane_vectors) * k_vec;
-  };
-  // Loads first: k_items vectors in flight.
-  at_vec<x_t, k_vec> v[k_items];
-  x_t left[k_items][k_halo];
+#if AT_SMEM
+// The shared-memory path's compute loop over a thread's k_items vectors of the staged
+// row srow, for a row whose x vectors lag out's by `lag` positions (the inputs of the
+// output at base + off start lag slots further). LAGGED = false: lag is 0, and the
+// loop of an ordinary call keeps its aligned shared-memory reads.
+template <bool LAGGED>
+__device__ __forceinline__ void compute_staged(const x_t* srow, int lag, int base, int t,
+                                               int length, x_t* out_row, bool vector_store,
+                                               const float (&w)[k_width], float bias) {
+  const int first = k_pad - k_halo + (LAGGED ? lag : 0);
 #pragma unroll
   for (int i = 0; i < k_items; ++i) {
-    const int idx = first + i * k_threads + static_cast<int>(threadIdx.x);
-    const bool in = idx < end;
-    unsigned b, e;
-    locate(idx, b, e);
-    const x_t* xp = args.x + b * args.x_batch_stride + e;
-    if (in) {
-      v[i].load(xp);
-    } else {
+    const int off = (i * k_row_threads + t) * k_vec;
+    const int p = base + off;
+    if (p >= length) {
+      break;
+    }
+    float win[k_halo + k_vec];
 #pragma unroll
-      for (int j = 0; j < k_vec; ++j) {
-        v[i].elem[j] = at_from_float<x_t>(0.0f);
+    for (int j = 0; j < k_halo + k_vec; ++j) {
+      win[j] = at_to_float(srow[first + off + j]);
+    }
+    emit(out_row, p, length, vector_store, win, w, bias);
+  }
+}
+#endif
+
+#if !AT_SMEM
+// The direct path's compute loop over a thread's k_items vectors v (vector i at p0 + i *
+// 32 * k_vec; lane 0's first halo in left; lane 31's vector after its last in tail),
+// for a row whose x vectors lag out's by LAG positions: one copy per lag, so that the
+// lag = 0 loop of an ordinary call keeps its own registers.
+template <int LAG>
+__device__ __forceinline__ void
+compute_direct(at_vec<x_t, k_vec> (&v)[k_items], const x_t (&left)[k_halo],
+               const at_vec<x_t, k_vec>& tail, int p0, int lane, int length, x_t* out_row,
+               bool vector_store, const float (&w)[k_width], float bias) {
+  float carry[k_halo]; // the previous vector's last k_halo inputs, from lane 31
+#pragma unroll
+  for (int i = 0; i < k_items; ++i) {
+    const int p = p0 + i * 32 * k_vec;
+    if constexpr (LAG != 0) {
+      // The inputs are the end of this lane's x vector and the start of the next
+      // lane's; for lane 31, lane 0's next vector (or, after the last, its own load).
+      at_vec<x_t, k_vec> b = from_next_lane(v[i]);
+      const int next = i + 1 < k_items ? i + 1 : i; // (a valid index when unused)
+      const at_vec<x_t, k_vec> after = i + 1 < k_items ? from_lane(v[next], 0) : tail;
+      if (lane == 31) {
+        b = after;
       }
+      take_lagged<LAG>(v[i], v[i], b); // (o[j] reads a[j + LAG], not yet overwritten)
     }
-    // Lane 0's halo: the plane's k_halo elements in front (a plane's first vector has
-    // none: its window is masked).
-#pragma unroll
-    for (int h = 0; h < k_halo; ++h) {
-      left[i][h] = at_load_or_zero(xp - k_halo + h, lane == 0 && in && e > 0);
-    }
-  }
-  // The filters (taps, then bias) of the block's channels, from its first vector's
-  // channel on (past the plane's last channel, the next plane's first): staged while
-  // the vectors load, so a vector's filter is a shared-memory read.
-  __shared__ float filters[k_flat_channels][k_width + 1];
-  unsigned b_first, e_first;
-  locate(first, b_first, e_first);
-  const int c_first = int(at_div_magic(e_first, args.length_mul, args.length_shr));
-  const int span = min(channels, (per * k_vec) / length + 2);
-  for (int s = static_cast<int>(threadIdx.x); s < span; s += k_threads) {
-    const int c = c_first + s < channels ? c_first + s : c_first + s - channels;
-#pragma unroll
-    for (int k = 0; k < k_width; ++k) {
-      filters[s][k] = at_to_float(args.weight[c * k_width + k]);
-    }
-    filters[s][k_width] = AT_HAS_BIAS ? at_to_float(args.bias[c]) : 0.0f;
-  }
-  __syncthreads();
-  auto load_filter = [&](int c, float(&w)[k_width], float& bias) {
-    const int s = c >= c_first ? c - c_first : c + channels - c_first;
-#pragma unroll
-    for (int k = 0; k < k_width; ++k) {
-      w[k] = filters[s][k];
-    }
-    bias = filters[s][k_width];
-  };
-#pragma unroll
-  for (int i = 0; i < k_items; ++i) {
     float win[k_halo + k_vec];
 #pragma unroll
     for (int j = 0; j < k_vec; ++j) {
       win[k_halo + j] = at_to_float(v[i].elem[j]);
     }
+    // The halo is the tail of the previous lane's vector; lane 0's, of lane 31's
+    // previous vector (loaded for the first).
 #pragma unroll
     for (int h = 0; h < k_halo; ++h) {
       const float from_left = __shfl_up_sync(0xffffffffu, win[k_vec + h], 1);
-      win[h] = lane == 0 ? at_to_float(left[i][h]) : from_left;
+      win[h] = lane != 0 ? from_left : i == 0 ? at_to_float(left[h]) : carry[h];
     }
-    const int idx = first + i * k_threads + static_cast<int>(threadIdx.x);
-    if (idx >= end) {
-      continue;
+#pragma unroll
+    for (int h = 0; h < k_halo; ++h) {
+      carry[h] = __shfl_sync(0xffffffffu, win[k_vec + h], 31);
     }
-    unsigned b, e;
-    locate(idx, b, e);
-    const int c = int(at_div_magic(e, args.length_mul, args.length_shr));
-    const int t = int(e) - c * length;
-    // Elements j >= split belong to channel c + 1 (a vector crosses at most one row
-    // end: L >= AT_VEC), at position j - split.
-    const int split = min(length - t, k_vec);
-    float w0[k_width], b0;
-    load_filter(c, w0, b0);
-    at_vec<x_t, k_vec> o;
-    if (t >= k_halo && split == k_vec) {
-#pragma unroll
-      for (int j = 0; j < k_vec; ++j) {
-        o.elem[j] = at_from_float<x_t>(conv_point(win + j, w0, b0));
-      }
-    } else {
-      float w1[k_width], b1;
-      load_filter(split < k_vec ? c + 1 : c, w1, b1);
-#pragma unroll
-      for (int j = 0; j < k_vec; ++j) {
-        const bool next = j >= split;
-        const int tj = next ? j - split : t + j;
-        const long long state_row =
-            (static_cast<long long>(b) * channels + c + (next ? 1 : 0)) * k_halo;
-        float tap[k_width], wj[k_width];
-#pragma unroll
-        for (int k = 0; k < k_width; ++k) {
-          // Input position tj - k_halo + k of the element's own row: before 0 it is
-          // the initial state (or zero), not the previous row's tail in the window.
-          const int q = tj - k_halo + k;
-          const bool init = q < 0 && args.initial_states != nullptr;
-          tap[k] = q >= 0
-                       ? win[j + k]
-                       : at_to_float(at_load_or_zero(
-                             init ? args.initial_states + state_row + k_halo + q : args.x, init));
-          wj[k] = next ? w1[k] : w0[k];
-        }
-        o.elem[j] = at_from_float<x_t>(conv_point(tap, wj, next ? b1 : b0));
-      }
-    }
-    o.store(args.out + b * args.out_batch_stride + e);
-    if (args.final_states != nullptr) {
-      // The last k_halo inputs of each row this vector ends.
-#pragma unroll
-      for (int j = 0; j < k_vec; ++j) {
-        const bool next = j >= split;
-        const int tj = next ? j - split : t + j;
-        if (tj >= length - k_halo) {
-          args.final_states[(static_cast<long long>(b) * args.channels + c + (next ? 1 : 0)) *
-                                k_halo +
-                            tj - (length - k_halo)] = v[i].elem[j];
-        }
-      }
+    if (p < length) {
+      emit(out_row, p, length, vector_store, win, w, bias);
     }
   }
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const ConvArgs args) {
-#if AT_RAGGED
-  if (args.vector_mode == 3) {
-    conv_flat(args);
-    return;
-  }
-#endif
+// Blocks an SM must hold: on the shared-memory path of ragged rows 1536 threads (at most
+// 42 registers, what the path takes without the realignment of lagging rows; with it,
+// ptxas would take 48 for every call, lagging or not, and lose occupancy).
+constexpr int k_min_blocks = AT_SMEM && k_ragged && k_threads <= 1536 ? 1536 / k_threads : 1;
+extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
+    causal_conv1d_fwd(const ConvArgs args) {
   const int rows_per_batch = (args.channels + k_cpb - 1) / k_cpb;
   const int b = blockIdx.x / rows_per_batch;
   const int row_in_block = threadIdx.x / k_row_threads;
@@ -410,9 +307,8 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
   if (args.final_states && active && blockIdx.y == gridDim.y - 1 && t < k_halo) {
     args.final_states[state_row + t] = input_at(args.length - k_halo + t);
   }
-  // The row's shift (see "Ragged rows"): this tile covers [base, base + k_tile).
-  // Ragged rows follow out's shift, so that every store is a vector; x's aligned
-  // vectors then start `lag` positions before out's (see "Ragged rows").
+  // The row's shift and lag (see "Ragged rows"): this tile's outputs are [base, base +
+  // k_tile), aligned for out; x's aligned vectors start lag positions before them.
   int shift = 0;
   int lag = 0;
   if constexpr (k_ragged) {
@@ -476,8 +372,9 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
 #if AT_SMEM
   __shared__ __align__(16) x_t tile[k_cpb][k_row_slots];
   x_t* srow = tile[row_in_block];
-  // The tile holds x from base_x = base - lag on (aligned for x), one vector more
-  // when lag > 0; the output at base + off reads it lag slots further.
+  // The tile holds x from base_x = base - lag on (aligned for x; slot k_pad is position
+  // base_x), one vector more when lag > 0: the output at base + off reads it lag slots
+  // further.
   const int base_x = base - lag;
   if (active) {
     // Halo: the k_halo inputs in front of the tile (zeros before t = 0).
@@ -516,19 +413,10 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
   if (!active) {
     return;
   }
-#pragma unroll
-  for (int i = 0; i < k_items; ++i) {
-    const int off = (i * k_row_threads + t) * k_vec;
-    const int p = base + off;
-    if (p >= args.length) {
-      break;
-    }
-    float win[k_halo + k_vec];
-#pragma unroll
-    for (int j = 0; j < k_halo + k_vec; ++j) {
-      win[j] = at_to_float(srow[k_pad - k_halo + lag + off + j]);
-    }
-    emit(out_row, p, args.length, vector_store, win, w, bias);
+  if (lag == 0) { // (the same for the row; 0 without ragged rows)
+    compute_staged<false>(srow, 0, base, t, args.length, out_row, vector_store, w, bias);
+  } else {
+    compute_staged<true>(srow, lag, base, t, args.length, out_row, vector_store, w, bias);
   }
   ragged_tail();
 #else
@@ -536,28 +424,26 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
     return; // whole warps: k_row_threads is a multiple of 32
   }
   const int lane = threadIdx.x % 32;
-  // All loads first so that k_items vectors per thread are in flight at once, with
-  // lane 0's halo: the tail of the previous warp's vector (a cache hit).
-  // With lag > 0 (ragged rows, see the smem path) a lane's inputs are the end of its
-  // x vector and the start of the next lane's; lane 31 loads that one itself.
+  // Each warp takes a chunk of 32 * k_items vectors of the row's tile, its vector i at
+  // p0 + i * 32 * k_vec: the vector after lane 31's is lane 0's next one (a shuffle),
+  // and so is the halo of lane 0's. All loads first, so that k_items vectors per thread
+  // are in flight at once, with the first halo of lane 0 and, where x's vectors lag
+  // out's (ragged rows), the vector after lane 31's last.
+  const int p0 = base + ((t / 32 * k_items) * 32 + lane) * k_vec;
   at_vec<x_t, k_vec> v[k_items];
-  [[maybe_unused]] at_vec<x_t, k_vec> next[k_items];
-  x_t left[k_items][k_halo];
+  x_t left[k_halo];
+  at_vec<x_t, k_vec> tail;
+#pragma unroll
+  for (int h = 0; h < k_halo; ++h) {
+    left[h] = input_at(p0 - k_halo + h, lane == 0);
+  }
 #pragma unroll
   for (int i = 0; i < k_items; ++i) {
-    const int p = base + (i * k_row_threads + t) * k_vec;
-#pragma unroll
-    for (int h = 0; h < k_halo; ++h) {
-      const int q = p - k_halo + h;
-      left[i][h] = input_at(q, lane == 0);
-    }
+    const int p = p0 + i * 32 * k_vec;
     if (vector_ok) {
       // (the lane below reads this vector's first lag inputs when they are in the row)
       if (p - lag < args.length) {
         load_vector(v[i], p - lag);
-      }
-      if (k_ragged && lag != 0 && lane == 31 && p < args.length) {
-        load_vector(next[i], p - lag + k_vec);
       }
     } else {
 #pragma unroll
@@ -566,34 +452,42 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
       }
     }
   }
-#pragma unroll
-  for (int i = 0; i < k_items; ++i) {
-    const int p = base + (i * k_row_threads + t) * k_vec;
-    if constexpr (k_ragged) {
-      if (lag != 0) { // the same for the warp's row
-        at_vec<x_t, k_vec> b = from_next_lane(v[i]);
-        if (lane == 31) {
-          b = next[i];
-        }
-        const at_vec<x_t, k_vec> a = v[i];
-        realign(v[i], a, b, lag);
-      }
-    }
-    float win[k_halo + k_vec];
-#pragma unroll
-    for (int j = 0; j < k_vec; ++j) {
-      win[k_halo + j] = at_to_float(v[i].elem[j]);
-    }
-    // The halo is the tail of the previous lane's vector; lane 0's was loaded above.
-#pragma unroll
-    for (int h = 0; h < k_halo; ++h) {
-      const float from_left = __shfl_up_sync(0xffffffffu, win[k_vec + h], 1);
-      win[h] = lane == 0 ? at_to_float(left[i][h]) : from_left;
-    }
-    if (p < args.length) {
-      emit(out_row, p, args.length, vector_store, win, w, bias);
+  if constexpr (k_ragged) {
+    const int p = p0 + (k_items - 1) * 32 * k_vec;
+    if (lag != 0 && lane == 31 && p < args.length) {
+      load_vector(tail, p - lag + k_vec);
     }
   }
+  // (lag is the same for the warp's row; 0 without ragged rows)
+#define AT_COMPUTE(LAG)                                                                            \
+  compute_direct<LAG>(v, left, tail, p0, lane, args.length, out_row, vector_store, w, bias)
+  switch (lag) {
+  case 1:
+    AT_COMPUTE(1);
+    break;
+  case 2:
+    AT_COMPUTE(2);
+    break;
+  case 3:
+    AT_COMPUTE(3);
+    break;
+  case 4:
+    AT_COMPUTE(4);
+    break;
+  case 5:
+    AT_COMPUTE(5);
+    break;
+  case 6:
+    AT_COMPUTE(6);
+    break;
+  case 7:
+    AT_COMPUTE(7);
+    break;
+  default:
+    AT_COMPUTE(0);
+    break;
+  }
+#undef AT_COMPUTE
   ragged_tail();
 #endif
 }

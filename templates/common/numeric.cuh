@@ -173,14 +173,6 @@ __device__ __forceinline__ float at_load_or_zero(const float* p, bool in) {
   return v;
 }
 
-// n / d for a divisor fixed per launch, as one multiply-high and an add (Granlund and
-// Montgomery's method; the host computes mul and shr, runtime/ops/op.hpp
-// DivMagic): exact for every n < 2^31, where a `/` by a run-time value is a
-// sequence of about twenty instructions.
-__device__ __forceinline__ unsigned at_div_magic(unsigned n, unsigned mul, unsigned shr) {
-  return (__umulhi(n, mul) + n) >> shr;
-}
-
 // A register array of N elements of T, loaded and stored with the widest accesses
 // that fit (16-byte vectors, then 8, 4, 2): ld.global.v4 when N*sizeof(T) >= 16.
 // The caller guarantees alignment to min(16, N*sizeof(T)) bytes.
