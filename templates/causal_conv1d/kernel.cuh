@@ -162,6 +162,35 @@ __device__ __forceinline__ void take_lagged(at_vec<x_t, k_vec>& o, const at_vec<
     }
   }
 }
+// take_lagged for a lag known at run time (0 < lag < k_align): the moves of each lag
+// are their own branch (the same for a warp's row), no indexing of registers.
+__device__ __forceinline__ void take_lagged(at_vec<x_t, k_vec>& o, const at_vec<x_t, k_vec>& a,
+                                            const at_vec<x_t, k_vec>& b, int lag) {
+  switch (lag) {
+  case 1:
+    take_lagged<1>(o, a, b);
+    break;
+  case 2:
+    take_lagged<2>(o, a, b);
+    break;
+  case 3:
+    take_lagged<3>(o, a, b);
+    break;
+  case 4:
+    take_lagged<4>(o, a, b);
+    break;
+  case 5:
+    take_lagged<5>(o, a, b);
+    break;
+  case 6:
+    take_lagged<6>(o, a, b);
+    break;
+  default:
+    take_lagged<7>(o, a, b);
+    break;
+  }
+}
+
 // The vector of the lane above (its 4-byte words shuffled down by one lane).
 __device__ __forceinline__ at_vec<x_t, k_vec> from_next_lane(const at_vec<x_t, k_vec>& v) {
   constexpr int k_u32 = at_vec<x_t, k_vec>::k_bytes / 4;
@@ -218,18 +247,18 @@ __device__ __forceinline__ void compute_staged(const x_t* srow, int lag, int bas
 #if !AT_SMEM
 // The direct path's compute loop over a thread's k_items vectors v (vector i at p0 + i *
 // 32 * k_vec; lane 0's first halo in left; lane 31's vector after its last in tail),
-// for a row whose x vectors lag out's by LAG positions: one copy per lag, so that the
-// lag = 0 loop of an ordinary call keeps its own registers.
-template <int LAG>
+// for a row whose x vectors lag out's by `lag` positions. LAGGED = false: lag is 0, and
+// the loop of an ordinary call keeps its own registers.
+template <bool LAGGED>
 __device__ __forceinline__ void
 compute_direct(at_vec<x_t, k_vec> (&v)[k_items], const x_t (&left)[k_halo],
-               const at_vec<x_t, k_vec>& tail, int p0, int lane, int length, x_t* out_row,
+               const at_vec<x_t, k_vec>& tail, int lag, int p0, int lane, int length, x_t* out_row,
                bool vector_store, const float (&w)[k_width], float bias) {
   float carry[k_halo]; // the previous vector's last k_halo inputs, from lane 31
 #pragma unroll
   for (int i = 0; i < k_items; ++i) {
     const int p = p0 + i * 32 * k_vec;
-    if constexpr (LAG != 0) {
+    if constexpr (LAGGED) {
       // The inputs are the end of this lane's x vector and the start of the next
       // lane's; for lane 31, lane 0's next vector (or, after the last, its own load).
       at_vec<x_t, k_vec> b = from_next_lane(v[i]);
@@ -238,7 +267,7 @@ compute_direct(at_vec<x_t, k_vec> (&v)[k_items], const x_t (&left)[k_halo],
       if (lane == 31) {
         b = after;
       }
-      take_lagged<LAG>(v[i], v[i], b); // (o[j] reads a[j + LAG], not yet overwritten)
+      take_lagged(v[i], v[i], b, lag); // (o[j] reads a[j + lag], not yet overwritten)
     }
     float win[k_halo + k_vec];
 #pragma unroll
@@ -263,10 +292,15 @@ compute_direct(at_vec<x_t, k_vec> (&v)[k_items], const x_t (&left)[k_halo],
 }
 #endif
 
-// Blocks an SM must hold: on the shared-memory path of ragged rows 1536 threads (at most
-// 42 registers, what the path takes without the realignment of lagging rows; with it,
-// ptxas would take 48 for every call, lagging or not, and lose occupancy).
-constexpr int k_min_blocks = AT_SMEM && k_ragged && k_threads <= 1536 ? 1536 / k_threads : 1;
+// Threads an SM must hold for ragged rows of vectors up to 16 bytes: what each path
+// holds without the realignment of lagging rows (the shared-memory path 1536, at most 42
+// registers; the direct one 1024, at most 64). With the realignment, ptxas would take
+// more (48, 68) for every call, lagging or not, and lose occupancy.
+constexpr int k_min_threads = AT_SMEM ? 1536 : 1024;
+constexpr int k_min_blocks =
+    k_ragged && k_vec * int(sizeof(x_t)) <= 16 && k_threads <= k_min_threads
+        ? k_min_threads / k_threads
+        : 1;
 extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
     causal_conv1d_fwd(const ConvArgs args) {
   const int rows_per_batch = (args.channels + k_cpb - 1) / k_cpb;
@@ -458,36 +492,11 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
       load_vector(tail, p - lag + k_vec);
     }
   }
-  // (lag is the same for the warp's row; 0 without ragged rows)
-#define AT_COMPUTE(LAG)                                                                            \
-  compute_direct<LAG>(v, left, tail, p0, lane, args.length, out_row, vector_store, w, bias)
-  switch (lag) {
-  case 1:
-    AT_COMPUTE(1);
-    break;
-  case 2:
-    AT_COMPUTE(2);
-    break;
-  case 3:
-    AT_COMPUTE(3);
-    break;
-  case 4:
-    AT_COMPUTE(4);
-    break;
-  case 5:
-    AT_COMPUTE(5);
-    break;
-  case 6:
-    AT_COMPUTE(6);
-    break;
-  case 7:
-    AT_COMPUTE(7);
-    break;
-  default:
-    AT_COMPUTE(0);
-    break;
+  if (lag == 0) { // (the same for the warp's row; 0 without ragged rows)
+    compute_direct<false>(v, left, tail, 0, p0, lane, args.length, out_row, vector_store, w, bias);
+  } else {
+    compute_direct<true>(v, left, tail, lag, p0, lane, args.length, out_row, vector_store, w, bias);
   }
-#undef AT_COMPUTE
   ragged_tail();
 #endif
 }
