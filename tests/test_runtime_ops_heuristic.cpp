@@ -182,10 +182,13 @@ TEST_CASE("a configuration from another problem is adapted where its tile would 
               conv.adapt(tuned, problem("causal_conv1d", "B=64,C=1536,L=333,W=2,x=fp32,w=fp32"))) ==
           "threads=128,vec=4,items=4,cpb=4,load=smem");
     // The direct path keeps whole warps per row: 4 rows of 32 threads, tile 512
-    // (items=4 would load as much per thread with half the lanes past the row).
+    // (items=4 would load as much per thread with half the lanes past the row), where
+    // rows are whole vectors; ragged short rows take the staged path.
     Config direct = parse_fields("threads=128,vec=8,items=2,cpb=1,load=direct", "config");
-    CHECK(format_fields(conv.adapt(direct, problem("causal_conv1d", "B=64,C=1536,L=333,W=2"))) ==
+    CHECK(format_fields(conv.adapt(direct, problem("causal_conv1d", "B=64,C=1536,L=336,W=2"))) ==
           "threads=128,vec=8,items=2,cpb=4,load=direct");
+    CHECK(format_fields(conv.adapt(direct, problem("causal_conv1d", "B=64,C=1536,L=333,W=2"))) ==
+          "threads=128,vec=8,items=4,cpb=8,load=smem");
   }
   SUBCASE("a row that nearly fills its tile keeps the configuration") {
     CHECK(conv.adapt(tuned, problem("causal_conv1d", "B=4,C=5120,L=2000,W=4")) == tuned);

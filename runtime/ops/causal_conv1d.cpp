@@ -294,12 +294,19 @@ Config CausalConv1dOp::adapt(const Config& config, const Problem& problem) const
   // cpb=4; bench/results/h100-unseen.md). A row keeps at least 64 contiguous bytes
   // per access (two sectors), the direct path whole warps per row; the source stays
   // unless another choice is worth 10% more. Ties go to more busy lanes, then wider
-  // vectors, fewer channels per block and more items.
+  // vectors, fewer channels per block and more items. Ragged short rows take the staged
+  // path: each row is a few partial warps there, and the direct path pays for whole
+  // warps per row (and for the registers of realigning rows, kernel.cuh). H100, every
+  // block of 128 threads of 8-element vectors, fastest staged / fastest direct (us):
+  // B=64,C=1536,L=333,W=2 61.9 / 73.2; B=64,C=3072,L=333,W=2 111.8 / 138.2;
+  // B=16,C=2048,L=333,W=4 27.5 / 31.0; the tuned winners of the first two are staged.
   Dims d = dims(problem);
-  const Params src = params(config);
+  Params src = params(config);
   if (tile_length(src) < 2 * d.L) {
     return adapt_long_rows(config, problem);
   }
+  src.smem = src.smem || ragged(d, src.vec);
+  const Config from = with_params(config, src);
   const long long esize = (long long)dtype_size(d.x);
   constexpr long long k_max_vector_bytes = 16;
   constexpr long long k_min_cap_bytes = 64;
@@ -350,7 +357,7 @@ Config CausalConv1dOp::adapt(const Config& config, const Problem& problem) const
     }
   }
   const bool keep = best_tiles >= tiles_of(src) && best_useful <= 1.1 * useful(src) &&
-                    check(config, problem, "sm_80");
+                    check(from, problem, "sm_80");
   const Params chosen = keep ? src : best;
   if (d.B * d.C * (chosen.threads / chosen.cpb) < k_wave_threads) {
     // Under one wave of thread slots, fewer vectors a thread and more threads a row (as
@@ -366,7 +373,7 @@ Config CausalConv1dOp::adapt(const Config& config, const Problem& problem) const
       // keep the choice above
     }
   }
-  return keep ? config : with_params(config, best);
+  return keep ? from : with_params(config, best);
 }
 
 std::vector<std::string> CausalConv1dOp::defines(const Config& config,
