@@ -191,30 +191,28 @@ __device__ __forceinline__ void take_lagged(at_vec<x_t, k_vec>& o, const at_vec<
   }
 }
 
-// The vector of the lane above (its 4-byte words shuffled down by one lane).
-__device__ __forceinline__ at_vec<x_t, k_vec> from_next_lane(const at_vec<x_t, k_vec>& v) {
-  constexpr int k_u32 = at_vec<x_t, k_vec>::k_bytes / 4;
-  at_vec<x_t, k_vec> r;
-  const unsigned* src = reinterpret_cast<const unsigned*>(&v);
-  unsigned* dst = reinterpret_cast<unsigned*>(&r);
-#pragma unroll
-  for (int k = 0; k < k_u32; ++k) {
-    dst[k] = __shfl_down_sync(0xffffffffu, src[k], 1);
-  }
-  return r;
-}
-
-// Lane src's vector, to every lane.
-__device__ __forceinline__ at_vec<x_t, k_vec> from_lane(const at_vec<x_t, k_vec>& v, int src) {
+// A vector moved between lanes, its 4-byte words each through `shuffle` (one warp
+// shuffle: every lane of the warp takes part).
+template <typename Shuffle>
+__device__ __forceinline__ at_vec<x_t, k_vec> shuffled(const at_vec<x_t, k_vec>& v,
+                                                       Shuffle shuffle) {
   constexpr int k_u32 = at_vec<x_t, k_vec>::k_bytes / 4;
   at_vec<x_t, k_vec> r;
   const unsigned* in = reinterpret_cast<const unsigned*>(&v);
   unsigned* out = reinterpret_cast<unsigned*>(&r);
 #pragma unroll
   for (int k = 0; k < k_u32; ++k) {
-    out[k] = __shfl_sync(0xffffffffu, in[k], src);
+    out[k] = shuffle(in[k]);
   }
   return r;
+}
+// The vector of the lane above.
+__device__ __forceinline__ at_vec<x_t, k_vec> from_next_lane(const at_vec<x_t, k_vec>& v) {
+  return shuffled(v, [](unsigned w) { return __shfl_down_sync(0xffffffffu, w, 1); });
+}
+// Lane src's vector, to every lane.
+__device__ __forceinline__ at_vec<x_t, k_vec> from_lane(const at_vec<x_t, k_vec>& v, int src) {
+  return shuffled(v, [src](unsigned w) { return __shfl_sync(0xffffffffu, w, src); });
 }
 
 #if AT_SMEM
