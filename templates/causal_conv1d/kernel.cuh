@@ -292,9 +292,10 @@ compute_direct(at_vec<x_t, k_vec> (&v)[k_items], const x_t (&left)[k_halo],
 
 // Threads an SM must hold for ragged rows of vectors up to 16 bytes: what each path
 // holds without the realignment of lagging rows (the shared-memory path 1536, at most 42
-// registers; the direct one 1024, at most 64). With the realignment, ptxas would take
-// more (48, 68) for every call, lagging or not, and lose occupancy.
-constexpr int k_min_threads = AT_SMEM ? 1536 : 1024;
+// registers; the direct one 1536, 1280 and 1024 for 1, 2 and 4 or more items, at most 42,
+// 51 and 64). With the realignment, ptxas would take more (48, 48-68) for every call,
+// lagging or not, and lose occupancy.
+constexpr int k_min_threads = AT_SMEM ? 1536 : k_items == 1 ? 1536 : k_items == 2 ? 1280 : 1024;
 constexpr int k_min_blocks =
     k_ragged && k_vec * int(sizeof(x_t)) <= 16 && k_threads <= k_min_threads
         ? k_min_threads / k_threads
