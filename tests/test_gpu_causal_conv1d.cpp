@@ -370,80 +370,87 @@ TEST_CASE("ragged rows at every offset and stride read and write only their own 
                       {8, 333},
                       {8, 1000},
                       {8, 4095}}) {
-    const int B = 2, W = 4;
-    const std::string shape = "B=2,C=" + std::to_string(C) + ",L=" + std::to_string(L) +
-                              ",W=4,dtype=bf16,init_states=1,final_states=1";
-    Problem problem = op.make_problem(parse_fields(shape, "shape"));
-    for (const char* text : configs) {
-      Config config = parse_fields(text, "config");
-      if (!op.check(config, problem, dev.arch())) {
+    // fp16 and fp32 (16-byte vectors of 8 and 4 elements: lags up to 7 and 3) on two lengths
+    for (DType dt : {DType::bf16, DType::f16, DType::f32}) {
+      if (dt != DType::bf16 && L != 333 && L != 4095) {
         continue;
       }
-      VariantSource source = describe_variant(op, config, problem, dev.arch());
-      auto binary = compile_variant(source);
-      REQUIRE_MESSAGE(binary.ok(), (binary.ok() ? "" : binary.failure().detail));
-      cuda::Module m = cuda::load_module(binary->binary);
-      CUfunction f = cuda::get_function(m, op.kernel_name());
-      for (auto [pad, batch_pad] : {std::pair{0, 0}, {3, 0}, {0, 8}, {0, 5}}) {
-        for (auto [x_off, out_off] : {std::pair{0, 0}, {1, 1}, {1, 0}, {3, 6}, {7, 7}}) {
-          CAPTURE(std::string(shape));
-          CAPTURE(std::string(text));
-          CAPTURE(pad);
-          CAPTURE(batch_pad);
-          CAPTURE(x_off);
-          CAPTURE(out_off);
-          const long long S = L + pad;
-          const long long BS = C * S + batch_pad; // x's batch stride
-          HostTensor xs(DType::bf16, size_t(x_off) + size_t(B) * BS);
-          xs.randomize(rng, -1, 1);
-          HostTensor xv(DType::bf16, size_t(B) * BS); // the view, for the reference
-          for (size_t i = 0; i < xv.n; ++i) {
-            xv.set(i, xs.get(size_t(x_off) + i));
-          }
-          HostTensor w(DType::bf16, size_t(C) * W), bias(DType::bf16, size_t(C));
-          HostTensor init(DType::bf16, size_t(B) * C * (W - 1));
-          w.randomize(rng, -0.5, 0.5);
-          bias.randomize(rng, -0.5, 0.5);
-          init.randomize(rng, -1, 1);
-          std::vector<double> ref_final;
-          auto ref =
-              causal_conv1d_reference(xv, w, &bias, B, C, L, W, true, BS, S, &init, &ref_final);
-          HostTensor outs(DType::bf16, size_t(out_off) + size_t(B) * C * L + 8);
-          outs.poison();
-          HostTensor fin(DType::bf16, init.n);
-          fin.poison();
-          DeviceTensor xd(xs), wd(w), bd(bias), id(init), od(outs), fd(fin);
-          CausalConv1dCall call;
-          call.x = xd.get() + CUdeviceptr(x_off) * 2;
-          call.weight = wd.get();
-          call.bias = bd.get();
-          call.initial_states = id.get();
-          call.out = od.get() + CUdeviceptr(out_off) * 2;
-          call.final_states = fd.get();
-          call.x_batch_stride = BS;
-          call.x_channel_stride = S;
-          call.out_batch_stride = (long long)C * L;
-          call.out_channel_stride = L;
-          ArgPack args;
-          args.add(op.kernel_args(op.conv_plan(config, problem), call));
-          LaunchGeometry g = op.geometry(config, problem);
-          AUTOTUNE_CU(cuda::driver().cuLaunchKernel(f, g.grid[0], g.grid[1], g.grid[2], g.block[0],
-                                                    g.block[1], g.block[2], g.dynamic_smem, nullptr,
-                                                    args.pointers(), nullptr));
-          AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
-          od.download(outs);
-          HostTensor out(DType::bf16, size_t(B) * C * L);
-          for (size_t i = 0; i < out.n; ++i) {
-            out.set(i, outs.get(size_t(out_off) + i));
-          }
-          CHECK(relative_error(out, ref) <= op.tolerance(problem));
-          for (size_t i = 0; i < outs.n; ++i) {
-            if (i < size_t(out_off) || i >= size_t(out_off) + out.n) {
-              CHECK_MESSAGE(std::isnan(outs.get(i)), "out element " << i << " written");
+      const long long esize = (long long)dtype_size(dt);
+      const int B = 2, W = 4;
+      const std::string shape = "B=2,C=" + std::to_string(C) + ",L=" + std::to_string(L) +
+                                ",W=4,dtype=" + to_string(dt) + ",init_states=1,final_states=1";
+      Problem problem = op.make_problem(parse_fields(shape, "shape"));
+      for (const char* text : configs) {
+        Config config = parse_fields(text, "config");
+        if (!op.check(config, problem, dev.arch())) {
+          continue;
+        }
+        VariantSource source = describe_variant(op, config, problem, dev.arch());
+        auto binary = compile_variant(source);
+        REQUIRE_MESSAGE(binary.ok(), (binary.ok() ? "" : binary.failure().detail));
+        cuda::Module m = cuda::load_module(binary->binary);
+        CUfunction f = cuda::get_function(m, op.kernel_name());
+        for (auto [pad, batch_pad] : {std::pair{0, 0}, {3, 0}, {0, 8}, {0, 5}}) {
+          for (auto [x_off, out_off] : {std::pair{0, 0}, {1, 1}, {1, 0}, {3, 6}, {7, 7}}) {
+            CAPTURE(std::string(shape));
+            CAPTURE(std::string(text));
+            CAPTURE(pad);
+            CAPTURE(batch_pad);
+            CAPTURE(x_off);
+            CAPTURE(out_off);
+            const long long S = L + pad;
+            const long long BS = C * S + batch_pad; // x's batch stride
+            HostTensor xs(dt, size_t(x_off) + size_t(B) * BS);
+            xs.randomize(rng, -1, 1);
+            HostTensor xv(dt, size_t(B) * BS); // the view, for the reference
+            for (size_t i = 0; i < xv.n; ++i) {
+              xv.set(i, xs.get(size_t(x_off) + i));
             }
+            HostTensor w(dt, size_t(C) * W), bias(dt, size_t(C));
+            HostTensor init(dt, size_t(B) * C * (W - 1));
+            w.randomize(rng, -0.5, 0.5);
+            bias.randomize(rng, -0.5, 0.5);
+            init.randomize(rng, -1, 1);
+            std::vector<double> ref_final;
+            auto ref =
+                causal_conv1d_reference(xv, w, &bias, B, C, L, W, true, BS, S, &init, &ref_final);
+            HostTensor outs(dt, size_t(out_off) + size_t(B) * C * L + 8);
+            outs.poison();
+            HostTensor fin(dt, init.n);
+            fin.poison();
+            DeviceTensor xd(xs), wd(w), bd(bias), id(init), od(outs), fd(fin);
+            CausalConv1dCall call;
+            call.x = xd.get() + CUdeviceptr(x_off * esize);
+            call.weight = wd.get();
+            call.bias = bd.get();
+            call.initial_states = id.get();
+            call.out = od.get() + CUdeviceptr(out_off * esize);
+            call.final_states = fd.get();
+            call.x_batch_stride = BS;
+            call.x_channel_stride = S;
+            call.out_batch_stride = (long long)C * L;
+            call.out_channel_stride = L;
+            ArgPack args;
+            args.add(op.kernel_args(op.conv_plan(config, problem), call));
+            LaunchGeometry g = op.geometry(config, problem);
+            AUTOTUNE_CU(cuda::driver().cuLaunchKernel(
+                f, g.grid[0], g.grid[1], g.grid[2], g.block[0], g.block[1], g.block[2],
+                g.dynamic_smem, nullptr, args.pointers(), nullptr));
+            AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+            od.download(outs);
+            HostTensor out(dt, size_t(B) * C * L);
+            for (size_t i = 0; i < out.n; ++i) {
+              out.set(i, outs.get(size_t(out_off) + i));
+            }
+            CHECK(relative_error(out, ref) <= op.tolerance(problem));
+            for (size_t i = 0; i < outs.n; ++i) {
+              if (i < size_t(out_off) || i >= size_t(out_off) + out.n) {
+                CHECK_MESSAGE(std::isnan(outs.get(i)), "out element " << i << " written");
+              }
+            }
+            fd.download(fin);
+            CHECK(relative_error(fin, ref_final) == 0.0);
           }
-          fd.download(fin);
-          CHECK(relative_error(fin, ref_final) == 0.0);
         }
       }
     }
