@@ -31,7 +31,7 @@ SHAPES = [  # (B, C, L, W): odd lengths (ragged rows) and two aligned references
 ]
 
 
-def measure():
+def measure(match):
     """In a child process: one row per shape and layout, as JSON lines on stdout."""
     import torch
     import triton
@@ -41,6 +41,8 @@ def measure():
     autotune.set_policy("heuristic")
     torch.manual_seed(0)
     for (b, c, length, width) in SHAPES:
+        if match not in f"B={b},C={c},L={length},W={width}":
+            continue
         for layout in ("contiguous", "mamba_xz"):
             if layout == "contiguous":
                 x = torch.randn(b, c, length, device="cuda", dtype=torch.bfloat16)
@@ -74,10 +76,12 @@ def main():
                     help="NAME=PATH of a libautotune.so (repeat to compare builds)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", default=".")
+    ap.add_argument("--match", default="", help="only the shapes whose B=..,C=..,L=..,W=.. "
+                    "contains this")
     ap.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.measure:
-        measure()
+        measure(args.match)
         return
     if not args.lib:
         ap.error("name at least one --lib NAME=PATH")
@@ -87,7 +91,8 @@ def main():
         for name, path in libs:
             env = dict(os.environ, AUTOTUNE_LIBRARY=os.path.abspath(path),
                        AUTOTUNE_DB="/tmp/autotune-conv-layouts-empty.db")
-            run = subprocess.run([sys.executable, os.path.abspath(__file__), "--measure"],
+            run = subprocess.run([sys.executable, os.path.abspath(__file__), "--measure",
+                                  "--match", args.match],
                                  env=env, capture_output=True, text=True, check=True)
             for line in run.stdout.splitlines():
                 row = json.loads(line)
