@@ -222,7 +222,7 @@ __device__ __forceinline__ at_vec<x_t, k_vec> from_lane(const at_vec<x_t, k_vec>
 // loop of an ordinary call keeps its aligned shared-memory reads.
 template <bool LAGGED>
 __device__ __forceinline__ void compute_staged(const x_t* srow, int lag, int base, int t,
-                                               int length, x_t* out_row, bool vector_store,
+                                               int length, x_t* out_row, bool vector_ok,
                                                const float (&w)[k_width], float bias) {
   const int first = k_pad - k_halo + (LAGGED ? lag : 0);
 #pragma unroll
@@ -237,7 +237,7 @@ __device__ __forceinline__ void compute_staged(const x_t* srow, int lag, int bas
     for (int j = 0; j < k_halo + k_vec; ++j) {
       win[j] = at_to_float(srow[first + off + j]);
     }
-    emit(out_row, p, length, vector_store, win, w, bias);
+    emit(out_row, p, length, vector_ok, win, w, bias);
   }
 }
 #endif
@@ -251,7 +251,7 @@ template <bool LAGGED>
 __device__ __forceinline__ void
 compute_direct(at_vec<x_t, k_vec> (&v)[k_items], const x_t (&left)[k_halo],
                const at_vec<x_t, k_vec>& tail, int lag, int p0, int lane, int length, x_t* out_row,
-               bool vector_store, const float (&w)[k_width], float bias) {
+               bool vector_ok, const float (&w)[k_width], float bias) {
   float carry[k_halo]; // the previous vector's last k_halo inputs, from lane 31
 #pragma unroll
   for (int i = 0; i < k_items; ++i) {
@@ -284,7 +284,7 @@ compute_direct(at_vec<x_t, k_vec> (&v)[k_items], const x_t (&left)[k_halo],
       carry[h] = __shfl_sync(0xffffffffu, win[k_vec + h], 31);
     }
     if (p < length) {
-      emit(out_row, p, length, vector_store, win, w, bias);
+      emit(out_row, p, length, vector_ok, win, w, bias);
     }
   }
 }
@@ -309,9 +309,8 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
   const int c = (blockIdx.x % rows_per_batch) * k_cpb + row_in_block;
   const bool active = c < args.channels;
   const int tile_start = blockIdx.y * k_tile;
-  // Vector loads (and, without AT_RAGGED, stores); ragged rows always load vectors.
+  // Vector loads and stores (ragged rows: always, realigned where x and out differ).
   const bool vector_ok = k_ragged || args.vector_mode != 0;
-  const bool vector_store = vector_ok;
 
   float w[k_width];
   float bias = 0.0f;
@@ -447,9 +446,9 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
     return;
   }
   if (lag == 0) { // (the same for the row; 0 without ragged rows)
-    compute_staged<false>(srow, 0, base, t, args.length, out_row, vector_store, w, bias);
+    compute_staged<false>(srow, 0, base, t, args.length, out_row, vector_ok, w, bias);
   } else {
-    compute_staged<true>(srow, lag, base, t, args.length, out_row, vector_store, w, bias);
+    compute_staged<true>(srow, lag, base, t, args.length, out_row, vector_ok, w, bias);
   }
   ragged_tail();
 #else
@@ -492,9 +491,9 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
     }
   }
   if (lag == 0) { // (the same for the warp's row; 0 without ragged rows)
-    compute_direct<false>(v, left, tail, 0, p0, lane, args.length, out_row, vector_store, w, bias);
+    compute_direct<false>(v, left, tail, 0, p0, lane, args.length, out_row, vector_ok, w, bias);
   } else {
-    compute_direct<true>(v, left, tail, lag, p0, lane, args.length, out_row, vector_store, w, bias);
+    compute_direct<true>(v, left, tail, lag, p0, lane, args.length, out_row, vector_ok, w, bias);
   }
   ragged_tail();
 #endif
