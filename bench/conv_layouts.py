@@ -1,10 +1,16 @@
 #!/usr/bin/env python3
-"""causal_conv1d_fn on x laid out two ways, beside a device copy of the same bytes:
-contiguous [B, C, L], and mamba-ssm's view of its in_proj output (xz = in_proj(...)
-computed as [2C, B*L], viewed as [B, 2C, L] and sliced x = xz[:, :C]: batch stride L,
-channel stride B*L), with a contiguous out, as the Mamba block calls it. At odd L the
-rows of x and out then start at different offsets from a 16-byte boundary (the
-kernel's realigned ragged rows). Libraries side by side (e.g. two builds, interleaved
+"""causal_conv1d_fn on x laid out four ways, beside a device copy of the same bytes:
+- contiguous [B, C, L];
+- mamba_xz: mamba-ssm's view of its in_proj output (xz = in_proj(...) computed as
+  [2C, B*L], viewed as [B, 2C, L] and sliced x = xz[:, :C]: batch stride L, channel
+  stride B*L), with a contiguous out, as the Mamba block calls it. At odd L the rows of
+  x and out then start at different offsets from a 16-byte boundary (the kernel's
+  realigned ragged rows);
+- channel_last: a contiguous [B, L, C] tensor transposed to [B, C, L] (x.stride(1) == 1);
+- mamba2_xbc: Mamba-2's xBC.transpose(1, 2), xBC a slice of the in_proj output [B, L, P]
+  (P = 2C + 64: z before it, dt after it), channel-last with length stride P.
+Channel-last x gives a channel-last out (as causal-conv1d does). Libraries side by side
+(e.g. two builds, interleaved
 rounds, each the fastest of --rounds); the policy is `heuristic` over an empty
 database (the configuration a user gets for an untuned shape).
 
@@ -31,7 +37,10 @@ SHAPES = [  # (B, C, L, W): odd lengths (ragged rows) and two aligned references
 ]
 
 
-def measure(match):
+LAYOUTS = ("contiguous", "mamba_xz", "channel_last", "mamba2_xbc")
+
+
+def measure(match, layouts):
     """In a child process: one row per shape and layout, as JSON lines on stdout."""
     import torch
     import triton
@@ -43,12 +52,19 @@ def measure(match):
     for (b, c, length, width) in SHAPES:
         if match not in f"B={b},C={c},L={length},W={width}":
             continue
-        for layout in ("contiguous", "mamba_xz"):
+        for layout in LAYOUTS:
+            if layout not in layouts:
+                continue
             if layout == "contiguous":
                 x = torch.randn(b, c, length, device="cuda", dtype=torch.bfloat16)
-            else:
+            elif layout == "mamba_xz":
                 xz = torch.randn(2 * c, b * length, device="cuda", dtype=torch.bfloat16)
                 x = xz.view(2 * c, b, length).permute(1, 0, 2)[:, :c]
+            elif layout == "channel_last":
+                x = torch.randn(b, length, c, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+            else:
+                zxbcdt = torch.randn(b, length, 2 * c + 64, device="cuda", dtype=torch.bfloat16)
+                x = zxbcdt[:, :, c:2 * c].transpose(1, 2)
             w = torch.randn(c, width, device="cuda", dtype=torch.bfloat16) * 0.5
             bias = torch.randn(c, device="cuda", dtype=torch.bfloat16) * 0.5
 
@@ -62,11 +78,21 @@ def measure(match):
             src = torch.empty(b * c * length, device="cuda", dtype=torch.bfloat16).normal_()
             dst = torch.empty_like(src)
             ms = triton.testing.do_bench(call, warmup=25, rep=100, return_mode="median")
+            copied_us = None
+            if layout in ("channel_last", "mamba2_xbc"):
+                # What a channel-first kernel costs it: x.contiguous() first (autotune
+                # before channel-last kernels, and any library that only reads [B, C, L]).
+                copied_us = round(1e3 * triton.testing.do_bench(
+                    lambda: autotune.causal_conv1d_fn(x.contiguous(), w, bias,
+                                                      activation="silu"),
+                    warmup=25, rep=100, return_mode="median"), 2)
             copy_ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=25, rep=100,
                                               return_mode="median")
             print(json.dumps({"shape": {"B": b, "C": c, "L": length, "W": width},
                               "layout": layout, "x_strides": list(x.stride()),
+                              "out_strides": list(out.stride()),
                               "us": round(ms * 1e3, 2), "copy_us": round(copy_ms * 1e3, 2),
+                              "copied_first_us": copied_us,
                               "rel_err": err}), flush=True)
 
 
@@ -78,10 +104,12 @@ def main():
     ap.add_argument("--out", default=".")
     ap.add_argument("--match", default="", help="only the shapes whose B=..,C=..,L=..,W=.. "
                     "contains this")
+    ap.add_argument("--layouts", default=",".join(LAYOUTS),
+                    help="comma-separated subset of " + ", ".join(LAYOUTS))
     ap.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.measure:
-        measure(args.match)
+        measure(args.match, args.layouts.split(","))
         return
     if not args.lib:
         ap.error("name at least one --lib NAME=PATH")
@@ -92,7 +120,7 @@ def main():
             env = dict(os.environ, AUTOTUNE_LIBRARY=os.path.abspath(path),
                        AUTOTUNE_DB="/tmp/autotune-conv-layouts-empty.db")
             run = subprocess.run([sys.executable, os.path.abspath(__file__), "--measure",
-                                  "--match", args.match],
+                                  "--match", args.match, "--layouts", args.layouts],
                                  env=env, capture_output=True, text=True, check=True)
             for line in run.stdout.splitlines():
                 row = json.loads(line)
@@ -108,8 +136,8 @@ def main():
         json.dump({"command": " ".join(sys.argv), "rows": rows}, f, indent=1)
     names = [n for n, _ in libs]
     print("| shape | layout | " + " | ".join(f"{n} us (% of copy)" for n in names) +
-          " | copy us | rel_err |")
-    print("|---|---|" + "---|" * len(names) + "---|---|")
+          " | copy us | x.contiguous() first, us | rel_err |")
+    print("|---|---|" + "---|" * len(names) + "---|---|---|")
     seen = []
     for row in rows:
         key = (json.dumps(row["shape"]), row["layout"])
@@ -123,7 +151,8 @@ def main():
             cells.append(f"{r['us']} ({r['pct_of_copy']})")
         s = row["shape"]
         print(f"| B={s['B']},C={s['C']},L={s['L']},W={s['W']} | {row['layout']} | " +
-              " | ".join(cells) + f" | {row['copy_us']} | {row['rel_err']:.4f} |")
+              " | ".join(cells) + f" | {row['copy_us']} | {row['copied_first_us'] or ''} | "
+              f"{row['rel_err']:.4f} |")
 
 
 if __name__ == "__main__":

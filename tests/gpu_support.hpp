@@ -142,18 +142,20 @@ inline double relative_error(const HostTensor& out, const std::vector<double>& r
   return std::sqrt(d2 / (r2 > 0 ? r2 : 1));
 }
 
-// out[b,c,t] for x with channel stride xcs and batch stride xbs (elements); inputs
-// before t = 0 come from `init` ([B, C, W-1]) or are zero. `final_states`, when
-// given, receives the last W-1 inputs of each row.
+// out[b,c,t] (at (b * C + c) * L + t) for x with channel stride xcs, batch stride xbs
+// and position stride xls (elements; channel-last x: xcs = 1); inputs before t = 0 come
+// from `init` ([B, C, W-1]) or are zero. `final_states`, when given, receives the last
+// W-1 inputs of each row.
 inline std::vector<double> causal_conv1d_reference(const HostTensor& x, const HostTensor& w,
                                                    const HostTensor* bias, int B, int C, int L,
                                                    int W, bool silu, long long xbs, long long xcs,
                                                    const HostTensor* init = nullptr,
-                                                   std::vector<double>* final_states = nullptr) {
+                                                   std::vector<double>* final_states = nullptr,
+                                                   long long xls = 1) {
   std::vector<double> out(size_t(B) * C * L);
   auto input = [&](int b, int c, int s) -> double {
     if (s >= 0) {
-      return x.get(size_t(b * xbs + c * xcs + s));
+      return x.get(size_t(b * xbs + c * xcs + s * xls));
     }
     return init ? init->get((size_t(b) * C + c) * (W - 1) + size_t(W - 1 + s)) : 0.0;
   };

@@ -46,9 +46,20 @@ struct ConvCase {
     w.randomize(rng, -0.5, 0.5);
     b.randomize(rng, -0.5, 0.5);
     init.randomize(rng, -1, 1);
-    ref =
-        causal_conv1d_reference(x, w, bias ? &b : nullptr, B, C, L, W, silu, (long long)C * L, L,
-                                init_states ? &init : nullptr, final_states ? &ref_final : nullptr);
+    // The tuner's tensors in the problem's layout: [B, C, L], or channel-last [B, L, C].
+    const bool channel_last = problem.get("layout") == "blc";
+    ref = causal_conv1d_reference(x, w, bias ? &b : nullptr, B, C, L, W, silu, (long long)C * L,
+                                  channel_last ? 1 : L, init_states ? &init : nullptr,
+                                  final_states ? &ref_final : nullptr, channel_last ? C : 1);
+    if (channel_last) {
+      std::vector<double> by_position(ref.size());
+      for (size_t bc = 0; bc < size_t(B) * C; ++bc) {
+        for (size_t t = 0; t < size_t(L); ++t) {
+          by_position[(bc / C * L + t) * C + bc % C] = ref[bc * L + t];
+        }
+      }
+      ref = std::move(by_position);
+    }
   }
 };
 
@@ -88,6 +99,17 @@ TEST_CASE("every valid causal_conv1d variant matches a float64 reference") {
       "B=3,C=8,L=65,W=4,dtype=bf16,init_states=1,final_states=1",
       "B=2,C=16,L=67,W=3,dtype=fp32,wdtype=fp32,init_states=1,final_states=1",
       "B=4,C=32,L=1001,W=4,dtype=bf16,bias=1,silu=1,init_states=1",
+      // Channel-last x and out (channel_last.cuh): channels that fill no vector (C=100
+      // with 8-element vectors, odd C: element accesses), rows shorter than a step and
+      // than the state, chunks of many steps, states in every dtype.
+      "B=2,C=64,L=1000,W=4,dtype=bf16,bias=1,silu=1,layout=blc",
+      "B=3,C=40,L=37,W=3,dtype=fp16,wdtype=fp32,bias=0,layout=blc,init_states=1,final_states=1",
+      "B=2,C=12,L=2,W=4,dtype=fp32,layout=blc,init_states=1,final_states=1",
+      "B=1,C=100,L=513,W=2,dtype=bf16,silu=0,layout=blc",
+      "B=2,C=13,L=300,W=4,dtype=bf16,wdtype=fp32,layout=blc,final_states=1",
+      "B=1,C=256,L=4096,W=4,dtype=bf16,layout=blc,init_states=1,final_states=1",
+      "B=4,C=2048,L=77,W=4,dtype=bf16,layout=blc,init_states=1",
+      "B=2,C=24,L=3,W=4,dtype=fp16,layout=blc,init_states=1,final_states=1",
   };
   for (const char* shape : shapes) {
     ConvCase k(shape, rng);
@@ -453,6 +475,81 @@ TEST_CASE("ragged rows at every offset and stride read and write only their own 
           }
         }
       }
+    }
+  }
+}
+
+TEST_CASE("causal_conv1d reads channel-last x as Mamba-2 passes it: xBC.transpose(1, 2)") {
+  // zxbcdt = in_proj(u) is [B, L, P]; xBC = zxbcdt[..., off:off + C] is passed as
+  // xBC.transpose(1, 2): [B, C, L] with channel stride 1, length stride P, batch stride
+  // L*P. out is channel-last [B, L, C] (what causal-conv1d's empty_like gives).
+  context();
+  std::mt19937_64 rng(std::random_device{}());
+  const int B = 3, C = 48, L = 555, W = 4, P = 136, off = 40;
+  for (DType dt : {DType::bf16, DType::f16, DType::f32}) {
+    CAPTURE(to_string(dt));
+    HostTensor zx(dt, size_t(B) * L * P);
+    zx.randomize(rng, -1, 1);
+    HostTensor w(DType::f32, size_t(C) * W), bias(DType::f32, size_t(C));
+    HostTensor init(dt, size_t(B) * C * (W - 1));
+    w.randomize(rng, -0.5, 0.5);
+    bias.randomize(rng, -0.5, 0.5);
+    init.randomize(rng, -1, 1);
+    // the reference reads the same memory from the slice's start
+    HostTensor xs(dt, zx.n - off);
+    for (size_t i = 0; i < xs.n; ++i) {
+      xs.set(i, zx.get(i + off));
+    }
+    std::vector<double> ref_final;
+    auto ref = causal_conv1d_reference(xs, w, &bias, B, C, L, W, true, (long long)L * P, 1, &init,
+                                       &ref_final, P);
+    RuntimeOptions ro;
+    ro.database = (fs::temp_directory_path() / "autotune-does-not-exist.db").string();
+    Runtime rt(ro);
+    DeviceTensor x(zx), wd(w), bd(bias), id(init);
+    HostTensor out(dt, size_t(B) * L * C), fin(dt, init.n);
+    out.poison();
+    fin.poison();
+    DeviceTensor o(out), f(fin);
+    const ElementType et = dt == DType::bf16  ? ElementType::bf16
+                           : dt == DType::f16 ? ElementType::fp16
+                                              : ElementType::fp32;
+    CausalConv1dArgs a{};
+    a.x = tensor(reinterpret_cast<const char*>(x.get()) + off * dtype_size(dt), et, {B, C, L},
+                 {(long long)L * P, 1, P});
+    a.weight = tensor(reinterpret_cast<const void*>(wd.get()), ElementType::fp32, {C, W});
+    a.bias = tensor(reinterpret_cast<const void*>(bd.get()), ElementType::fp32, {C});
+    a.initial_states = tensor(reinterpret_cast<const void*>(id.get()), et, {B, C, W - 1});
+    a.out = tensor(reinterpret_cast<const void*>(o.get()), et, {B, C, L}, {(long long)L * C, 1, C});
+    a.final_states = tensor(reinterpret_cast<const void*>(f.get()), et, {B, C, W - 1});
+    a.silu = 1;
+    rt.causal_conv1d(a);
+    AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+    o.download(out);
+    f.download(fin);
+    HostTensor by_channel(dt, out.n);
+    for (int b = 0; b < B; ++b) {
+      for (int t = 0; t < L; ++t) {
+        for (int c = 0; c < C; ++c) {
+          by_channel.set((size_t(b) * C + c) * L + t, out.get((size_t(b) * L + t) * C + c));
+        }
+      }
+    }
+    const Selection sel = rt.select_causal_conv1d(a);
+    CHECK(sel.problem.find("layout=blc") != std::string::npos);
+    const Op& op = find_op("causal_conv1d");
+    CHECK(relative_error(by_channel, ref) <=
+          op.tolerance(op.make_problem(parse_fields(sel.problem, "problem"))));
+    CHECK(relative_error(fin, ref_final) == 0.0);
+    SUBCASE("an out of the other layout is refused before launching") {
+      CausalConv1dArgs bad = a;
+      bad.out.strides[0] = (long long)C * L;
+      bad.out.strides[1] = L;
+      bad.out.strides[2] = 1;
+      CHECK_THROWS_WITH_AS(rt.causal_conv1d(bad), doctest::Contains("out must have x's layout"),
+                           Error);
+      rt.causal_conv1d(a); // the context is healthy
+      AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
     }
   }
 }

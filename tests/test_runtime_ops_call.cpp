@@ -130,6 +130,32 @@ TEST_CASE("causal_conv1d: the problem is read off the tensors") {
     a.x = make(0x10000, AUTOTUNE_BF16, {2, 8, 100}, {100, 2 * 2 * 100, 1});
     CHECK_NOTHROW(problem_of("causal_conv1d", &a));
   }
+  SUBCASE("channel-last x and out (Mamba-2's xBC.transpose(1, 2)): layout blc") {
+    a.x = make(0x10000, AUTOTUNE_BF16, {2, 8, 100}, {100 * 8, 1, 8});
+    a.out = make(0x40000, AUTOTUNE_BF16, {2, 8, 100}, {100 * 8, 1, 8});
+    CHECK(problem_of("causal_conv1d", &a).find("layout=blc") != std::string::npos);
+    // x a slice of a wider projection's last dimension
+    a.x = make(0x10000 + 2 * 16, AUTOTUNE_BF16, {2, 8, 100}, {100 * 40, 1, 40});
+    CHECK(problem_of("causal_conv1d", &a).find("layout=blc") != std::string::npos);
+    SUBCASE("out must share x's layout") {
+      a.out = make(0x40000, AUTOTUNE_BF16, {2, 8, 100});
+      refused("causal_conv1d", &a, "out must have x's layout: x is channel-last");
+    }
+    SUBCASE("and x out's") {
+      a.x = make(0x10000, AUTOTUNE_BF16, {2, 8, 100});
+      a.out = make(0x40000, AUTOTUNE_BF16, {2, 8, 100}, {100 * 8, 1, 8});
+      refused("causal_conv1d", &a, "out must have x's layout: x is channel-first");
+    }
+    SUBCASE("channel-last outputs may not overlap either") {
+      a.out = make(0x40000, AUTOTUNE_BF16, {2, 8, 100}, {100 * 8, 1, 4});
+      refused("causal_conv1d", &a, "overlap");
+    }
+  }
+  SUBCASE("one position or one channel reads as channel-first") {
+    a.x = make(0x10000, AUTOTUNE_BF16, {2, 8, 1}, {8, 1, 8});
+    a.out = make(0x40000, AUTOTUNE_BF16, {2, 8, 1}, {8, 1, 8});
+    CHECK(problem_of("causal_conv1d", &a).find("layout=bcl") != std::string::npos);
+  }
   SUBCASE("states") {
     a.initial_states = make(0x50000, AUTOTUNE_BF16, {2, 8, 3});
     a.final_states = make(0x60000, AUTOTUNE_BF16, {2, 8, 3});
@@ -165,6 +191,12 @@ TEST_CASE("causal_conv1d: the problem is read off the tensors") {
     SUBCASE("a strided last dimension") {
       a.x.strides[2] = 2;
       refused("causal_conv1d", &a, "contiguous last dimension");
+    }
+    SUBCASE("neither the last nor the channel dimension contiguous") {
+      a.x = make(0x10000, AUTOTUNE_BF16, {2, 8, 100}, {1600, 2, 16});
+      refused("causal_conv1d", &a,
+              "must have a contiguous last dimension (stride 1) or, channel-last, a "
+              "contiguous channel dimension");
     }
     SUBCASE("a non-contiguous weight") {
       a.weight.strides[0] = 8;

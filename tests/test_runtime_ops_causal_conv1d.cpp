@@ -39,8 +39,8 @@ TEST_CASE("bad causal_conv1d shapes are rejected with the field named") {
   CHECK_THROWS_WITH_AS(problem("B=8,C=4,L=10,dtype=int8"), doctest::Contains("unknown dtype"),
                        Error);
   CHECK_THROWS_WITH_AS(problem("B=0,C=4,L=10"), doctest::Contains("out of range"), Error);
-  CHECK_THROWS_WITH_AS(problem("B=1,C=4,L=10,layout=blc"), doctest::Contains("not built yet"),
-                       Error);
+  CHECK_THROWS_WITH_AS(problem("B=1,C=4,L=10,layout=bdl"),
+                       doctest::Contains("layout 'bdl' is not one of bcl"), Error);
   CHECK_THROWS_WITH_AS(problem("B=1,C=4,L=10,silu=2"), doctest::Contains("must be 0 or 1"), Error);
   // B*C*L overflows 64 bits: refused, not wrapped around below the limit
   CHECK_THROWS_WITH_AS(problem("B=1048576,C=1048576,L=16777216"), doctest::Contains("too large"),
@@ -140,4 +140,77 @@ TEST_CASE("tensors and effective bytes follow the problem") {
   CHECK(with_states[3].elements == 2 * 8 * 3);
   CHECK(with_states[5].name == "final_states");
   CHECK(with_states[5].output);
+}
+
+TEST_CASE("channel-last x (layout blc) has its own kernel form, launch and vectors") {
+  const auto& op = static_cast<const CausalConv1dOp&>(conv());
+  Problem p = problem("B=8,C=4096,L=2048,W=4,layout=blc");
+  CHECK(p.get("layout") == "blc");
+  Config c = config("threads=128,vec=8,items=4,cpb=1,load=direct");
+  CHECK(op.check(c, p, "sm_90a"));
+  SUBCASE("one form: cpb=1 and direct loads, which the tuner walks alone") {
+    auto r = op.check(config("threads=128,vec=8,items=4,cpb=2,load=direct"), p, "sm_90a");
+    REQUIRE_FALSE(r);
+    CHECK(r.failure().message.find("channel-last") != std::string::npos);
+    CHECK_FALSE(op.check(config("threads=128,vec=8,items=4,cpb=1,load=smem"), p, "sm_90a"));
+    auto rules = op.inert_params(p);
+    REQUIRE(rules.size() == 1);
+    CHECK(rules[0].when.empty());
+    CHECK(rules[0].fixed == Fields{{"cpb", "1"}, {"load", "direct"}});
+    CHECK(op.inert_params(problem("B=8,C=4096,L=2048")).empty());
+    // a channel-first winner serves it in its one form
+    CHECK(op.adapt(config("threads=256,vec=4,items=2,cpb=4,load=smem"), p) ==
+          config("threads=256,vec=4,items=2,cpb=1,load=direct"));
+  }
+  SUBCASE("the kernel is channel_last.cuh's, its lanes covering the channel vectors") {
+    auto defines = op.defines(c, p);
+    CHECK(std::find(defines.begin(), defines.end(), "-DAT_CHANNEL_LAST=1") != defines.end());
+    CHECK(std::find(defines.begin(), defines.end(), "-DAT_CL_LANES=128") != defines.end());
+    CHECK(std::find(defines.begin(), defines.end(), "-DAT_RAGGED=1") == defines.end());
+    // 5 vectors of 8 channels: 8 lanes, 16 position chunks a block of 128
+    auto narrow = op.defines(c, problem("B=2,C=40,L=1001,W=4,layout=blc"));
+    CHECK(std::find(narrow.begin(), narrow.end(), "-DAT_CL_LANES=8") != narrow.end());
+    CHECK(std::find(narrow.begin(), narrow.end(), "-DAT_RAGGED=1") == narrow.end());
+  }
+  SUBCASE("the grid covers every channel vector and position, in chunks of whole steps") {
+    LaunchGeometry g = op.geometry(c, p);
+    CausalConv1dPlan plan = op.conv_plan(c, p);
+    CHECK(g.block[0] == 128);
+    CHECK(g.grid[0] == 8 * 4); // 512 channel vectors / 128 lanes, per batch
+    CHECK(plan.chunk % 4 == 0);
+    CHECK((long long)g.grid[1] * plan.chunk >= 2048);
+    CHECK((long long)(g.grid[1] - 1) * plan.chunk < 2048);
+    // about two waves of threads (132 SMs x 2048 on the H100): 8*512*2048/4 threads of
+    // one step each would be 7.8 waves, so a chunk is 3 steps
+    CHECK(plan.chunk == 12);
+    // a row shorter than one step: one chunk of the whole row
+    Problem tiny = problem("B=1,C=16,L=3,W=4,layout=blc");
+    CHECK(op.conv_plan(c, tiny).chunk == 3);
+    CHECK(op.geometry(c, tiny).grid[1] == 1);
+    CHECK_FALSE(op.worth_measuring(c, tiny)); // steps of 4 positions never run whole
+    CHECK(op.worth_measuring(config("threads=128,vec=8,items=1,cpb=1,load=direct"), tiny));
+  }
+  SUBCASE("vectors where every position's channels start aligned") {
+    CausalConv1dPlan plan = op.conv_plan(c, p);
+    auto mode = [&](CUdeviceptr x, long long xbs, long long xls) {
+      CausalConv1dCall call;
+      call.x = x;
+      call.out = 1 << 24;
+      call.x_batch_stride = xbs;
+      call.x_channel_stride = call.out_channel_stride = 1;
+      call.x_length_stride = xls;
+      call.out_batch_stride = 2048LL * 4096;
+      call.out_length_stride = 4096;
+      CausalConv1dKernelArgs a = op.kernel_args(plan, call);
+      CHECK(a.x_length_stride == xls);
+      CHECK(a.out_length_stride == 4096);
+      CHECK(a.chunk == plan.chunk);
+      return a.vector_mode;
+    };
+    const CUdeviceptr a = 1 << 20;
+    CHECK(mode(a, 2048LL * 4096, 4096) == 1);
+    // Mamba-2's xBC: a slice of the in_proj output's last dimension
+    CHECK(mode(a + 2 * 4096, 2048LL * 8480, 8480) == 1);
+    CHECK(mode(a + 2 * 4100, 2048LL * 8484, 8484) == 0);
+  }
 }

@@ -179,6 +179,33 @@ def _first_call(plans, rt, key, q, fields, features, pointers, lse_shape):
 
 
 # ---- causal_conv1d ------------------------------------------------------------------------
+# How a conv call allocates out: like x (contiguous x), contiguous (any other channel-first
+# x), or channel-last [B, L, C] memory viewed [B, C, L] (channel-last x: the library
+# wants out in x's layout, as causal-conv1d returns it).
+_OUT_LIKE, _OUT_CONTIGUOUS, _OUT_CHANNEL_LAST = 0, 1, 2
+
+
+def conv_out_form(x):
+    """Which of the three allocations above out takes for x: channel-last when x's channel
+    dimension is the contiguous one and its length dimension is not (the library's rule:
+    one channel or one position reads as channel-first)."""
+    shape, strides = x.shape, x.stride()
+    if (len(shape) == 3 and shape[1] > 1 and shape[2] > 1 and strides[1] == 1 and
+            strides[2] != 1):
+        return _OUT_CHANNEL_LAST
+    return _OUT_LIKE if x.is_contiguous() else _OUT_CONTIGUOUS
+
+
+def conv_out(x, form):
+    """An uninitialised out for x, allocated as `form` says."""
+    if form == _OUT_LIKE:
+        return _empty_like(x)
+    if form == _OUT_CONTIGUOUS:
+        return _empty_like(x, memory_format=_contiguous)
+    b, c, length = x.shape
+    return _empty((b, length, c), dtype=x.dtype, device=x.device).transpose(1, 2)
+
+
 def conv(plans, runtime_for, x, weight, bias, initial_states, silu, with_final, copies=None):
     """out (and final states [B, C, W-1] in x's dtype when with_final) of a conv call.
     runtime_for(device_index, tensor, name): the Runtime serving that device. copies:
@@ -198,9 +225,9 @@ def conv(plans, runtime_for, x, weight, bias, initial_states, silu, with_final, 
         return _conv_first(plans, runtime_for, key, x, weight, bias, initial_states, silu,
                            with_final, copies)
     del key  # its tuples go now: a warm call holds few new objects at once
-    (buf, words, fn, handle, lib, dev, contiguous, final_shape, dtype, device,
+    (buf, words, fn, handle, lib, dev, out_form, final_shape, dtype, device,
      i_x, i_w, i_b, i_s, i_o, i_f) = plan
-    out = _empty_like(x) if contiguous else _empty_like(x, memory_format=_contiguous)
+    out = _empty_like(x) if out_form == _OUT_LIKE else conv_out(x, out_form)
     words[i_x] = x.data_ptr()
     words[i_w] = weight.data_ptr()
     if bias is not None:
@@ -230,8 +257,8 @@ def _conv_first(plans, runtime_for, key, x, weight, bias, init, silu, with_final
     fields_x = tensor_fields(x, "x")
     dev = x.get_device()
     rt = runtime_for(dev, x, "x")
-    contiguous = x.is_contiguous()
-    out = torch.empty_like(x, memory_format=_contiguous)
+    out_form = conv_out_form(x)
+    out = conv_out(x, out_form)
     final = final_shape = None
     if with_final:
         final_shape = states_shape(x, weight)
@@ -245,7 +272,7 @@ def _conv_first(plans, runtime_for, key, x, weight, bias, init, silu, with_final
     status = fn(handle, buf, STREAMS[_raw_stream(dev)])
     if status:
         _fail(lib, status)
-    _remember(plans.conv, key, (buf, words, fn, handle, lib, dev, contiguous, final_shape,
+    _remember(plans.conv, key, (buf, words, fn, handle, lib, dev, out_form, final_shape,
                                 x.dtype, x.device, *slots))
     return (out, final) if with_final else out
 

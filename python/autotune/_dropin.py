@@ -63,8 +63,9 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None,
     """causal-conv1d's causal_conv1d_fn.
 
     x: (batch, dim, seqlen), fp32/fp16/bf16; any batch and channel strides (a view of a
-        packed projection is read in place). Channel-last x (x.stride(1) == 1) and any x
-        with x.stride(2) != 1 is first copied to a contiguous tensor.
+        packed projection is read in place), or channel-last (x.stride(1) == 1, such as
+        Mamba-2's xBC.transpose(1, 2), a slice of its in_proj output: read in place too).
+        Any other x with x.stride(2) != 1 is first copied to a contiguous tensor.
     weight: (dim, width), width 2..4, fp32/fp16/bf16 (x's dtype or another one).
     bias: (dim,), weight's dtype.
     seq_idx: not implemented (NotImplementedError).
@@ -74,7 +75,8 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None,
         x's dtype; written into final_states_out when given (x's dtype and that shape).
     activation: None, "silu" or "swish".
 
-    out: (batch, dim, seqlen), x's dtype, contiguous (also for channel-last x).
+    out: (batch, dim, seqlen), x's dtype: channel-last ((batch, seqlen, dim) memory) for
+    channel-last x, as causal-conv1d returns it; else contiguous.
     """
     if activation not in _ACTIVATIONS:
         raise NotImplementedError("activation must be None, silu, or swish")
@@ -123,15 +125,16 @@ def _conv_records(x, weight, bias, initial_states):
 
 
 def _conv_copies(x, weight, bias, initial_states):
-    """The contiguous copies causal-conv1d makes (x with a strided last dimension, such as
-    channel-last x; a non-contiguous weight, bias or initial_states), or None when none
-    is needed. Not tensors: None (the call then refuses them by name)."""
+    """The contiguous copies causal-conv1d makes (x with neither its last nor, channel-last,
+    its channel dimension contiguous; a non-contiguous weight, bias or initial_states), or
+    None when none is needed. Not tensors: None (the call then refuses them by name)."""
     try:
-        if (x.stride(-1) == 1 and weight.is_contiguous() and
+        x_read = x.stride(-1) == 1 or _calls.conv_out_form(x) == _calls._OUT_CHANNEL_LAST
+        if (x_read and weight.is_contiguous() and
                 (bias is None or bias.is_contiguous()) and
                 (initial_states is None or initial_states.is_contiguous())):
             return None
-        return (x if x.stride(-1) == 1 else x.contiguous(), weight.contiguous(),
+        return (x if x_read else x.contiguous(), weight.contiguous(),
                 None if bias is None else bias.contiguous(),
                 None if initial_states is None else initial_states.contiguous())
     except AttributeError:

@@ -188,11 +188,12 @@ def attention_kvcache_with_lse(q, k_cache, v_cache, cache_seqlens, block_table=N
 
 # ---- fake implementations: outputs of the right shape, dtype, device and strides ----------
 def _conv_fake(x, weight, bias=None, initial_states=None, silu=False):
-    return torch.empty_like(x, memory_format=_contiguous)
+    _calls._load_torch()
+    return _calls.conv_out(x, _calls.conv_out_form(x))
 
 
 def _conv_states_fake(x, weight, bias=None, initial_states=None, silu=False):
-    return (torch.empty_like(x, memory_format=_contiguous), x.new_empty(_states_shape(x, weight)))
+    return (_conv_fake(x, weight), x.new_empty(_states_shape(x, weight)))
 
 
 def _scan_fake(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False):

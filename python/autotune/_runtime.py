@@ -507,8 +507,8 @@ class Runtime:
     # ---- causal_conv1d ----------------------------------------------------------------
     def causal_conv1d_args(self, x, weight, bias=None, out=None, silu=True,
                            initial_states=None, final_states=None, _pack=None):
-        """The C struct for a call: x/out [B, C, L] (contiguous last dimension), weight
-        [C, W], bias [C], states [B, C, W-1]."""
+        """The C struct for a call: x/out [B, C, L] (contiguous last dimension, or both
+        channel-last: stride(1) == 1), weight [C, W], bias [C], states [B, C, W-1]."""
         return (_pack or self.pack)(
             "causal_conv1d", *tensor_fields(x, "x"), *tensor_fields(weight, "weight"),
             *tensor_fields(bias, "bias"), *tensor_fields(initial_states, "initial_states"),
@@ -519,9 +519,9 @@ class Runtime:
         if out is None and final_states is None:
             return self._calls.conv(self.plans, self._served_by, x, weight, bias,
                                     initial_states, silu, False)
-        import torch
         if out is None:
-            out = torch.empty_like(x, memory_format=torch.contiguous_format)
+            self._calls._load_torch()
+            out = self._calls.conv_out(x, self._calls.conv_out_form(x))
         args = self.causal_conv1d_args(x, weight, bias, out, silu, initial_states, final_states,
                                        self._pack_call)
         self.check(self.lib.autotune_causal_conv1d(self.handle, args, self.stream(x)))

@@ -97,11 +97,14 @@ int autotune_describe_args(const char* op, char* buffer, uint64_t size);
 typedef struct autotune_causal_conv1d_args {
   autotune_tensor x;              /* [B, C, L] fp32/fp16/bf16; any batch and channel
                                      strides (views of a packed projection work),
-                                     contiguous last dimension */
+                                     contiguous last dimension; or channel-last
+                                     (channel stride 1, any batch and length
+                                     strides: Mamba-2's xBC.transpose(1, 2)) */
   autotune_tensor weight;         /* [C, W], W in 2..4, fp32/fp16/bf16, contiguous */
   autotune_tensor bias;           /* [C], weight's dtype; optional */
   autotune_tensor initial_states; /* [B, C, W-1], x's dtype, contiguous; optional */
-  autotune_tensor out;            /* [B, C, L], x's dtype */
+  autotune_tensor out;            /* [B, C, L], x's dtype and layout (channel-last
+                                     when x is) */
   autotune_tensor final_states;   /* [B, C, W-1], x's dtype, contiguous; optional output
                                      (the last W-1 inputs, for the next call) */
   int32_t silu;                   /* 1: SiLU activation; 0: identity */

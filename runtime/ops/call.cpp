@@ -314,8 +314,14 @@ void check_layout(const ArgsDesc& desc, const BoundCall& call) {
         if (st < 0) {
           fail(r, t, "has a negative stride");
         }
-        if (i == n - 1 && st != 1) {
-          fail(r, t, "must have a contiguous last dimension (stride 1)");
+        const bool channel_last = r.strides == StrideRule::rows_or_channels && n == 3 &&
+                                  t.shape[1] > 1 && t.strides[1] == 1;
+        if (i == n - 1 && st != 1 && !channel_last) {
+          fail(r, t,
+               r.strides == StrideRule::rows_or_channels
+                   ? "must have a contiguous last dimension (stride 1) or, channel-last, a "
+                     "contiguous channel dimension (stride(1) == 1)"
+                   : "must have a contiguous last dimension (stride 1)");
         }
         if (r.strides == StrideRule::contiguous && st != expected) {
           fail(r, t, "must be contiguous (row-major)");
@@ -328,7 +334,7 @@ void check_layout(const ArgsDesc& desc, const BoundCall& call) {
       }
       expected *= t.shape[i];
     }
-    if (r.output && r.strides == StrideRule::rows) {
+    if (r.output && r.strides != StrideRule::contiguous) {
       // Ordered by stride, every dimension must step over the span of the smaller
       // ones, or two elements share an address and blocks would race on it.
       std::array<std::pair<int64_t, int64_t>, AUTOTUNE_MAX_DIMS> dims{};
@@ -402,7 +408,9 @@ std::string describe_args(const ArgsDesc& desc) {
               ? std::string(dtype_name(r.fixed_dtype))
               : allowed_text(r.dtypes) + " as " + desc.fields[size_t(r.dtype_field)].name) +
          (r.presence >= 0 ? " optional" : "") + (r.output ? " output" : "") +
-         (r.strides == StrideRule::contiguous ? " contiguous" : " rows") +
+         (r.strides == StrideRule::contiguous ? " contiguous"
+          : r.strides == StrideRule::rows     ? " rows"
+                                              : " rows_or_channels") +
          (r.form ? std::string(" form=") + r.form : std::string()) + "\n";
   }
   return s;

@@ -66,6 +66,9 @@ struct DimRule {
 enum class StrideRule : uint8_t {
   rows,       // any non-negative strides with a contiguous last dimension
   contiguous, // row-major contiguous
+  // rows, or a 3-d [B, C, L] tensor whose middle (channel) dimension is the contiguous
+  // one instead (channel-last; the op's layout field tells the two apart)
+  rows_or_channels,
 };
 
 // A tensor of the call. Rules sharing an offset are alternative forms, told apart

@@ -105,6 +105,38 @@ Params one_tile_per_row(Params p, const Dims& d, long long min_row_threads, long
   return p;
 }
 
+// Channel-last launch (channel_last.cuh): `lanes` threads along the channel vectors (a
+// power of two covering C / vec, at most the block), the block's other threads on
+// `groups` position chunks of `chunk` positions each. The chunk is the fewest steps of
+// `items` positions that keep the grid within about two waves of thread slots: longer
+// chunks re-read fewer halo inputs (W-1 a chunk), and the threads of two waves keep
+// enough vectors in flight for the copy bandwidth.
+struct ChannelLastGrid {
+  long long lanes, groups, chunk, channel_blocks, position_blocks;
+};
+
+ChannelLastGrid channel_last_grid(const Params& p, const Dims& d) {
+  ChannelLastGrid g{};
+  const long long vectors = (d.C + p.vec - 1) / p.vec;
+  g.lanes = 1;
+  while (g.lanes < vectors && g.lanes < p.threads) {
+    g.lanes *= 2;
+  }
+  g.groups = p.threads / g.lanes;
+  g.channel_blocks = (vectors + g.lanes - 1) / g.lanes;
+  const long long threads_at_one_step =
+      d.B * g.channel_blocks * g.lanes * ((d.L + p.items - 1) / p.items);
+  const long long steps = std::max<long long>(1, threads_at_one_step / (2 * k_wave_threads));
+  g.chunk = p.items * steps;
+  const long long fewest = (d.L + g.groups * k_max_grid_y - 1) / (g.groups * k_max_grid_y);
+  if (g.chunk < fewest) {
+    g.chunk = (fewest + p.items - 1) / p.items * p.items;
+  }
+  g.chunk = std::min<long long>(g.chunk, std::max<long long>(d.L, 1));
+  g.position_blocks = (d.L + g.groups * g.chunk - 1) / (g.groups * g.chunk);
+  return g;
+}
+
 } // namespace
 
 CausalConv1dShape CausalConv1dShape::of(const Problem& p) {
@@ -119,6 +151,7 @@ CausalConv1dShape CausalConv1dShape::of(const Problem& p) {
   d.silu = p.get_int("silu") != 0;
   d.init_states = p.get_int("init_states") != 0;
   d.final_states = p.get_int("final_states") != 0;
+  d.channel_last = p.get("layout") == "blc";
   return d;
 }
 
@@ -150,8 +183,8 @@ Problem CausalConv1dOp::make_problem(const Fields& shape) const {
   std::string ws = r.has("w") ? r.get("w", nullptr) : r.get("wdtype", to_string(x));
   DType w = parse_dtype(ws, "causal_conv1d shape field wdtype");
   std::string layout = r.get("layout", "bcl");
-  if (layout != "bcl") {
-    r.fail("layout '" + layout + "' is not built yet (only channel-first 'bcl' is)");
+  if (layout != "bcl" && layout != "blc") {
+    r.fail("layout '" + layout + "' is not one of bcl (channel-first), blc (channel-last)");
   }
   Problem p;
   p.op = name();
@@ -176,6 +209,19 @@ Result<bool> CausalConv1dOp::check(const Config& config, const Problem& problem,
   (void)arch; // every variant runs on sm_80 and newer
   if (auto threads = check_block_threads(p.threads); !threads) {
     return threads;
+  }
+  if (d.channel_last) {
+    if (p.cpb != 1 || p.smem) {
+      return fail("channel-last x has one kernel form: cpb=1, load=direct");
+    }
+    if ((p.vec & (p.vec - 1)) != 0 || p.vec * (long long)dtype_size(d.x) < 8) {
+      return fail("channel-last vectors must be a power of two of at least 8 bytes");
+    }
+    const ChannelLastGrid g = channel_last_grid(p, d);
+    if (d.B * g.channel_blocks > 0x7fffffffll || g.position_blocks > k_max_grid_y) {
+      return fail("grid too large");
+    }
+    return true;
   }
   if (p.threads % p.cpb != 0) {
     return fail("cpb must divide threads");
@@ -216,12 +262,26 @@ Result<bool> CausalConv1dOp::check(const Config& config, const Problem& problem,
 Result<bool> CausalConv1dOp::worth_measuring(const Config& config, const Problem& problem) const {
   Params p = params(config);
   Dims d = dims(problem);
+  if (d.channel_last) {
+    if (p.items > 1 && channel_last_grid(p, d).chunk < p.items) {
+      return fail("a chunk of " + std::to_string(d.L) + " positions is shorter than a step of " +
+                  std::to_string(p.items));
+    }
+    return true;
+  }
   long long tile = tile_length(p);
   if (tile / 2 >= d.L && p.items > 1) {
     return fail("tile of " + std::to_string(tile) + " positions leaves over half of each block " +
                 "idle at L=" + std::to_string(d.L) + " (fewer items per thread do better)");
   }
   return true;
+}
+
+std::vector<InertRule> CausalConv1dOp::inert_params(const Problem& problem) const {
+  if (dims(problem).channel_last) {
+    return {{"", {}, {{"cpb", "1"}, {"load", "direct"}}}};
+  }
+  return {};
 }
 
 Config CausalConv1dOp::adapt_long_rows(const Config& config, const Problem& problem) const {
@@ -302,6 +362,13 @@ Config CausalConv1dOp::adapt(const Config& config, const Problem& problem) const
   // B=16,C=2048,L=333,W=4 27.5 / 31.0; the tuned winners of the first two are staged.
   Dims d = dims(problem);
   Params src = params(config);
+  if (d.channel_last) {
+    // Its one kernel form; threads, vector and step carry over (channel_last_grid fits
+    // the chunk to the problem).
+    src.cpb = 1;
+    src.smem = false;
+    return with_params(config, src);
+  }
   if (tile_length(src) < 2 * d.L) {
     return adapt_long_rows(config, problem);
   }
@@ -390,7 +457,10 @@ std::vector<std::string> CausalConv1dOp::defines(const Config& config,
                                   std::string("-DAT_SILU=") + (d.silu ? "1" : "0"),
                                   std::string("-DAT_X_T=") + template_type(d.x),
                                   std::string("-DAT_W_T=") + template_type(d.w)};
-  if (ragged(d, p.vec)) {
+  if (d.channel_last) {
+    out.push_back("-DAT_CHANNEL_LAST=1");
+    out.push_back("-DAT_CL_LANES=" + std::to_string(channel_last_grid(p, d).lanes));
+  } else if (ragged(d, p.vec)) {
     out.push_back("-DAT_RAGGED=1");
   }
   return out;
@@ -399,9 +469,15 @@ std::vector<std::string> CausalConv1dOp::defines(const Config& config,
 LaunchGeometry CausalConv1dOp::geometry(const Config& config, const Problem& problem) const {
   Params p = params(config);
   Dims d = dims(problem);
-  long long tile = tile_length(p);
   LaunchGeometry g;
   g.block[0] = unsigned(p.threads);
+  if (d.channel_last) {
+    const ChannelLastGrid cl = channel_last_grid(p, d);
+    g.grid[0] = unsigned(d.B * cl.channel_blocks);
+    g.grid[1] = unsigned(cl.position_blocks);
+    return g;
+  }
+  long long tile = tile_length(p);
   g.grid[0] = unsigned(d.B * ((d.C + p.cpb - 1) / p.cpb));
   g.grid[1] = unsigned((d.L + tile - 1) / tile);
   return g;
@@ -429,9 +505,34 @@ std::vector<TensorSpec> CausalConv1dOp::tensors(const Problem& problem) const {
 
 CausalConv1dKernelArgs conv_kernel_args(const CausalConv1dPlan& plan, const CausalConv1dCall& call);
 
+namespace {
+
+// Whether a [B, C, L] tensor is channel-last: its channel dimension is the contiguous
+// one and its length dimension is not (a tensor with one channel or one position reads
+// the same either way, and is channel-first).
+bool is_channel_last(const autotune_tensor& t) {
+  return t.ndim == 3 && t.shape[1] > 1 && t.shape[2] > 1 && t.strides[1] == 1 && t.strides[2] != 1;
+}
+
+// args_desc()'s field 10, "layout": x's layout, which out must share.
+constexpr size_t k_layout_field = 10;
+void derive_layout(const void* args, CallValues& values) {
+  const auto& a = *static_cast<const autotune_causal_conv1d_args*>(args);
+  const bool x_last = is_channel_last(a.x);
+  if (a.out.data && a.out.ndim == 3 && a.out.shape[1] > 1 && a.out.shape[2] > 1 &&
+      is_channel_last(a.out) != x_last) {
+    throw Error(ErrorKind::usage, std::string("causal_conv1d: out must have x's layout: x is ") +
+                                      (x_last ? "channel-last (x.stride(1) == 1), out is not"
+                                              : "channel-first (x.stride(2) == 1), out is not"));
+  }
+  values[k_layout_field] = x_last ? 1 : 0;
+}
+
+} // namespace
+
 const ArgsDesc& CausalConv1dOp::args_desc() const {
   using A = autotune_causal_conv1d_args;
-  enum : int8_t { B, C, L, W, x, w, bias, silu, init, fin };
+  enum : int8_t { B, C, L, W, x, w, bias, silu, init, fin, layout };
   static const ArgsDesc desc{
       "causal_conv1d",
       sizeof(A),
@@ -444,8 +545,16 @@ const ArgsDesc& CausalConv1dOp::args_desc() const {
        {"bias", FieldKind::flag},
        {"silu", FieldKind::flag},
        {"init_states", FieldKind::flag},
-       {"final_states", FieldKind::flag}},
-      {{"x", offsetof(A, x), {{B}, {C}, {L}}, x, k_any_float, -1, false, StrideRule::rows},
+       {"final_states", FieldKind::flag},
+       {"layout", FieldKind::choice, 0, {"bcl", "blc"}}},
+      {{"x",
+        offsetof(A, x),
+        {{B}, {C}, {L}},
+        x,
+        k_any_float,
+        -1,
+        false,
+        StrideRule::rows_or_channels},
        {"weight",
         offsetof(A, weight),
         {{C}, {W}},
@@ -463,7 +572,14 @@ const ArgsDesc& CausalConv1dOp::args_desc() const {
         init,
         false,
         StrideRule::contiguous},
-       {"out", offsetof(A, out), {{B}, {C}, {L}}, x, k_any_float, -1, true, StrideRule::rows},
+       {"out",
+        offsetof(A, out),
+        {{B}, {C}, {L}},
+        x,
+        k_any_float,
+        -1,
+        true,
+        StrideRule::rows_or_channels},
        {"final_states",
         offsetof(A, final_states),
         {{B}, {C}, {W, -1}},
@@ -472,7 +588,9 @@ const ArgsDesc& CausalConv1dOp::args_desc() const {
         fin,
         true,
         StrideRule::contiguous}},
-      {{"silu", offsetof(A, silu), ScalarKind::i32, silu}}};
+      {{"silu", offsetof(A, silu), ScalarKind::i32, silu}},
+      derive_layout};
+  static_assert(layout == k_layout_field, "derive_layout's field");
   return desc;
 }
 
@@ -490,6 +608,8 @@ size_t CausalConv1dPlan::pack(const void* args, const BoundCall& call, void* out
   c.x_channel_stride = a.x.strides[1];
   c.out_batch_stride = a.out.strides[0];
   c.out_channel_stride = a.out.strides[1];
+  c.x_length_stride = a.x.strides[2];
+  c.out_length_stride = a.out.strides[2];
   CausalConv1dKernelArgs k = conv_kernel_args(*this, c);
   std::memcpy(out, &k, sizeof k);
   return sizeof k;
@@ -498,7 +618,9 @@ size_t CausalConv1dPlan::pack(const void* args, const BoundCall& call, void* out
 CausalConv1dPlan CausalConv1dOp::conv_plan(const Config& config, const Problem& problem) const {
   CausalConv1dPlan p;
   p.shape = dims(problem);
-  p.vec = params(config).vec;
+  const Params params_of = params(config);
+  p.vec = params_of.vec;
+  p.chunk = p.shape.channel_last ? int(channel_last_grid(params_of, p.shape).chunk) : 0;
   p.geometry = geometry(config, problem);
   return p;
 }
@@ -529,6 +651,15 @@ CausalConv1dKernelArgs conv_kernel_args(const CausalConv1dPlan& plan,
   a.x_channel_stride = call.x_channel_stride;
   a.out_batch_stride = call.out_batch_stride;
   a.out_channel_stride = call.out_channel_stride;
+  if (d.channel_last) {
+    a.x_length_stride = call.x_length_stride;
+    a.out_length_stride = call.out_length_stride;
+    a.chunk = plan.chunk;
+    const VectorAccess vector(d.x, plan.vec);
+    a.vector_mode = vector.aligned(call.x, {call.x_batch_stride, call.x_length_stride}) &&
+                    vector.aligned(call.out, {call.out_batch_stride, call.out_length_stride});
+    return a;
+  }
   if (ragged(d, plan.vec)) {
     // Every row is tiled from out's first aligned address and x read realigned (the
     // kernel's "Ragged rows"): vectors whatever the strides.
@@ -552,7 +683,12 @@ void CausalConv1dOp::pack(const Config& config, const Problem& problem,
   call.initial_states = d.init_states ? t.at(i++) : 0;
   call.out = t.at(i++);
   call.final_states = d.final_states ? t.at(i++) : 0;
-  call.x_channel_stride = call.out_channel_stride = d.L;
+  if (d.channel_last) { // [B, L, C] in memory
+    call.x_channel_stride = call.out_channel_stride = 1;
+    call.x_length_stride = call.out_length_stride = d.C;
+  } else {
+    call.x_channel_stride = call.out_channel_stride = d.L;
+  }
   call.x_batch_stride = call.out_batch_stride = d.C * d.L;
   args.add(kernel_args(conv_plan(config, problem), call));
 }
@@ -586,8 +722,13 @@ void CausalConv1dOp::pack_reference(const Problem& problem, const std::vector<CU
   args.add(int(d.L));
   args.add(int(d.W));
   args.add(int(d.silu));
+  // x's and out's strides (batch, channel, length): the tuner's tensors are packed in
+  // the problem's layout, and the reference writes its output in the same order.
+  const long long channel = d.channel_last ? 1 : d.L;
+  const long long length = d.channel_last ? d.C : 1;
   args.add((long long)(d.C * d.L));
-  args.add((long long)d.L);
+  args.add(channel);
+  args.add(length);
 }
 
 double CausalConv1dOp::tolerance(const Problem& problem) const {

@@ -6,7 +6,9 @@
 namespace autotune {
 
 // Device pointers and strides of one call (elements, not bytes). x and out are
-// [B, C, L] with a contiguous last dimension; weight is [C, W] contiguous.
+// [B, C, L] with a contiguous last dimension (layout bcl) or a contiguous channel
+// dimension (layout blc: the channel strides are 1, the length strides are not);
+// weight is [C, W] contiguous.
 struct CausalConv1dCall {
   CUdeviceptr x = 0;
   CUdeviceptr weight = 0;
@@ -18,6 +20,8 @@ struct CausalConv1dCall {
   long long x_channel_stride = 0;
   long long out_batch_stride = 0;
   long long out_channel_stride = 0;
+  long long x_length_stride = 1;
+  long long out_length_stride = 1;
 };
 
 // The problem's numbers, parsed once (the problem itself is strings).
@@ -25,6 +29,7 @@ struct CausalConv1dShape {
   long long B = 0, C = 0, L = 0, W = 0;
   DType x = DType::bf16, w = DType::bf16;
   bool bias = false, silu = false, init_states = false, final_states = false;
+  bool channel_last = false; // layout blc
   static CausalConv1dShape of(const Problem& problem);
 };
 
@@ -35,7 +40,9 @@ struct CausalConv1dKernelArgs {
   CUdeviceptr x, weight, bias, out, initial_states, final_states;
   int batch, channels, length;
   long long x_batch_stride, x_channel_stride, out_batch_stride, out_channel_stride;
-  int vector_mode; // 0 scalar, 1 vector loads and stores
+  int vector_mode;                              // 0 scalar, 1 vector loads and stores
+  long long x_length_stride, out_length_stride; // channel-last only
+  int chunk;                                    // channel-last: positions per thread
 };
 
 // Everything a launch of one variant on one problem needs besides the call's
@@ -43,6 +50,7 @@ struct CausalConv1dKernelArgs {
 struct CausalConv1dPlan final : CallPlan {
   CausalConv1dShape shape;
   int vec = 0;
+  int chunk = 0; // channel-last: positions per thread
   size_t pack(const void* args, const BoundCall& call, void* out) const override;
 };
 
@@ -59,6 +67,7 @@ public:
   Result<bool> check(const Config& config, const Problem& problem,
                      const std::string& arch) const override;
   Result<bool> worth_measuring(const Config& config, const Problem& problem) const override;
+  std::vector<InertRule> inert_params(const Problem& problem) const override;
   Config adapt(const Config& config, const Problem& problem) const override;
   std::vector<std::string> defines(const Config& config, const Problem& problem) const override;
   LaunchGeometry geometry(const Config& config, const Problem& problem) const override;

@@ -23,6 +23,8 @@
 //                vectors from its first aligned address, whatever L and the strides
 //                (see "Ragged rows" below). Aligned shapes compile without it.
 //   AT_WIDTH     filter width W (2..4); AT_HAS_BIAS, AT_SILU: 0/1.
+//   AT_CHANNEL_LAST  1: x and out are channel-last (channel stride 1); the kernel is
+//                channel_last.cuh's, which reads the parameters above its own way.
 //   AT_X_T, AT_W_T  element types of x/out and of weight/bias.
 //
 // Ragged rows (AT_RAGGED=1). With an odd L the rows of a contiguous [B, C, L]
@@ -93,6 +95,12 @@ struct ConvArgs {
   // and stores), else 0 (one element per access). With it: 1 (vectors always; rows of
   // x and out at different shifts are realigned, see "Ragged rows").
   int vector_mode;
+  // Channel-last (AT_CHANNEL_LAST=1, channel_last.cuh): the channel strides are 1, these
+  // are the strides between positions, and each thread walks `chunk` positions. Unused
+  // otherwise.
+  long long x_length_stride;
+  long long out_length_stride;
+  int chunk;
 };
 
 __device__ __forceinline__ float conv_point(const float* win, const float (&w)[k_width], float b) {
@@ -106,6 +114,13 @@ __device__ __forceinline__ float conv_point(const float* win, const float (&w)[k
 #endif
   return acc;
 }
+
+#ifndef AT_CHANNEL_LAST
+#define AT_CHANNEL_LAST 0
+#endif
+#if AT_CHANNEL_LAST
+#include "causal_conv1d/channel_last.cuh"
+#else
 
 // Writes k_vec outputs at position p of one row from a window of k_halo + k_vec inputs.
 // vector_ok: the store may be one vector where all k_vec positions lie in the row.
@@ -498,3 +513,4 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
   ragged_tail();
 #endif
 }
+#endif // AT_CHANNEL_LAST

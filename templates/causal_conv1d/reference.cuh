@@ -1,12 +1,14 @@
 // Reference causal conv1d: one thread per output, accumulated in float64 from the
 // stored (rounded) inputs, written as fp32. Deliberately simple: it shares no code
-// with kernel.cuh, so a bug there cannot hide in both.
+// with kernel.cuh, so a bug there cannot hide in both. x and out share the strides
+// xbs, xcs, xls (batch, channel, position): channel-first or channel-last.
 #include "common/numeric.cuh"
 
 #define AT_DEFINE_CONV_REF(XT, WT, NAME)                                                           \
   extern "C" __global__ void causal_conv1d_ref_##NAME(                                             \
       const XT* x, const WT* w, const WT* bias, const XT* init, float* out, float* final_out,      \
-      int batch, int channels, int length, int width, int silu, long long xbs, long long xcs) {    \
+      int batch, int channels, int length, int width, int silu, long long xbs, long long xcs,      \
+      long long xls) {                                                                             \
     long long n = static_cast<long long>(batch) * channels * length;                               \
     for (long long i = blockIdx.x * 256ll + threadIdx.x; i < n; i += 256ll * gridDim.x) {          \
       long long t = i % length;                                                                    \
@@ -17,7 +19,7 @@
         long long s = t - (width - 1) + k;                                                         \
         double xv = 0.0;                                                                           \
         if (s >= 0) {                                                                              \
-          xv = at_to_float(x[b * xbs + c * xcs + s]);                                              \
+          xv = at_to_float(x[b * xbs + c * xcs + s * xls]);                                        \
         } else if (init) {                                                                         \
           xv = at_to_float(init[(b * channels + c) * (width - 1) + (width - 1) + s]);              \
         }                                                                                          \
@@ -26,10 +28,11 @@
       if (silu) {                                                                                  \
         acc = acc / (1.0 + exp(-acc));                                                             \
       }                                                                                            \
-      out[i] = static_cast<float>(acc);                                                            \
+      out[b * xbs + c * xcs + t * xls] = static_cast<float>(acc);                                  \
       if (final_out && t >= length - (width - 1)) {                                                \
         long long k = t - (length - (width - 1));                                                  \
-        final_out[(b * channels + c) * (width - 1) + k] = at_to_float(x[b * xbs + c * xcs + t]);   \
+        final_out[(b * channels + c) * (width - 1) + k] =                                          \
+            at_to_float(x[b * xbs + c * xcs + t * xls]);                                           \
       }                                                                                            \
       if (final_out && t == length - 1 && length < width - 1) {                                    \
         /* fewer inputs than the state holds: its front comes from the initial state */            \

@@ -1085,12 +1085,16 @@ class TestCallPlans(unittest.TestCase):
     def test_the_drop_in_copies_on_a_first_call_only_what_the_peer_copies(self):
         self.op = "causal_conv1d"
         from autotune import _dropin
-        x_cl = torch.randn(2, 40, 32).transpose(1, 2)  # channel-last: stride(-1) != 1
+        # channel-last x is read in place; x with neither dimension contiguous is copied
+        x_cl = torch.randn(2, 40, 32).transpose(1, 2)
+        x_strided = torch.randn(2, 32, 80)[:, :, ::2]
         w = torch.randn(4, 32).t()  # not contiguous
-        self.calls_mod.conv(self.plans, self.runtime_for, x_cl, w, None, None, True, False,
-                            _dropin._conv_copies)
-        (key,) = self.plans.conv
-        self.assertEqual((key[2], key[5]), ((1280, 40, 1), (4, 1)))  # the copies' strides
+        for x in (x_cl, x_strided):
+            self.calls_mod.conv(self.plans, self.runtime_for, x, w, None, None, True, False,
+                                _dropin._conv_copies)
+        keys = sorted(self.plans.conv, key=lambda k: k[2])
+        self.assertEqual([(k[2], k[5]) for k in keys],
+                         [((1280, 1, 32), (4, 1)), ((1280, 40, 1), (4, 1))])
 
 
 @unittest.skipIf(torch is None, NO_TORCH)

@@ -1,0 +1,178 @@
+// Causal depthwise conv1d forward, channel-last: the kernel of kernel.cuh's op for x and
+// out whose channel dimension is contiguous (x.stride(1) == 1: memory order [B, L, C],
+// what Mamba-2 passes as xBC.transpose(1, 2)). Same semantics, arguments and entry point;
+// kernel.cuh includes this file when AT_CHANNEL_LAST=1, after ConvArgs and conv_point.
+//
+// A thread owns k_vec adjacent channels (one vector access per position) and walks a
+// chunk of args.chunk consecutive positions, k_items at a time: the k_items vectors of a
+// step are loaded first (the bytes each thread keeps in flight), then each position's
+// outputs are computed from the W-1 inputs before it, which stay in registers from one
+// position to the next (as fp32). Only the chunk's first W-1 inputs are loaded twice (by
+// this thread and by the thread of the chunk before), so long chunks read each input
+// once; the host picks the chunk length to fill the GPU with about two waves of threads.
+// k_lanes consecutive threads cover consecutive channel vectors, so a warp's accesses at
+// one position are one contiguous span of memory.
+//
+// Compile-time parameters in this layout:
+//   AT_THREADS   threads per block.
+//   AT_VEC       channels per vector access (the weights of those channels live in
+//                registers: k_vec x W floats, the register cost of wide vectors).
+//   AT_ITEMS     positions per step: vectors in flight per thread.
+//   AT_CL_LANES  threads along the channels (a power of two, at most the block; the
+//                host's choice: enough to cover C / k_vec, so short C packs positions).
+//   AT_CPB, AT_SMEM are not used (the space's values cpb=1, load=direct).
+//
+// vector_mode: 1 when x's and out's addresses and batch and length strides are
+// multiples of a vector (each position's channels then start aligned); a last vector
+// that C does not fill is accessed element by element either way. 0: every access is
+// one element.
+
+#ifndef AT_CL_LANES
+#error "AT_CL_LANES must be defined"
+#endif
+constexpr int k_lanes = AT_CL_LANES;
+constexpr int k_groups = k_threads / k_lanes; // position chunks a block walks side by side
+static_assert(k_threads % k_lanes == 0, "the channel lanes must divide the block");
+
+// One thread's state: its channels' filters and bias, and the inputs at the k_halo
+// positions before the next one it computes (win[h] is position t - k_halo + h).
+struct ChannelLastThread {
+  float w[k_vec][k_width];
+  float bias[k_vec];
+  float win[k_halo][k_vec];
+};
+
+// Inputs at position q (0 <= q < length) of the thread's channels: one vector, or one
+// element at a time for a partial last vector or unaligned tensors.
+__device__ __forceinline__ void load_channels(at_vec<x_t, k_vec>& v, const x_t* p, bool whole,
+                                              int valid) {
+  if (whole) {
+    v.load(p);
+  } else {
+#pragma unroll
+    for (int j = 0; j < k_vec; ++j) {
+      v.elem[j] = at_load_or_zero(p + j, j < valid);
+    }
+  }
+}
+
+// N consecutive positions t .. t + N - 1 (all inside the chunk): N loads, then N
+// outputs, each shifting the window by one position.
+template <int N>
+__device__ __forceinline__ void channel_last_steps(ChannelLastThread& s, const x_t* x_pos,
+                                                   long long x_step, x_t* out_pos,
+                                                   long long out_step, bool whole, int valid) {
+  at_vec<x_t, k_vec> v[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    load_channels(v[i], x_pos + i * x_step, whole, valid);
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    float cur[k_vec];
+    v[i].to_float(cur);
+    at_vec<x_t, k_vec> o;
+#pragma unroll
+    for (int j = 0; j < k_vec; ++j) {
+      float point[k_width];
+#pragma unroll
+      for (int h = 0; h < k_halo; ++h) {
+        point[h] = s.win[h][j];
+      }
+      point[k_halo] = cur[j];
+      o.elem[j] = at_from_float<x_t>(conv_point(point, s.w[j], s.bias[j]));
+#pragma unroll
+      for (int h = 0; h + 1 < k_halo; ++h) {
+        s.win[h][j] = s.win[h + 1][j];
+      }
+      s.win[k_halo - 1][j] = cur[j];
+    }
+    x_t* dst = out_pos + i * out_step;
+    if (whole) {
+      o.store(dst);
+    } else {
+#pragma unroll
+      for (int j = 0; j < k_vec; ++j) {
+        if (j < valid) {
+          dst[j] = o.elem[j];
+        }
+      }
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const ConvArgs args) {
+  const int vectors = (args.channels + k_vec - 1) / k_vec; // channel vectors of a position
+  const int blocks_per_batch = (vectors + k_lanes - 1) / k_lanes;
+  const int b = blockIdx.x / blocks_per_batch;
+  const int cv = (blockIdx.x % blocks_per_batch) * k_lanes + threadIdx.x % k_lanes;
+  const int t0 = (blockIdx.y * k_groups + threadIdx.x / k_lanes) * args.chunk;
+  if (cv >= vectors || t0 >= args.length) {
+    return; // (no block-wide synchronisation below)
+  }
+  const int c0 = cv * k_vec;
+  const int valid = args.channels - c0 < k_vec ? args.channels - c0 : k_vec;
+  const bool whole = args.vector_mode != 0 && valid == k_vec;
+  const int t1 = t0 + args.chunk < args.length ? t0 + args.chunk : args.length;
+
+  ChannelLastThread s;
+#pragma unroll
+  for (int j = 0; j < k_vec; ++j) {
+    const int c = j < valid ? c0 + j : c0; // (a partial vector repeats its first channel)
+#pragma unroll
+    for (int k = 0; k < k_width; ++k) {
+      s.w[j][k] = at_to_float(args.weight[c * k_width + k]);
+    }
+#if AT_HAS_BIAS
+    s.bias[j] = at_to_float(args.bias[c]);
+#else
+    s.bias[j] = 0.0f;
+#endif
+  }
+  const x_t* x_b = args.x + b * args.x_batch_stride + c0;
+  x_t* out_b = args.out + b * args.out_batch_stride + c0;
+  const long long state_b = static_cast<long long>(b) * args.channels + c0; // [B, C, W-1] row
+  // The window in front of t0: x, or before position 0 the initial state (or zero).
+#pragma unroll
+  for (int h = 0; h < k_halo; ++h) {
+    const int q = t0 - k_halo + h;
+    if (q >= 0) {
+      at_vec<x_t, k_vec> v;
+      load_channels(v, x_b + q * args.x_length_stride, whole, valid);
+      v.to_float(s.win[h]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < k_vec; ++j) {
+        const bool from_init = args.initial_states != nullptr && j < valid;
+        const x_t* src = args.initial_states + (state_b + j) * k_halo + (k_halo + q);
+        s.win[h][j] = at_to_float(at_load_or_zero(from_init ? src : x_b, from_init));
+      }
+    }
+  }
+  int t = t0;
+#pragma unroll 1
+  for (; t + k_items <= t1; t += k_items) {
+    channel_last_steps<k_items>(s, x_b + t * args.x_length_stride, args.x_length_stride,
+                                out_b + t * args.out_length_stride, args.out_length_stride,
+                                whole, valid);
+  }
+#pragma unroll 1
+  for (; t < t1; ++t) {
+    channel_last_steps<1>(s, x_b + t * args.x_length_stride, args.x_length_stride,
+                          out_b + t * args.out_length_stride, args.out_length_stride, whole,
+                          valid);
+  }
+  // The chunk that ends the row leaves the row's last W-1 inputs in the window (the
+  // initial state's, or zeros, where L < W-1).
+  if (args.final_states && t1 == args.length) {
+#pragma unroll
+    for (int j = 0; j < k_vec; ++j) {
+      if (j < valid) {
+#pragma unroll
+        for (int h = 0; h < k_halo; ++h) {
+          args.final_states[(state_b + j) * k_halo + h] = at_from_float<x_t>(s.win[h][j]);
+        }
+      }
+    }
+  }
+}
