@@ -4,8 +4,9 @@
 // kernel.cuh includes this file when AT_CHANNEL_LAST=1, after ConvArgs and conv_point.
 //
 // A thread owns k_vec adjacent channels (one vector access per position) and walks a
-// chunk of args.chunk consecutive positions, k_items at a time: the k_items vectors of a
-// step are loaded first (the bytes each thread keeps in flight), then each position's
+// chunk of args.chunk consecutive positions, k_items at a time: the k_items vectors of
+// the next step are loaded before this step is computed (the bytes each thread keeps in
+// flight), and each position's
 // outputs are computed from the W-1 inputs before it, which stay in registers from one
 // position to the next (as fp32). Only the chunk's first W-1 inputs are loaded twice (by
 // this thread and by the thread of the chunk before), so long chunks read each input
@@ -56,17 +57,21 @@ __device__ __forceinline__ void load_channels(at_vec<x_t, k_vec>& v, const x_t* 
   }
 }
 
-// N consecutive positions t .. t + N - 1 (all inside the chunk): N loads, then N
-// outputs, each shifting the window by one position.
+// The inputs at N consecutive positions (x_pos, then every x_step elements).
 template <int N>
-__device__ __forceinline__ void channel_last_steps(ChannelLastThread& s, const x_t* x_pos,
-                                                   long long x_step, x_t* out_pos,
-                                                   long long out_step, bool whole, int valid) {
-  at_vec<x_t, k_vec> v[N];
+__device__ __forceinline__ void load_steps(at_vec<x_t, k_vec> (&v)[N], const x_t* x_pos,
+                                           long long x_step, bool whole, int valid) {
 #pragma unroll
   for (int i = 0; i < N; ++i) {
     load_channels(v[i], x_pos + i * x_step, whole, valid);
   }
+}
+
+// The outputs at those N positions, each shifting the window by one position.
+template <int N>
+__device__ __forceinline__ void compute_steps(ChannelLastThread& s, const at_vec<x_t, k_vec> (&v)[N],
+                                              x_t* out_pos, long long out_step, bool whole,
+                                              int valid) {
 #pragma unroll
   for (int i = 0; i < N; ++i) {
     float cur[k_vec];
@@ -149,18 +154,32 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
       }
     }
   }
+  const long long xs = args.x_length_stride, os = args.out_length_stride;
+  // Whole steps of k_items positions, the next step's loads issued before this step's
+  // outputs are computed (2 x k_items vectors in flight), then the last few positions.
   int t = t0;
+  const int whole_end = t0 + (t1 - t0) / k_items * k_items;
+  if (t < whole_end) {
+    at_vec<x_t, k_vec> cur[k_items];
+    load_steps<k_items>(cur, x_b + t * xs, xs, whole, valid);
 #pragma unroll 1
-  for (; t + k_items <= t1; t += k_items) {
-    channel_last_steps<k_items>(s, x_b + t * args.x_length_stride, args.x_length_stride,
-                                out_b + t * args.out_length_stride, args.out_length_stride,
-                                whole, valid);
+    for (; t + k_items < whole_end; t += k_items) {
+      at_vec<x_t, k_vec> next[k_items];
+      load_steps<k_items>(next, x_b + (t + k_items) * xs, xs, whole, valid);
+      compute_steps<k_items>(s, cur, out_b + t * os, os, whole, valid);
+#pragma unroll
+      for (int i = 0; i < k_items; ++i) {
+        cur[i] = next[i];
+      }
+    }
+    compute_steps<k_items>(s, cur, out_b + t * os, os, whole, valid);
+    t += k_items;
   }
 #pragma unroll 1
   for (; t < t1; ++t) {
-    channel_last_steps<1>(s, x_b + t * args.x_length_stride, args.x_length_stride,
-                          out_b + t * args.out_length_stride, args.out_length_stride, whole,
-                          valid);
+    at_vec<x_t, k_vec> one[1];
+    load_steps<1>(one, x_b + t * xs, xs, whole, valid);
+    compute_steps<1>(s, one, out_b + t * os, os, whole, valid);
   }
   // The chunk that ends the row leaves the row's last W-1 inputs in the window (the
   // initial state's, or zeros, where L < W-1).
