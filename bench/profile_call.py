@@ -50,7 +50,10 @@ def scan_call(shape):
 def conv_call(shape):
     b, c, length, w = (int(shape[k]) for k in ("B", "C", "L", "W"))
     dt = dtype_of(shape)
-    x = torch.randn(b, c, length, device="cuda", dtype=dt)
+    if shape.get("layout", "bcl") == "blc":  # channel-last: [B, L, C] memory
+        x = torch.randn(b, length, c, device="cuda", dtype=dt).transpose(1, 2)
+    else:
+        x = torch.randn(b, c, length, device="cuda", dtype=dt)
     weight = torch.randn(c, w, device="cuda", dtype=dt)
     bias = torch.randn(c, device="cuda", dtype=dt)
     return lambda: autotune.causal_conv1d_fn(x, weight, bias, activation="silu")
