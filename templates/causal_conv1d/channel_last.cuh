@@ -4,11 +4,12 @@
 // kernel.cuh includes this file when AT_CHANNEL_LAST=1, after ConvArgs and conv_point.
 //
 // A thread owns k_vec adjacent channels (one vector access per position) and walks a
-// chunk of args.chunk consecutive positions, k_items at a time: the k_items vectors of
-// the next step are loaded before this step is computed (the bytes each thread keeps in
-// flight), and each position's
-// outputs are computed from the W-1 inputs before it, which stay in registers from one
-// position to the next (as fp32). Only the chunk's first W-1 inputs are loaded twice (by
+// chunk of args.chunk consecutive positions, k_items at a time. Its inputs travel
+// through a ring of k_stages steps in shared memory that only this thread reads: cp.async
+// keeps the next k_stages - 1 steps in flight without holding registers for them (a
+// register prefetch of one step cost occupancy: bench/notes/causal_conv1d-channel-last.md).
+// Each position's outputs are computed from the W-1 inputs before it, which stay in
+// registers from one position to the next (as fp32). Only the chunk's first W-1 inputs are loaded twice (by
 // this thread and by the thread of the chunk before), so long chunks read each input
 // once; the host picks the chunk length to fill the GPU with about two waves of threads.
 // k_lanes consecutive threads cover consecutive channel vectors, so a warp's accesses at
@@ -25,8 +26,10 @@
 //
 // vector_mode: 1 when x's and out's addresses and batch and length strides are
 // multiples of a vector (each position's channels then start aligned); a last vector
-// that C does not fill is accessed element by element either way. 0: every access is
-// one element.
+// that C does not fill is copied in part (zero-filled) and stored element by element.
+// 0: every access is one element (copied into the ring through registers).
+
+#include "common/async.cuh"
 
 #ifndef AT_CL_LANES
 #error "AT_CL_LANES must be defined"
@@ -34,6 +37,10 @@
 constexpr int k_lanes = AT_CL_LANES;
 constexpr int k_groups = k_threads / k_lanes; // position chunks a block walks side by side
 static_assert(k_threads % k_lanes == 0, "the channel lanes must divide the block");
+// Steps in each thread's ring: two in flight while one is computed.
+constexpr int k_stages = 3;
+constexpr int k_vec_bytes = k_vec * int(sizeof(x_t));
+constexpr int k_copy_bytes = k_vec_bytes >= 16 ? 16 : k_vec_bytes; // one cp.async
 
 // One thread's state: its channels' filters and bias, and the inputs at the k_halo
 // positions before the next one it computes (win[h] is position t - k_halo + h).
@@ -57,23 +64,30 @@ __device__ __forceinline__ void load_channels(at_vec<x_t, k_vec>& v, const x_t* 
   }
 }
 
-// The inputs at N consecutive positions (x_pos, then every x_step elements).
-template <int N>
-__device__ __forceinline__ void load_steps(at_vec<x_t, k_vec> (&v)[N], const x_t* x_pos,
-                                           long long x_step, bool whole, int valid) {
+// The thread's channels at one position (the first `valid` of them) copied into shared
+// memory at dst, zeros past them.
+__device__ __forceinline__ void stage_channels(unsigned dst, const x_t* src, int valid) {
+  const int bytes = valid * int(sizeof(x_t));
 #pragma unroll
-  for (int i = 0; i < N; ++i) {
-    load_channels(v[i], x_pos + i * x_step, whole, valid);
+  for (int q = 0; q < k_vec_bytes / k_copy_bytes; ++q) {
+    const int left = bytes - q * k_copy_bytes;
+    cp_async_bytes<k_copy_bytes>(dst + q * k_copy_bytes,
+                                 reinterpret_cast<const char*>(src) + q * k_copy_bytes,
+                                 left < 0 ? 0 : left > k_copy_bytes ? k_copy_bytes : left);
   }
 }
 
-// The outputs at those N positions, each shifting the window by one position.
+// The outputs at the first `count` of those N positions, each shifting the window by one
+// position.
 template <int N>
 __device__ __forceinline__ void compute_steps(ChannelLastThread& s, const at_vec<x_t, k_vec> (&v)[N],
                                               x_t* out_pos, long long out_step, bool whole,
-                                              int valid) {
+                                              int valid, int count) {
 #pragma unroll
   for (int i = 0; i < N; ++i) {
+    if (i >= count) {
+      break;
+    }
     float cur[k_vec];
     v[i].to_float(cur);
     at_vec<x_t, k_vec> o;
@@ -155,31 +169,43 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
     }
   }
   const long long xs = args.x_length_stride, os = args.out_length_stride;
-  // Whole steps of k_items positions, the next step's loads issued before this step's
-  // outputs are computed (2 x k_items vectors in flight), then the last few positions.
-  int t = t0;
-  const int whole_end = t0 + (t1 - t0) / k_items * k_items;
-  if (t < whole_end) {
-    at_vec<x_t, k_vec> cur[k_items];
-    load_steps<k_items>(cur, x_b + t * xs, xs, whole, valid);
-#pragma unroll 1
-    for (; t + k_items < whole_end; t += k_items) {
-      at_vec<x_t, k_vec> next[k_items];
-      load_steps<k_items>(next, x_b + (t + k_items) * xs, xs, whole, valid);
-      compute_steps<k_items>(s, cur, out_b + t * os, os, whole, valid);
+  // Steps of k_items positions through the ring (step k in slot k % k_stages; the last
+  // one may be partial). Without vectors each element is copied through registers.
+  __shared__ at_vec<x_t, k_vec> ring[k_stages][k_items][k_threads];
+  const int steps = (t1 - t0 + k_items - 1) / k_items;
+  auto issue = [&](int k) {
+    if (k < steps) {
 #pragma unroll
       for (int i = 0; i < k_items; ++i) {
-        cur[i] = next[i];
+        const int p = t0 + k * k_items + i;
+        at_vec<x_t, k_vec>& slot = ring[k % k_stages][i][threadIdx.x];
+        if (p < t1 && args.vector_mode != 0) {
+          stage_channels(at_smem_addr(&slot), x_b + p * xs, valid);
+        } else if (p < t1) {
+#pragma unroll
+          for (int j = 0; j < k_vec; ++j) {
+            slot.elem[j] = at_load_or_zero(x_b + p * xs + j, j < valid);
+          }
+        }
       }
     }
-    compute_steps<k_items>(s, cur, out_b + t * os, os, whole, valid);
-    t += k_items;
+    cp_async_commit(); // (an empty group past the last step keeps the count uniform)
+  };
+#pragma unroll
+  for (int k = 0; k + 1 < k_stages; ++k) {
+    issue(k);
   }
 #pragma unroll 1
-  for (; t < t1; ++t) {
-    at_vec<x_t, k_vec> one[1];
-    load_steps<1>(one, x_b + t * xs, xs, whole, valid);
-    compute_steps<1>(s, one, out_b + t * os, os, whole, valid);
+  for (int k = 0; k < steps; ++k) {
+    issue(k + k_stages - 1);
+    cp_async_wait<k_stages - 1>(); // this thread's step k has landed
+    at_vec<x_t, k_vec> cur[k_items];
+#pragma unroll
+    for (int i = 0; i < k_items; ++i) {
+      cur[i] = ring[k % k_stages][i][threadIdx.x];
+    }
+    const int first = t0 + k * k_items;
+    compute_steps<k_items>(s, cur, out_b + first * os, os, whole, valid, t1 - first);
   }
   // The chunk that ends the row leaves the row's last W-1 inputs in the window (the
   // initial state's, or zeros, where L < W-1).

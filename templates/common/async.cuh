@@ -16,6 +16,22 @@ __device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, bool 
                "r"(valid ? 16 : 0)
                : "memory");
 }
+// BYTES (4, 8 or 16) global -> shared, of which only the first src_bytes are read and
+// the rest zero-filled (src_bytes 0: nothing is read); src and dst BYTES-aligned. 16-byte
+// copies bypass L1 (.cg), smaller ones cannot (.ca).
+template <int BYTES>
+__device__ __forceinline__ void cp_async_bytes(unsigned dst, const void* src, int src_bytes) {
+  static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "cp.async copies 4, 8 or 16 bytes");
+  if constexpr (BYTES == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(dst), "l"(src),
+                 "n"(BYTES), "r"(src_bytes)
+                 : "memory");
+  }
+}
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;" ::: "memory");
 }
