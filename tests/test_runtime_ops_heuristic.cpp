@@ -47,7 +47,18 @@ TEST_CASE("the heuristic picks the nearest point of the GPU's family that can ru
                               problem("causal_conv1d", "B=1,C=4096,L=12000,W=4"), "sm_90a");
     REQUIRE(c);
     CHECK(format_fields(c->first) == "threads=512,vec=8,items=4,cpb=1,load=smem");
-    CHECK(c->second == "sm_90a point B=1,C=4096,L=16384,W=4");
+    CHECK(c->second == "sm_90a point B=1,C=4096,L=16384,W=4,layout=bcl");
+  }
+  SUBCASE("causal_conv1d: channel-last x takes a channel-last point, channel-first never") {
+    const Op& op = find_op("causal_conv1d");
+    auto last = heuristic_config(op, problem("causal_conv1d", "B=8,C=4096,L=2000,W=4,layout=blc"),
+                                 "sm_90a");
+    REQUIRE(last);
+    CHECK(last->second == "sm_90a point B=8,C=4096,L=2048,W=4,layout=blc");
+    CHECK(format_fields(last->first) == "threads=64,vec=4,items=8,cpb=1,load=direct");
+    auto first = heuristic_config(op, problem("causal_conv1d", "B=2,C=4096,L=3000,W=4"), "sm_90a");
+    REQUIRE(first);
+    CHECK(first->second.find("layout=bcl") != std::string::npos);
   }
   SUBCASE("attention: a causal problem takes a causal point") {
     const Op& op = find_op("attention");
@@ -272,7 +283,7 @@ TEST_CASE("a GPU with no points of its own gets the transferred configuration si
     auto c = heuristic_config(conv, p, gpu(12, 0, 20));
     REQUIRE(c);
     CHECK(format_fields(c->first) == "threads=128,vec=4,items=4,cpb=1,load=smem");
-    CHECK(c->second == "sm_90->sm_120 point B=8,C=4096,L=2048,W=4; 13 waves of 20 SMs");
+    CHECK(c->second == "sm_90->sm_120 point B=8,C=4096,L=2048,W=4,layout=bcl; 13 waves of 20 SMs");
   }
   SUBCASE("a large GPU splits the rows into shorter chunks until two waves") {
     // 4096 blocks of 128 threads on 200 SMs of 16 blocks each: 1.3 waves; items=2
@@ -280,8 +291,9 @@ TEST_CASE("a GPU with no points of its own gets the transferred configuration si
     auto c = heuristic_config(conv, p, gpu(12, 0, 200));
     REQUIRE(c);
     CHECK(format_fields(c->first) == "threads=128,vec=4,items=2,cpb=1,load=smem");
-    CHECK(c->second == "sm_90->sm_120 point B=8,C=4096,L=2048,W=4; 2.6 waves of 200 SMs with "
-                       "items=2");
+    CHECK(c->second ==
+          "sm_90->sm_120 point B=8,C=4096,L=2048,W=4,layout=bcl; 2.6 waves of 200 SMs with "
+          "items=2");
     CHECK(conv.check(c->first, p, "sm_120"));
   }
   SUBCASE("a GPU with points of its own keeps its point, whatever its SM count") {

@@ -9,8 +9,8 @@
 // keeps the next k_stages - 1 steps in flight without holding registers for them (a
 // register prefetch of one step cost occupancy: bench/notes/causal_conv1d-channel-last.md).
 // Each position's outputs are computed from the W-1 inputs before it, which stay in
-// registers from one position to the next (as fp32). Only the chunk's first W-1 inputs are loaded twice (by
-// this thread and by the thread of the chunk before), so long chunks read each input
+// registers from one position to the next (as fp32). Only the chunk's first W-1 inputs are loaded
+// twice (by this thread and by the thread of the chunk before), so long chunks read each input
 // once; the host picks the chunk length to fill the GPU with about two waves of threads.
 // k_lanes consecutive threads cover consecutive channel vectors, so a warp's accesses at
 // one position are one contiguous span of memory.
@@ -73,16 +73,18 @@ __device__ __forceinline__ void stage_channels(unsigned dst, const x_t* src, int
     const int left = bytes - q * k_copy_bytes;
     cp_async_bytes<k_copy_bytes>(dst + q * k_copy_bytes,
                                  reinterpret_cast<const char*>(src) + q * k_copy_bytes,
-                                 left < 0 ? 0 : left > k_copy_bytes ? k_copy_bytes : left);
+                                 left < 0              ? 0
+                                 : left > k_copy_bytes ? k_copy_bytes
+                                                       : left);
   }
 }
 
 // The outputs at the first `count` of those N positions, each shifting the window by one
 // position.
 template <int N>
-__device__ __forceinline__ void compute_steps(ChannelLastThread& s, const at_vec<x_t, k_vec> (&v)[N],
-                                              x_t* out_pos, long long out_step, bool whole,
-                                              int valid, int count) {
+__device__ __forceinline__ void
+compute_steps(ChannelLastThread& s, const at_vec<x_t, k_vec> (&v)[N], x_t* out_pos,
+              long long out_step, bool whole, int valid, int count) {
 #pragma unroll
   for (int i = 0; i < N; ++i) {
     if (i >= count) {

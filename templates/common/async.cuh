@@ -27,8 +27,8 @@ __device__ __forceinline__ void cp_async_bytes(unsigned dst, const void* src, in
                  "r"(src_bytes)
                  : "memory");
   } else {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(dst), "l"(src),
-                 "n"(BYTES), "r"(src_bytes)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(dst), "l"(src), "n"(BYTES),
+                 "r"(src_bytes)
                  : "memory");
   }
 }

@@ -1193,6 +1193,21 @@ def check_conv_layouts():
     for t, c in zip((x_cl, w, init), copies):
         if not torch.equal(t, c):
             raise AssertionError("an input was modified")
+    if out.stride(1) != 1 or out.stride(2) != 64:
+        raise AssertionError(f"channel-last x gave out strides {out.stride()}, not channel-last")
+    # Mamba-2: xBC a slice of the in_proj output [B, L, P], passed as xBC.transpose(1, 2),
+    # read in place (the channel-last kernel) and returned channel-last.
+    zxbcdt = torch.randn(3, 777, 2 * 96 + 40, device=DEV, dtype=torch.bfloat16)
+    xbc = zxbcdt[:, :, 96:192].transpose(1, 2)
+    w2 = torch.randn(96, 4, device=DEV, dtype=torch.bfloat16)
+    b2 = torch.randn(96, device=DEV, dtype=torch.bfloat16)
+    with torch.no_grad():
+        out2 = autotune.causal_conv1d_fn(xbc, w2, b2, activation="silu")
+        ref2, _ = conv_ref(xbc, w2, b2, None, False, "silu")
+    if not torch.allclose(out2, ref2, rtol=1e-2, atol=5e-2):
+        raise AssertionError("Mamba-2's xBC view differs from the reference")
+    if out2.stride() != (777 * 96, 1, 96):
+        raise AssertionError(f"Mamba-2's xBC view gave out strides {out2.stride()}")
 
 
 def check_attention_conventions():
