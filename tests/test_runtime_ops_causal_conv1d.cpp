@@ -153,6 +153,10 @@ TEST_CASE("channel-last x (layout blc) has its own kernel form, launch and vecto
     REQUIRE_FALSE(r);
     CHECK(r.failure().message.find("channel-last") != std::string::npos);
     CHECK_FALSE(op.check(config("threads=128,vec=8,items=4,cpb=1,load=smem"), p, "sm_90a"));
+    // the ring (3 steps of items vectors a thread) fits in 48 KiB of static shared memory
+    auto big = op.check(config("threads=256,vec=8,items=8,cpb=1,load=direct"), p, "sm_90a");
+    REQUIRE_FALSE(big);
+    CHECK(big.failure().message.find("ring of 98304 bytes exceeds 48 KiB") != std::string::npos);
     auto rules = op.inert_params(p);
     REQUIRE(rules.size() == 1);
     CHECK(rules[0].when.empty());

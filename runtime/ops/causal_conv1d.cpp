@@ -217,6 +217,11 @@ Result<bool> CausalConv1dOp::check(const Config& config, const Problem& problem,
     if ((p.vec & (p.vec - 1)) != 0 || p.vec * (long long)dtype_size(d.x) < 8) {
       return fail("channel-last vectors must be a power of two of at least 8 bytes");
     }
+    // channel_last.cuh's ring: k_stages (3) steps of items vectors per thread
+    const long long ring = 3LL * p.items * p.threads * p.vec * (long long)dtype_size(d.x);
+    if (ring > k_static_smem_limit) {
+      return fail("shared-memory ring of " + std::to_string(ring) + " bytes exceeds 48 KiB");
+    }
     const ChannelLastGrid g = channel_last_grid(p, d);
     if (d.B * g.channel_blocks > 0x7fffffffll || g.position_blocks > k_max_grid_y) {
       return fail("grid too large");
