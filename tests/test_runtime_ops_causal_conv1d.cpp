@@ -185,8 +185,16 @@ TEST_CASE("channel-last x (layout blc) has its own kernel form, launch and vecto
     CHECK((long long)g.grid[1] * plan.chunk >= 2048);
     CHECK((long long)(g.grid[1] - 1) * plan.chunk < 2048);
     // about two waves of threads (132 SMs x 2048 on the H100): 8*512*2048/4 threads of
-    // one step each would be 7.8 waves, so a chunk is 3 steps
-    CHECK(plan.chunk == 12);
+    // one step each would be 7.8 waves, so 3 steps; but at least 4, which keeps 2 waves
+    CHECK(plan.chunk == 16);
+    // 1 step would fill two waves; 4 steps keep half a wave (4*640*256 / 4 threads)
+    CHECK(op.conv_plan(config("threads=64,vec=4,items=8,cpb=1,load=direct"),
+                       problem("B=4,C=2560,L=2047,W=4,layout=blc"))
+              .chunk == 32);
+    // fewer threads than half a wave even at one step: one step
+    CHECK(op.conv_plan(config("threads=64,vec=8,items=8,cpb=1,load=direct"),
+                       problem("B=2,C=2048,L=2048,W=4,layout=blc"))
+              .chunk == 8);
     // a row shorter than one step: one chunk of the whole row
     Problem tiny = problem("B=1,C=16,L=3,W=4,layout=blc");
     CHECK(op.conv_plan(c, tiny).chunk == 3);

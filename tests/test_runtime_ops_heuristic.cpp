@@ -55,7 +55,7 @@ TEST_CASE("the heuristic picks the nearest point of the GPU's family that can ru
                                  "sm_90a");
     REQUIRE(last);
     CHECK(last->second == "sm_90a point B=8,C=4096,L=2048,W=4,layout=blc");
-    CHECK(format_fields(last->first) == "threads=64,vec=4,items=8,cpb=1,load=direct");
+    CHECK(format_fields(last->first) == "threads=64,vec=4,items=4,cpb=1,load=direct");
     auto first = heuristic_config(op, problem("causal_conv1d", "B=2,C=4096,L=3000,W=4"), "sm_90a");
     REQUIRE(first);
     CHECK(first->second.find("layout=bcl") != std::string::npos);

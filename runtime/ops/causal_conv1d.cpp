@@ -108,9 +108,14 @@ Params one_tile_per_row(Params p, const Dims& d, long long min_row_threads, long
 // Channel-last launch (channel_last.cuh): `lanes` threads along the channel vectors (a
 // power of two covering C / vec, at most the block), the block's other threads on
 // `groups` position chunks of `chunk` positions each. The chunk is the fewest steps of
-// `items` positions that keep the grid within about two waves of thread slots: longer
-// chunks re-read fewer halo inputs (W-1 a chunk), and the threads of two waves keep
-// enough vectors in flight for the copy bandwidth.
+// `items` positions that keep the grid within about two waves of thread slots (longer
+// chunks re-read fewer halo inputs, W-1 a chunk), but at least k_min_ring_steps steps
+// while the grid keeps half a wave: a thread's cp.async ring overlaps its loads with its
+// compute only from one step to the next. H100, exhaustive, % of copy, two waves alone
+// -> with the minimum: B=4,C=2560,L=2047 82.9 -> 92.7; B=8,C=1536,L=1001 79.8 -> 93.4;
+// B=16,C=2048,L=333 81.8 -> 93.3; B=2,C=4096,L=3000 80.0 -> 86.1; B=8,C=4096,L=2048
+// 92.3 -> 91.4 (bench/notes/causal_conv1d-channel-last.md).
+constexpr long long k_min_ring_steps = 4;
 struct ChannelLastGrid {
   long long lanes, groups, chunk, channel_blocks, position_blocks;
 };
@@ -126,7 +131,11 @@ ChannelLastGrid channel_last_grid(const Params& p, const Dims& d) {
   g.channel_blocks = (vectors + g.lanes - 1) / g.lanes;
   const long long threads_at_one_step =
       d.B * g.channel_blocks * g.lanes * ((d.L + p.items - 1) / p.items);
-  const long long steps = std::max<long long>(1, threads_at_one_step / (2 * k_wave_threads));
+  long long steps = std::max<long long>(1, threads_at_one_step / (2 * k_wave_threads));
+  if (steps < k_min_ring_steps) {
+    steps = std::max(
+        steps, std::min<long long>(k_min_ring_steps, threads_at_one_step / (k_wave_threads / 2)));
+  }
   g.chunk = p.items * steps;
   const long long fewest = (d.L + g.groups * k_max_grid_y - 1) / (g.groups * k_max_grid_y);
   if (g.chunk < fewest) {
