@@ -19,7 +19,8 @@ database (the configuration a user gets for an untuned shape).
       [--lib old=.device_old/libautotune.so] --out $OUT
 
 Each library runs in its own process (one libautotune per process); rows go to
-OUT/conv_layouts.json and a table to stdout. Times are triton's do_bench medians
+OUT/<gpu>-conv-layouts.json (header as ../shared/bench/RESULTS.md: op, gpu, date, commit
+from --commit, command) and the table to OUT/<gpu>-conv-layouts.md and stdout. Times are triton's do_bench medians
 (L2 flushed); pct_of_copy = 100 * copy_us / us, the copy moving as many bytes (read +
 written) as the conv's x and out.
 """
@@ -106,6 +107,7 @@ def main():
                     "contains this")
     ap.add_argument("--layouts", default=",".join(LAYOUTS),
                     help="comma-separated subset of " + ", ".join(LAYOUTS))
+    ap.add_argument("--commit", default="unknown", help="the commit measured (results header)")
     ap.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.measure:
@@ -131,13 +133,23 @@ def main():
     for (name, _, _), row in best.items():
         row = dict(row, lib=name, pct_of_copy=round(100 * row["copy_us"] / row["us"], 1))
         rows.append(row)
+    import datetime
+    import torch
+    gpu = torch.cuda.get_device_name(0)
+    slug = "h200" if "H200" in gpu else "h100" if "H100" in gpu else "gpu"
+    command = "python3 " + " ".join(sys.argv)
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "conv_layouts.json"), "w") as f:
-        json.dump({"command": " ".join(sys.argv), "rows": rows}, f, indent=1)
+    with open(os.path.join(args.out, f"{slug}-conv-layouts.json"), "w") as f:
+        json.dump({"op": "causal_conv1d", "gpu": gpu, "date": str(datetime.date.today()),
+                   "commit": args.commit, "command": command, "metric": "pct_of_copy",
+                   "policy": "heuristic, empty database", "rows": rows}, f, indent=1)
     names = [n for n, _ in libs]
-    print("| shape | layout | " + " | ".join(f"{n} us (% of copy)" for n in names) +
-          " | copy us | x.contiguous() first, us | rel_err |")
-    print("|---|---|" + "---|" * len(names) + "---|---|---|")
+    lines = [f"# causal_conv1d by x layout ({gpu})", "",
+             f"commit `{args.commit}`; command: `{command}`; policy heuristic over an empty "
+             "database; triton do_bench medians, L2 flushed.", "",
+             "| shape | layout | " + " | ".join(f"{n} us (% of copy)" for n in names) +
+             " | copy us | x.contiguous() first, us | rel_err |",
+             "|---|---|" + "---|" * len(names) + "---|---|---|"]
     seen = []
     for row in rows:
         key = (json.dumps(row["shape"]), row["layout"])
@@ -150,9 +162,12 @@ def main():
                                                            x["layout"]) == key)
             cells.append(f"{r['us']} ({r['pct_of_copy']})")
         s = row["shape"]
-        print(f"| B={s['B']},C={s['C']},L={s['L']},W={s['W']} | {row['layout']} | " +
-              " | ".join(cells) + f" | {row['copy_us']} | {row['copied_first_us'] or ''} | "
-              f"{row['rel_err']:.4f} |")
+        lines.append(f"| B={s['B']},C={s['C']},L={s['L']},W={s['W']} | {row['layout']} | " +
+                     " | ".join(cells) + f" | {row['copy_us']} | "
+                     f"{row['copied_first_us'] or ''} | {row['rel_err']:.4f} |")
+    with open(os.path.join(args.out, f"{slug}-conv-layouts.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":
