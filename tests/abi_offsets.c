@@ -17,6 +17,7 @@ int main(void) {
   FIELD(autotune_causal_conv1d_args, out);
   FIELD(autotune_causal_conv1d_args, final_states);
   FIELD(autotune_causal_conv1d_args, silu);
+  FIELD(autotune_causal_conv1d_args, seq_idx);
   first = 0;
   printf("}}, \"attention\": {\"size\": %zu, \"fields\": {", sizeof(autotune_attention_args));
   FIELD(autotune_attention_args, q);

@@ -145,13 +145,15 @@ inline double relative_error(const HostTensor& out, const std::vector<double>& r
 // out[b,c,t] (at (b * C + c) * L + t) for x with channel stride xcs, batch stride xbs
 // and position stride xls (elements; channel-last x: xcs = 1); inputs before t = 0 come
 // from `init` ([B, C, W-1]) or are zero. `final_states`, when given, receives the last
-// W-1 inputs of each row.
+// W-1 inputs of each row. `seq` ([B, L] sequence ids, when given): the input at s counts
+// for the output at t only when seq[b][s] == seq[b][t].
 inline std::vector<double> causal_conv1d_reference(const HostTensor& x, const HostTensor& w,
                                                    const HostTensor* bias, int B, int C, int L,
                                                    int W, bool silu, long long xbs, long long xcs,
                                                    const HostTensor* init = nullptr,
                                                    std::vector<double>* final_states = nullptr,
-                                                   long long xls = 1) {
+                                                   long long xls = 1,
+                                                   const std::vector<int>* seq = nullptr) {
   std::vector<double> out(size_t(B) * C * L);
   auto input = [&](int b, int c, int s) -> double {
     if (s >= 0) {
@@ -174,7 +176,11 @@ inline std::vector<double> causal_conv1d_reference(const HostTensor& x, const Ho
       for (int t = 0; t < L; ++t) {
         double acc = bias ? bias->get(size_t(c)) : 0.0;
         for (int k = 0; k < W; ++k) {
-          acc += double(w.get(size_t(c) * W + k)) * input(b, c, t - (W - 1) + k);
+          const int s = t - (W - 1) + k;
+          if (seq && s >= 0 && (*seq)[size_t(b) * L + s] != (*seq)[size_t(b) * L + t]) {
+            continue; // another sequence's input
+          }
+          acc += double(w.get(size_t(c) * W + k)) * input(b, c, s);
         }
         if (silu) {
           acc = acc / (1.0 + std::exp(-acc));

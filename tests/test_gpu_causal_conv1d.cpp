@@ -30,6 +30,7 @@ struct ConvCase {
   int B, C, L, W;
   bool bias, silu, init_states, final_states;
   HostTensor x, w, b, init;
+  std::vector<int> seq; // the tuner's sequence ids (seq_idx=1), else empty
   std::vector<double> ref, ref_final;
 
   ConvCase(const std::string& shape, std::mt19937_64& rng)
@@ -48,9 +49,15 @@ struct ConvCase {
     init.randomize(rng, -1, 1);
     // The tuner's tensors in the problem's layout: [B, C, L], or channel-last [B, L, C].
     const bool channel_last = problem.get("layout") == "blc";
+    for (const TensorSpec& t : find_op("causal_conv1d").tensors(problem)) {
+      if (t.name == "seq_idx") {
+        seq = t.values;
+      }
+    }
     ref = causal_conv1d_reference(x, w, bias ? &b : nullptr, B, C, L, W, silu, (long long)C * L,
                                   channel_last ? 1 : L, init_states ? &init : nullptr,
-                                  final_states ? &ref_final : nullptr, channel_last ? C : 1);
+                                  final_states ? &ref_final : nullptr, channel_last ? C : 1,
+                                  seq.empty() ? nullptr : &seq);
     if (channel_last) {
       std::vector<double> by_position(ref.size());
       for (size_t bc = 0; bc < size_t(B) * C; ++bc) {
@@ -110,6 +117,11 @@ TEST_CASE("every valid causal_conv1d variant matches a float64 reference") {
       "B=1,C=256,L=4096,W=4,dtype=bf16,layout=blc,init_states=1,final_states=1",
       "B=4,C=2048,L=77,W=4,dtype=bf16,layout=blc,init_states=1",
       "B=2,C=24,L=3,W=4,dtype=fp16,layout=blc,init_states=1,final_states=1",
+      // Packed sequences (seq_idx, channel-last only): sequences of 1-2 positions, and
+      // boundaries inside chunks and steps.
+      "B=3,C=64,L=1000,W=4,dtype=bf16,layout=blc,seq_idx=1",
+      "B=2,C=40,L=37,W=3,dtype=fp16,wdtype=fp32,bias=0,layout=blc,seq_idx=1",
+      "B=2,C=13,L=300,W=2,dtype=fp32,layout=blc,seq_idx=1",
   };
   for (const char* shape : shapes) {
     ConvCase k(shape, rng);
@@ -128,6 +140,10 @@ TEST_CASE("every valid causal_conv1d variant matches a float64 reference") {
     }
     compile_all(jobs, default_jobs(), [](CompileJob&, size_t) {});
     DeviceTensor x(k.x), w(k.w), b(k.b), init(k.init);
+    cuda::DeviceBuffer seq(std::max<size_t>(k.seq.size(), 1) * sizeof(int));
+    if (!k.seq.empty()) {
+      seq.upload(k.seq.data(), k.seq.size() * sizeof(int));
+    }
     HostTensor out(k.x.type, k.x.n);
     HostTensor fin(k.x.type, k.init.n);
     size_t checked = 0;
@@ -151,6 +167,9 @@ TEST_CASE("every valid causal_conv1d variant matches a float64 reference") {
       ptrs.push_back(o.get());
       if (k.final_states) {
         ptrs.push_back(f_out.get());
+      }
+      if (!k.seq.empty()) {
+        ptrs.push_back(seq.get());
       }
       ArgPack args;
       op.pack(configs[i], k.problem, ptrs, args);
@@ -551,5 +570,82 @@ TEST_CASE("causal_conv1d reads channel-last x as Mamba-2 passes it: xBC.transpos
       rt.causal_conv1d(a); // the context is healthy
       AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
     }
+  }
+}
+
+TEST_CASE("packed sequences (seq_idx) run through the runtime on Mamba-2's channel-last view") {
+  context();
+  std::mt19937_64 rng(std::random_device{}());
+  const int B = 2, C = 48, L = 300, W = 4, P = 136, off = 40;
+  HostTensor zx(DType::bf16, size_t(B) * L * P);
+  zx.randomize(rng, -1, 1);
+  HostTensor w(DType::bf16, size_t(C) * W), bias(DType::bf16, size_t(C));
+  w.randomize(rng, -0.5, 0.5);
+  bias.randomize(rng, -0.5, 0.5);
+  HostTensor xs(DType::bf16, zx.n - off);
+  for (size_t i = 0; i < xs.n; ++i) {
+    xs.set(i, zx.get(i + off));
+  }
+  // sequences of 7, 1, 2 and the rest of each row (ids need not start at 0)
+  std::vector<int> ids(size_t(B) * L);
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < L; ++t) {
+      ids[size_t(b) * L + t] = 5 + (t >= 7) + (t >= 8) + (t >= 10 + b);
+    }
+  }
+  auto ref = causal_conv1d_reference(xs, w, &bias, B, C, L, W, true, (long long)L * P, 1, nullptr,
+                                     nullptr, P, &ids);
+  RuntimeOptions ro;
+  ro.database = (fs::temp_directory_path() / "autotune-does-not-exist.db").string();
+  Runtime rt(ro);
+  DeviceTensor x(zx), wd(w), bd(bias);
+  cuda::DeviceBuffer seq(ids.size() * sizeof(int));
+  seq.upload(ids.data(), ids.size() * sizeof(int));
+  HostTensor out(DType::bf16, size_t(B) * L * C);
+  out.poison();
+  DeviceTensor o(out);
+  CausalConv1dArgs a{};
+  a.x = tensor(reinterpret_cast<const char*>(x.get()) + off * 2, ElementType::bf16, {B, C, L},
+               {(long long)L * P, 1, P});
+  a.weight = tensor(reinterpret_cast<const void*>(wd.get()), ElementType::bf16, {C, W});
+  a.bias = tensor(reinterpret_cast<const void*>(bd.get()), ElementType::bf16, {C});
+  a.out = tensor(reinterpret_cast<const void*>(o.get()), ElementType::bf16, {B, C, L},
+                 {(long long)L * C, 1, C});
+  a.seq_idx = tensor(reinterpret_cast<const void*>(seq.get()), ElementType::int32, {B, L});
+  a.silu = 1;
+  rt.causal_conv1d(a);
+  AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+  o.download(out);
+  HostTensor by_channel(DType::bf16, out.n);
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < L; ++t) {
+      for (int c = 0; c < C; ++c) {
+        by_channel.set((size_t(b) * C + c) * L + t, out.get((size_t(b) * L + t) * C + c));
+      }
+    }
+  }
+  const Selection sel = rt.select_causal_conv1d(a);
+  CHECK(sel.problem.find("layout=blc,seq_idx=1") != std::string::npos);
+  CHECK(relative_error(by_channel, ref) <= 1e-2);
+  SUBCASE("mistakes are refused before launching") {
+    CausalConv1dArgs bad = a;
+    SUBCASE("seq_idx of another dtype") {
+      bad.seq_idx.dtype = AUTOTUNE_FP32;
+      CHECK_THROWS_WITH_AS(rt.causal_conv1d(bad), doctest::Contains("seq_idx"), Error);
+    }
+    SUBCASE("seq_idx of another length") {
+      bad.seq_idx.shape[1] = L - 1;
+      CHECK_THROWS_WITH_AS(rt.causal_conv1d(bad), doctest::Contains("seq_idx has shape"), Error);
+    }
+    SUBCASE("seq_idx with final states") {
+      HostTensor fin(DType::bf16, size_t(B) * C * (W - 1));
+      DeviceTensor f(fin);
+      bad.final_states =
+          tensor(reinterpret_cast<const void*>(f.get()), ElementType::bf16, {B, C, W - 1});
+      CHECK_THROWS_WITH_AS(rt.causal_conv1d(bad), doctest::Contains("no initial or final states"),
+                           Error);
+    }
+    rt.causal_conv1d(a); // the context is healthy
+    AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
   }
 }

@@ -42,6 +42,10 @@ TEST_CASE("bad causal_conv1d shapes are rejected with the field named") {
   CHECK_THROWS_WITH_AS(problem("B=1,C=4,L=10,layout=bdl"),
                        doctest::Contains("layout 'bdl' is not one of bcl"), Error);
   CHECK_THROWS_WITH_AS(problem("B=1,C=4,L=10,silu=2"), doctest::Contains("must be 0 or 1"), Error);
+  CHECK_THROWS_WITH_AS(problem("B=1,C=4,L=10,seq_idx=1"),
+                       doctest::Contains("needs channel-last x (layout=blc)"), Error);
+  CHECK_THROWS_WITH_AS(problem("B=1,C=4,L=10,layout=blc,seq_idx=1,final_states=1"),
+                       doctest::Contains("takes no initial or final states"), Error);
   // B*C*L overflows 64 bits: refused, not wrapped around below the limit
   CHECK_THROWS_WITH_AS(problem("B=1048576,C=1048576,L=16777216"), doctest::Contains("too large"),
                        Error);
@@ -140,6 +144,28 @@ TEST_CASE("tensors and effective bytes follow the problem") {
   CHECK(with_states[3].elements == 2 * 8 * 3);
   CHECK(with_states[5].name == "final_states");
   CHECK(with_states[5].output);
+}
+
+TEST_CASE("packed sequences (seq_idx) join the key only when on, with their int32 ids") {
+  const auto& op = static_cast<const CausalConv1dOp&>(conv());
+  CHECK(problem("B=2,C=8,L=16,layout=blc,seq_idx=0").key().find("seq_idx") == std::string::npos);
+  Problem p = problem("B=2,C=8,L=16,layout=blc,seq_idx=1");
+  CHECK(p.key() == "B=2,C=8,L=16,W=4,x=bf16,w=bf16,bias=1,silu=1,init_states=0,final_states=0,"
+                   "layout=blc,seq_idx=1");
+  auto defines = op.defines(config("threads=64,vec=4,items=4,cpb=1,load=direct"), p);
+  CHECK(std::find(defines.begin(), defines.end(), "-DAT_SEQ_IDX=1") != defines.end());
+  auto t = op.tensors(p);
+  REQUIRE(t.back().name == "seq_idx");
+  REQUIRE(t.back().values.size() == 2 * 16);
+  // nondecreasing ids per row, a sequence shorter than the filter among them
+  for (size_t b = 0; b < 2; ++b) {
+    for (size_t i = 1; i < 16; ++i) {
+      CHECK(t.back().values[b * 16 + i] >= t.back().values[b * 16 + i - 1]);
+    }
+  }
+  CHECK(std::count(t.back().values.begin(), t.back().values.begin() + 16, 1) <= 2);
+  CHECK(conv().bytes(p) ==
+        doctest::Approx(conv().bytes(problem("B=2,C=8,L=16,layout=blc")) + 4.0 * 2 * 16));
 }
 
 TEST_CASE("channel-last x (layout blc) has its own kernel form, launch and vectors") {

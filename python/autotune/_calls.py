@@ -33,7 +33,8 @@ import threading
 import weakref
 
 from ._runtime import (NO_VARLEN, NO_WINDOW, attention_features, attention_fields,
-                       check_varlen_tensors, kvcache_fields, tensor_fields, varlen_fields)
+                       check_varlen_tensors, kvcache_fields, seq_idx_fields, tensor_fields,
+                       varlen_fields)
 
 # A thread's plans stop growing here (shapes that change every call, such as a serving
 # loop's sequence lengths, would otherwise keep one plan per length forever): the cache
@@ -118,7 +119,8 @@ def _remember(cache, key, plan):
 # The tensor fields whose data pointers a warm call rewrites, by name and in the order the
 # warm paths below unpack their words (fields the structs gain later shift nothing).
 POINTERS = {
-    "causal_conv1d": ("x", "weight", "bias", "initial_states", "out", "final_states"),
+    "causal_conv1d": ("x", "weight", "bias", "initial_states", "out", "final_states",
+                      "seq_idx"),
     "selective_scan": ("u", "delta", "A", "B", "C", "D", "z", "delta_bias", "out",
                        "last_state"),
     "attention": ("q", "k", "v", "o", "lse", "alibi_slopes"),
@@ -206,27 +208,32 @@ def conv_out(x, form):
     return _empty((b, length, c), dtype=x.dtype, device=x.device).transpose(1, 2)
 
 
-def conv(plans, runtime_for, x, weight, bias, initial_states, silu, with_final, copies=None):
+def conv(plans, runtime_for, x, weight, bias, initial_states, silu, with_final, copies=None,
+         seq_idx=None):
     """out (and final states [B, C, W-1] in x's dtype when with_final) of a conv call.
     runtime_for(device_index, tensor, name): the Runtime serving that device. copies:
     the drop-in's function making the copies its peer makes (called on a first call
-    only; a signature the library accepted needs none)."""
+    only; a signature the library accepted needs none). seq_idx: int32 [B, L] ids of
+    packed sequences, or None."""
     try:
         key = (x.get_device(), x.shape, x.stride(), x.dtype, weight.shape, weight.stride(),
                weight.dtype, None if bias is None else bias.shape,
                None if bias is None else bias.stride(), None if bias is None else bias.dtype,
                None if initial_states is None else initial_states.shape,
                None if initial_states is None else initial_states.stride(),
-               None if initial_states is None else initial_states.dtype, silu, with_final)
+               None if initial_states is None else initial_states.dtype, silu, with_final,
+               None if seq_idx is None else seq_idx.shape,
+               None if seq_idx is None else seq_idx.stride(),
+               None if seq_idx is None else seq_idx.dtype)
         plan = plans.conv.get(key)
     except (AttributeError, TypeError):  # not tensors: the first-call path says which
         key = plan = None
     if plan is None:
         return _conv_first(plans, runtime_for, key, x, weight, bias, initial_states, silu,
-                           with_final, copies)
+                           with_final, copies, seq_idx)
     del key  # its tuples go now: a warm call holds few new objects at once
     (buf, words, fn, handle, lib, dev, out_form, final_shape, dtype, device,
-     i_x, i_w, i_b, i_s, i_o, i_f) = plan
+     i_x, i_w, i_b, i_s, i_o, i_f, i_q) = plan
     out = _empty_like(x) if out_form == _OUT_LIKE else conv_out(x, out_form)
     words[i_x] = x.data_ptr()
     words[i_w] = weight.data_ptr()
@@ -234,6 +241,8 @@ def conv(plans, runtime_for, x, weight, bias, initial_states, silu, with_final, 
         words[i_b] = bias.data_ptr()
     if initial_states is not None:
         words[i_s] = initial_states.data_ptr()
+    if seq_idx is not None:
+        words[i_q] = seq_idx.data_ptr()
     words[i_o] = out.data_ptr()
     if final_shape is None:
         status = fn(handle, buf, STREAMS[_raw_stream(dev)])
@@ -248,12 +257,13 @@ def conv(plans, runtime_for, x, weight, bias, initial_states, silu, with_final, 
     return out, final
 
 
-def _conv_first(plans, runtime_for, key, x, weight, bias, init, silu, with_final, copies):
+def _conv_first(plans, runtime_for, key, x, weight, bias, init, silu, with_final, copies,
+                seq_idx):
     torch = _load_torch()
     if copies is not None:
         copied = copies(x, weight, bias, init)
         if copied is not None:
-            return conv(plans, runtime_for, *copied, silu, with_final)
+            return conv(plans, runtime_for, *copied, silu, with_final, seq_idx=seq_idx)
     fields_x = tensor_fields(x, "x")
     dev = x.get_device()
     rt = runtime_for(dev, x, "x")
@@ -266,7 +276,7 @@ def _conv_first(plans, runtime_for, key, x, weight, bias, init, silu, with_final
     buf, words, slots = _new_args(rt, "causal_conv1d", (
         *fields_x, *tensor_fields(weight, "weight"), *tensor_fields(bias, "bias"),
         *tensor_fields(init, "initial_states"), *tensor_fields(out, "out"),
-        *tensor_fields(final, "final_states"), 1 if silu else 0))
+        *tensor_fields(final, "final_states"), 1 if silu else 0, *seq_idx_fields(seq_idx)))
     lib = rt.library  # plans hold the library, never the runtime: no cycle through them
     fn, handle = lib.calls["causal_conv1d"], rt.handle
     status = fn(handle, buf, STREAMS[_raw_stream(dev)])

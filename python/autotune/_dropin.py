@@ -68,7 +68,9 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None,
         Any other x with x.stride(2) != 1 is first copied to a contiguous tensor.
     weight: (dim, width), width 2..4, fp32/fp16/bf16 (x's dtype or another one).
     bias: (dim,), weight's dtype.
-    seq_idx: not implemented (NotImplementedError).
+    seq_idx: (batch, seqlen) torch.int32 ids of packed sequences (x at s counts for the
+        output at t only when their ids are equal), with channel-last x and without
+        states, as causal-conv1d accepts it; copied when its last dimension is strided.
     initial_states: (batch, dim, width - 1), x's dtype, any layout (copied when not
         contiguous); unlike causal-conv1d, channel-first x may have them too.
     return_final_states: also return the last width - 1 inputs, (batch, dim, width - 1),
@@ -81,27 +83,28 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None,
     if activation not in _ACTIVATIONS:
         raise NotImplementedError("activation must be None, silu, or swish")
     if seq_idx is not None:
-        raise NotImplementedError(
-            "autotune.causal_conv1d_fn: seq_idx (packed sequences, as Mamba-2 uses) is not "
-            "implemented; call it once per sequence, or use causal-conv1d for packed batches")
+        _check_seq_idx(x, seq_idx, initial_states, return_final_states)
+        if isinstance(seq_idx, _Tensor) and seq_idx.dim() == 2 and seq_idx.stride(-1) != 1:
+            seq_idx = seq_idx.contiguous()
     silu = activation is not None
     with_final = True if return_final_states else False
     if type(x) is _Tensor and not _is_compiling():
         if _grad_enabled() and _conv_records(x, weight, bias, initial_states):
             result = _ForwardOnly.apply("causal_conv1d_fn", _ops.conv, x, weight, bias,
-                                        initial_states, silu, with_final, _conv_copies)
+                                        initial_states, silu, with_final, _conv_copies,
+                                        seq_idx)
         else:  # the warm path: the plan's call, nothing built on the way to it
             result = _calls.conv(_ops._plans, _ops._device, x, weight, bias, initial_states,
-                                 silu, with_final, _conv_copies)
+                                 silu, with_final, _conv_copies, seq_idx)
     else:
         x, weight, bias, initial_states = _conv_copies(x, weight, bias, initial_states) or \
             (x, weight, bias, initial_states)
         fn = _CONV_STATES if with_final else _CONV
         if _grad_enabled() and _conv_records(x, weight, bias, initial_states):
             result = _ForwardOnly.apply("causal_conv1d_fn", fn, x, weight, bias, initial_states,
-                                        silu)
+                                        silu, seq_idx)
         else:
-            result = fn(x, weight, bias, initial_states, silu)
+            result = fn(x, weight, bias, initial_states, silu, seq_idx)
     if not return_final_states:
         return result
     out, final = result
@@ -116,6 +119,21 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None,
         final_states_out.copy_(final)
         final = final_states_out
     return out, final
+
+
+def _check_seq_idx(x, seq_idx, initial_states, return_final_states):
+    """causal-conv1d's conditions on seq_idx: channel-last x, no states (the library checks
+    the rest: dtype, shape, device)."""
+    try:
+        channel_last = _calls.conv_out_form(x) == _calls._OUT_CHANNEL_LAST
+    except AttributeError:
+        return  # not a tensor: the call refuses it by name
+    if not channel_last:
+        raise ValueError("autotune.causal_conv1d_fn: seq_idx is only supported with channel-last "
+                         "x (x.stride(1) == 1), as in causal-conv1d")
+    if initial_states is not None or return_final_states:
+        raise ValueError("autotune.causal_conv1d_fn: seq_idx takes no initial_states and no "
+                         "return_final_states, as in causal-conv1d")
 
 
 def _conv_records(x, weight, bias, initial_states):

@@ -2,7 +2,8 @@
 torch.library (define + a CUDA implementation + a fake implementation), so that
 torch.compile(fullgraph=True) traces them as single nodes and CUDA graphs capture them.
 
-    torch.ops.autotune.causal_conv1d(x, weight, bias=None, initial_states=None, silu=False)
+    torch.ops.autotune.causal_conv1d(x, weight, bias=None, initial_states=None, silu=False,
+                                     seq_idx=None)
     torch.ops.autotune.causal_conv1d_with_states(...)            -> (out, final_states)
     torch.ops.autotune.selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None,
                                       delta_softplus=False)
@@ -100,9 +101,9 @@ _config.on_change(_retire)
 # ---- CUDA implementations: tensors straight to the C ABI ----------------------------------
 # The drop-ins call conv/scan/attention below directly when eager (copies: the peer's
 # copies, made on a first call only when the library would refuse the layout).
-def conv(x, weight, bias, initial_states, silu, with_final, copies=None):
+def conv(x, weight, bias, initial_states, silu, with_final, copies=None, seq_idx=None):
     return _calls.conv(_plans, _device, x, weight, bias, initial_states, silu, with_final,
-                       copies)
+                       copies, seq_idx)
 
 
 def scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, with_state, copies=None):
@@ -116,12 +117,15 @@ def attend(q, k, v, causal, softmax_scale, with_lse, copies=None, window=_calls.
                             window, softcap, alibi_slopes)
 
 
-def causal_conv1d(x, weight, bias=None, initial_states=None, silu=False):
-    return _calls.conv(_plans, _device, x, weight, bias, initial_states, silu, False)
+def causal_conv1d(x, weight, bias=None, initial_states=None, silu=False, seq_idx=None):
+    return _calls.conv(_plans, _device, x, weight, bias, initial_states, silu, False,
+                       seq_idx=seq_idx)
 
 
-def causal_conv1d_with_states(x, weight, bias=None, initial_states=None, silu=False):
-    return _calls.conv(_plans, _device, x, weight, bias, initial_states, silu, True)
+def causal_conv1d_with_states(x, weight, bias=None, initial_states=None, silu=False,
+                              seq_idx=None):
+    return _calls.conv(_plans, _device, x, weight, bias, initial_states, silu, True,
+                       seq_idx=seq_idx)
 
 
 def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False):
@@ -187,12 +191,12 @@ def attention_kvcache_with_lse(q, k_cache, v_cache, cache_seqlens, block_table=N
 
 
 # ---- fake implementations: outputs of the right shape, dtype, device and strides ----------
-def _conv_fake(x, weight, bias=None, initial_states=None, silu=False):
+def _conv_fake(x, weight, bias=None, initial_states=None, silu=False, seq_idx=None):
     _calls._load_torch()
     return _calls.conv_out(x, _calls.conv_out_form(x))
 
 
-def _conv_states_fake(x, weight, bias=None, initial_states=None, silu=False):
+def _conv_states_fake(x, weight, bias=None, initial_states=None, silu=False, seq_idx=None):
     return (_conv_fake(x, weight), x.new_empty(_states_shape(x, weight)))
 
 
@@ -246,7 +250,7 @@ def _attention_kvcache_lse_fake(q, k_cache, v_cache, cache_seqlens, block_table=
 
 # ---- registration ---------------------------------------------------------------------------
 _CONV_ARGS = "Tensor x, Tensor weight, Tensor? bias=None, Tensor? initial_states=None, " \
-             "bool silu=False"
+             "bool silu=False, Tensor? seq_idx=None"
 _SCAN_ARGS = "Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D=None, " \
              "Tensor? z=None, Tensor? delta_bias=None, bool delta_softplus=False"
 _ATTN_ARGS = "Tensor q, Tensor k, Tensor v, bool causal=False, float? softmax_scale=None, " \

@@ -251,9 +251,9 @@ def kvcache_fields(cache_seqlens, block_table=None, k_new=None, v_new=None, cach
     return (*lengths, *table, *new, *leftpad)
 
 
-def table_fields(t, what):
-    """The autotune_tensor fields of an int32 2-d index tensor (block_table) on the GPU, its
-    last dimension contiguous."""
+def table_fields(t, what, dims="(batch_size, max_num_blocks_per_seq)"):
+    """The autotune_tensor fields of an int32 2-d index tensor (block_table; seq_idx with
+    dims "(batch, seqlen)") on the GPU, its last dimension contiguous."""
     try:
         dtype, shape, device = t.dtype, tuple(t.shape), t.device
     except AttributeError:
@@ -262,8 +262,7 @@ def table_fields(t, what):
     if str(dtype) != "torch.int32":
         raise TypeError(f"autotune: {what} has dtype {dtype}; expected torch.int32")
     if len(shape) != 2:
-        raise ValueError(f"autotune: {what} must be 2-d (batch_size, max_num_blocks_per_seq), "
-                         f"not {list(shape)}")
+        raise ValueError(f"autotune: {what} must be 2-d {dims}, not {list(shape)}")
     if getattr(device, "type", "cuda") != "cuda":
         raise ValueError(f"autotune: {what} is on {device}; it must be a CUDA tensor (the kernel "
                          "reads it on the GPU)")
@@ -274,6 +273,12 @@ def table_fields(t, what):
     if not ptr:
         _refuse_fields(t, what, 2)
     return (ptr, AUTOTUNE_INT32, 2, shape[0], shape[1], 0, 0, strides[0], 1, 0, 0)
+
+
+def seq_idx_fields(t):
+    """The autotune_tensor fields of causal-conv1d's seq_idx (int32 (batch, seqlen) on the
+    GPU), or absent fields for None."""
+    return _ABSENT if t is None else table_fields(t, "seq_idx", "(batch, seqlen)")
 
 
 def attention_features(window=NO_WINDOW, softcap=0.0, alibi_slopes=None, varlen=NO_VARLEN,
@@ -506,24 +511,26 @@ class Runtime:
 
     # ---- causal_conv1d ----------------------------------------------------------------
     def causal_conv1d_args(self, x, weight, bias=None, out=None, silu=True,
-                           initial_states=None, final_states=None, _pack=None):
+                           initial_states=None, final_states=None, _pack=None, seq_idx=None):
         """The C struct for a call: x/out [B, C, L] (contiguous last dimension, or both
-        channel-last: stride(1) == 1), weight [C, W], bias [C], states [B, C, W-1]."""
+        channel-last: stride(1) == 1), weight [C, W], bias [C], states [B, C, W-1],
+        seq_idx int32 [B, L] (packed sequences, channel-last x)."""
         return (_pack or self.pack)(
             "causal_conv1d", *tensor_fields(x, "x"), *tensor_fields(weight, "weight"),
             *tensor_fields(bias, "bias"), *tensor_fields(initial_states, "initial_states"),
-            *tensor_fields(out, "out"), *tensor_fields(final_states, "final_states"), int(silu))
+            *tensor_fields(out, "out"), *tensor_fields(final_states, "final_states"), int(silu),
+            *seq_idx_fields(seq_idx))
 
     def causal_conv1d(self, x, weight, bias=None, silu=True, initial_states=None,
-                      final_states=None, out=None):
+                      final_states=None, out=None, seq_idx=None):
         if out is None and final_states is None:
             return self._calls.conv(self.plans, self._served_by, x, weight, bias,
-                                    initial_states, silu, False)
+                                    initial_states, silu, False, seq_idx=seq_idx)
         if out is None:
             self._calls._load_torch()
             out = self._calls.conv_out(x, self._calls.conv_out_form(x))
         args = self.causal_conv1d_args(x, weight, bias, out, silu, initial_states, final_states,
-                                       self._pack_call)
+                                       self._pack_call, seq_idx)
         self.check(self.lib.autotune_causal_conv1d(self.handle, args, self.stream(x)))
         return out
 

@@ -108,6 +108,11 @@ typedef struct autotune_causal_conv1d_args {
   autotune_tensor final_states;   /* [B, C, W-1], x's dtype, contiguous; optional output
                                      (the last W-1 inputs, for the next call) */
   int32_t silu;                   /* 1: SiLU activation; 0: identity */
+  autotune_tensor seq_idx;        /* int32 [B, L], contiguous last dimension; optional,
+                                     channel-last x only, without states (as
+                                     causal-conv1d): packed sequences, x at position s
+                                     counts for out at t only when seq_idx[b, s] ==
+                                     seq_idx[b, t] */
 } autotune_causal_conv1d_args;
 
 int autotune_causal_conv1d(autotune_runtime* rt, const autotune_causal_conv1d_args* args,

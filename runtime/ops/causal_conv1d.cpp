@@ -161,6 +161,8 @@ CausalConv1dShape CausalConv1dShape::of(const Problem& p) {
   d.init_states = p.get_int("init_states") != 0;
   d.final_states = p.get_int("final_states") != 0;
   d.channel_last = p.get("layout") == "blc";
+  const int seq = p.fields.index("seq_idx");
+  d.seq_idx = seq >= 0 && p.fields.integer(size_t(seq)) != 0;
   return d;
 }
 
@@ -174,9 +176,9 @@ Problem CausalConv1dOp::make_problem(const Fields& shape) const {
   // x and w are the canonical keys' names for dtype and wdtype (accepted, not listed).
   const ShapeReader r(shape, "causal_conv1d",
                       {"B", "C", "L", "W", "dtype", "x", "w", "wdtype", "bias", "silu",
-                       "init_states", "final_states", "layout"},
+                       "init_states", "final_states", "layout", "seq_idx"},
                       {"B", "C", "L", "W", "dtype", "wdtype", "bias", "silu", "init_states",
-                       "final_states", "layout"});
+                       "final_states", "layout", "seq_idx"});
   long long B = r.ranged("B", nullptr, 1 << 20);
   long long C = r.ranged("C", nullptr, 1 << 20);
   long long L = r.ranged("L", nullptr, (1ll << 31) - 1);
@@ -195,6 +197,13 @@ Problem CausalConv1dOp::make_problem(const Fields& shape) const {
   if (layout != "bcl" && layout != "blc") {
     r.fail("layout '" + layout + "' is not one of bcl (channel-first), blc (channel-last)");
   }
+  const bool seq_idx = r.flag("seq_idx", "0") == "1";
+  if (seq_idx && layout != "blc") {
+    r.fail("seq_idx (packed sequences) needs channel-last x (layout=blc), as in causal-conv1d");
+  }
+  if (seq_idx && (r.flag("init_states", "0") == "1" || r.flag("final_states", "0") == "1")) {
+    r.fail("seq_idx (packed sequences) takes no initial or final states, as in causal-conv1d");
+  }
   Problem p;
   p.op = name();
   p.fields = {{"B", std::to_string(B)},
@@ -208,6 +217,11 @@ Problem CausalConv1dOp::make_problem(const Fields& shape) const {
               {"init_states", r.flag("init_states", "0")},
               {"final_states", r.flag("final_states", "0")},
               {"layout", layout}};
+  if (seq_idx) { // only when on: keys without it are what they were before it existed
+    Fields f = p.fields.text();
+    f.emplace_back("seq_idx", "1");
+    p.fields = std::move(f);
+  }
   return p;
 }
 
@@ -471,6 +485,9 @@ std::vector<std::string> CausalConv1dOp::defines(const Config& config,
                                   std::string("-DAT_SILU=") + (d.silu ? "1" : "0"),
                                   std::string("-DAT_X_T=") + template_type(d.x),
                                   std::string("-DAT_W_T=") + template_type(d.w)};
+  if (d.seq_idx) {
+    out.push_back("-DAT_SEQ_IDX=1");
+  }
   if (d.channel_last) {
     out.push_back("-DAT_CHANNEL_LAST=1");
     out.push_back("-DAT_CL_LANES=" + std::to_string(channel_last_grid(p, d).lanes));
@@ -514,6 +531,21 @@ std::vector<TensorSpec> CausalConv1dOp::tensors(const Problem& problem) const {
   if (d.final_states) {
     t.push_back({"final_states", d.x, states, true});
   }
+  if (d.seq_idx) {
+    // int32 ids (TensorSpec::values), per row four packed sequences, one of them 1-2
+    // positions long (shorter than the filter), their boundaries moving with b.
+    TensorSpec seq{"seq_idx", DType::f32, size_t(d.B * d.L), false};
+    seq.values.reserve(seq.elements);
+    for (long long b = 0; b < d.B; ++b) {
+      const long long p1 = std::min(d.L, d.L / 5 + b % 3 + 1);
+      const long long p2 = std::min(d.L, p1 + 1 + b % 2);
+      const long long p3 = std::max(p2, 3 * d.L / 4);
+      for (long long t2 = 0; t2 < d.L; ++t2) {
+        seq.values.push_back(t2 < p1 ? 0 : t2 < p2 ? 1 : t2 < p3 ? 2 : 3);
+      }
+    }
+    t.push_back(std::move(seq));
+  }
   return t;
 }
 
@@ -546,7 +578,7 @@ void derive_layout(const void* args, CallValues& values) {
 
 const ArgsDesc& CausalConv1dOp::args_desc() const {
   using A = autotune_causal_conv1d_args;
-  enum : int8_t { B, C, L, W, x, w, bias, silu, init, fin, layout };
+  enum : int8_t { B, C, L, W, x, w, bias, silu, init, fin, layout, seq };
   static const ArgsDesc desc{
       "causal_conv1d",
       sizeof(A),
@@ -560,7 +592,8 @@ const ArgsDesc& CausalConv1dOp::args_desc() const {
        {"silu", FieldKind::flag},
        {"init_states", FieldKind::flag},
        {"final_states", FieldKind::flag},
-       {"layout", FieldKind::choice, 0, {"bcl", "blc"}}},
+       {"layout", FieldKind::choice, 0, {"bcl", "blc"}},
+       {"seq_idx", FieldKind::flag}},
       {{"x",
         offsetof(A, x),
         {{B}, {C}, {L}},
@@ -601,7 +634,20 @@ const ArgsDesc& CausalConv1dOp::args_desc() const {
         k_any_float,
         fin,
         true,
-        StrideRule::contiguous}},
+        StrideRule::contiguous},
+       // (after silu in the struct: appended later)
+       {"seq_idx",
+        offsetof(A, seq_idx),
+        {{B}, {L}},
+        -1,
+        0,
+        seq,
+        false,
+        StrideRule::rows,
+        1,
+        {},
+        nullptr,
+        AUTOTUNE_INT32}},
       {{"silu", offsetof(A, silu), ScalarKind::i32, silu}},
       derive_layout};
   static_assert(layout == k_layout_field, "derive_layout's field");
@@ -624,6 +670,8 @@ size_t CausalConv1dPlan::pack(const void* args, const BoundCall& call, void* out
   c.out_channel_stride = a.out.strides[1];
   c.x_length_stride = a.x.strides[2];
   c.out_length_stride = a.out.strides[2];
+  c.seq_idx = device_ptr(a.seq_idx);
+  c.seq_idx_batch_stride = a.seq_idx.strides[0];
   CausalConv1dKernelArgs k = conv_kernel_args(*this, c);
   std::memcpy(out, &k, sizeof k);
   return sizeof k;
@@ -669,6 +717,8 @@ CausalConv1dKernelArgs conv_kernel_args(const CausalConv1dPlan& plan,
     a.x_length_stride = call.x_length_stride;
     a.out_length_stride = call.out_length_stride;
     a.chunk = plan.chunk;
+    a.seq_idx = call.seq_idx;
+    a.seq_idx_batch_stride = call.seq_idx_batch_stride;
     const VectorAccess vector(d.x, plan.vec);
     a.vector_mode = vector.aligned(call.x, {call.x_batch_stride, call.x_length_stride}) &&
                     vector.aligned(call.out, {call.out_batch_stride, call.out_length_stride});
@@ -697,6 +747,8 @@ void CausalConv1dOp::pack(const Config& config, const Problem& problem,
   call.initial_states = d.init_states ? t.at(i++) : 0;
   call.out = t.at(i++);
   call.final_states = d.final_states ? t.at(i++) : 0;
+  call.seq_idx = d.seq_idx ? t.at(i++) : 0;
+  call.seq_idx_batch_stride = d.L;
   if (d.channel_last) { // [B, L, C] in memory
     call.x_channel_stride = call.out_channel_stride = 1;
     call.x_length_stride = call.out_length_stride = d.C;
@@ -743,6 +795,9 @@ void CausalConv1dOp::pack_reference(const Problem& problem, const std::vector<CU
   args.add((long long)(d.C * d.L));
   args.add(channel);
   args.add(length);
+  // seq_idx is the last tensor (tensors())
+  args.add(d.seq_idx ? t.back() : CUdeviceptr(0));
+  args.add((long long)d.L);
 }
 
 double CausalConv1dOp::tolerance(const Problem& problem) const {
@@ -756,8 +811,9 @@ double CausalConv1dOp::bytes(const Problem& problem) const {
   // x read once, out written once; weights, bias and states are small beside them.
   double states = double(d.B * d.C * (d.W - 1)) * double(dtype_size(d.x)) *
                   double(int(d.init_states) + int(d.final_states));
+  const double seq_ids = d.seq_idx ? 4.0 * double(d.B * d.L) : 0.0;
   return 2.0 * double(d.B * d.C * d.L) * double(dtype_size(d.x)) +
-         double(d.C * (d.W + (d.bias ? 1 : 0))) * double(dtype_size(d.w)) + states;
+         double(d.C * (d.W + (d.bias ? 1 : 0))) * double(dtype_size(d.w)) + states + seq_ids;
 }
 
 } // namespace autotune

@@ -22,6 +22,8 @@ struct CausalConv1dCall {
   long long out_channel_stride = 0;
   long long x_length_stride = 1;
   long long out_length_stride = 1;
+  CUdeviceptr seq_idx = 0; // int32 [B, L]; 0 when the problem has no seq_idx
+  long long seq_idx_batch_stride = 0;
 };
 
 // The problem's numbers, parsed once (the problem itself is strings).
@@ -30,6 +32,7 @@ struct CausalConv1dShape {
   DType x = DType::bf16, w = DType::bf16;
   bool bias = false, silu = false, init_states = false, final_states = false;
   bool channel_last = false; // layout blc
+  bool seq_idx = false;      // packed sequences (channel-last only)
   static CausalConv1dShape of(const Problem& problem);
 };
 
@@ -43,6 +46,8 @@ struct CausalConv1dKernelArgs {
   int vector_mode;                              // 0 scalar, 1 vector loads and stores
   long long x_length_stride, out_length_stride; // channel-last only
   int chunk;                                    // channel-last: positions per thread
+  CUdeviceptr seq_idx;                          // channel-last: int32 [B, L] or 0
+  long long seq_idx_batch_stride;
 };
 
 // Everything a launch of one variant on one problem needs besides the call's

@@ -23,6 +23,9 @@
 //   AT_CL_LANES  threads along the channels (a power of two, at most the block; the
 //                host's choice: enough to cover C / k_vec, so short C packs positions).
 //   AT_CPB, AT_SMEM are not used (the space's values cpb=1, load=direct).
+//   AT_SEQ_IDX   1: args.seq_idx holds packed sequences' ids; the input at s counts for
+//                the output at t only when seq_idx[b, s] == seq_idx[b, t] (each position's
+//                id is read once per thread, and the window keeps the ids of its inputs).
 //
 // vector_mode: 1 when x's and out's addresses and batch and length strides are
 // multiples of a vector (each position's channels then start aligned); a last vector
@@ -44,10 +47,16 @@ constexpr int k_copy_bytes = k_vec_bytes >= 16 ? 16 : k_vec_bytes; // one cp.asy
 
 // One thread's state: its channels' filters and bias, and the inputs at the k_halo
 // positions before the next one it computes (win[h] is position t - k_halo + h).
+#ifndef AT_SEQ_IDX
+#define AT_SEQ_IDX 0
+#endif
 struct ChannelLastThread {
   float w[k_vec][k_width];
   float bias[k_vec];
   float win[k_halo][k_vec];
+#if AT_SEQ_IDX
+  int sid[k_halo]; // the sequence ids of the window's positions
+#endif
 };
 
 // Inputs at position q (0 <= q < length) of the thread's channels: one vector, or one
@@ -84,7 +93,7 @@ __device__ __forceinline__ void stage_channels(unsigned dst, const x_t* src, int
 template <int N>
 __device__ __forceinline__ void
 compute_steps(ChannelLastThread& s, const at_vec<x_t, k_vec> (&v)[N], x_t* out_pos,
-              long long out_step, bool whole, int valid, int count) {
+              long long out_step, bool whole, int valid, int count, const int (&ids)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) {
     if (i >= count) {
@@ -98,7 +107,11 @@ compute_steps(ChannelLastThread& s, const at_vec<x_t, k_vec> (&v)[N], x_t* out_p
       float point[k_width];
 #pragma unroll
       for (int h = 0; h < k_halo; ++h) {
+#if AT_SEQ_IDX
+        point[h] = s.sid[h] == ids[i] ? s.win[h][j] : 0.0f; // another sequence's input
+#else
         point[h] = s.win[h][j];
+#endif
       }
       point[k_halo] = cur[j];
       o.elem[j] = at_from_float<x_t>(conv_point(point, s.w[j], s.bias[j]));
@@ -108,6 +121,13 @@ compute_steps(ChannelLastThread& s, const at_vec<x_t, k_vec> (&v)[N], x_t* out_p
       }
       s.win[k_halo - 1][j] = cur[j];
     }
+#if AT_SEQ_IDX
+#pragma unroll
+    for (int h = 0; h + 1 < k_halo; ++h) {
+      s.sid[h] = s.sid[h + 1];
+    }
+    s.sid[k_halo - 1] = ids[i];
+#endif
     x_t* dst = out_pos + i * out_step;
     if (whole) {
       o.store(dst);
@@ -153,6 +173,9 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
   const x_t* x_b = args.x + b * args.x_batch_stride + c0;
   x_t* out_b = args.out + b * args.out_batch_stride + c0;
   const long long state_b = static_cast<long long>(b) * args.channels + c0; // [B, C, W-1] row
+#if AT_SEQ_IDX
+  const int* seq_b = args.seq_idx + b * args.seq_idx_batch_stride;
+#endif
   // The window in front of t0: x, or before position 0 the initial state (or zero).
 #pragma unroll
   for (int h = 0; h < k_halo; ++h) {
@@ -169,6 +192,10 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
         s.win[h][j] = at_to_float(at_load_or_zero(from_init ? src : x_b, from_init));
       }
     }
+#if AT_SEQ_IDX
+    // (before position 0 the inputs are zeros: no initial states with seq_idx)
+    s.sid[h] = q >= 0 ? seq_b[q] : -1;
+#endif
   }
   const long long xs = args.x_length_stride, os = args.out_length_stride;
   // Steps of k_items positions through the ring (step k in slot k % k_stages; the last
@@ -207,7 +234,14 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
       cur[i] = ring[k % k_stages][i][threadIdx.x];
     }
     const int first = t0 + k * k_items;
-    compute_steps<k_items>(s, cur, out_b + first * os, os, whole, valid, t1 - first);
+    int ids[k_items] = {};
+#if AT_SEQ_IDX
+#pragma unroll
+    for (int i = 0; i < k_items; ++i) {
+      ids[i] = first + i < t1 ? seq_b[first + i] : 0;
+    }
+#endif
+    compute_steps<k_items>(s, cur, out_b + first * os, os, whole, valid, t1 - first, ids);
   }
   // The chunk that ends the row leaves the row's last W-1 inputs in the window (the
   // initial state's, or zeros, where L < W-1).

@@ -101,6 +101,10 @@ struct ConvArgs {
   long long x_length_stride;
   long long out_length_stride;
   int chunk;
+  // Channel-last with AT_SEQ_IDX: int32 [B, L] sequence ids of packed sequences (x at s
+  // counts for the output at t only when their ids are equal); null otherwise.
+  const int* seq_idx;
+  long long seq_idx_batch_stride;
 };
 
 __device__ __forceinline__ float conv_point(const float* win, const float (&w)[k_width], float b) {

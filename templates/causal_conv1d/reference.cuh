@@ -1,14 +1,15 @@
 // Reference causal conv1d: one thread per output, accumulated in float64 from the
 // stored (rounded) inputs, written as fp32. Deliberately simple: it shares no code
 // with kernel.cuh, so a bug there cannot hide in both. x and out share the strides
-// xbs, xcs, xls (batch, channel, position): channel-first or channel-last.
+// xbs, xcs, xls (batch, channel, position): channel-first or channel-last. seq (int32,
+// batch stride sbs) or null: x at s counts for the output at t only when seq[s] == seq[t].
 #include "common/numeric.cuh"
 
 #define AT_DEFINE_CONV_REF(XT, WT, NAME)                                                           \
   extern "C" __global__ void causal_conv1d_ref_##NAME(                                             \
       const XT* x, const WT* w, const WT* bias, const XT* init, float* out, float* final_out,      \
       int batch, int channels, int length, int width, int silu, long long xbs, long long xcs,      \
-      long long xls) {                                                                             \
+      long long xls, const int* seq, long long sbs) {                                              \
     long long n = static_cast<long long>(batch) * channels * length;                               \
     for (long long i = blockIdx.x * 256ll + threadIdx.x; i < n; i += 256ll * gridDim.x) {          \
       long long t = i % length;                                                                    \
@@ -18,7 +19,9 @@
       for (int k = 0; k < width; ++k) {                                                            \
         long long s = t - (width - 1) + k;                                                         \
         double xv = 0.0;                                                                           \
-        if (s >= 0) {                                                                              \
+        if (s >= 0 && seq && seq[b * sbs + s] != seq[b * sbs + t]) {                               \
+          xv = 0.0;                                                                                \
+        } else if (s >= 0) {                                                                       \
           xv = at_to_float(x[b * xbs + c * xcs + s * xls]);                                        \
         } else if (init) {                                                                         \
           xv = at_to_float(init[(b * channels + c) * (width - 1) + (width - 1) + s]);              \

@@ -1210,6 +1210,48 @@ def check_conv_layouts():
         raise AssertionError(f"Mamba-2's xBC view gave out strides {out2.stride()}")
 
 
+def check_conv_seq_idx():
+    """Packed sequences (seq_idx) on channel-last x, as causal-conv1d's
+    test_causal_conv1d_varlen checks them: each sequence convolved on its own, zeros
+    before its start; seq_idx on channel-first x or with states raises."""
+    torch.manual_seed(2)
+    batch, seqlen, dim, width = 2, 1000, 4096 + 32, 4
+    x = torch.randn(batch, seqlen, 4096 + dim + 64, device=DEV,
+                    dtype=torch.bfloat16)[:, :, 4096:4096 + dim].transpose(1, 2)
+    weight = torch.randn(dim, width, device=DEV, dtype=torch.float32)
+    bias = torch.randn(dim, device=DEV, dtype=torch.float32)
+    seq_idx = torch.zeros(batch, seqlen, dtype=torch.int32, device=DEV)
+    for b, cuts in enumerate(([1, 7, 300, 301, 650], [2, 3, 999])):
+        for i, c in enumerate(cuts):
+            seq_idx[b, c:] = i + 1
+    with torch.no_grad():
+        out = autotune.causal_conv1d_fn(x, weight, bias, seq_idx=seq_idx, activation="silu")
+        ref = torch.empty_like(out)
+        for b in range(batch):
+            ids = seq_idx[b].tolist()
+            start = 0
+            for t in range(1, seqlen + 1):
+                if t == seqlen or ids[t] != ids[start]:
+                    part, _ = conv_ref(x[b:b + 1, :, start:t], weight, bias, None, False, "silu")
+                    ref[b:b + 1, :, start:t] = part
+                    start = t
+    if not torch.allclose(out, ref, rtol=1e-2, atol=5e-2):
+        raise AssertionError(f"seq_idx: max diff {(out.float() - ref.float()).abs().max():.3g}")
+    for kwargs, what in (({"initial_states": torch.zeros(batch, width - 1, dim, device=DEV,
+                                                          dtype=x.dtype).transpose(1, 2)},
+                          "initial_states"), ({"return_final_states": True}, "final states")):
+        try:
+            autotune.causal_conv1d_fn(x, weight, bias, seq_idx=seq_idx, **kwargs)
+        except ValueError:
+            continue
+        raise AssertionError(f"seq_idx with {what} did not raise")
+    try:
+        autotune.causal_conv1d_fn(x.contiguous(), weight, bias, seq_idx=seq_idx)
+    except ValueError:
+        return
+    raise AssertionError("seq_idx with channel-first x did not raise")
+
+
 def check_attention_conventions():
     """flash-attn's conventions: return_attn_probs gives (out, lse, empty S_dmask);
     window_size (-1, 0) without causal is causal; a window of seqlen_k or more is no
@@ -1300,6 +1342,7 @@ OTHER_CHECKS = {
     "workspace: split-KV calls on two streams at once": check_workspace_per_stream,
     "drop-in: Mamba's strided views": check_mamba_views,
     "drop-in: channel-last conv, states": check_conv_layouts,
+    "drop-in: conv packed sequences (seq_idx)": check_conv_seq_idx,
     "drop-in: flash-attn conventions": check_attention_conventions,
     "drop-in: forward only": check_forward_only,
     "config: set_policy takes effect": check_database_and_policy,
@@ -1359,9 +1402,17 @@ def bad_input_cases():
     add("autotune.causal_conv1d_fn", "final_states_out of the wrong dtype",
         lambda: autotune.causal_conv1d_fn(x, w, b, return_final_states=True,
                                           final_states_out=fso), conv_in, conv_good)
-    add("autotune.causal_conv1d_fn", "seq_idx (not implemented)",
+    add("autotune.causal_conv1d_fn", "seq_idx with channel-first x",
         lambda: autotune.causal_conv1d_fn(x, w, b, seq_idx=torch.zeros(
             2, 128, device=DEV, dtype=torch.int32)), conv_in, conv_good)
+    x_cl = x.transpose(1, 2).contiguous().transpose(1, 2)  # channel-last, same values
+    for name, seq in (("seq_idx of dtype float32", torch.zeros(2, 128, device=DEV)),
+                      ("seq_idx on the CPU", torch.zeros(2, 128, dtype=torch.int32)),
+                      ("seq_idx of the wrong length",
+                       torch.zeros(2, 127, device=DEV, dtype=torch.int32))):
+        add("autotune.causal_conv1d_fn", name,
+            lambda seq=seq: autotune.causal_conv1d_fn(x_cl, w, b, seq_idx=seq),
+            [x_cl, w, b], conv_good)
     add("autotune.causal_conv1d_fn", "activation 'relu'",
         lambda: autotune.causal_conv1d_fn(x, w, b, activation="relu"), conv_in, conv_good)
 

@@ -108,7 +108,7 @@ class TestArgsLayouts(unittest.TestCase):
     def test_every_op_is_described_with_its_tensors_in_header_order(self):
         expected = {
             "causal_conv1d": ["x", "weight", "bias", "initial_states", "out", "final_states",
-                              "silu"],
+                              "silu", "seq_idx"],
             "attention": ["q", "k", "v", "o", "lse", "causal", "scale", "workspace",
                           "workspace_bytes", "window", "window_left", "window_right", "softcap",
                           "alibi_slopes", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q",
@@ -222,7 +222,7 @@ class TestTensorFields(unittest.TestCase):
         w = FakeTensor((64, 4), dtype=self.dtype)
         values = (*_runtime.tensor_fields(t, "x"), *_runtime.tensor_fields(w, "weight"),
                   *_runtime._ABSENT, *_runtime._ABSENT, *_runtime.tensor_fields(t, "out"),
-                  *_runtime._ABSENT, 1)
+                  *_runtime._ABSENT, 1, *_runtime._ABSENT)
         buf = bytearray(layout.size)
         layout.struct.pack_into(buf, 0, *values)
         self.assertEqual(int.from_bytes(buf[0:8], sys.byteorder), 0x7000)
@@ -817,7 +817,7 @@ class TestTorchRegistration(unittest.TestCase):
             with self.assertRaisesRegex((ValueError, TypeError), name):
                 autotune.flash_attn_func(q, q, q, **kwargs)
         x = torch.zeros(1, 8, 16)
-        with self.assertRaisesRegex(NotImplementedError, "seq_idx"):
+        with self.assertRaisesRegex(ValueError, "seq_idx is only supported with channel-last"):
             autotune.causal_conv1d_fn(x, torch.zeros(8, 4), seq_idx=torch.zeros(1, 16))
         with self.assertRaisesRegex(NotImplementedError, "activation"):
             autotune.causal_conv1d_fn(x, torch.zeros(8, 4), activation="gelu")
