@@ -1237,6 +1237,13 @@ def check_conv_seq_idx():
                     start = t
     if not torch.allclose(out, ref, rtol=1e-2, atol=5e-2):
         raise AssertionError(f"seq_idx: max diff {(out.float() - ref.float()).abs().max():.3g}")
+    # The same signature again (the warm plan) with other ids: one sequence a row.
+    with torch.no_grad():
+        out1 = autotune.causal_conv1d_fn(x, weight, bias, seq_idx=torch.zeros_like(seq_idx),
+                                         activation="silu")
+        ref1, _ = conv_ref(x, weight, bias, None, False, "silu")
+    if not torch.allclose(out1, ref1, rtol=1e-2, atol=5e-2):
+        raise AssertionError("seq_idx: a warm call did not read its own ids")
     for kwargs, what in (({"initial_states": torch.zeros(batch, width - 1, dim, device=DEV,
                                                           dtype=x.dtype).transpose(1, 2)},
                           "initial_states"), ({"return_final_states": True}, "final states")):

@@ -972,7 +972,7 @@ class TestCallPlans(unittest.TestCase):
         out3, final3 = conv(self.plans, self.runtime_for, x2, w2, b2, None, True, True)
         expected = self.full_pack("causal_conv1d", (
             *f(x2, "x"), *f(w2, "weight"), *f(b2, "bias"), *_runtime._ABSENT, *f(out3, "out"),
-            *f(final3, "final_states"), 1))
+            *f(final3, "final_states"), 1, *_runtime._ABSENT))
         self.assertEqual(self.seen[0], expected)
 
     def test_a_new_stride_dtype_or_flag_is_a_new_plan(self):
