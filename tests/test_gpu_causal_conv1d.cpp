@@ -70,6 +70,28 @@ struct ConvCase {
   }
 };
 
+// t's elements from `offset` on (what a view starting there reads).
+HostTensor from_offset(const HostTensor& t, size_t offset) {
+  HostTensor r(t.type, t.n - offset);
+  for (size_t i = 0; i < r.n; ++i) {
+    r.set(i, t.get(i + offset));
+  }
+  return r;
+}
+
+// A channel-last [B, L, C] output laid out [B, C, L], as the references index it.
+HostTensor channel_first(const HostTensor& out, int B, int C, int L) {
+  HostTensor r(out.type, out.n);
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < L; ++t) {
+      for (int c = 0; c < C; ++c) {
+        r.set((size_t(b) * C + c) * L + t, out.get((size_t(b) * L + t) * C + c));
+      }
+    }
+  }
+  return r;
+}
+
 fs::path temp_db() {
   return fs::temp_directory_path() /
          ("autotune-gpu-" + std::to_string(::getpid()) + "-" + std::to_string(rand()) + ".db");
@@ -515,10 +537,7 @@ TEST_CASE("causal_conv1d reads channel-last x as Mamba-2 passes it: xBC.transpos
     bias.randomize(rng, -0.5, 0.5);
     init.randomize(rng, -1, 1);
     // the reference reads the same memory from the slice's start
-    HostTensor xs(dt, zx.n - off);
-    for (size_t i = 0; i < xs.n; ++i) {
-      xs.set(i, zx.get(i + off));
-    }
+    const HostTensor xs = from_offset(zx, off);
     std::vector<double> ref_final;
     auto ref = causal_conv1d_reference(xs, w, &bias, B, C, L, W, true, (long long)L * P, 1, &init,
                                        &ref_final, P);
@@ -546,14 +565,7 @@ TEST_CASE("causal_conv1d reads channel-last x as Mamba-2 passes it: xBC.transpos
     AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
     o.download(out);
     f.download(fin);
-    HostTensor by_channel(dt, out.n);
-    for (int b = 0; b < B; ++b) {
-      for (int t = 0; t < L; ++t) {
-        for (int c = 0; c < C; ++c) {
-          by_channel.set((size_t(b) * C + c) * L + t, out.get((size_t(b) * L + t) * C + c));
-        }
-      }
-    }
+    const HostTensor by_channel = channel_first(out, B, C, L);
     const Selection sel = rt.select_causal_conv1d(a);
     CHECK(sel.problem.find("layout=blc") != std::string::npos);
     const Op& op = find_op("causal_conv1d");
@@ -582,10 +594,7 @@ TEST_CASE("packed sequences (seq_idx) run through the runtime on Mamba-2's chann
   HostTensor w(DType::bf16, size_t(C) * W), bias(DType::bf16, size_t(C));
   w.randomize(rng, -0.5, 0.5);
   bias.randomize(rng, -0.5, 0.5);
-  HostTensor xs(DType::bf16, zx.n - off);
-  for (size_t i = 0; i < xs.n; ++i) {
-    xs.set(i, zx.get(i + off));
-  }
+  const HostTensor xs = from_offset(zx, off);
   // sequences of 7, 1, 2 and the rest of each row (ids need not start at 0)
   std::vector<int> ids(size_t(B) * L);
   for (int b = 0; b < B; ++b) {
@@ -616,14 +625,7 @@ TEST_CASE("packed sequences (seq_idx) run through the runtime on Mamba-2's chann
   rt.causal_conv1d(a);
   AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
   o.download(out);
-  HostTensor by_channel(DType::bf16, out.n);
-  for (int b = 0; b < B; ++b) {
-    for (int t = 0; t < L; ++t) {
-      for (int c = 0; c < C; ++c) {
-        by_channel.set((size_t(b) * C + c) * L + t, out.get((size_t(b) * L + t) * C + c));
-      }
-    }
-  }
+  const HostTensor by_channel = channel_first(out, B, C, L);
   const Selection sel = rt.select_causal_conv1d(a);
   CHECK(sel.problem.find("layout=blc,seq_idx=1") != std::string::npos);
   CHECK(relative_error(by_channel, ref) <= 1e-2);

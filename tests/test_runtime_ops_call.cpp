@@ -163,21 +163,16 @@ TEST_CASE("causal_conv1d: the problem is read off the tensors") {
       }
       SUBCASE("with states, which causal-conv1d refuses too") {
         a.initial_states = make(0x50000, AUTOTUNE_BF16, {2, 8, 3});
-        BoundCall b;
-        bind_call(desc_of("causal_conv1d"), &a, b);
-        CHECK_THROWS_WITH_AS(
-            find_op("causal_conv1d").make_problem(call_fields(desc_of("causal_conv1d"), b)),
-            doctest::Contains("takes no initial or final states"), Error);
+        CHECK_THROWS_WITH_AS(problem_of("causal_conv1d", &a),
+                             doctest::Contains("takes no initial or final states"), Error);
       }
     }
   }
   SUBCASE("seq_idx needs channel-last x") {
     a.seq_idx = make(0x70000, AUTOTUNE_INT32, {2, 100});
-    BoundCall b;
-    bind_call(desc_of("causal_conv1d"), &a, b);
-    CHECK_THROWS_WITH_AS(
-        find_op("causal_conv1d").make_problem(call_fields(desc_of("causal_conv1d"), b)),
-        doctest::Contains("seq_idx (packed sequences) needs channel-last x"), Error);
+    CHECK_THROWS_WITH_AS(problem_of("causal_conv1d", &a),
+                         doctest::Contains("seq_idx (packed sequences) needs channel-last x"),
+                         Error);
   }
   SUBCASE("one position or one channel reads as channel-first") {
     a.x = make(0x10000, AUTOTUNE_BF16, {2, 8, 1}, {8, 1, 8});

@@ -179,6 +179,9 @@ TEST_CASE("channel-last x (layout blc) has its own kernel form, launch and vecto
     REQUIRE_FALSE(r);
     CHECK(r.failure().message.find("channel-last") != std::string::npos);
     CHECK_FALSE(op.check(config("threads=128,vec=8,items=4,cpb=1,load=smem"), p, "sm_90a"));
+    // fp32 pairs are 8 bytes but cover less than the W-1 halo kernel.cuh asserts
+    CHECK_FALSE(op.check(config("threads=128,vec=2,items=4,cpb=1,load=direct"),
+                         problem("B=8,C=4096,L=2048,W=4,layout=blc,dtype=fp32"), "sm_90a"));
     // the ring (3 steps of items vectors a thread) fits in 48 KiB of static shared memory
     auto big = op.check(config("threads=256,vec=8,items=8,cpb=1,load=direct"), p, "sm_90a");
     REQUIRE_FALSE(big);

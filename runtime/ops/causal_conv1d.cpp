@@ -237,8 +237,9 @@ Result<bool> CausalConv1dOp::check(const Config& config, const Problem& problem,
     if (p.cpb != 1 || p.smem) {
       return fail("channel-last x has one kernel form: cpb=1, load=direct");
     }
-    if ((p.vec & (p.vec - 1)) != 0 || p.vec * (long long)dtype_size(d.x) < 8) {
-      return fail("channel-last vectors must be a power of two of at least 8 bytes");
+    if ((p.vec & (p.vec - 1)) != 0 || p.vec * (long long)dtype_size(d.x) < 8 || p.vec < d.W - 1) {
+      return fail("channel-last vectors must be a power of two of at least 8 bytes and W-1 "
+                  "elements (kernel.cuh's shared checks)");
     }
     // channel_last.cuh's ring: k_stages (3) steps of items vectors per thread
     const long long ring = 3LL * p.items * p.threads * p.vec * (long long)dtype_size(d.x);
@@ -292,8 +293,8 @@ Result<bool> CausalConv1dOp::worth_measuring(const Config& config, const Problem
   Dims d = dims(problem);
   if (d.channel_last) {
     if (p.items > 1 && channel_last_grid(p, d).chunk < p.items) {
-      return fail("a chunk of " + std::to_string(d.L) + " positions is shorter than a step of " +
-                  std::to_string(p.items));
+      return fail("a row of L=" + std::to_string(d.L) + " positions is shorter than a step of " +
+                  std::to_string(p.items) + " (fewer items per step do the same work)");
     }
     return true;
   }

@@ -9,11 +9,12 @@
 // keeps the next k_stages - 1 steps in flight without holding registers for them (a
 // register prefetch of one step cost occupancy: bench/notes/causal_conv1d-channel-last.md).
 // Each position's outputs are computed from the W-1 inputs before it, which stay in
-// registers from one position to the next (as fp32). Only the chunk's first W-1 inputs are loaded
-// twice (by this thread and by the thread of the chunk before), so long chunks read each input
-// once; the host picks the chunk length to fill the GPU with about two waves of threads.
-// k_lanes consecutive threads cover consecutive channel vectors, so a warp's accesses at
-// one position are one contiguous span of memory.
+// registers from one position to the next (as fp32). Only the chunk's first W-1 inputs
+// are loaded twice (by this thread and by the thread of the chunk before). The host picks
+// the chunk length (runtime/ops/causal_conv1d.cpp channel_last_grid): about two waves of
+// threads, but enough steps a thread for the ring to overlap loads with compute. k_lanes
+// consecutive threads cover consecutive channel vectors, so a warp's accesses at one
+// position are one contiguous span of memory.
 //
 // Compile-time parameters in this layout:
 //   AT_THREADS   threads per block.
@@ -45,11 +46,11 @@ constexpr int k_stages = 3;
 constexpr int k_vec_bytes = k_vec * int(sizeof(x_t));
 constexpr int k_copy_bytes = k_vec_bytes >= 16 ? 16 : k_vec_bytes; // one cp.async
 
-// One thread's state: its channels' filters and bias, and the inputs at the k_halo
-// positions before the next one it computes (win[h] is position t - k_halo + h).
 #ifndef AT_SEQ_IDX
 #define AT_SEQ_IDX 0
 #endif
+// One thread's state: its channels' filters and bias, and the inputs at the k_halo
+// positions before the next one it computes (win[h] is position t - k_halo + h).
 struct ChannelLastThread {
   float w[k_vec][k_width];
   float bias[k_vec];
