@@ -1,4 +1,5 @@
-// Causal depthwise conv1d forward, channel-first [B, C, L]:
+// Causal depthwise conv1d forward, channel-first [B, C, L] (channel-last x and out:
+// channel_last.cuh, included below under AT_CHANNEL_LAST):
 //   out[b,c,t] = act(bias[c] + sum_{k<W} w[c,k] * x[b,c,t-W+1+k]),
 // where x before t = 0 is the initial state (x[b,c,-j] = initial_states[b,c,W-1-j])
 // or zero. Optionally final_states[b,c,:] = the last W-1 inputs (a decoder's carry).
