@@ -230,6 +230,16 @@ TEST_CASE("channel-last x (layout blc) has its own kernel form, launch and vecto
     CHECK(op.geometry(c, tiny).grid[1] == 1);
     CHECK_FALSE(op.worth_measuring(c, tiny)); // steps of 4 positions never run whole
     CHECK(op.worth_measuring(config("threads=128,vec=8,items=1,cpb=1,load=direct"), tiny));
+    // the longest rows: chunks grow to keep the grid's y under 65535; positions stay in
+    // 32-bit ints, or the configuration is refused
+    Problem longest = problem("B=1,C=8,L=1073741824,W=4,layout=blc");
+    LaunchGeometry lg = op.geometry(c, longest);
+    CHECK(lg.grid[1] <= 65535);
+    CHECK((long long)lg.grid[1] * 128 * op.conv_plan(c, longest).chunk >= 1073741824LL);
+    CHECK(op.check(c, longest, "sm_90a"));
+    auto edge = op.check(c, problem("B=1,C=8,L=2147483647,W=4,layout=blc"), "sm_90a");
+    CHECK_FALSE(edge);
+    CHECK(edge.failure().message.find("32-bit positions") != std::string::npos);
   }
   SUBCASE("vectors where every position's channels start aligned") {
     CausalConv1dPlan plan = op.conv_plan(c, p);

@@ -250,6 +250,10 @@ Result<bool> CausalConv1dOp::check(const Config& config, const Problem& problem,
     if (d.B * g.channel_blocks > 0x7fffffffll || g.position_blocks > k_max_grid_y) {
       return fail("grid too large");
     }
+    // The kernel counts positions in 32-bit ints, up to a chunk start past L plus a step.
+    if (g.position_blocks * g.groups * g.chunk + p.items > 0x7fffffffll) {
+      return fail("positions past 2^31 - 1 (L too long for 32-bit positions)");
+    }
     return true;
   }
   if (p.threads % p.cpb != 0) {
