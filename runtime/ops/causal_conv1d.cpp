@@ -570,8 +570,7 @@ constexpr size_t k_layout_field = 10;
 void derive_layout(const void* args, CallValues& values) {
   const auto& a = *static_cast<const autotune_causal_conv1d_args*>(args);
   const bool x_last = is_channel_last(a.x);
-  if (a.out.data && a.out.ndim == 3 && a.out.shape[1] > 1 && a.out.shape[2] > 1 &&
-      is_channel_last(a.out) != x_last) {
+  if (a.out.data && is_channel_last(a.out) != x_last) { // (out's shape is x's: bound)
     throw Error(ErrorKind::usage, std::string("causal_conv1d: out must have x's layout: x is ") +
                                       (x_last ? "channel-last (x.stride(1) == 1), out is not"
                                               : "channel-first (x.stride(2) == 1), out is not"));

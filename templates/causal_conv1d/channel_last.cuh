@@ -212,10 +212,7 @@ extern "C" __global__ void __launch_bounds__(k_threads) causal_conv1d_fwd(const 
         if (p < t1 && args.vector_mode != 0) {
           stage_channels(at_smem_addr(&slot), x_b + p * xs, valid);
         } else if (p < t1) {
-#pragma unroll
-          for (int j = 0; j < k_vec; ++j) {
-            slot.elem[j] = at_load_or_zero(x_b + p * xs + j, j < valid);
-          }
+          load_channels(slot, x_b + p * xs, false, valid);
         }
       }
     }
