@@ -326,14 +326,10 @@ TEST_CASE("the Hopper attention family (family=wgmma) is valid on sm_90a only, f
     // Three consumers get 160.
     refused("block_m=192,block_n=64,warps=4,stages=1,swizzle=xor,q=smem,splits=1,family=wgmma",
             d256, "sm_90a", "registers per consumer");
-    // Overlapped, one P set: the tiles of the plain family fit (ptxas: no spills at
-    // block_n 64 and 80); 128 x 96 is over the shared memory with its second stage.
-    CHECK(attn().check(config("block_m=128,block_n=80,warps=4,stages=2,swizzle=xor,q=smem,"
-                              "splits=1,family=wgmma_overlap"),
-                       d256, "sm_90a"));
-    refused("block_m=128,block_n=96,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+    // Two P sets beside O spill (ptxas: 64 bytes at block_n=64).
+    refused("block_m=128,block_n=64,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
             "family=wgmma_overlap",
-            d256, "sm_90a", "shared memory");
+            d256, "sm_90a", "registers per consumer");
     // The persistent tile loop spills beside O (ptxas: 68 bytes at block_n=64).
     refused("block_m=128,block_n=64,warps=4,stages=1,swizzle=xor,q=smem,splits=1,"
             "family=wgmma_persistent",
@@ -384,23 +380,15 @@ TEST_CASE("the Hopper attention family (family=wgmma) is valid on sm_90a only, f
             "family=wgmma_pingpong",
             d128, "sm_90", "needs sm_90a");
   }
-  SUBCASE("overlap: 2+ stages, and the tiles within the consumers' registers") {
+  SUBCASE("overlap: 2+ stages, and the second P set within the consumers' registers") {
     CHECK(attn().check(config("block_m=128,block_n=96,warps=4,stages=2,swizzle=xor,q=smem,"
                               "splits=1,family=wgmma_overlap"),
                        d128, "sm_90a"));
     refused("block_m=128,block_n=96,warps=4,stages=1,swizzle=xor,q=smem,splits=1,"
             "family=wgmma_overlap",
             d128, "sm_90a", "2+ stages");
-    // One P set (written after the P V that read the last one): FlashAttention-3's
-    // 128 x 128 and 128 x 176 fit the 240 registers of two consumers (ptxas: no spills)...
-    for (const char* bn : {"128", "176", "192"}) {
-      CHECK(attn().check(config(std::string("block_m=128,block_n=") + bn +
-                                ",warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
-                                "family=wgmma_overlap"),
-                         d128, "sm_90a"));
-    }
-    // ... but O (64) + S (48) + P (24) + 32 is over the 160 of three (ptxas: 48 bytes spilled).
-    refused("block_m=192,block_n=96,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+    // O (64) + S (64) + two P sets (64) and the softmax's temporaries spill at 240.
+    refused("block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
             "family=wgmma_overlap",
             d128, "sm_90a", "registers per consumer");
     const auto defs = attn().defines(config("block_m=128,block_n=96,warps=4,stages=2,swizzle=xor,"
@@ -426,15 +414,11 @@ TEST_CASE("the Hopper attention family (family=wgmma) is valid on sm_90a only, f
     const auto defs = attn().defines(c, big);
     CHECK(std::find(defs.begin(), defs.end(), "-DAT_PERSISTENT=1") != defs.end());
     CHECK(std::find(defs.begin(), defs.end(), "-DAT_OVERLAP=0") != defs.end());
-    // The tile loop's registers: D=128 block_n=176 overlapped fits without it, not with it
-    // (ptxas: 76 bytes spilled); 128 fits with it.
-    CHECK(attn().check(config("block_m=64,block_n=176,warps=4,stages=2,swizzle=xor,q=smem,"
-                              "splits=1,family=wgmma_overlap"),
-                       big, "sm_90a"));
-    refused("block_m=64,block_n=176,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+    // The tile loop's registers: D=128 block_n=96 overlapped fits without it, not with it.
+    refused("block_m=128,block_n=96,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
             "family=wgmma_overlap_persistent",
             big, "sm_90a", "registers per consumer");
-    CHECK(attn().check(config("block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,"
+    CHECK(attn().check(config("block_m=128,block_n=64,warps=4,stages=2,swizzle=xor,q=smem,"
                               "splits=1,family=wgmma_overlap_persistent"),
                        big, "sm_90a"));
     // No more tiles than blocks: the plain schedule already runs it.

@@ -345,17 +345,18 @@ int next_sched_slot() {
 }
 
 // What a consumer thread keeps live: O (padded D/2 floats), S (block_n/2), P as 16-bit pairs
-// (block_n/4), plus softmax state and addressing (32). The overlapped schedule keeps the
-// same set: P of the next tile is written once the P V reading the last one is done.
-// Checked against ptxas (sm_90a, CUDA 13.0) on every overlapped tile of D = 64, 96, 128,
-// 256, 1-3 consumers, block_n 64-192, persistent or not: no tile within the estimate
-// spilled, and all but one over it did (bench/notes/attention-hopper.md).
+// (block_n/4), plus softmax state and addressing. Overlapped, two P sets are live (the
+// next is built while the last is read) and the softmax temporaries overlap them: 64
+// is the margin below which ptxas did not spill on sm_90a (CUDA 13.0, every tile).
 long long wgmma_register_estimate(const Params& p, const Dims& d) {
   // The tile loop of a persistent block keeps its position and counters live (about 24
   // more; every tile that spilled with them is over this). At D=256 every persistent
   // tile spilled (block_n 64-112, 68-156 bytes; 232 by the rule without this term).
   const long long loop = p.persistent ? (d.D == 256 ? 48 : 24) : 0;
   const long long o = wgmma_pad_dim(d) / 2;
+  if (p.overlap) {
+    return o + p.block_n / 2 + 2 * (p.block_n / 4) + 64 + loop;
+  }
   return o + p.block_n / 2 + p.block_n / 4 + 32 + loop;
 }
 

@@ -541,10 +541,12 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
       unsigned p[k_block_n / 16][4];
       if (k_overlap) {
         // Tile n: S = Q K^T of n and O += P V of n - 1 go out as two groups; the softmax
-        // of n starts when the first is done and runs under the second, and P of n is
-        // written once the P V that read P of n - 1 is done, into the same registers
-        // (FlashAttention-3's order: one P set, so the tile fits the consumers'
-        // registers at block_n 128). The first tile has no P V and is peeled.
+        // of n starts when the first is done and runs under the second. P alternates
+        // between two register sets (p, p2), since the P V in flight still reads the
+        // last one: the loop runs two tiles per trip so that each set keeps its
+        // registers (a copy between them would let the compiler merge the two, and
+        // ptxas then serialises the products). The first tile has no P V and is peeled.
+        unsigned p2[k_block_n / 16][4];
         if (n_count > 0) {
           float sc[k_s_regs];
           float alpha[2];
@@ -557,7 +559,8 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
           softmax_tile(sc, row_max, row_sum, alpha, args, n_first * k_block_n, m0, row0, t);
           pack_p(p, sc);
         }
-        for (int n = 1; n < n_count; ++n) {
+        auto step = [&](int n, const unsigned(&p_last)[k_block_n / 16][4],
+                        unsigned(&p_new)[k_block_n / 16][4]) {
           const int i = it0 + n;
           mbar_wait(k_full + 8 * stage(i), phase(i));
           mbar_wait(v_full + 8 * stage(i - 1), phase(i - 1));
@@ -566,17 +569,26 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
           wgmma_fence();
           qk_product(sc, my_q, base + k_k_offset + stage(i) * k_kv_bytes);
           wgmma_commit();
-          pv_product(o, p, base + k_v_offset + stage(i - 1) * k_kv_bytes);
+          pv_product(o, p_last, base + k_v_offset + stage(i - 1) * k_kv_bytes);
           wgmma_commit();
           wgmma_wait<1>();
           wgmma_pin(sc);
           float alpha[2];
           softmax_tile(sc, row_max, row_sum, alpha, args, (n_first + n) * k_block_n, m0, row0, t);
+          pack_p(p_new, sc);
           wgmma_wait<0>();
           wgmma_pin(o);
           release_stage(kv_empty + 8 * stage(i - 1), lane);
           rescale_o(o, alpha); // O held P V of n - 1 at the max before tile n
-          pack_p(p, sc);
+        };
+        int n = 1;
+        for (; n + 1 < n_count; n += 2) {
+          step(n, p, p2);
+          step(n + 1, p2, p);
+        }
+        const bool last_in_p2 = n < n_count;
+        if (last_in_p2) {
+          step(n, p, p2);
         }
         if (n_count > 0) {
           // The last tile's O += P V.
@@ -584,7 +596,11 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
           mbar_wait(v_full + 8 * stage(i), phase(i));
           wgmma_pin(o);
           wgmma_fence();
-          pv_product(o, p, base + k_v_offset + stage(i) * k_kv_bytes);
+          if (last_in_p2) {
+            pv_product(o, p2, base + k_v_offset + stage(i) * k_kv_bytes);
+          } else {
+            pv_product(o, p, base + k_v_offset + stage(i) * k_kv_bytes);
+          }
           wgmma_commit();
           wgmma_wait<0>();
           wgmma_pin(o);
