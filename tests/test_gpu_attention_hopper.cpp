@@ -77,6 +77,7 @@ TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference ov
   struct Shape {
     const char* text;
     int share;
+    bool ramp = false; // keys scaled up along the sequence (see below)
   };
   const Shape shapes[] = {
       {"B=2,H=3,S=200,D=64,dtype=bf16", 2},                                     // tails
@@ -88,7 +89,11 @@ TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference ov
       {"B=1,Hq=3,Hkv=1,Sq=1000,Sk=1,D=64,causal=1,dtype=fp16,lse=1", 4}, // one key
       {"B=2,H=2,Sq=200,Sk=199,D=64,causal=1,dtype=bf16,lse=1", 2},       // row 0 sees none
       {"B=1,H=2,S=700,D=128,dtype=fp16,lse=1", 2},                       // many key tiles
-      {"B=3,Hq=6,Hkv=3,Sq=1,Sk=1000,D=128,dtype=bf16", 4},               // decoding
+      // Scores rising across the key tiles, which these kernels visit first to last, by far
+      // more than the 2^8 the lazy rescale lets P grow before it moves a row's max.
+      {"B=1,H=2,S=700,D=128,dtype=bf16,lse=1", 2, true},
+      {"B=2,Hq=4,Hkv=2,Sq=500,Sk=600,D=64,causal=1,dtype=fp16,lse=1", 2, true},
+      {"B=3,Hq=6,Hkv=3,Sq=1,Sk=1000,D=128,dtype=bf16", 4}, // decoding
       // More query tiles than persistent blocks (132 per SM slot): each persistent
       // block runs several, carrying its K/V ring and Q buffers from one to the next.
       {"B=8,H=20,S=200,D=64,causal=1,dtype=bf16,lse=1", 2},
@@ -126,6 +131,19 @@ TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference ov
     q.randomize(rng, -2, 2);
     k.randomize(rng, -1, 1);
     v.randomize(rng, -1, 1);
+    if (sh.ramp) {
+      // Key j scaled by 1 + 12 j / Sk.
+      for (int b = 0; b < B; ++b) {
+        for (int h = 0; h < Hkv; ++h) {
+          for (int j = 0; j < Sk; ++j) {
+            for (int d = 0; d < D; ++d) {
+              const size_t i = size_t(b * k3.batch + h * k3.head + j * k3.seq + d);
+              k.set(i, float(k.get(i) * (1.0 + 12.0 * j / Sk)));
+            }
+          }
+        }
+      }
+    }
     Features window; // the tuner's window (AttentionOp's tuning_features)
     if (problem.fields.index("window") >= 0 && problem.get_int("window") != 0) {
       window.left = (Sk + 3) / 4;

@@ -259,13 +259,25 @@ __device__ __forceinline__ float quad_sum(float x) {
 }
 
 // One consumer thread's part of a key tile's softmax: masks S where the tile crosses
-// the end of the keys, (causal) the diagonal or (window) an edge of the window, updates the running
-// row max and sum of its two rows (row0, row0 + 8), turns S into exponentials and returns in alpha
-// the factor the rows' O must be scaled by.
-__device__ __forceinline__ void softmax_tile(float (&sc)[k_s_regs], float (&row_max)[2],
+// the end of the keys, (causal) the diagonal or (window) an edge of the window, turns S
+// into exponentials against each row's reference max and adds them to the row's running
+// sum. With k_lazy_rescale the reference max moves only when some row of the warp saw a
+// score more than 2^8 above it (in exp2 units), else on every tile (the same arithmetic
+// in one pass per row): then it becomes the true running max, the sums are rescaled, alpha holds
+// the factor the rows' O must be scaled by and the function returns true (the same on every lane of
+// the warp); otherwise O keeps its scale and the caller skips the rescale. The first tile with a
+// key always moves it (from -inf).
+__device__ __forceinline__ bool softmax_tile(float (&sc)[k_s_regs], float (&row_max)[2],
                                              float (&row_sum)[2], float (&alpha)[2],
                                              const AttnArgs& args, int n0, int m0, int row0,
                                              int t) {
+  // Lazy rescaling pays where O is large: 64+ registers a thread (tiles of 128 or 256
+  // columns). At 64 columns O is rescaled on every tile, in one pass per row, which
+  // measured faster there (bench/notes/attention-hopper.md).
+  constexpr bool k_lazy_rescale = k_pad_dim >= 128;
+  // How far (log2 units) a row's scores may rise above its reference max before O is
+  // rescaled: P stays below 2^8 (fine in fp32 sums and 16-bit P).
+  constexpr float k_rescale_log2 = 8.0f;
   const int diag = args.seq_k - args.seq_q; // query i sees keys j <= i + diag
   // The window around the diagonal: keys [i + diag - left, i + diag + right].
   const int right = k_causal ? 0 : (k_window ? args.window_right : -1);
@@ -284,21 +296,68 @@ __device__ __forceinline__ void softmax_tile(float (&sc)[k_s_regs], float (&row_
       }
     }
   }
+  if constexpr (!k_lazy_rescale) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = row_max[h];
+#pragma unroll
+      for (int i = 0; i < k_s_regs / 4; ++i) {
+        mx = fmaxf(mx, fmaxf(sc[4 * i + 2 * h], sc[4 * i + 2 * h + 1]));
+      }
+      mx = quad_max(mx);
+      // A row that has seen no key yet keeps max -inf: subtract 0 so that every
+      // exponent stays -inf (giving 0) instead of -inf - -inf = NaN.
+      const float max_scaled = mx == at_neg_inf() ? 0.0f : mx * args.scale_log2;
+      alpha[h] = row_max[h] == at_neg_inf()
+                     ? 0.0f
+                     : at_exp2_approx(row_max[h] * args.scale_log2 - max_scaled);
+      row_max[h] = mx;
+      float sum = 0.0f;
+#pragma unroll
+      for (int i = 0; i < k_s_regs / 4; ++i) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float e2 =
+              at_exp2_approx(fmaf(sc[4 * i + 2 * h + e], args.scale_log2, -max_scaled));
+          sc[4 * i + 2 * h + e] = e2;
+          sum += e2;
+        }
+      }
+      row_sum[h] = row_sum[h] * alpha[h] + sum;
+    }
+    return true;
+  }
+  float tile_max[2];
+  bool grow = false;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float mx = row_max[h];
+    float mx = at_neg_inf();
 #pragma unroll
     for (int i = 0; i < k_s_regs / 4; ++i) {
       mx = fmaxf(mx, fmaxf(sc[4 * i + 2 * h], sc[4 * i + 2 * h + 1]));
     }
-    mx = quad_max(mx);
-    // A row that has seen no key yet keeps max -inf: subtract 0 so that every
-    // exponent stays -inf (giving 0) instead of -inf - -inf = NaN.
-    const float max_scaled = mx == at_neg_inf() ? 0.0f : mx * args.scale_log2;
-    alpha[h] = row_max[h] == at_neg_inf()
-                   ? 0.0f
-                   : at_exp2_approx(row_max[h] * args.scale_log2 - max_scaled);
-    row_max[h] = mx;
+    tile_max[h] = quad_max(mx);
+    // -inf compares false on both sides: a row with no key here never grows.
+    grow |= tile_max[h] * args.scale_log2 > fmaf(row_max[h], args.scale_log2, k_rescale_log2);
+  }
+  const bool rescale = __any_sync(0xffffffffu, grow);
+  if (rescale) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float mx = fmaxf(row_max[h], tile_max[h]);
+      // A row that has seen no key yet keeps max -inf: subtract 0 so that every
+      // exponent stays -inf (giving 0) instead of -inf - -inf = NaN.
+      const float max_scaled = mx == at_neg_inf() ? 0.0f : mx * args.scale_log2;
+      alpha[h] = row_max[h] == at_neg_inf()
+                     ? 0.0f
+                     : at_exp2_approx(row_max[h] * args.scale_log2 - max_scaled);
+      row_max[h] = mx;
+      row_sum[h] *= alpha[h];
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float max_scaled = row_max[h] == at_neg_inf() ? 0.0f : row_max[h] * args.scale_log2;
     float sum = 0.0f;
 #pragma unroll
     for (int i = 0; i < k_s_regs / 4; ++i) {
@@ -309,8 +368,9 @@ __device__ __forceinline__ void softmax_tile(float (&sc)[k_s_regs], float (&row_
         sum += e2;
       }
     }
-    row_sum[h] = row_sum[h] * alpha[h] + sum;
+    row_sum[h] += sum;
   }
+  return rescale;
 }
 
 // P as wgmma A fragments: k=16 step kk holds the S accumulators of key columns
@@ -574,12 +634,15 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
           wgmma_wait<1>();
           wgmma_pin(sc);
           float alpha[2];
-          softmax_tile(sc, row_max, row_sum, alpha, args, (n_first + n) * k_block_n, m0, row0, t);
+          const bool rescale = softmax_tile(sc, row_max, row_sum, alpha, args,
+                                            (n_first + n) * k_block_n, m0, row0, t);
           pack_p(p_new, sc);
           wgmma_wait<0>();
           wgmma_pin(o);
           release_stage(kv_empty + 8 * stage(i - 1), lane);
-          rescale_o(o, alpha); // O held P V of n - 1 at the max before tile n
+          if (rescale) {
+            rescale_o(o, alpha); // O held P V of n - 1 at the max before tile n
+          }
         };
         int n = 1;
         for (; n + 1 < n_count; n += 2) {
@@ -647,8 +710,10 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
           }
           // O already holds the previous tile's P V, so its rescale comes after it.
           float alpha[2];
-          softmax_tile(sc, row_max, row_sum, alpha, args, (n_first + n) * k_block_n, m0, row0, t);
-          rescale_o(o, alpha);
+          if (softmax_tile(sc, row_max, row_sum, alpha, args, (n_first + n) * k_block_n, m0, row0,
+                           t)) {
+            rescale_o(o, alpha);
+          }
           pack_p(p, sc);
         }
         if (n_count > 0) {
