@@ -5,6 +5,7 @@ this package is compiled, against torch or anything else).
     import autotune
     out = autotune.flash_attn_func(q, k, v, causal=True)            # flash-attn 2
     y = autotune.causal_conv1d_fn(x, weight, bias, activation="silu")  # causal-conv1d
+    y = autotune.causal_conv1d_update(x_t, conv_state, weight, bias, "silu")  # a decode step
     y = autotune.selective_scan_fn(u, dt, A, B, C, D, z=z, delta_bias=dt_bias,
                                    delta_softplus=True)             # mamba-ssm
     torch.ops.autotune.attention(q, k, v, causal=True)              # the registered ops
@@ -26,6 +27,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AutotuneError", "LibraryNotFoundError", "POLICIES", "Runtime", "causal_conv1d_fn",
+    "causal_conv1d_update",
     "find_library", "flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func",
     "flash_attn_varlen_func", "flash_attn_varlen_kvpacked_func",
     "flash_attn_varlen_qkvpacked_func", "flash_attn_with_kvcache",
@@ -41,10 +43,11 @@ except ImportError as _error:  # the torch-free parts stay usable
 torch_available = _torch is not None
 
 if torch_available:
-    from ._dropin import (causal_conv1d_fn, flash_attn_func, flash_attn_kvpacked_func,
-                          flash_attn_qkvpacked_func, flash_attn_varlen_func,
-                          flash_attn_varlen_kvpacked_func, flash_attn_varlen_qkvpacked_func,
-                          flash_attn_with_kvcache, selective_scan_fn)
+    from ._dropin import (causal_conv1d_fn, causal_conv1d_update, flash_attn_func,
+                          flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
+                          flash_attn_varlen_func, flash_attn_varlen_kvpacked_func,
+                          flash_attn_varlen_qkvpacked_func, flash_attn_with_kvcache,
+                          selective_scan_fn)
     from ._ops import get_runtime
 else:
     def _needs_torch(name):
@@ -55,6 +58,7 @@ else:
         return missing
 
     causal_conv1d_fn = _needs_torch("causal_conv1d_fn")
+    causal_conv1d_update = _needs_torch("causal_conv1d_update")
     selective_scan_fn = _needs_torch("selective_scan_fn")
     flash_attn_func = _needs_torch("flash_attn_func")
     flash_attn_qkvpacked_func = _needs_torch("flash_attn_qkvpacked_func")

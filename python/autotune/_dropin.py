@@ -121,6 +121,115 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None,
     return out, final
 
 
+def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cache_seqlens=None,
+                         conv_state_indices=None):
+    """causal-conv1d's causal_conv1d_update: a decoding step (or a few tokens) of the conv
+    against a rolling state of the last inputs, updated in place.
+
+    x: (batch, dim) or (batch, dim, seqlen), fp32/fp16/bf16, any layout causal_conv1d_fn
+        reads. conv_state: (batch, dim, state_len), state_len >= width - 1, x's dtype, any
+        strides; with conv_state_indices a larger (entries, dim, state_len) tensor whose
+        row conv_state_indices[b] is sequence b's (torch.int32 (batch,), on x's device;
+        entries outside [0, entries), such as causal-conv1d's padding -1, are padding:
+        their output is 0 and no row is written). cache_seqlens: None, the state's last
+        width - 1 entries precede x and the state shifts left by seqlen; or torch.int32
+        (batch,) on x's device, the state is a circular buffer whose inputs before x end
+        at cache_seqlens[b] - 1 (mod state_len) and x is written from cache_seqlens[b]
+        (mod state_len) on. weight, bias, activation as causal_conv1d_fn.
+
+    out: x's shape and dtype. The conv is autotune's kernel (the state's last width - 1
+    inputs as its initial states); gathering the window and writing the state back are
+    torch operations around it (3-7 launches where causal-conv1d fuses one), and nothing
+    waits on the GPU: indices and lengths are read there, never checked on the host.
+    """
+    name = "autotune.causal_conv1d_update"
+    if activation not in _ACTIVATIONS:
+        raise NotImplementedError("activation must be None, silu, or swish")
+    for what, t in (("x", x), ("conv_state", conv_state), ("weight", weight)):
+        if not isinstance(t, _Tensor):
+            raise TypeError(f"{name}: {what} must be a torch.Tensor, not {type(t).__name__}")
+    unsqueeze = x.dim() == 2
+    if unsqueeze:
+        x = x.unsqueeze(-1)
+    if x.dim() != 3:
+        raise ValueError(f"{name}: x must be (batch, dim) or (batch, dim, seqlen), not "
+                         f"{list(x.shape)}")
+    if not x.is_cuda:
+        raise ValueError(f"{name}: x is on {x.device}; autotune's kernels take CUDA tensors")
+    batch, dim, seqlen = x.shape
+    if weight.dim() != 2 or weight.shape[0] != dim:
+        raise ValueError(f"{name}: weight must be (dim={dim}, width), not {list(weight.shape)}")
+    width = weight.shape[1]
+    if conv_state.dim() != 3 or conv_state.shape[1] != dim or conv_state.shape[2] < width - 1:
+        raise ValueError(f"{name}: conv_state must be (batch, dim={dim}, state_len >= width - 1 "
+                         f"= {width - 1}), not {list(conv_state.shape)}")
+    if conv_state.dtype != x.dtype or conv_state.device != x.device:
+        raise ValueError(f"{name}: conv_state is {conv_state.dtype} on {conv_state.device}; it "
+                         f"must be x's dtype and device ({x.dtype} on {x.device})")
+    state_len = conv_state.shape[2]
+    valid = None
+    if conv_state_indices is None:
+        if conv_state.shape[0] != batch:
+            raise ValueError(f"{name}: conv_state has {conv_state.shape[0]} rows for a batch of "
+                             f"{batch} (pass conv_state_indices to select rows)")
+        states = conv_state
+    else:
+        _check_int32_vector(name, "conv_state_indices", conv_state_indices, batch, x)
+        if conv_state.shape[0] == 0:
+            raise ValueError(f"{name}: conv_state has no rows to select")
+        index = conv_state_indices.long()
+        valid = (index >= 0) & (index < conv_state.shape[0])
+        rows = torch.where(valid, index, 0)
+        states = conv_state.index_select(0, rows)  # a copy: the rows' states before the call
+    if cache_seqlens is None:
+        # contiguous here, so that the conv's warm call finds its plan (a strided window
+        # would take the first-call path, which copies it, on every call)
+        window = states[:, :, state_len - (width - 1):].contiguous()
+    else:
+        _check_int32_vector(name, "cache_seqlens", cache_seqlens, batch, x)
+        start = cache_seqlens.long()
+        taps = (start[:, None] + torch.arange(1 - width, 0, device=x.device)).remainder(state_len)
+        window = states.gather(2, taps[:, None, :].expand(batch, dim, width - 1))
+    out = causal_conv1d_fn(x, weight, bias, initial_states=window, activation=activation)
+
+    # The state after x: shifted by seqlen, or x written into the circular buffer (only
+    # its last state_len inputs when seqlen is longer, so that no position is written twice).
+    keep = min(seqlen, state_len)
+    if cache_seqlens is None:
+        new = (x[:, :, seqlen - state_len:] if seqlen >= state_len else
+               torch.cat([states[:, :, seqlen:], x], dim=2))
+        if valid is None:
+            conv_state.copy_(new)
+    else:
+        pos = (start[:, None] + torch.arange(seqlen - keep, seqlen, device=x.device)).remainder(
+            state_len)
+        new = states if valid is None else states.clone()
+        new.scatter_(2, pos[:, None, :].expand(batch, dim, keep), x[:, :, seqlen - keep:])
+    if valid is not None:
+        # Padding entries write what the first valid entry writes to its row (its new state),
+        # or, when no entry is valid, row 0's own state back: every row written gets one
+        # value, in whatever order the copies land, and no host sync is needed.
+        # (index_select, not a 0-d tensor index, which torch would read on the host)
+        first = valid.to(torch.int32).argmax().reshape(1)
+        fallback = torch.where(valid.index_select(0, first)[:, None, None],
+                               new.index_select(0, first), states.index_select(0, first))
+        conv_state.index_copy_(0, torch.where(valid, rows, rows.index_select(0, first)),
+                               torch.where(valid[:, None, None], new, fallback))
+        out = out.masked_fill(~valid[:, None, None], 0)
+    return out.squeeze(-1) if unsqueeze else out
+
+
+def _check_int32_vector(name, what, t, batch, x):
+    """causal_conv1d_update's cache_seqlens / conv_state_indices: torch.int32 (batch,) on
+    x's device."""
+    if not isinstance(t, _Tensor) or t.dtype != torch.int32:
+        kind = t.dtype if isinstance(t, _Tensor) else type(t).__name__
+        raise TypeError(f"{name}: {what} must be a torch.int32 tensor (batch,), not {kind}")
+    if tuple(t.shape) != (batch,) or t.device != x.device:
+        raise ValueError(f"{name}: {what} must be ({batch},) on {x.device}, not {list(t.shape)} "
+                         f"on {t.device}")
+
+
 def _check_seq_idx(x, seq_idx, initial_states, return_final_states):
     """causal-conv1d's conditions on seq_idx: channel-last x, no states (the library checks
     the rest: dtype, shape, device)."""

@@ -135,6 +135,99 @@ def conv_key(c):
 
 
 # =====================================================================================
+# causal-conv1d: tests/test_causal_conv1d.py::test_causal_conv1d_update,
+# ::test_causal_conv1d_update_with_batch_gather, ::test_causal_conv1d_update_with_padding
+# =====================================================================================
+def conv_update_expect(x, state, weight, bias, activation, cache_seqlens):
+    """What causal_conv1d_update gives for sequences whose state rows are `state` (already
+    selected): the output in float64, and the state after the call (copies of x and of
+    the old state, so exact)."""
+    batch, dim, seqlen = x.shape
+    width, state_len = weight.shape[1], state.shape[2]
+    every = torch.arange(batch, device=x.device)
+    if cache_seqlens is None:
+        before = state[:, :, state_len - (width - 1):]
+        after = torch.cat([state, x], dim=2)[:, :, -state_len:]
+    else:
+        lengths = cache_seqlens.long()
+        cols = (lengths[:, None] + torch.arange(1 - width, 0, device=x.device)) % state_len
+        before = state[every[:, None], :, cols].transpose(1, 2)  # (batch, dim, width - 1)
+        after = state.clone()
+        for t in range(seqlen):  # in order: a later input overwrites an earlier one
+            after[every, :, (lengths + t) % state_len] = x[:, :, t]
+    seq = torch.cat([before, x], dim=2).double()
+    w = weight.double()
+    out = sum(w[None, :, k, None] * seq[:, :, k:k + seqlen] for k in range(width))
+    if bias is not None:
+        out = out + bias.double()[None, :, None]
+    if activation is not None:
+        out = out * torch.sigmoid(out)
+    return out, after
+
+
+CONV_UPDATE_GRID = dict(
+    mode=["plain", "gather", "padding"], itype=[torch.float32, torch.float16, torch.bfloat16],
+    silu_activation=[False, True], has_bias=[False, True], has_cache_seqlens=[False, True],
+    seqlen=[1, 4, 5], width=[2, 3, 4], dim=[2048, 2048 + 16, 4096])
+
+
+def conv_update_cases():
+    # The peer's padding test runs without cache_seqlens only.
+    return [c for c in product(**CONV_UPDATE_GRID)
+            if not (c["mode"] == "padding" and c["has_cache_seqlens"])]
+
+
+def conv_update_run(c):
+    itype, dim, seqlen, width = c["itype"], c["dim"], c["seqlen"], c["width"]
+    rtol, atol = (3e-4, 1e-3) if itype == torch.float32 else (3e-3, 5e-3)
+    if itype == torch.bfloat16:
+        rtol, atol = 1e-2, 5e-2
+    torch.random.manual_seed(0)
+    batch = 64
+    x = torch.randn(batch, seqlen, dim, device=DEV, dtype=itype).transpose(-1, -2)
+    state_len = int(torch.randint(width - 1, width + 10, (1,)).item())
+    entries = batch if c["mode"] == "plain" else 10 * batch
+    conv_state = torch.randn(entries, state_len, dim, device=DEV, dtype=itype).transpose(-1, -2)
+    indices = None
+    if c["mode"] == "gather":
+        indices = torch.randperm(entries)[:batch].to(dtype=torch.int32, device=DEV)
+    elif c["mode"] == "padding":
+        used = torch.randperm(entries)[:batch // 2].to(device=DEV)
+        both = torch.cat([used, torch.full((batch - batch // 2,), -1, device=DEV)])
+        indices = both[torch.randperm(batch, device=DEV)].to(torch.int32)
+    weight = torch.randn(dim, width, device=DEV, dtype=torch.float32)
+    bias = torch.randn(dim, device=DEV, dtype=torch.float32) if c["has_bias"] else None
+    activation = "silu" if c["silu_activation"] else None
+    lengths = (torch.randint(0, 1024, (batch,), dtype=torch.int32, device=DEV)
+               if c["has_cache_seqlens"] else None)
+    old = conv_state.clone()
+    out = autotune.causal_conv1d_update(x, conv_state, weight, bias, activation=activation,
+                                        cache_seqlens=lengths, conv_state_indices=indices)
+    if out.shape != x.shape or out.dtype != x.dtype:
+        return False, f"out is {list(out.shape)} {out.dtype}, x {list(x.shape)} {x.dtype}"
+    used = (torch.ones(batch, dtype=torch.bool, device=DEV) if indices is None
+            else indices >= 0)
+    rows = torch.arange(batch, device=DEV) if indices is None else indices[used].long()
+    ref, after = conv_update_expect(x[used], old[rows], weight, bias, activation,
+                                    None if lengths is None else lengths[used])
+    expected = old.clone()
+    expected[rows] = after
+    if not torch.equal(conv_state, expected):
+        return False, "conv_state after the call differs from the expected update"
+    if not torch.all(out[~used] == 0):
+        return False, "padding entries' output is not 0"
+    if not torch.allclose(out[used].double(), ref, rtol=rtol, atol=atol):
+        return False, f"output max diff {(out[used].double() - ref).abs().max().item():.3g}"
+    return True, ""
+
+
+def conv_update_key(c):
+    # One compiled conv problem per shape and flags (x channel-last past one token).
+    return (str(c["itype"]), c["dim"], c["seqlen"], c["width"], c["has_bias"],
+            c["silu_activation"])
+
+
+# =====================================================================================
 # mamba-ssm: tests/ops/test_selective_scan.py::test_selective_scan
 # =====================================================================================
 def scan_ref(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
@@ -704,6 +797,16 @@ GRIDS = {
         "the peer's lists (channel-first x with states skipped, as the peer skips them), "
         "tolerances and fp32 weights; x is a channel slice of a wider tensor (channel-first) "
         "or a transposed view (channel-last, read in place); reference in float32."),
+    "causal_conv1d_update": (
+        "causal_conv1d", "causal-conv1d tests/test_causal_conv1d.py::test_causal_conv1d_update, "
+        "_with_batch_gather, _with_padding",
+        conv_update_cases, lambda c: None, conv_update_key, conv_update_run, 0.08,
+        "autotune.causal_conv1d_update on the peer's three update tests (batch 64, x and "
+        "conv_state channel-last views, state_len drawn in [width - 1, width + 10), fp32 "
+        "weight and bias, cache_seqlens in [0, 1024), 640 state rows gathered by a "
+        "permutation, half of them -1 with padding); pass: the peer's tolerances against a "
+        "float64 reference, padding outputs exactly 0, and conv_state exactly as expected "
+        "(updated rows, every other row unchanged)."),
     "selective_scan": (
         "selective_scan", "mamba-ssm tests/ops/test_selective_scan.py::test_selective_scan",
         lambda: scan_cases(SCAN_GRID), scan_unsupported, scan_key, scan_run, 0.16,
@@ -717,7 +820,7 @@ GRIDS = {
         "sampled."),
     "attention_output": (
         "attention", "flash-attn tests/test_flash_attn.py::test_flash_attn_output",
-        attn_output_cases, attention_unsupported, attn_output_key, attn_output_run, 0.24,
+        attn_output_cases, attention_unsupported, attn_output_key, attn_output_run, 0.20,
         "the peer's lists (batch 4, nheads 6, nheads_k 6/1/2 for mha/mqa/gqa, kvpacked and "
         "not); pass: the peer's criterion (max error <= 2x PyTorch's in the same dtype) and "
         "the returned softmax_lse against the fp32 reference on rows with a key; each "
@@ -727,7 +830,7 @@ GRIDS = {
     "attention_qkvpacked": (
         "attention", "flash-attn tests/test_flash_attn.py::test_flash_attn_qkvpacked",
         lambda: product(**ATTN_QKV_GRID), attention_unsupported, attn_qkv_key, attn_qkv_run,
-        0.12, "batch 4, nheads 9; criterion and unsupported features as test_flash_attn_output."),
+        0.08, "batch 4, nheads 9; criterion and unsupported features as test_flash_attn_output."),
     "attention_varlen": (
         "attention", "flash-attn tests/test_flash_attn.py::test_flash_attn_varlen_output",
         lambda: attn_output_cases(ATTN_VARLEN_GRID), attn_varlen_unsupported, attn_output_key,
@@ -1412,6 +1515,32 @@ def bad_input_cases():
     add("autotune.causal_conv1d_fn", "seq_idx with channel-first x",
         lambda: autotune.causal_conv1d_fn(x, w, b, seq_idx=torch.zeros(
             2, 128, device=DEV, dtype=torch.int32)), conv_in, conv_good)
+    # causal_conv1d_update: conv_state must come back unchanged from every refusal.
+    state = torch.randn(2, 64, 4, device=DEV, dtype=bf16)
+    step = x[:, :, 0].contiguous()
+    upd = "autotune.causal_conv1d_update"
+
+    def update_good():
+        autotune.causal_conv1d_update(step, state.clone(), w, b, "silu")
+
+    for name, call in (
+            ("conv_state of another dtype", lambda: autotune.causal_conv1d_update(
+                step, state.half(), w, b)),
+            ("conv_state shorter than width - 1", lambda: autotune.causal_conv1d_update(
+                step, state[..., :2], w, b)),
+            ("conv_state with fewer rows than the batch, no indices",
+             lambda: autotune.causal_conv1d_update(step, state[:1], w, b)),
+            ("conv_state_indices of dtype int64", lambda: autotune.causal_conv1d_update(
+                step, state, w, b, conv_state_indices=torch.zeros(2, device=DEV,
+                                                                  dtype=torch.long))),
+            ("cache_seqlens of the wrong length", lambda: autotune.causal_conv1d_update(
+                step, state, w, b, cache_seqlens=torch.zeros(3, device=DEV,
+                                                             dtype=torch.int32))),
+            ("x on the CPU", lambda: autotune.causal_conv1d_update(step.cpu(), state, w, b)),
+            ("weight of width 5 (the conv refuses it before the state is written)",
+             lambda: autotune.causal_conv1d_update(
+                 step, state, torch.randn(64, 5, device=DEV, dtype=bf16), b))):
+        add(upd, name, call, [step, state, w, b], update_good)
     x_cl = x.transpose(1, 2).contiguous().transpose(1, 2)  # channel-last, same values
     for name, seq in (("seq_idx of dtype float32", torch.zeros(2, 128, device=DEV)),
                       ("seq_idx on the CPU", torch.zeros(2, 128, dtype=torch.int32)),

@@ -406,8 +406,8 @@ class TestShimAndEntryPoints(unittest.TestCase):
         if torch is not None:
             self.skipTest("torch imports here")
         self.assertFalse(autotune.torch_available)
-        for name in ("flash_attn_func", "causal_conv1d_fn", "selective_scan_fn",
-                     "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func",
+        for name in ("flash_attn_func", "causal_conv1d_fn", "causal_conv1d_update",
+                     "selective_scan_fn", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func",
                      "flash_attn_varlen_func", "flash_attn_varlen_qkvpacked_func",
                      "flash_attn_varlen_kvpacked_func", "flash_attn_with_kvcache"):
             with self.assertRaisesRegex(ModuleNotFoundError, f"autotune.{name} needs PyTorch"):
@@ -421,6 +421,8 @@ class TestShimAndEntryPoints(unittest.TestCase):
             "causal_conv1d_fn": "x, weight, bias=None, seq_idx=None, initial_states=None, "
                                 "return_final_states=False, final_states_out=None, "
                                 "activation=None",
+            "causal_conv1d_update": "x, conv_state, weight, bias=None, activation=None, "
+                                    "cache_seqlens=None, conv_state_indices=None",
             # mamba-ssm mamba_ssm/ops/selective_scan_interface.py (cu_seqlens: newer ones)
             "selective_scan_fn": "u, delta, A, B, C, D=None, z=None, delta_bias=None, "
                                  "delta_softplus=False, return_last_state=False, cu_seqlens=None",
@@ -792,6 +794,8 @@ class TestTorchRegistration(unittest.TestCase):
             torch.ops.autotune.causal_conv1d(x, torch.zeros(8, 4))
         with self.assertRaisesRegex(ValueError, "x is on cpu"):
             autotune.causal_conv1d_fn(x, torch.zeros(8, 4))
+        with self.assertRaisesRegex(ValueError, "x is on cpu"):
+            autotune.causal_conv1d_update(x[..., 0], torch.zeros(1, 8, 4), torch.zeros(8, 4))
         q = torch.zeros(1, 4, 2, 64, dtype=torch.bfloat16)
         with self.assertRaisesRegex(ValueError, "q is on cpu"):
             autotune.flash_attn_func(q, q, q)
@@ -821,6 +825,9 @@ class TestTorchRegistration(unittest.TestCase):
             autotune.causal_conv1d_fn(x, torch.zeros(8, 4), seq_idx=torch.zeros(1, 16))
         with self.assertRaisesRegex(NotImplementedError, "activation"):
             autotune.causal_conv1d_fn(x, torch.zeros(8, 4), activation="gelu")
+        with self.assertRaisesRegex(NotImplementedError, "activation"):
+            autotune.causal_conv1d_update(x[..., 0], torch.zeros(1, 8, 4), torch.zeros(8, 4),
+                                          activation="gelu")
         with self.assertRaisesRegex(NotImplementedError, "cu_seqlens"):
             autotune.selective_scan_fn(x, x, x, x, x, cu_seqlens=torch.zeros(2))
 
