@@ -1143,6 +1143,44 @@ def check_cuda_graph():
     return "8 outputs, 2 replays"
 
 
+def check_conv_update_graph():
+    """causal_conv1d_update captured in a CUDA graph (a decoding step whose state lives in
+    place), plain and circular with gathered and padded rows: three replays on new x walk
+    the state exactly as three eager calls on a copy of it do."""
+    torch.manual_seed(0)
+    dim, width = 256, 4
+    w = torch.randn(dim, width, device=DEV)
+    b = torch.randn(dim, device=DEV)
+    cases = (("plain", torch.randn(8, dim, width, device=DEV, dtype=torch.bfloat16), None, None),
+             ("circular, gathered and padded rows",
+              torch.randn(40, dim, 6, device=DEV, dtype=torch.bfloat16),
+              torch.tensor([30, -1, 7, 12, -1, 0, 39, 5], dtype=torch.int32, device=DEV),
+              torch.tensor([0, 3, 9, 1, 6, 100, 2, 5], dtype=torch.int32, device=DEV)))
+    with torch.no_grad():
+        for what, state, indices, lengths in cases:
+            x = torch.randn(8, dim, device=DEV, dtype=torch.bfloat16)
+            mirror = state.clone()
+
+            def step(x, state, indices=indices, lengths=lengths):
+                return autotune.causal_conv1d_update(x, state, w, b, "silu", cache_seqlens=lengths,
+                                                     conv_state_indices=indices)
+
+            g, out = _captured(step, (x, state))
+            # the two warm-up calls advanced the state (the capture records, runs nothing)
+            for _ in range(2):
+                step(x, mirror)
+            if not torch.equal(state, mirror):
+                raise AssertionError(f"{what}: the warm-up calls left another state")
+            for trial in range(3):
+                x.copy_(torch.randn_like(x))
+                g.replay()
+                want = step(x, mirror)
+                torch.cuda.synchronize()
+                if not (torch.equal(out, want) and torch.equal(state, mirror)):
+                    raise AssertionError(f"{what}: replay {trial} differs from the eager call")
+    return "2 forms, 3 replays each"
+
+
 def check_workspace_per_stream():
     """Split-KV decoding calls on two streams at once, 30 rounds: each stream has its own
     workspace (the counters in it are per call), and every output matches the eager
@@ -1449,6 +1487,7 @@ OTHER_CHECKS = {
     "cuda graph: capture and replay": check_cuda_graph,
     "cuda graph: first attention call inside capture is refused": check_capture_first_call_refused,
     "cuda graph: KV cache decoding step": check_kvcache_graph,
+    "cuda graph: conv update decoding step": check_conv_update_graph,
     "workspace: split-KV calls on two streams at once": check_workspace_per_stream,
     "drop-in: Mamba's strided views": check_mamba_views,
     "drop-in: channel-last conv, states": check_conv_layouts,
