@@ -665,4 +665,12 @@ TEST_CASE("attention calls with bad feature values are refused naming the argume
   c = call;
   c.alibi_slopes = 0;
   refused(c, "alibi_slopes is NULL");
+  // 0 is the default scale (1/sqrt(D)); a negative one is refused, never replaced by it.
+  c = call;
+  c.scale = 0;
+  CHECK_NOTHROW(attn().pack_call(config(k_fa2), p, c, ok));
+  c.scale = -0.125;
+  refused(c, "scale must be positive and finite");
+  c.scale = std::nan("");
+  refused(c, "scale must be positive and finite");
 }

@@ -33,8 +33,8 @@ import threading
 import weakref
 
 from ._runtime import (NO_VARLEN, NO_WINDOW, attention_features, attention_fields,
-                       check_varlen_tensors, kvcache_fields, seq_idx_fields, tensor_fields,
-                       varlen_fields)
+                       check_varlen_tensors, kvcache_fields, scale_field, seq_idx_fields,
+                       tensor_fields, varlen_fields)
 
 # A thread's plans stop growing here (shapes that change every call, such as a serving
 # loop's sequence lengths, would otherwise keep one plan per length forever): the cache
@@ -405,9 +405,6 @@ def _attention_first(plans, runtime_for, key, q, k, v, causal, scale, with_lse, 
     fields_q = attention_fields(q, "q")
     dev = q.get_device()
     rt = runtime_for(dev, q, "q")
-    if scale is not None and not scale > 0:
-        raise ValueError(f"autotune: softmax_scale must be positive or None (1/sqrt(headdim)), "
-                         f"not {scale}")
     contiguous = q.is_contiguous()
     out = torch.empty_like(q, memory_format=_contiguous)
     lse = lse_shape = None
@@ -416,7 +413,7 @@ def _attention_first(plans, runtime_for, key, q, k, v, causal, scale, with_lse, 
         lse = torch.empty(lse_shape, dtype=_f32, device=q.device)
     fields = (*fields_q, *attention_fields(k, "k"), *attention_fields(v, "v"),
               *attention_fields(out, "o"), *tensor_fields(lse, "lse"), 1 if causal else 0,
-              float(scale or 0.0))
+              scale_field(scale))
     features = attention_features(window, softcap, alibi_slopes)
     workspace = rt.attention_workspace(key, fields, q, features)
     buf, words, slots = _new_args(rt, "attention", fields + workspace + features)
@@ -510,7 +507,7 @@ def _kvcache_first(plans, runtime_for, key, q, k_cache, v_cache, cache_seqlens, 
         lse = torch.empty(lse_shape, dtype=_f32, device=q.device)
     fields = (*fields_q, *attention_fields(k_cache, "k_cache"),
               *attention_fields(v_cache, "v_cache"), *attention_fields(out, "o"),
-              *tensor_fields(lse, "lse"), 1 if causal else 0, float(scale or 0.0))
+              *tensor_fields(lse, "lse"), 1 if causal else 0, scale_field(scale))
     features = attention_features(window, softcap, alibi_slopes, NO_VARLEN,
                                   kvcache_fields(cache_seqlens, block_table, k_new, v_new,
                                                  cache_leftpad))
@@ -573,7 +570,7 @@ def _varlen_first(plans, runtime_for, key, q, k, v, cu_seqlens_q, cu_seqlens_k, 
         lse = torch.empty(lse_shape, dtype=_f32, device=q.device)
     fields = (*tensor_fields(q, "q"), *tensor_fields(k, "k"), *tensor_fields(v, "v"),
               *tensor_fields(out, "o"), *tensor_fields(lse, "lse"), 1 if causal else 0,
-              float(scale or 0.0))
+              scale_field(scale))
     features = attention_features(window, softcap, alibi_slopes, varlen_args)
     _first_call(plans, rt, key, q, fields, features, VARLEN_POINTERS, lse_shape)
     return (out, lse) if with_lse else out

@@ -15,6 +15,7 @@ this file holds no copy of the C header to keep in step. torch is imported lazil
 module loads (and describes the library) without it.
 """
 import ctypes
+import math
 import struct
 import threading
 import weakref
@@ -109,6 +110,19 @@ def dtype_code(dtype, what="tensor"):
             raise TypeError(f"autotune: {what} has dtype {dtype}; expected float32, float16 "
                             "or bfloat16")
     return code
+
+
+def scale_field(scale):
+    """The attention struct's scale for a softmax_scale: None is 1/sqrt(D) (0 in the
+    struct); anything else must be a positive, finite number (flash-attn would compute with
+    0 or a negative scale; the kernels do not, so they are refused, never replaced)."""
+    if scale is None:
+        return 0.0
+    value = float(scale)
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"autotune: softmax_scale must be positive and finite, or None "
+                         f"(1/sqrt(headdim)), not {scale}")
+    return value
 
 
 def tensor_fields(t, what="tensor"):
@@ -551,7 +565,7 @@ class Runtime:
         return (_pack or self.pack)(
             "attention", *attention_fields(q, "q", bhsd), *attention_fields(k, "k", bhsd),
             *attention_fields(v, "v", bhsd), *attention_fields(o, "o", bhsd),
-            *tensor_fields(lse, "lse"), int(causal), float(scale or 0.0), workspace or 0,
+            *tensor_fields(lse, "lse"), int(causal), scale_field(scale), workspace or 0,
             workspace_bytes, *attention_features(window, softcap, alibi_slopes))
 
     def attention(self, q, k, v, causal=False, scale=None, layout="bshd", return_lse=False,
@@ -580,7 +594,7 @@ class Runtime:
         bhsd = layout == "bhsd"
         fields = (*attention_fields(q, "q", bhsd), *attention_fields(k, "k", bhsd),
                   *attention_fields(v, "v", bhsd), *attention_fields(out, "o", bhsd),
-                  *tensor_fields(lse, "lse"), int(causal), float(scale or 0.0))
+                  *tensor_fields(lse, "lse"), int(causal), scale_field(scale))
         features = attention_features(window, softcap, alibi_slopes)
         # The workspace a split-KV variant needs, asked once per signature.
         key = ("runtime", layout, q.get_device(), q.shape, q.stride(), q.dtype, k.shape,
@@ -615,7 +629,7 @@ class Runtime:
             lse = torch.empty((q.shape[1], q.shape[0]), device=q.device, dtype=torch.float32)
         fields = (*tensor_fields(q, "q"), *tensor_fields(k, "k"), *tensor_fields(v, "v"),
                   *tensor_fields(out, "o"), *tensor_fields(lse, "lse"), int(causal),
-                  float(scale or 0.0))
+                  scale_field(scale))
         features = attention_features(tuple(window), softcap, alibi_slopes, varlen)
         # What the variant (and so the workspace) depends on; not the offsets' values.
         key = ("varlen", q.get_device(), q.shape, q.stride(), q.dtype, k.shape, k.stride(),

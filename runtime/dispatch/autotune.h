@@ -133,7 +133,7 @@ typedef struct autotune_attention_args {
   autotune_tensor o;   /* [B, Hq, Sq, D], q's dtype */
   autotune_tensor lse; /* fp32 [B, Hq, Sq] contiguous; optional output */
   int32_t causal;      /* bottom-right aligned when Sq != Sk */
-  double scale;        /* <= 0: 1/sqrt(D) */
+  double scale;        /* 0: 1/sqrt(D); negative or not finite: refused */
   /* split-KV variants only: zero-filled once before first use, at least
      autotune_attention_workspace_size bytes; NULL/0 otherwise */
   void* workspace;

@@ -1233,7 +1233,7 @@ struct AttentionPlan final : CallPlan {
     strides(a.k, c.k_batch_stride, c.k_head_stride, c.k_seq_stride);
     strides(a.v, c.v_batch_stride, c.v_head_stride, c.v_seq_stride);
     strides(a.o, c.o_batch_stride, c.o_head_stride, c.o_seq_stride);
-    c.scale = a.scale <= 0 ? 0.0 : a.scale; // NaN stays NaN and is refused
+    c.scale = a.scale; // 0: 1/sqrt(D); a negative or NaN scale is refused by the check
     c.workspace = reinterpret_cast<CUdeviceptr>(a.workspace);
     c.workspace_bytes = size_t(a.workspace_bytes);
     c.window_left = a.window_left;

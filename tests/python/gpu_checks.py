@@ -1612,6 +1612,11 @@ def bad_input_cases():
     add(attn_op, "k with another head dim", lambda: OPS.attention(q, k128, v), attn_in + [k128],
         attn_good)
     add(attn_op, "v shorter than k", lambda: OPS.attention(q, k, v[:, :64]), attn_in, attn_good)
+    # flash-attn computes with any scale; the kernels take a positive one (None: the default)
+    for scale in (-0.125, 0.0, float("inf")):
+        add("autotune.flash_attn_func", f"softmax_scale={scale}",
+            lambda scale=scale: autotune.flash_attn_func(q, k, v, softmax_scale=scale), attn_in,
+            attn_good)
     k3 = torch.randn(2, 128, 3, 64, device=DEV, dtype=bf16)
     add(attn_op, "kv heads that do not divide q heads (4 and 3)",
         lambda: OPS.attention(q, k3, k3), attn_in + [k3], attn_good)
