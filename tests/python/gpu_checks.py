@@ -1617,6 +1617,12 @@ def bad_input_cases():
         add("autotune.flash_attn_func", f"softmax_scale={scale}",
             lambda scale=scale: autotune.flash_attn_func(q, k, v, softmax_scale=scale), attn_in,
             attn_good)
+    cu = torch.tensor([0, 128, 256], device=DEV, dtype=torch.int32)
+    packed = [t.reshape(-1, *t.shape[2:]) for t in (q, k, v)]  # [total, heads, D] views
+    for scale in (-0.125, 0.0):
+        add("autotune.flash_attn_varlen_func", f"softmax_scale={scale}",
+            lambda scale=scale: autotune.flash_attn_varlen_func(
+                *packed, cu, cu, 128, 128, softmax_scale=scale), attn_in, attn_good)
     k3 = torch.randn(2, 128, 3, 64, device=DEV, dtype=bf16)
     add(attn_op, "kv heads that do not divide q heads (4 and 3)",
         lambda: OPS.attention(q, k3, k3), attn_in + [k3], attn_good)
@@ -1674,7 +1680,10 @@ def bad_input_cases():
             ("cache_leftpad of shape (3,) for batch 2",
              dict(cache_leftpad=torch.zeros(3, device=DEV, dtype=torch.int32))),
             ("cache_leftpad of shape (2, 1)", dict(cache_leftpad=pad[:, None])),
-            ("cache_leftpad on the CPU", dict(cache_leftpad=pad.cpu()))):
+            ("cache_leftpad on the CPU", dict(cache_leftpad=pad.cpu())),
+            # the scale is refused before the launch (which would have appended k, v)
+            ("softmax_scale=-0.125", dict(softmax_scale=-0.125)),
+            ("softmax_scale=0.0", dict(softmax_scale=0.0))):
         args = dict(k_cache=k_cache, v_cache=v_cache)
         args.update(kwargs)
         add(kv_fn, case, lambda args=args: autotune.flash_attn_with_kvcache(
