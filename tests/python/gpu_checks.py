@@ -98,11 +98,16 @@ def conv_cases():
             if c["channel_last"] or not (c["has_initial_states"] or c["return_final_states"])]
 
 
+def conv_tolerance(itype):
+    """causal-conv1d's test tolerances (rtol, atol) for an input dtype."""
+    if itype == torch.bfloat16:
+        return 1e-2, 5e-2
+    return (3e-4, 1e-3) if itype == torch.float32 else (3e-3, 5e-3)
+
+
 def conv_run(c):
     itype, dim, seqlen, width = c["itype"], c["dim"], c["seqlen"], c["width"]
-    rtol, atol = (3e-4, 1e-3) if itype == torch.float32 else (3e-3, 5e-3)
-    if itype == torch.bfloat16:
-        rtol, atol = 1e-2, 5e-2
+    rtol, atol = conv_tolerance(itype)
     torch.random.manual_seed(0)
     batch = 2
     if not c["channel_last"]:
@@ -179,9 +184,7 @@ def conv_update_cases():
 
 def conv_update_run(c):
     itype, dim, seqlen, width = c["itype"], c["dim"], c["seqlen"], c["width"]
-    rtol, atol = (3e-4, 1e-3) if itype == torch.float32 else (3e-3, 5e-3)
-    if itype == torch.bfloat16:
-        rtol, atol = 1e-2, 5e-2
+    rtol, atol = conv_tolerance(itype)
     torch.random.manual_seed(0)
     batch = 64
     x = torch.randn(batch, seqlen, dim, device=DEV, dtype=itype).transpose(-1, -2)
