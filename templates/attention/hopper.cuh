@@ -258,6 +258,18 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+// Moves a row's reference max to mx (>= it): alpha is the factor the row's O and sum must
+// be scaled by (0 for a row that had seen no key), and the result is the scaled max the
+// exponents subtract. A row that still has seen no key keeps max -inf and subtracts 0, so
+// that its exponents stay exp2(-inf) = 0 instead of exp2(-inf - -inf) = NaN.
+__device__ __forceinline__ float move_max(float& row_max, float mx, float& alpha,
+                                          float scale_log2) {
+  const float max_scaled = mx == at_neg_inf() ? 0.0f : mx * scale_log2;
+  alpha = row_max == at_neg_inf() ? 0.0f : at_exp2_approx(row_max * scale_log2 - max_scaled);
+  row_max = mx;
+  return max_scaled;
+}
+
 // One consumer thread's part of a key tile's softmax: masks S where the tile crosses
 // the end of the keys, (causal) the diagonal or (window) an edge of the window, turns S
 // into exponentials against each row's reference max and adds them to the row's running
@@ -304,14 +316,7 @@ __device__ __forceinline__ bool softmax_tile(float (&sc)[k_s_regs], float (&row_
       for (int i = 0; i < k_s_regs / 4; ++i) {
         mx = fmaxf(mx, fmaxf(sc[4 * i + 2 * h], sc[4 * i + 2 * h + 1]));
       }
-      mx = quad_max(mx);
-      // A row that has seen no key yet keeps max -inf: subtract 0 so that every
-      // exponent stays -inf (giving 0) instead of -inf - -inf = NaN.
-      const float max_scaled = mx == at_neg_inf() ? 0.0f : mx * args.scale_log2;
-      alpha[h] = row_max[h] == at_neg_inf()
-                     ? 0.0f
-                     : at_exp2_approx(row_max[h] * args.scale_log2 - max_scaled);
-      row_max[h] = mx;
+      const float max_scaled = move_max(row_max[h], quad_max(mx), alpha[h], args.scale_log2);
       float sum = 0.0f;
 #pragma unroll
       for (int i = 0; i < k_s_regs / 4; ++i) {
@@ -344,14 +349,7 @@ __device__ __forceinline__ bool softmax_tile(float (&sc)[k_s_regs], float (&row_
   if (rescale) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const float mx = fmaxf(row_max[h], tile_max[h]);
-      // A row that has seen no key yet keeps max -inf: subtract 0 so that every
-      // exponent stays -inf (giving 0) instead of -inf - -inf = NaN.
-      const float max_scaled = mx == at_neg_inf() ? 0.0f : mx * args.scale_log2;
-      alpha[h] = row_max[h] == at_neg_inf()
-                     ? 0.0f
-                     : at_exp2_approx(row_max[h] * args.scale_log2 - max_scaled);
-      row_max[h] = mx;
+      move_max(row_max[h], fmaxf(row_max[h], tile_max[h]), alpha[h], args.scale_log2);
       row_sum[h] *= alpha[h];
     }
   }
