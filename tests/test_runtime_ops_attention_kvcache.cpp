@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <string>
@@ -272,4 +273,29 @@ TEST_CASE("cache_leftpad is refused with the argument named") {
   CHECK_THROWS_WITH_AS(plan->pack(&paged, b, out),
                        doctest::Contains("cache_leftpad is not supported with a paged KV cache"),
                        Error);
+}
+
+TEST_CASE("the C struct's scale: 0 is 1/sqrt(D), a positive one is used, a negative one is "
+          "refused (never replaced by the default)") {
+  autotune_attention_args a = paged_call();
+  const BoundCall b = bind(a);
+  const Problem p = attn().make_problem(call_fields(attn().args_desc(), b));
+  auto plan = attn().plan(config("block_m=64,block_n=64,warps=4,stages=1,swizzle=xor,q=smem"), p);
+  alignas(16) unsigned char out[k_kernel_args_capacity];
+  AttentionKernelArgs k;
+  const double log2e = 1.4426950408889634;
+  a.scale = 0;
+  REQUIRE(plan->pack(&a, b, out) == sizeof(AttentionKernelArgs));
+  std::memcpy(&k, out, sizeof k);
+  CHECK(k.scale_log2 == doctest::Approx(log2e / 8.0)); // D = 64
+  a.scale = 0.5;
+  REQUIRE(plan->pack(&a, b, out) == sizeof(AttentionKernelArgs));
+  std::memcpy(&k, out, sizeof k);
+  CHECK(k.scale_log2 == doctest::Approx(0.5 * log2e));
+  for (double bad : {-0.125, std::nan(""), HUGE_VAL}) {
+    CAPTURE(bad);
+    a.scale = bad;
+    CHECK_THROWS_WITH_AS(plan->pack(&a, b, out),
+                         doctest::Contains("scale must be positive and finite"), Error);
+  }
 }
