@@ -219,12 +219,14 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
     return out.squeeze(-1) if unsqueeze else out
 
 
-def _check_int32_vector(name, what, t, batch, x):
-    """causal_conv1d_update's cache_seqlens / conv_state_indices: torch.int32 (batch,) on
-    x's device."""
+def _check_int32_vector(name, what, t, batch, x, batch_word="batch"):
+    """A per-sequence int32 argument (causal_conv1d_update's cache_seqlens and
+    conv_state_indices, flash_attn_with_kvcache's cache_leftpad): torch.int32 (batch,) on
+    x's device; batch_word is what the peer calls the batch."""
     if not isinstance(t, _Tensor) or t.dtype != torch.int32:
         kind = t.dtype if isinstance(t, _Tensor) else type(t).__name__
-        raise TypeError(f"{name}: {what} must be a torch.int32 tensor (batch,), not {kind}")
+        raise TypeError(f"{name}: {what} must be a torch.int32 tensor ({batch_word},), not "
+                        f"{kind}")
     if tuple(t.shape) != (batch,) or t.device != x.device:
         raise ValueError(f"{name}: {what} must be ({batch},) on {x.device}, not {list(t.shape)} "
                          f"on {t.device}")
@@ -919,12 +921,5 @@ def _check_leftpad(name, cache_leftpad, block_table, q):
         raise ValueError(f"autotune.{name}: cache_leftpad is not supported with a paged KV "
                          "cache (block_table), as in flash-attn: pass a contiguous cache or "
                          "no cache_leftpad")
-    if not isinstance(cache_leftpad, _Tensor) or cache_leftpad.dtype != torch.int32:
-        what = cache_leftpad.dtype if isinstance(cache_leftpad, _Tensor) else \
-            type(cache_leftpad).__name__
-        raise TypeError(f"autotune.{name}: cache_leftpad must be a torch.int32 tensor "
-                        f"(batch_size,), not {what}")
-    B = q.shape[0]
-    if tuple(cache_leftpad.shape) != (B,) or cache_leftpad.device != q.device:
-        raise ValueError(f"autotune.{name}: cache_leftpad must be ({B},) on {q.device}, not "
-                         f"{list(cache_leftpad.shape)} on {cache_leftpad.device}")
+    _check_int32_vector(f"autotune.{name}", "cache_leftpad", cache_leftpad, q.shape[0], q,
+                        "batch_size")
