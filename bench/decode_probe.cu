@@ -7,6 +7,8 @@
 // Build (development machine), one binary per variant:
 //   nvcc -O3 -std=c++17 -arch=sm_90a -Itemplates -DAT_BLOCK_M=32 -DAT_BLOCK_N=128 \
 //        -DAT_WARPS=4 -DAT_STAGES=1 -DAT_SPLITS=4 -DAT_Q_REGS=1 bench/decode_probe.cu -o probe
+// Trace: python3 bench/decode_probe_patch.py templates/attention/kernel.cuh DIR/attention/kernel.cuh
+// (with the other templates copied beside it) and build with -IDIR -DPROBE_TRACE.
 // Run (GPU machine): ./probe [context=1024] [batch=8] [reps=50]
 // prints the median kernel time with a clean L2 (the flush zeroes one buffer, then reads
 // another, so no dirty line is left for the kernel to write back), a device copy of the
