@@ -57,6 +57,17 @@ int main(void) {
   FIELD(autotune_selective_scan_args, out);
   FIELD(autotune_selective_scan_args, last_state);
   FIELD(autotune_selective_scan_args, delta_softplus);
+  first = 0;
+  printf("}}, \"causal_conv1d_update\": {\"size\": %zu, \"fields\": {",
+         sizeof(autotune_causal_conv1d_update_args));
+  FIELD(autotune_causal_conv1d_update_args, x);
+  FIELD(autotune_causal_conv1d_update_args, conv_state);
+  FIELD(autotune_causal_conv1d_update_args, weight);
+  FIELD(autotune_causal_conv1d_update_args, bias);
+  FIELD(autotune_causal_conv1d_update_args, out);
+  FIELD(autotune_causal_conv1d_update_args, cache_seqlens);
+  FIELD(autotune_causal_conv1d_update_args, conv_state_indices);
+  FIELD(autotune_causal_conv1d_update_args, silu);
   printf("}}}\n");
   return 0;
 }

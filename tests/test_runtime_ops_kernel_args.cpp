@@ -6,6 +6,7 @@
 #include "runtime/dispatch/variant.hpp"
 #include "runtime/ops/attention.hpp"
 #include "runtime/ops/causal_conv1d.hpp"
+#include "runtime/ops/causal_conv1d_update.hpp"
 #include "runtime/ops/selective_scan.hpp"
 #include "runtime/ops/space.hpp"
 #include "runtime/ops/templates.hpp"
@@ -191,6 +192,38 @@ TEST_CASE("the causal_conv1d kernel's ConvArgs is CausalConv1dKernelArgs, field 
   for (const char* shape : {"B=2,C=64,L=1024,W=4", "B=2,C=64,L=1001,W=3,dtype=fp16"}) {
     check_layout("causal_conv1d", shape, format_fields(space.default_config).c_str(), "ConvArgs",
                  sizeof(A), fields);
+  }
+}
+
+TEST_CASE("the causal_conv1d_update kernel's UpdateArgs is CausalConv1dUpdateKernelArgs, field "
+          "for field") {
+  using A = CausalConv1dUpdateKernelArgs;
+  const std::vector<Field> fields = {
+      HOST_FIELD(A, x),
+      HOST_FIELD(A, weight),
+      HOST_FIELD(A, bias),
+      HOST_FIELD(A, out),
+      HOST_FIELD(A, state_in),
+      HOST_FIELD(A, state_out),
+      HOST_FIELD(A, cache_seqlens),
+      HOST_FIELD(A, state_indices),
+      HOST_FIELD(A, batch),
+      HOST_FIELD(A, channels),
+      HOST_FIELD(A, length),
+      HOST_FIELD(A, entries),
+      HOST_FIELD(A, x_batch_stride),
+      HOST_FIELD(A, x_channel_stride),
+      HOST_FIELD(A, x_length_stride),
+      HOST_FIELD(A, out_batch_stride),
+      HOST_FIELD(A, out_channel_stride),
+      HOST_FIELD(A, out_length_stride),
+      HOST_FIELD(A, state_entry_stride),
+      HOST_FIELD(A, state_channel_stride),
+      HOST_FIELD(A, state_pos_stride),
+  };
+  for (const char* shape :
+       {"B=2,C=64,L=1,W=4,S=4", "B=2,C=64,L=3,W=3,S=7,dtype=fp16,circular=1,gather=1"}) {
+    check_layout("causal_conv1d_update", shape, "threads=128", "UpdateArgs", sizeof(A), fields);
   }
 }
 

@@ -34,7 +34,7 @@ import weakref
 
 from ._runtime import (NO_VARLEN, NO_WINDOW, attention_features, attention_fields,
                        check_varlen_tensors, kvcache_fields, scale_field, seq_idx_fields,
-                       tensor_fields, varlen_fields)
+                       sequence_index_fields, tensor_fields, varlen_fields)
 
 # A thread's plans stop growing here (shapes that change every call, such as a serving
 # loop's sequence lengths, would otherwise keep one plan per length forever): the cache
@@ -75,10 +75,10 @@ STREAMS = _StreamArgs({0: None})
 
 
 class _Caches:
-    __slots__ = ("conv", "scan", "attn", "__weakref__")
+    __slots__ = ("conv", "scan", "attn", "update", "__weakref__")
 
     def __init__(self):
-        self.conv, self.scan, self.attn = {}, {}, {}
+        self.conv, self.scan, self.attn, self.update = {}, {}, {}, {}
 
 
 class Plans(threading.local):
@@ -89,6 +89,7 @@ class Plans(threading.local):
         # threading.local runs this once in each thread that uses the object.
         caches = _Caches()
         self.conv, self.scan, self.attn = caches.conv, caches.scan, caches.attn
+        self.update = caches.update
         self._caches = caches  # the thread's reference; the registry only holds weak ones
         with _REGISTRY_LOCK:
             threads = _THREADS.get(self)
@@ -103,6 +104,7 @@ class Plans(threading.local):
             c.conv.clear()
             c.scan.clear()
             c.attn.clear()
+            c.update.clear()
 
 
 _REGISTRY_LOCK = threading.Lock()
@@ -124,6 +126,8 @@ POINTERS = {
     "selective_scan": ("u", "delta", "A", "B", "C", "D", "z", "delta_bias", "out",
                        "last_state"),
     "attention": ("q", "k", "v", "o", "lse", "alibi_slopes"),
+    "causal_conv1d_update": ("x", "conv_state", "weight", "bias", "out", "cache_seqlens",
+                             "conv_state_indices"),
 }
 # A variable-length attention call also rewrites its offsets; one against a KV cache its
 # index tensors and new rows.
@@ -285,6 +289,72 @@ def _conv_first(plans, runtime_for, key, x, weight, bias, init, silu, with_final
     _remember(plans.conv, key, (buf, words, fn, handle, lib, dev, out_form, final_shape,
                                 x.dtype, x.device, *slots))
     return (out, final) if with_final else out
+
+
+# ---- causal_conv1d_update -------------------------------------------------------------------
+def conv_update(plans, runtime_for, x, conv_state, weight, bias, silu, cache_seqlens,
+                conv_state_indices):
+    """out [B, C, L] of a decoding step of the conv against conv_state, which the launch
+    updates in place (one kernel: the window read from the state, the conv, the state
+    shifted or written circularly). cache_seqlens, conv_state_indices: int32 [B] CUDA
+    tensors or None; their values are read on the GPU."""
+    try:
+        key = (x.get_device(), x.shape, x.stride(), x.dtype, conv_state.shape,
+               conv_state.stride(), conv_state.dtype, conv_state.get_device(), weight.shape,
+               weight.stride(), weight.dtype, None if bias is None else bias.shape,
+               None if bias is None else bias.stride(), None if bias is None else bias.dtype,
+               silu, None if cache_seqlens is None else cache_seqlens.shape,
+               None if cache_seqlens is None else cache_seqlens.stride(),
+               None if cache_seqlens is None else cache_seqlens.dtype,
+               None if cache_seqlens is None else cache_seqlens.get_device(),
+               None if conv_state_indices is None else conv_state_indices.shape,
+               None if conv_state_indices is None else conv_state_indices.stride(),
+               None if conv_state_indices is None else conv_state_indices.dtype,
+               None if conv_state_indices is None else conv_state_indices.get_device())
+        plan = plans.update.get(key)
+    except (AttributeError, TypeError):  # not tensors: the first-call path says which
+        key = plan = None
+    if plan is None:
+        return _conv_update_first(plans, runtime_for, key, x, conv_state, weight, bias, silu,
+                                  cache_seqlens, conv_state_indices)
+    del key  # its tuples go now: a warm call holds few new objects at once
+    buf, words, fn, handle, lib, dev, i_x, i_s, i_w, i_b, i_o, i_l, i_i = plan
+    out = _empty_like(x)
+    words[i_x] = x.data_ptr()
+    words[i_s] = conv_state.data_ptr()
+    words[i_w] = weight.data_ptr()
+    if bias is not None:
+        words[i_b] = bias.data_ptr()
+    if cache_seqlens is not None:
+        words[i_l] = cache_seqlens.data_ptr()
+    if conv_state_indices is not None:
+        words[i_i] = conv_state_indices.data_ptr()
+    words[i_o] = out.data_ptr()
+    status = fn(handle, buf, STREAMS[_raw_stream(dev)])
+    if status:
+        _fail(lib, status)
+    return out
+
+
+def _conv_update_first(plans, runtime_for, key, x, conv_state, weight, bias, silu,
+                       cache_seqlens, conv_state_indices):
+    _load_torch()
+    fields_x = tensor_fields(x, "x")
+    dev = x.get_device()
+    rt = runtime_for(dev, x, "x")
+    out = _empty_like(x)
+    buf, words, slots = _new_args(rt, "causal_conv1d_update", (
+        *fields_x, *tensor_fields(conv_state, "conv_state"), *tensor_fields(weight, "weight"),
+        *tensor_fields(bias, "bias"), *tensor_fields(out, "out"),
+        *sequence_index_fields(cache_seqlens, "cache_seqlens"),
+        *sequence_index_fields(conv_state_indices, "conv_state_indices"), 1 if silu else 0))
+    lib = rt.library  # plans hold the library, never the runtime: no cycle through them
+    fn, handle = lib.calls["causal_conv1d_update"], rt.handle
+    status = fn(handle, buf, STREAMS[_raw_stream(dev)])
+    if status:
+        _fail(lib, status)
+    _remember(plans.update, key, (buf, words, fn, handle, lib, dev, *slots))
+    return out
 
 
 # ---- selective_scan -----------------------------------------------------------------------

@@ -137,10 +137,11 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
         at cache_seqlens[b] - 1 (mod state_len) and x is written from cache_seqlens[b]
         (mod state_len) on. weight, bias, activation as causal_conv1d_fn.
 
-    out: x's shape and dtype. The conv is autotune's kernel (the state's last width - 1
-    inputs as its initial states); gathering the window and writing the state back are
-    torch operations around it (3-7 launches where causal-conv1d fuses one), and nothing
-    waits on the GPU: indices and lengths are read there, never checked on the host.
+    out: x's shape and dtype. One launch of autotune's causal_conv1d_update op reads the
+    window from the state, runs the conv and writes the state back (state_len up to 64);
+    nothing waits on the GPU: indices and lengths are read there, never checked on the
+    host. Under torch.compile, with gradients enabled on an input that requires them, or
+    for a longer state, the same step runs as torch operations around causal_conv1d_fn.
     """
     name = "autotune.causal_conv1d_update"
     if activation not in _ACTIVATIONS:
@@ -167,16 +168,32 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
         raise ValueError(f"{name}: conv_state is {conv_state.dtype} on {conv_state.device}; it "
                          f"must be x's dtype and device ({x.dtype} on {x.device})")
     state_len = conv_state.shape[2]
-    valid = None
-    if conv_state_indices is None:
-        if conv_state.shape[0] != batch:
-            raise ValueError(f"{name}: conv_state has {conv_state.shape[0]} rows for a batch of "
-                             f"{batch} (pass conv_state_indices to select rows)")
-        states = conv_state
-    else:
+    if conv_state_indices is not None:
         _check_int32_vector(name, "conv_state_indices", conv_state_indices, batch, x)
         if conv_state.shape[0] == 0:
             raise ValueError(f"{name}: conv_state has no rows to select")
+    elif conv_state.shape[0] != batch:
+        raise ValueError(f"{name}: conv_state has {conv_state.shape[0]} rows for a batch of "
+                         f"{batch} (pass conv_state_indices to select rows)")
+    if cache_seqlens is not None:
+        _check_int32_vector(name, "cache_seqlens", cache_seqlens, batch, x)
+    if (type(x) is _Tensor and not _is_compiling() and state_len <= _UPDATE_MAX_STATE and
+            not (_grad_enabled() and (x.requires_grad or weight.requires_grad or
+                                      (bias is not None and bias.requires_grad)))):
+        # One launch (the library's causal_conv1d_update op).
+        if not weight.is_contiguous():
+            weight = weight.contiguous()
+        if bias is not None and not bias.is_contiguous():
+            bias = bias.contiguous()
+        out = _calls.conv_update(_ops._plans, _ops._device, x, conv_state, weight, bias,
+                                 activation is not None, cache_seqlens, conv_state_indices)
+        return out.squeeze(-1) if unsqueeze else out
+    # Traced (torch.compile), with gradients, or a state longer than the kernel holds:
+    # torch operations around causal_conv1d_fn.
+    valid = None
+    if conv_state_indices is None:
+        states = conv_state
+    else:
         index = conv_state_indices.long()
         valid = (index >= 0) & (index < conv_state.shape[0])
         rows = torch.where(valid, index, 0)
@@ -186,7 +203,6 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
         # would take the first-call path, which copies it, on every call)
         window = states[:, :, state_len - (width - 1):].contiguous()
     else:
-        _check_int32_vector(name, "cache_seqlens", cache_seqlens, batch, x)
         start = cache_seqlens.long()
         taps = (start[:, None] + torch.arange(1 - width, 0, device=x.device)).remainder(state_len)
         window = states.gather(2, taps[:, None, :].expand(batch, dim, width - 1))
@@ -217,6 +233,11 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
                                torch.where(valid[:, None, None], new, fallback))
         out = out.masked_fill(~valid[:, None, None], 0)
     return out.squeeze(-1) if unsqueeze else out
+
+
+# The longest state the one-launch update takes (the library's causal_conv1d_update keeps a
+# state row in registers).
+_UPDATE_MAX_STATE = 64
 
 
 def _check_int32_vector(name, what, t, batch, x, batch_word="batch"):

@@ -25,7 +25,7 @@ from . import _library
 AUTOTUNE_FP32, AUTOTUNE_FP16, AUTOTUNE_BF16 = 0, 1, 2
 AUTOTUNE_INT32 = 3  # index tensors (attention's cu_seqlens, cache_seqlens, cache_leftpad, ...)
 MAX_DIMS = 4
-OPS = ("causal_conv1d", "attention", "selective_scan")
+OPS = ("causal_conv1d", "attention", "selective_scan", "causal_conv1d_update")
 
 # struct-module codes of each field kind of autotune_describe_args (native alignment).
 _KIND_FORMAT = {"tensor": "Pii4q4q", "i32": "i", "f64": "d", "ptr": "P", "u64": "Q"}
@@ -174,7 +174,7 @@ def attention_fields(t, what, bhsd=False):
 NO_WINDOW = (-1, -1)  # flash-attn's window_size for no window
 
 
-def index_fields(t, what, peer_name="cu_seqlens"):
+def index_fields(t, what, peer_name="cu_seqlens", peer="flash-attn"):
     """The autotune_tensor fields of an int32 index tensor (cu_seqlens): a CUDA torch.int32
     tensor, 1-d and contiguous; anything else raises naming it (and peer_name, the peer's
     argument whose dtype it takes)."""
@@ -184,7 +184,7 @@ def index_fields(t, what, peer_name="cu_seqlens"):
         raise TypeError(f"autotune: {what} must be a torch.Tensor of int32, not "
                         f"{type(t).__name__}") from None
     if str(dtype) != "torch.int32":
-        raise TypeError(f"autotune: {what} has dtype {dtype}; expected torch.int32 (flash-attn's "
+        raise TypeError(f"autotune: {what} has dtype {dtype}; expected torch.int32 ({peer}'s "
                         f"{peer_name} dtype)")
     if len(shape) != 1:
         size = "batch_size + 1" if peer_name == "cu_seqlens" else "batch_size"
@@ -198,6 +198,12 @@ def index_fields(t, what, peer_name="cu_seqlens"):
     if not ptr:
         _refuse_fields(t, what, 1)
     return (ptr, AUTOTUNE_INT32, 1, shape[0], 0, 0, 0, 1, 0, 0, 0)
+
+
+def sequence_index_fields(t, what):
+    """causal_conv1d_update's cache_seqlens and conv_state_indices: int32 (batch,) on the
+    GPU, or absent fields for None."""
+    return _ABSENT if t is None else index_fields(t, what, what, "causal-conv1d")
 
 
 NO_VARLEN = _ABSENT + _ABSENT + (0, 0)  # a call without variable-length sequences
@@ -550,6 +556,31 @@ class Runtime:
 
     def causal_conv1d_variant(self, args):
         return self.variant("causal_conv1d", args)
+
+    # ---- causal_conv1d_update ---------------------------------------------------------
+    def causal_conv1d_update_args(self, x, conv_state, weight, bias=None, out=None, silu=True,
+                                  cache_seqlens=None, conv_state_indices=None, _pack=None):
+        """The C struct for a call: x/out [B, C, L] and conv_state [B (or E), C, S] with any
+        strides, weight [C, W], bias [C], cache_seqlens and conv_state_indices int32 [B]."""
+        return (_pack or self.pack)(
+            "causal_conv1d_update", *tensor_fields(x, "x"),
+            *tensor_fields(conv_state, "conv_state"), *tensor_fields(weight, "weight"),
+            *tensor_fields(bias, "bias"), *tensor_fields(out, "out"),
+            *sequence_index_fields(cache_seqlens, "cache_seqlens"),
+            *sequence_index_fields(conv_state_indices, "conv_state_indices"), int(silu))
+
+    def causal_conv1d_update(self, x, conv_state, weight, bias=None, silu=True,
+                             cache_seqlens=None, conv_state_indices=None):
+        """out [B, C, L] of a decoding step of the conv; conv_state [B, C, S] (or [E, C, S]
+        with conv_state_indices, whose entries outside [0, E) are padding: out 0, no row
+        written), S >= W - 1, is updated in place: shifted left by L, or with
+        cache_seqlens a circular buffer written from cache_seqlens[b] (mod S) on. One
+        launch."""
+        return self._calls.conv_update(self.plans, self._served_by, x, conv_state, weight, bias,
+                                       silu, cache_seqlens, conv_state_indices)
+
+    def causal_conv1d_update_variant(self, args):
+        return self.variant("causal_conv1d_update", args)
 
     # ---- attention ----------------------------------------------------------------------
     def attention_args(self, q, k, v, o, lse=None, causal=False, scale=None, layout="bshd",

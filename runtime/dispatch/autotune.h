@@ -88,8 +88,8 @@ const char* autotune_last_error(void);
 /* The layout of an op's args struct as text, one field per line,
  * "NAME KIND OFFSET" (KIND: tensor, i32, f64, ptr, u64), then "size BYTES"; and
  * after a line "rules", one line per tensor with its shape and dtype rules. Python
- * builds its ctypes structs from this. op: "causal_conv1d", "attention" or
- * "selective_scan". */
+ * builds its ctypes structs from this. op: "causal_conv1d", "causal_conv1d_update",
+ * "attention" or "selective_scan". */
 int autotune_describe_args(const char* op, char* buffer, uint64_t size);
 
 /* causal_conv1d: out[b,c,t] = act(bias[c] + sum_{k<W} weight[c,k] x[b,c,t-W+1+k]),
@@ -120,6 +120,36 @@ int autotune_causal_conv1d(autotune_runtime* rt, const autotune_causal_conv1d_ar
 /* Writes "SOURCE VARIANT" (e.g. "tuned threads=128,...") of the variant args resolve to. */
 int autotune_causal_conv1d_variant(autotune_runtime* rt, const autotune_causal_conv1d_args* args,
                                    char* buffer, uint64_t size);
+
+/* causal_conv1d_update: a decoding step (L new positions, usually 1) of causal_conv1d
+ * against each sequence's rolling state of its last S inputs, updated in place
+ * (causal-conv1d's causal_conv1d_update): out[b,c,t] = act(bias[c] + sum_{k<W}
+ * weight[c,k] in[b,c,t-W+1+k]), where in(i) is x[b,c,i] for i >= 0 and the state's
+ * inputs before x otherwise; then the state holds the last S inputs. One launch. */
+typedef struct autotune_causal_conv1d_update_args {
+  autotune_tensor x;                  /* [B, C, L] fp32/fp16/bf16, any non-negative strides */
+  autotune_tensor conv_state;         /* [B, C, S] (or [E, C, S] with conv_state_indices), x's
+                                         dtype, any non-negative strides, S in W-1..64; read and
+                                         written: linear, the inputs before x are its last W-1
+                                         and it shifts left by L; circular (cache_seqlens), they
+                                         end at position cache_seqlens[b] - 1 (mod S) and x is
+                                         written from cache_seqlens[b] (mod S) on */
+  autotune_tensor weight;             /* [C, W], W in 2..4, fp32/fp16/bf16, contiguous */
+  autotune_tensor bias;               /* [C], weight's dtype, contiguous; optional */
+  autotune_tensor out;                /* [B, C, L], x's dtype, any non-overlapping strides */
+  autotune_tensor cache_seqlens;      /* int32 [B], contiguous; optional: a circular state */
+  autotune_tensor conv_state_indices; /* int32 [B], contiguous; optional: sequence b's
+                                         state is row conv_state_indices[b]; a row outside
+                                         [0, E) (e.g. -1) is padding: out 0, no state
+                                         written */
+  int32_t silu;                       /* 1: SiLU activation; 0: identity */
+} autotune_causal_conv1d_update_args;
+
+int autotune_causal_conv1d_update(autotune_runtime* rt,
+                                  const autotune_causal_conv1d_update_args* args, void* stream);
+int autotune_causal_conv1d_update_variant(autotune_runtime* rt,
+                                          const autotune_causal_conv1d_update_args* args,
+                                          char* buffer, uint64_t size);
 
 /* attention: o = softmax(scale q k^T + mask) v; GQA/MQA when Hkv divides Hq. Tensors
  * are indexed [batch, head, seq, dim] whatever their memory order: pass a

@@ -35,6 +35,7 @@ using Tensor = autotune_tensor;
 using CausalConv1dArgs = autotune_causal_conv1d_args;
 using AttentionArgs = autotune_attention_args;
 using SelectiveScanArgs = autotune_selective_scan_args;
+using CausalConv1dUpdateArgs = autotune_causal_conv1d_update_args;
 
 // A tensor view of device memory: shape, and strides in elements (omitted:
 // row-major contiguous). At most AUTOTUNE_MAX_DIMS dimensions.
@@ -92,7 +93,7 @@ enum class Policy {
 // What Policy::tune asks of the tuner: tune one problem on the runtime's GPU and
 // store its winner in `database`.
 struct TuneRequest {
-  std::string op;       // "causal_conv1d", "attention", "selective_scan"
+  std::string op;       // "causal_conv1d", "causal_conv1d_update", "attention", ...
   std::string problem;  // canonical problem key, e.g. "B=2,C=256,L=1000,W=4,x=bf16,..."
   std::string database; // the runtime's database path
   double budget_s = 0;  // seconds of compiling and measuring (the CLI's --budget-s)
@@ -149,6 +150,9 @@ public:
   // Throw autotune::Error (usage: a bad argument, named; cuda: launch failure).
   void causal_conv1d(const CausalConv1dArgs& args, CUstream stream = nullptr);
   Selection select_causal_conv1d(const CausalConv1dArgs& args);
+  // A decoding step of the conv against each sequence's state, which it updates in place.
+  void causal_conv1d_update(const CausalConv1dUpdateArgs& args, CUstream stream = nullptr);
+  Selection select_causal_conv1d_update(const CausalConv1dUpdateArgs& args);
   void attention(const AttentionArgs& args, CUstream stream = nullptr);
   Selection select_attention(const AttentionArgs& args);
   // Bytes of workspace the variant `args` resolve to needs (0 unless it splits the

@@ -159,6 +159,24 @@ int autotune_causal_conv1d_variant(autotune_runtime* rt, const autotune_causal_c
   });
 }
 
+int autotune_causal_conv1d_update(autotune_runtime* rt,
+                                  const autotune_causal_conv1d_update_args* args, void* stream) {
+  return guarded([&] {
+    runtime_of(rt).causal_conv1d_update(args_of(args, "causal_conv1d_update"),
+                                        static_cast<CUstream>(stream));
+  });
+}
+
+int autotune_causal_conv1d_update_variant(autotune_runtime* rt,
+                                          const autotune_causal_conv1d_update_args* args,
+                                          char* buffer, uint64_t size) {
+  return guarded([&] {
+    write_selection(
+        runtime_of(rt).select_causal_conv1d_update(args_of(args, "causal_conv1d_update")), buffer,
+        size);
+  });
+}
+
 int autotune_attention(autotune_runtime* rt, const autotune_attention_args* args, void* stream) {
   return guarded(
       [&] { runtime_of(rt).attention(args_of(args, "attention"), static_cast<CUstream>(stream)); });

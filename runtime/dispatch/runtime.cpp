@@ -464,6 +464,10 @@ const Op& conv_op() {
   static const Op& op = find_op("causal_conv1d");
   return op;
 }
+const Op& conv_update_op() {
+  static const Op& op = find_op("causal_conv1d_update");
+  return op;
+}
 const Op& attention_op() {
   static const Op& op = find_op("attention");
   return op;
@@ -490,6 +494,15 @@ void Runtime::causal_conv1d(const CausalConv1dArgs& args, CUstream stream) {
 Selection Runtime::select_causal_conv1d(const CausalConv1dArgs& args) {
   BoundCall bound;
   return m_impl->prepare(conv_op(), &args, bound, false).variant->selection;
+}
+
+void Runtime::causal_conv1d_update(const CausalConv1dUpdateArgs& args, CUstream stream) {
+  m_impl->call(conv_update_op(), &args, stream);
+}
+
+Selection Runtime::select_causal_conv1d_update(const CausalConv1dUpdateArgs& args) {
+  BoundCall bound;
+  return m_impl->prepare(conv_update_op(), &args, bound, false).variant->selection;
 }
 
 void Runtime::attention(const AttentionArgs& args, CUstream stream) {

@@ -316,7 +316,7 @@ void check_layout(const ArgsDesc& desc, const BoundCall& call) {
         }
         const bool channel_last = r.strides == StrideRule::rows_or_channels && n == 3 &&
                                   t.shape[1] > 1 && t.strides[1] == 1;
-        if (i == n - 1 && st != 1 && !channel_last) {
+        if (i == n - 1 && st != 1 && !channel_last && r.strides != StrideRule::any) {
           fail(r, t,
                r.strides == StrideRule::rows_or_channels
                    ? "must have a contiguous last dimension (stride 1) or, channel-last, a "
@@ -410,6 +410,7 @@ std::string describe_args(const ArgsDesc& desc) {
          (r.presence >= 0 ? " optional" : "") + (r.output ? " output" : "") +
          (r.strides == StrideRule::contiguous ? " contiguous"
           : r.strides == StrideRule::rows     ? " rows"
+          : r.strides == StrideRule::any      ? " any"
                                               : " rows_or_channels") +
          (r.form ? std::string(" form=") + r.form : std::string()) + "\n";
   }

@@ -69,6 +69,7 @@ enum class StrideRule : uint8_t {
   // rows, or a 3-d [B, C, L] tensor whose middle (channel) dimension is the contiguous
   // one instead (channel-last; the op's layout field tells the two apart)
   rows_or_channels,
+  any, // any non-negative strides (a decoding step's few elements: no vector access)
 };
 
 // A tensor of the call. Rules sharing an offset are alternative forms, told apart

@@ -1,5 +1,6 @@
 #include "attention.hpp"
 #include "causal_conv1d.hpp"
+#include "causal_conv1d_update.hpp"
 #include "op.hpp"
 #include "selective_scan.hpp"
 
@@ -14,7 +15,8 @@ const std::vector<const Op*>& ops() {
   static const CausalConv1dOp conv;
   static const AttentionOp attention;
   static const SelectiveScanOp selective_scan;
-  static const std::vector<const Op*> all = {&conv, &attention, &selective_scan};
+  static const CausalConv1dUpdateOp conv_update;
+  static const std::vector<const Op*> all = {&conv, &attention, &selective_scan, &conv_update};
   return all;
 }
 // Ops registered at run time (tests' fault-injection op, plugins).
