@@ -293,11 +293,13 @@ def _conv_first(plans, runtime_for, key, x, weight, bias, init, silu, with_final
 
 # ---- causal_conv1d_update -------------------------------------------------------------------
 def conv_update(plans, runtime_for, x, conv_state, weight, bias, silu, cache_seqlens,
-                conv_state_indices):
+                conv_state_indices, checks=None):
     """out [B, C, L] of a decoding step of the conv against conv_state, which the launch
     updates in place (one kernel: the window read from the state, the conv, the state
     shifted or written circularly). cache_seqlens, conv_state_indices: int32 [B] CUDA
-    tensors or None; their values are read on the GPU."""
+    tensors or None; their values are read on the GPU. checks: the drop-in's own checks,
+    run on a first call only (a signature the library accepted passed them); a weight or
+    bias that is not contiguous is copied there, and such a signature keeps no plan."""
     try:
         key = (x.get_device(), x.shape, x.stride(), x.dtype, conv_state.shape,
                conv_state.stride(), conv_state.dtype, conv_state.get_device(), weight.shape,
@@ -316,7 +318,7 @@ def conv_update(plans, runtime_for, x, conv_state, weight, bias, silu, cache_seq
         key = plan = None
     if plan is None:
         return _conv_update_first(plans, runtime_for, key, x, conv_state, weight, bias, silu,
-                                  cache_seqlens, conv_state_indices)
+                                  cache_seqlens, conv_state_indices, checks)
     del key  # its tuples go now: a warm call holds few new objects at once
     buf, words, fn, handle, lib, dev, i_x, i_s, i_w, i_b, i_o, i_l, i_i = plan
     out = _empty_like(x)
@@ -337,8 +339,14 @@ def conv_update(plans, runtime_for, x, conv_state, weight, bias, silu, cache_seq
 
 
 def _conv_update_first(plans, runtime_for, key, x, conv_state, weight, bias, silu,
-                       cache_seqlens, conv_state_indices):
+                       cache_seqlens, conv_state_indices, checks):
     _load_torch()
+    if checks is not None:
+        checks(x, conv_state, weight, bias, cache_seqlens, conv_state_indices)
+    if not weight.is_contiguous() or (bias is not None and not bias.is_contiguous()):
+        return conv_update(plans, runtime_for, x, conv_state, weight.contiguous(),
+                           None if bias is None else bias.contiguous(), silu, cache_seqlens,
+                           conv_state_indices)
     fields_x = tensor_fields(x, "x")
     dev = x.get_device()
     rt = runtime_for(dev, x, "x")

@@ -143,51 +143,24 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
     host. Under torch.compile, with gradients enabled on an input that requires them, or
     for a longer state, the same step runs as torch operations around causal_conv1d_fn.
     """
-    name = "autotune.causal_conv1d_update"
     if activation not in _ACTIVATIONS:
         raise NotImplementedError("activation must be None, silu, or swish")
-    for what, t in (("x", x), ("conv_state", conv_state), ("weight", weight)):
-        if not isinstance(t, _Tensor):
-            raise TypeError(f"{name}: {what} must be a torch.Tensor, not {type(t).__name__}")
-    unsqueeze = x.dim() == 2
-    if unsqueeze:
-        x = x.unsqueeze(-1)
-    if x.dim() != 3:
-        raise ValueError(f"{name}: x must be (batch, dim) or (batch, dim, seqlen), not "
-                         f"{list(x.shape)}")
-    if not x.is_cuda:
-        raise ValueError(f"{name}: x is on {x.device}; autotune's kernels take CUDA tensors")
-    batch, dim, seqlen = x.shape
-    if weight.dim() != 2 or weight.shape[0] != dim:
-        raise ValueError(f"{name}: weight must be (dim={dim}, width), not {list(weight.shape)}")
-    width = weight.shape[1]
-    if conv_state.dim() != 3 or conv_state.shape[1] != dim or conv_state.shape[2] < width - 1:
-        raise ValueError(f"{name}: conv_state must be (batch, dim={dim}, state_len >= width - 1 "
-                         f"= {width - 1}), not {list(conv_state.shape)}")
-    if conv_state.dtype != x.dtype or conv_state.device != x.device:
-        raise ValueError(f"{name}: conv_state is {conv_state.dtype} on {conv_state.device}; it "
-                         f"must be x's dtype and device ({x.dtype} on {x.device})")
-    state_len = conv_state.shape[2]
-    if conv_state_indices is not None:
-        _check_int32_vector(name, "conv_state_indices", conv_state_indices, batch, x)
-        if conv_state.shape[0] == 0:
-            raise ValueError(f"{name}: conv_state has no rows to select")
-    elif conv_state.shape[0] != batch:
-        raise ValueError(f"{name}: conv_state has {conv_state.shape[0]} rows for a batch of "
-                         f"{batch} (pass conv_state_indices to select rows)")
-    if cache_seqlens is not None:
-        _check_int32_vector(name, "cache_seqlens", cache_seqlens, batch, x)
-    if (type(x) is _Tensor and not _is_compiling() and state_len <= _UPDATE_MAX_STATE and
+    if (type(x) is _Tensor and type(conv_state) is _Tensor and type(weight) is _Tensor and
+            not _is_compiling() and conv_state.dim() == 3 and
+            conv_state.shape[2] <= _UPDATE_MAX_STATE and
             not (_grad_enabled() and (x.requires_grad or weight.requires_grad or
-                                      (bias is not None and bias.requires_grad)))):
-        # One launch (the library's causal_conv1d_update op).
-        if not weight.is_contiguous():
-            weight = weight.contiguous()
-        if bias is not None and not bias.is_contiguous():
-            bias = bias.contiguous()
-        out = _calls.conv_update(_ops._plans, _ops._device, x, conv_state, weight, bias,
-                                 activation is not None, cache_seqlens, conv_state_indices)
+                                      getattr(bias, "requires_grad", False)))):
+        # One launch (the library's causal_conv1d_update op). A call whose signature already
+        # ran goes straight to its plan; a new one is checked here first (_update_checks).
+        unsqueeze = x.dim() == 2
+        out = _calls.conv_update(_ops._plans, _ops._device, x.unsqueeze(-1) if unsqueeze else x,
+                                 conv_state, weight, bias, activation is not None,
+                                 cache_seqlens, conv_state_indices, _update_checks)
         return out.squeeze(-1) if unsqueeze else out
+    x, unsqueeze = _update_checks(x, conv_state, weight, bias, cache_seqlens, conv_state_indices)
+    batch, dim, seqlen = x.shape
+    width = weight.shape[1]
+    state_len = conv_state.shape[2]
     # Traced (torch.compile), with gradients, or a state longer than the kernel holds:
     # torch operations around causal_conv1d_fn.
     valid = None
@@ -233,6 +206,43 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
                                torch.where(valid[:, None, None], new, fallback))
         out = out.masked_fill(~valid[:, None, None], 0)
     return out.squeeze(-1) if unsqueeze else out
+
+
+def _update_checks(x, conv_state, weight, bias, cache_seqlens, conv_state_indices):
+    """causal_conv1d_update's arguments checked as causal-conv1d states its conditions (the
+    library checks them again, by its own names): x made 3-d, and whether it was 2-d."""
+    name = "autotune.causal_conv1d_update"
+    for what, t in (("x", x), ("conv_state", conv_state), ("weight", weight)):
+        if not isinstance(t, _Tensor):
+            raise TypeError(f"{name}: {what} must be a torch.Tensor, not {type(t).__name__}")
+    unsqueeze = x.dim() == 2
+    if unsqueeze:
+        x = x.unsqueeze(-1)
+    if x.dim() != 3:
+        raise ValueError(f"{name}: x must be (batch, dim) or (batch, dim, seqlen), not "
+                         f"{list(x.shape)}")
+    if not x.is_cuda:
+        raise ValueError(f"{name}: x is on {x.device}; autotune's kernels take CUDA tensors")
+    batch, dim, seqlen = x.shape
+    if weight.dim() != 2 or weight.shape[0] != dim:
+        raise ValueError(f"{name}: weight must be (dim={dim}, width), not {list(weight.shape)}")
+    width = weight.shape[1]
+    if conv_state.dim() != 3 or conv_state.shape[1] != dim or conv_state.shape[2] < width - 1:
+        raise ValueError(f"{name}: conv_state must be (batch, dim={dim}, state_len >= width - 1 "
+                         f"= {width - 1}), not {list(conv_state.shape)}")
+    if conv_state.dtype != x.dtype or conv_state.device != x.device:
+        raise ValueError(f"{name}: conv_state is {conv_state.dtype} on {conv_state.device}; it "
+                         f"must be x's dtype and device ({x.dtype} on {x.device})")
+    if conv_state_indices is not None:
+        _check_int32_vector(name, "conv_state_indices", conv_state_indices, batch, x)
+        if conv_state.shape[0] == 0:
+            raise ValueError(f"{name}: conv_state has no rows to select")
+    elif conv_state.shape[0] != batch:
+        raise ValueError(f"{name}: conv_state has {conv_state.shape[0]} rows for a batch of "
+                         f"{batch} (pass conv_state_indices to select rows)")
+    if cache_seqlens is not None:
+        _check_int32_vector(name, "cache_seqlens", cache_seqlens, batch, x)
+    return x, unsqueeze
 
 
 # The longest state the one-launch update takes (the library's causal_conv1d_update keeps a
