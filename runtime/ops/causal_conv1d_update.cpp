@@ -68,11 +68,10 @@ std::vector<std::string> CausalConv1dUpdateOp::default_shapes() const {
 
 Problem CausalConv1dUpdateOp::make_problem(const Fields& shape) const {
   // E (the state's rows with conv_state_indices) comes with a call; it changes no kernel.
-  const ShapeReader r(shape, "causal_conv1d_update",
-                      {"B", "C", "L", "W", "S", "E", "dtype", "wdtype", "bias", "silu",
-                       "circular", "gather"},
-                      {"B", "C", "L", "W", "S", "dtype", "wdtype", "bias", "silu", "circular",
-                       "gather"});
+  const ShapeReader r(
+      shape, "causal_conv1d_update",
+      {"B", "C", "L", "W", "S", "E", "dtype", "wdtype", "bias", "silu", "circular", "gather"},
+      {"B", "C", "L", "W", "S", "dtype", "wdtype", "bias", "silu", "circular", "gather"});
   const long long B = r.ranged("B", nullptr, k_max_grid_y);
   const long long C = r.ranged("C", nullptr, 1 << 24);
   const long long L = r.ranged("L", "1", 1 << 20);
@@ -80,8 +79,8 @@ Problem CausalConv1dUpdateOp::make_problem(const Fields& shape) const {
   if (W < 2 || W > 4) {
     r.fail("width W=" + std::to_string(W) + " is not supported (W must be 2, 3 or 4)");
   }
-  const long long S = parse_int(r.get("S", std::to_string(W - 1).c_str()),
-                                "causal_conv1d_update shape field S");
+  const long long S =
+      parse_int(r.get("S", std::to_string(W - 1).c_str()), "causal_conv1d_update shape field S");
   if (S < W - 1 || S > k_max_state_len) {
     r.fail("state length S=" + std::to_string(S) + " is not supported (S must be in W-1=" +
            std::to_string(W - 1) + ".." + std::to_string(k_max_state_len) + ")");
@@ -90,20 +89,15 @@ Problem CausalConv1dUpdateOp::make_problem(const Fields& shape) const {
     r.fail("B*C*L is too large");
   }
   const DType x = parse_dtype(r.get("dtype", "bf16"), "causal_conv1d_update shape field dtype");
-  const DType w = parse_dtype(r.get("wdtype", to_string(x)),
-                              "causal_conv1d_update shape field wdtype");
+  const DType w =
+      parse_dtype(r.get("wdtype", to_string(x)), "causal_conv1d_update shape field wdtype");
   Problem p;
   p.op = name();
-  p.fields = {{"B", std::to_string(B)},
-              {"C", std::to_string(C)},
-              {"L", std::to_string(L)},
-              {"W", std::to_string(W)},
-              {"S", std::to_string(S)},
-              {"dtype", to_string(x)},
-              {"wdtype", to_string(w)},
-              {"bias", r.flag("bias", "1")},
-              {"silu", r.flag("silu", "1")},
-              {"circular", r.flag("circular", "0")},
+  p.fields = {{"B", std::to_string(B)},         {"C", std::to_string(C)},
+              {"L", std::to_string(L)},         {"W", std::to_string(W)},
+              {"S", std::to_string(S)},         {"dtype", to_string(x)},
+              {"wdtype", to_string(w)},         {"bias", r.flag("bias", "1")},
+              {"silu", r.flag("silu", "1")},    {"circular", r.flag("circular", "0")},
               {"gather", r.flag("gather", "0")}};
   return p;
 }
@@ -233,8 +227,7 @@ LaunchGeometry CausalConv1dUpdateOp::reference_geometry(const Problem& problem) 
   return g;
 }
 
-void CausalConv1dUpdateOp::pack_reference(const Problem& problem,
-                                          const std::vector<CUdeviceptr>& t,
+void CausalConv1dUpdateOp::pack_reference(const Problem& problem, const std::vector<CUdeviceptr>& t,
                                           const std::vector<CUdeviceptr>& ref,
                                           ArgPack& args) const {
   const Dims d = dims(problem);
@@ -277,8 +270,9 @@ const ArgsDesc& CausalConv1dUpdateOp::args_desc() const {
   using A = autotune_causal_conv1d_update_args;
   enum : int8_t { B, C, L, W, S, E, x, w, bias, silu, circular, gather };
   const auto int32 = [](const char* name, size_t offset, int8_t presence) {
-    return TensorRule{name,  offset,     {{B}}, -1, 0, presence, false, StrideRule::contiguous,
-                      1,     {},         nullptr, AUTOTUNE_INT32};
+    return TensorRule{name, offset,   {{B}},   -1,
+                      0,    presence, false,   StrideRule::contiguous,
+                      1,    {},       nullptr, AUTOTUNE_INT32};
   };
   static const ArgsDesc desc{
       "causal_conv1d_update",
@@ -322,7 +316,13 @@ const ArgsDesc& CausalConv1dUpdateOp::args_desc() const {
         "rows selected by conv_state_indices",
         AUTOTUNE_FP32,
         offsetof(A, conv_state_indices)},
-       {"weight", offsetof(A, weight), {{C}, {W}}, w, k_any_float, -1, false,
+       {"weight",
+        offsetof(A, weight),
+        {{C}, {W}},
+        w,
+        k_any_float,
+        -1,
+        false,
         StrideRule::contiguous},
        {"bias", offsetof(A, bias), {{C}}, w, k_any_float, bias, false, StrideRule::contiguous},
        {"out", offsetof(A, out), {{B}, {C}, {L}}, x, k_any_float, -1, true, StrideRule::any},

@@ -55,19 +55,19 @@ static_assert(k_state >= k_halo && k_state <= 64, "state length must be width - 
 
 // Mirrored byte for byte by the host (runtime/ops): keep the fields and their order.
 struct UpdateArgs {
-  const x_t* x;              // [B, C, L], element strides below
-  const w_t* weight;         // [C, W] contiguous
-  const w_t* bias;           // [C] or null (AT_HAS_BIAS 0)
-  x_t* out;                  // [B, C, L]
-  const x_t* state_in;       // [E, C, S]: the state before the call
-  x_t* state_out;            // [E, C, S], state_in's strides: the state after the call (may
-                             // be state_in itself: every element is read before any write)
-  const int* cache_seqlens;  // int32 [B] (AT_CIRCULAR) or null
-  const int* state_indices;  // int32 [B] (AT_GATHER) or null
-  int batch;                 // B
-  int channels;              // C
-  int length;                // L >= 1, positions of x this call
-  int entries;               // E, rows of the state (B without AT_GATHER)
+  const x_t* x;             // [B, C, L], element strides below
+  const w_t* weight;        // [C, W] contiguous
+  const w_t* bias;          // [C] or null (AT_HAS_BIAS 0)
+  x_t* out;                 // [B, C, L]
+  const x_t* state_in;      // [E, C, S]: the state before the call
+  x_t* state_out;           // [E, C, S], state_in's strides: the state after the call (may
+                            // be state_in itself: every element is read before any write)
+  const int* cache_seqlens; // int32 [B] (AT_CIRCULAR) or null
+  const int* state_indices; // int32 [B] (AT_GATHER) or null
+  int batch;                // B
+  int channels;             // C
+  int length;               // L >= 1, positions of x this call
+  int entries;              // E, rows of the state (B without AT_GATHER)
   long long x_batch_stride, x_channel_stride, x_length_stride;
   long long out_batch_stride, out_channel_stride, out_length_stride;
   long long state_entry_stride, state_channel_stride, state_pos_stride;
@@ -111,8 +111,7 @@ extern "C" __global__ void __launch_bounds__(k_threads)
   }
 
   // The whole state row first: state_out may be state_in, and is written only at the end.
-  const long long state_offset =
-      row * args.state_entry_stride + c * args.state_channel_stride;
+  const long long state_offset = row * args.state_entry_stride + c * args.state_channel_stride;
   const x_t* state_row = args.state_in + state_offset;
   x_t s[k_state];
 #pragma unroll
