@@ -68,6 +68,21 @@ int main(void) {
   FIELD(autotune_causal_conv1d_update_args, cache_seqlens);
   FIELD(autotune_causal_conv1d_update_args, conv_state_indices);
   FIELD(autotune_causal_conv1d_update_args, silu);
+  first = 0;
+  printf("}}, \"selective_state_update\": {\"size\": %zu, \"fields\": {",
+         sizeof(autotune_selective_state_update_args));
+  FIELD(autotune_selective_state_update_args, state);
+  FIELD(autotune_selective_state_update_args, x);
+  FIELD(autotune_selective_state_update_args, dt);
+  FIELD(autotune_selective_state_update_args, A);
+  FIELD(autotune_selective_state_update_args, B);
+  FIELD(autotune_selective_state_update_args, C);
+  FIELD(autotune_selective_state_update_args, D);
+  FIELD(autotune_selective_state_update_args, z);
+  FIELD(autotune_selective_state_update_args, dt_bias);
+  FIELD(autotune_selective_state_update_args, out);
+  FIELD(autotune_selective_state_update_args, state_batch_indices);
+  FIELD(autotune_selective_state_update_args, dt_softplus);
   printf("}}}\n");
   return 0;
 }

@@ -87,8 +87,8 @@ autotune_selective_scan_args scan_call() {
 } // namespace
 
 TEST_CASE("every op's description covers its C args struct, field by field") {
-  for (std::string name :
-       {"causal_conv1d", "attention", "selective_scan", "causal_conv1d_update"}) {
+  for (std::string name : {"causal_conv1d", "attention", "selective_scan", "causal_conv1d_update",
+                           "selective_state_update"}) {
     CAPTURE(name);
     const ArgsDesc& d = desc_of(name.c_str());
     // Fields in struct order, each starting where the previous one ends (plus the

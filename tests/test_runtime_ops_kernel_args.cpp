@@ -8,6 +8,7 @@
 #include "runtime/ops/causal_conv1d.hpp"
 #include "runtime/ops/causal_conv1d_update.hpp"
 #include "runtime/ops/selective_scan.hpp"
+#include "runtime/ops/selective_state_update.hpp"
 #include "runtime/ops/space.hpp"
 #include "runtime/ops/templates.hpp"
 
@@ -224,6 +225,45 @@ TEST_CASE("the causal_conv1d_update kernel's UpdateArgs is CausalConv1dUpdateKer
   for (const char* shape :
        {"B=2,C=64,L=1,W=4,S=4", "B=2,C=64,L=3,W=3,S=7,dtype=fp16,circular=1,gather=1"}) {
     check_layout("causal_conv1d_update", shape, "threads=128", "UpdateArgs", sizeof(A), fields);
+  }
+}
+
+TEST_CASE("the selective_state_update kernel's StateUpdateArgs is SelectiveStateUpdateKernelArgs, "
+          "field for field") {
+  using A = SelectiveStateUpdateKernelArgs;
+  const std::vector<Field> fields = {
+      HOST_FIELD(A, x),
+      HOST_FIELD(A, dt),
+      HOST_FIELD(A, dt_bias),
+      HOST_FIELD(A, A),
+      HOST_FIELD(A, B),
+      HOST_FIELD(A, C),
+      HOST_FIELD(A, D),
+      HOST_FIELD(A, z),
+      HOST_FIELD(A, out),
+      HOST_FIELD(A, state_in),
+      HOST_FIELD(A, state_out),
+      HOST_FIELD(A, state_indices),
+      HOST_FIELD(A, batch),
+      HOST_FIELD(A, heads),
+      HOST_FIELD(A, dim),
+      HOST_FIELD(A, groups),
+      HOST_FIELD(A, entries),
+      HOST_FIELD(A, x_stride),
+      HOST_FIELD(A, dt_stride),
+      HOST_FIELD(A, z_stride),
+      HOST_FIELD(A, out_stride),
+      HOST_FIELD(A, D_stride),
+      HOST_FIELD(A, dt_bias_stride),
+      HOST_FIELD(A, A_stride),
+      HOST_FIELD(A, B_stride),
+      HOST_FIELD(A, C_stride),
+      HOST_FIELD(A, state_stride),
+  };
+  for (const char* shape :
+       {"B=2,P=64,N=16", "B=2,H=4,P=64,N=128,G=2,heads=1,gather=1,sdtype=fp32"}) {
+    check_layout("selective_state_update", shape, "threads=128,lanes=4", "StateUpdateArgs",
+                 sizeof(A), fields);
   }
 }
 

@@ -8,6 +8,8 @@ this package is compiled, against torch or anything else).
     y = autotune.causal_conv1d_update(x_t, conv_state, weight, bias, "silu")  # a decode step
     y = autotune.selective_scan_fn(u, dt, A, B, C, D, z=z, delta_bias=dt_bias,
                                    delta_softplus=True)             # mamba-ssm
+    y = autotune.selective_state_update(ssm_state, x_t, dt, A, B, C, D, z=z, dt_bias=dt_bias,
+                                        dt_softplus=True)           # its decoding step
     torch.ops.autotune.attention(q, k, v, causal=True)              # the registered ops
 
     autotune.set_database("tuning.db")   # else $AUTOTUNE_DB, else the default path
@@ -31,7 +33,8 @@ __all__ = [
     "find_library", "flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func",
     "flash_attn_varlen_func", "flash_attn_varlen_kvpacked_func",
     "flash_attn_varlen_qkvpacked_func", "flash_attn_with_kvcache",
-    "get_runtime", "selective_scan_fn", "set_database", "set_policy", "torch_available",
+    "get_runtime", "selective_scan_fn", "selective_state_update", "set_database", "set_policy",
+    "torch_available",
 ]
 
 try:
@@ -47,7 +50,7 @@ if torch_available:
                           flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
                           flash_attn_varlen_func, flash_attn_varlen_kvpacked_func,
                           flash_attn_varlen_qkvpacked_func, flash_attn_with_kvcache,
-                          selective_scan_fn)
+                          selective_scan_fn, selective_state_update)
     from ._ops import get_runtime
 else:
     def _needs_torch(name):
@@ -60,6 +63,7 @@ else:
     causal_conv1d_fn = _needs_torch("causal_conv1d_fn")
     causal_conv1d_update = _needs_torch("causal_conv1d_update")
     selective_scan_fn = _needs_torch("selective_scan_fn")
+    selective_state_update = _needs_torch("selective_state_update")
     flash_attn_func = _needs_torch("flash_attn_func")
     flash_attn_qkvpacked_func = _needs_torch("flash_attn_qkvpacked_func")
     flash_attn_kvpacked_func = _needs_torch("flash_attn_kvpacked_func")

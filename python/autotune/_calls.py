@@ -75,10 +75,10 @@ STREAMS = _StreamArgs({0: None})
 
 
 class _Caches:
-    __slots__ = ("conv", "scan", "attn", "update", "__weakref__")
+    __slots__ = ("conv", "scan", "attn", "update", "state", "__weakref__")
 
     def __init__(self):
-        self.conv, self.scan, self.attn, self.update = {}, {}, {}, {}
+        self.conv, self.scan, self.attn, self.update, self.state = {}, {}, {}, {}, {}
 
 
 class Plans(threading.local):
@@ -89,7 +89,7 @@ class Plans(threading.local):
         # threading.local runs this once in each thread that uses the object.
         caches = _Caches()
         self.conv, self.scan, self.attn = caches.conv, caches.scan, caches.attn
-        self.update = caches.update
+        self.update, self.state = caches.update, caches.state
         self._caches = caches  # the thread's reference; the registry only holds weak ones
         with _REGISTRY_LOCK:
             threads = _THREADS.get(self)
@@ -105,6 +105,7 @@ class Plans(threading.local):
             c.scan.clear()
             c.attn.clear()
             c.update.clear()
+            c.state.clear()
 
 
 _REGISTRY_LOCK = threading.Lock()
@@ -128,6 +129,8 @@ POINTERS = {
     "attention": ("q", "k", "v", "o", "lse", "alibi_slopes"),
     "causal_conv1d_update": ("x", "conv_state", "weight", "bias", "out", "cache_seqlens",
                              "conv_state_indices"),
+    "selective_state_update": ("state", "x", "dt", "A", "B", "C", "D", "z", "dt_bias", "out",
+                               "state_batch_indices"),
 }
 # A variable-length attention call also rewrites its offsets; one against a KV cache its
 # index tensors and new rows.
@@ -362,6 +365,77 @@ def _conv_update_first(plans, runtime_for, key, x, conv_state, weight, bias, sil
     if status:
         _fail(lib, status)
     _remember(plans.update, key, (buf, words, fn, handle, lib, dev, *slots))
+    return out
+
+
+# ---- selective_state_update -----------------------------------------------------------------
+def _sig(t):
+    """An optional tensor's part of a signature: shape, strides, dtype, device (or None)."""
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.get_device())
+
+
+def state_update(plans, runtime_for, state, x, dt, A, B, C, D, z, dt_bias, dt_softplus,
+                 state_batch_indices, checks=None):
+    """out (x's shape) of a decoding step of the selective scan; state is updated in place
+    by the same launch. checks: the drop-in's own checks, run on a first call only."""
+    try:
+        key = (x.get_device(), x.shape, x.stride(), x.dtype, state.shape, state.stride(),
+               state.dtype, state.get_device(), dt.shape, dt.stride(), dt.dtype, A.shape,
+               A.stride(), A.dtype, B.shape, B.stride(), B.dtype, C.shape, C.stride(), C.dtype,
+               _sig(D), _sig(z), _sig(dt_bias), _sig(state_batch_indices), bool(dt_softplus))
+        plan = plans.state.get(key)
+    except (AttributeError, TypeError):  # not tensors: the first-call path says which
+        key = plan = None
+    if plan is None:
+        return _state_update_first(plans, runtime_for, key, state, x, dt, A, B, C, D, z,
+                                   dt_bias, dt_softplus, state_batch_indices, checks)
+    del key  # its tuples go now: a warm call holds few new objects at once
+    (buf, words, fn, handle, lib, dev, i_s, i_x, i_dt, i_a, i_b, i_c, i_d, i_z, i_db, i_o,
+     i_i) = plan
+    out = _empty_like(x)
+    words[i_s] = state.data_ptr()
+    words[i_x] = x.data_ptr()
+    words[i_dt] = dt.data_ptr()
+    words[i_a] = A.data_ptr()
+    words[i_b] = B.data_ptr()
+    words[i_c] = C.data_ptr()
+    if D is not None:
+        words[i_d] = D.data_ptr()
+    if z is not None:
+        words[i_z] = z.data_ptr()
+    if dt_bias is not None:
+        words[i_db] = dt_bias.data_ptr()
+    if state_batch_indices is not None:
+        words[i_i] = state_batch_indices.data_ptr()
+    words[i_o] = out.data_ptr()
+    status = fn(handle, buf, STREAMS[_raw_stream(dev)])
+    if status:
+        _fail(lib, status)
+    return out
+
+
+def _state_update_first(plans, runtime_for, key, state, x, dt, A, B, C, D, z, dt_bias,
+                        dt_softplus, state_batch_indices, checks):
+    _load_torch()
+    if checks is not None:
+        checks(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices)
+    fields_x = tensor_fields(x, "x")
+    dev = x.get_device()
+    rt = runtime_for(dev, x, "x")
+    out = _empty_like(x)
+    buf, words, slots = _new_args(rt, "selective_state_update", (
+        *tensor_fields(state, "state"), *fields_x, *tensor_fields(dt, "dt"),
+        *tensor_fields(A, "A"), *tensor_fields(B, "B"), *tensor_fields(C, "C"),
+        *tensor_fields(D, "D"), *tensor_fields(z, "z"), *tensor_fields(dt_bias, "dt_bias"),
+        *tensor_fields(out, "out"),
+        *sequence_index_fields(state_batch_indices, "state_batch_indices", "mamba-ssm"),
+        1 if dt_softplus else 0))
+    lib = rt.library  # plans hold the library, never the runtime: no cycle through them
+    fn, handle = lib.calls["selective_state_update"], rt.handle
+    status = fn(handle, buf, STREAMS[_raw_stream(dev)])
+    if status:
+        _fail(lib, status)
+    _remember(plans.state, key, (buf, words, fn, handle, lib, dev, *slots))
     return out
 
 

@@ -340,6 +340,62 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
     return fn(u, delta, A, B, C, D, z, delta_bias, delta_softplus)
 
 
+def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
+                           dt_softplus=False, state_batch_indices=None):
+    """mamba-ssm's selective_state_update (mamba_ssm.ops.triton.selective_state_update): one
+    decoding step of the selective scan, the state updated in place.
+
+    state: (batch, dim, dstate) or (batch, nheads, dim, dstate), fp32/fp16/bf16; with
+        state_batch_indices a larger (entries, ...) tensor whose row
+        state_batch_indices[b] is sequence b's (torch.int32 (batch,) on x's device;
+        entries outside [0, entries) are padding: out 0, no row written).
+    x, dt, z: (batch, dim) or (batch, nheads, dim), one dtype. A: (dim, dstate) or
+        (nheads, dim, dstate). B, C: (batch, dstate) or (batch, ngroups, dstate), ngroups
+        dividing nheads. D, dt_bias: (dim,) or (nheads, dim), one dtype. Each tensor may be
+        any float dtype of its own group and any strides, broadcast views included (Mamba-2
+        passes A, dt, D and dt_bias expanded over dim and dstate, stride 0). dstate <= 256.
+
+    out: x's shape and dtype: sum_n state * C + D * x, times silu(z) when z is given, with
+    the state first decayed by exp(dt * A) and fed dt * B * x (dt = softplus(dt + dt_bias)
+    with dt_softplus). One launch of autotune's selective_state_update op (under
+    torch.compile a graph break runs it eagerly).
+    """
+    fn = _state_update_eager if _is_compiling() else _state_update_call
+    return fn(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices)
+
+
+def _state_update_call(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices):
+    return _calls.state_update(_ops._plans, _ops._device, state, x, dt, A, B, C, D, z, dt_bias,
+                               True if dt_softplus else False, state_batch_indices,
+                               _state_update_checks)
+
+
+# Traced code calls the op outside the graph (the kernel updates the state in place).
+_state_update_eager = torch.compiler.disable(_state_update_call)
+
+
+def _state_update_checks(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices):
+    """selective_state_update's arguments checked on a signature's first call, as mamba-ssm
+    would meet them (the library checks every shape, dtype and stride by name after)."""
+    name = "autotune.selective_state_update"
+    for what, t in (("state", state), ("x", x), ("dt", dt), ("A", A), ("B", B), ("C", C),
+                    ("D", D), ("z", z), ("dt_bias", dt_bias)):
+        if t is not None and not isinstance(t, _Tensor):
+            raise TypeError(f"{name}: {what} must be a torch.Tensor, not {type(t).__name__}")
+    if not x.is_cuda:
+        raise ValueError(f"{name}: x is on {x.device}; autotune's kernels take CUDA tensors")
+    for what, t in (("state", state), ("dt", dt), ("A", A), ("B", B), ("C", C), ("D", D),
+                    ("z", z), ("dt_bias", dt_bias)):
+        if t is not None and t.device != x.device:
+            raise ValueError(f"{name}: {what} is on {t.device}; it must be on x's device "
+                             f"({x.device})")
+    if A.is_complex():
+        raise TypeError(f"{name}: A is complex ({A.dtype}); autotune's kernels are "
+                        "real-valued")
+    if state_batch_indices is not None:
+        _check_int32_vector(name, "state_batch_indices", state_batch_indices, x.shape[0], x)
+
+
 def _scan_records(u, delta, A, B, C, D, z, delta_bias):
     """Whether autograd would record a call on these (grad mode on)."""
     return (u.requires_grad or delta.requires_grad or A.requires_grad or B.requires_grad or

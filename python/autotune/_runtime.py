@@ -25,7 +25,8 @@ from . import _library
 AUTOTUNE_FP32, AUTOTUNE_FP16, AUTOTUNE_BF16 = 0, 1, 2
 AUTOTUNE_INT32 = 3  # index tensors (attention's cu_seqlens, cache_seqlens, cache_leftpad, ...)
 MAX_DIMS = 4
-OPS = ("causal_conv1d", "attention", "selective_scan", "causal_conv1d_update")
+OPS = ("causal_conv1d", "attention", "selective_scan", "causal_conv1d_update",
+       "selective_state_update")
 
 # struct-module codes of each field kind of autotune_describe_args (native alignment).
 _KIND_FORMAT = {"tensor": "Pii4q4q", "i32": "i", "f64": "d", "ptr": "P", "u64": "Q"}
@@ -200,10 +201,11 @@ def index_fields(t, what, peer_name="cu_seqlens", peer="flash-attn"):
     return (ptr, AUTOTUNE_INT32, 1, shape[0], 0, 0, 0, 1, 0, 0, 0)
 
 
-def sequence_index_fields(t, what):
-    """causal_conv1d_update's cache_seqlens and conv_state_indices: int32 (batch,) on the
-    GPU, or absent fields for None."""
-    return _ABSENT if t is None else index_fields(t, what, what, "causal-conv1d")
+def sequence_index_fields(t, what, peer="causal-conv1d"):
+    """A decoding step's per-sequence int32 tensor (causal_conv1d_update's cache_seqlens and
+    conv_state_indices, selective_state_update's state_batch_indices): (batch,) on the GPU,
+    or absent fields for None."""
+    return _ABSENT if t is None else index_fields(t, what, what, peer)
 
 
 NO_VARLEN = _ABSENT + _ABSENT + (0, 0)  # a call without variable-length sequences
@@ -581,6 +583,19 @@ class Runtime:
 
     def causal_conv1d_update_variant(self, args):
         return self.variant("causal_conv1d_update", args)
+
+    # ---- selective_state_update -------------------------------------------------------
+    def selective_state_update(self, state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
+                               dt_softplus=False, state_batch_indices=None):
+        """out (x's shape) of one decoding step of the selective scan, mamba-ssm's
+        selective_state_update; state ([B, H, P, N] or [B, P, N], or E rows selected by
+        int32 state_batch_indices [B], whose entries outside [0, E) are padding: out 0,
+        no row written) is updated in place. One launch."""
+        return self._calls.state_update(self.plans, self._served_by, state, x, dt, A, B, C, D, z,
+                                        dt_bias, dt_softplus, state_batch_indices)
+
+    def selective_state_update_variant(self, args):
+        return self.variant("selective_state_update", args)
 
     # ---- attention ----------------------------------------------------------------------
     def attention_args(self, q, k, v, o, lse=None, causal=False, scale=None, layout="bshd",

@@ -89,7 +89,7 @@ const char* autotune_last_error(void);
  * "NAME KIND OFFSET" (KIND: tensor, i32, f64, ptr, u64), then "size BYTES"; and
  * after a line "rules", one line per tensor with its shape and dtype rules. Python
  * builds its ctypes structs from this. op: "causal_conv1d", "causal_conv1d_update",
- * "attention" or "selective_scan". */
+ * "attention", "selective_scan" or "selective_state_update". */
 int autotune_describe_args(const char* op, char* buffer, uint64_t size);
 
 /* causal_conv1d: out[b,c,t] = act(bias[c] + sum_{k<W} weight[c,k] x[b,c,t-W+1+k]),
@@ -150,6 +150,39 @@ int autotune_causal_conv1d_update(autotune_runtime* rt,
 int autotune_causal_conv1d_update_variant(autotune_runtime* rt,
                                           const autotune_causal_conv1d_update_args* args,
                                           char* buffer, uint64_t size);
+
+/* selective_state_update: one decoding step of the Mamba selective scan against a state
+ * updated in place (mamba-ssm's selective_state_update). Per batch b, head h, channel p
+ * and state n, with g = h / (H / G) and dt = softplus(dt + dt_bias) when asked:
+ *   state[b,h,p,n] = state[b,h,p,n] exp(dt A[h,p,n]) + dt B[b,g,n] x[b,h,p],
+ *   out[b,h,p] = (sum_n state[b,h,p,n] C[b,g,n] + D[h,p] x[b,h,p]) silu(z[b,h,p]).
+ * The head dimension is optional throughout (Mamba-1: x [B, P], state [B, P, N], A [P, N],
+ * B and C [B, N], D and dt_bias [P]). Any non-negative strides (mamba-ssm passes A, dt, D
+ * and dt_bias as broadcast views with stride 0). One launch. */
+typedef struct autotune_selective_state_update_args {
+  autotune_tensor state;               /* [B, H, P, N] or [B, P, N] (or E rows with
+                                          state_batch_indices), fp32/fp16/bf16; read and written */
+  autotune_tensor x;                   /* [B, H, P] or [B, P], fp32/fp16/bf16 */
+  autotune_tensor dt;                  /* x's shape and dtype */
+  autotune_tensor A;                   /* [H, P, N] or [P, N], fp32/fp16/bf16 */
+  autotune_tensor B;                   /* [B, G, N] or [B, N] (G = 1), G dividing H */
+  autotune_tensor C;                   /* B's shape and dtype */
+  autotune_tensor D;                   /* [H, P] or [P]; optional */
+  autotune_tensor z;                   /* x's shape and dtype; optional: out *= silu(z) */
+  autotune_tensor dt_bias;             /* D's shape; D's dtype when both are given; optional */
+  autotune_tensor out;                 /* x's shape and dtype, elements not overlapping */
+  autotune_tensor state_batch_indices; /* int32 [B], contiguous; optional: sequence b's
+                                          state is row state_batch_indices[b]; a row
+                                          outside [0, E) is padding: out 0, no state
+                                          written */
+  int32_t dt_softplus;                 /* 1: dt = softplus(dt + dt_bias) */
+} autotune_selective_state_update_args;
+
+int autotune_selective_state_update(autotune_runtime* rt,
+                                    const autotune_selective_state_update_args* args, void* stream);
+int autotune_selective_state_update_variant(autotune_runtime* rt,
+                                            const autotune_selective_state_update_args* args,
+                                            char* buffer, uint64_t size);
 
 /* attention: o = softmax(scale q k^T + mask) v; GQA/MQA when Hkv divides Hq. Tensors
  * are indexed [batch, head, seq, dim] whatever their memory order: pass a

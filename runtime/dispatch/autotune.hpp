@@ -36,6 +36,7 @@ using CausalConv1dArgs = autotune_causal_conv1d_args;
 using AttentionArgs = autotune_attention_args;
 using SelectiveScanArgs = autotune_selective_scan_args;
 using CausalConv1dUpdateArgs = autotune_causal_conv1d_update_args;
+using SelectiveStateUpdateArgs = autotune_selective_state_update_args;
 
 // A tensor view of device memory: shape, and strides in elements (omitted:
 // row-major contiguous). At most AUTOTUNE_MAX_DIMS dimensions.
@@ -160,6 +161,10 @@ public:
   uint64_t attention_workspace_size(const AttentionArgs& args);
   void selective_scan(const SelectiveScanArgs& args, CUstream stream = nullptr);
   Selection select_selective_scan(const SelectiveScanArgs& args);
+
+  // A decoding step of the selective scan; its state is updated in place.
+  void selective_state_update(const SelectiveStateUpdateArgs& args, CUstream stream = nullptr);
+  Selection select_selective_state_update(const SelectiveStateUpdateArgs& args);
 
   // Number of distinct variants loaded so far (one module each).
   size_t loaded_variants() const;

@@ -177,6 +177,25 @@ int autotune_causal_conv1d_update_variant(autotune_runtime* rt,
   });
 }
 
+int autotune_selective_state_update(autotune_runtime* rt,
+                                    const autotune_selective_state_update_args* args,
+                                    void* stream) {
+  return guarded([&] {
+    runtime_of(rt).selective_state_update(args_of(args, "selective_state_update"),
+                                          static_cast<CUstream>(stream));
+  });
+}
+
+int autotune_selective_state_update_variant(autotune_runtime* rt,
+                                            const autotune_selective_state_update_args* args,
+                                            char* buffer, uint64_t size) {
+  return guarded([&] {
+    write_selection(
+        runtime_of(rt).select_selective_state_update(args_of(args, "selective_state_update")),
+        buffer, size);
+  });
+}
+
 int autotune_attention(autotune_runtime* rt, const autotune_attention_args* args, void* stream) {
   return guarded(
       [&] { runtime_of(rt).attention(args_of(args, "attention"), static_cast<CUstream>(stream)); });

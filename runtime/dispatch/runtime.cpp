@@ -468,6 +468,10 @@ const Op& conv_update_op() {
   static const Op& op = find_op("causal_conv1d_update");
   return op;
 }
+const Op& state_update_op() {
+  static const Op& op = find_op("selective_state_update");
+  return op;
+}
 const Op& attention_op() {
   static const Op& op = find_op("attention");
   return op;
@@ -526,6 +530,15 @@ void Runtime::selective_scan(const SelectiveScanArgs& args, CUstream stream) {
 Selection Runtime::select_selective_scan(const SelectiveScanArgs& args) {
   BoundCall bound;
   return m_impl->prepare(scan_op(), &args, bound, false).variant->selection;
+}
+
+void Runtime::selective_state_update(const SelectiveStateUpdateArgs& args, CUstream stream) {
+  m_impl->call(state_update_op(), &args, stream);
+}
+
+Selection Runtime::select_selective_state_update(const SelectiveStateUpdateArgs& args) {
+  BoundCall bound;
+  return m_impl->prepare(state_update_op(), &args, bound, false).variant->selection;
 }
 
 std::string describe_args(const std::string& op) {

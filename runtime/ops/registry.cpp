@@ -3,6 +3,7 @@
 #include "causal_conv1d_update.hpp"
 #include "op.hpp"
 #include "selective_scan.hpp"
+#include "selective_state_update.hpp"
 
 #include "runtime/base/strings.hpp"
 
@@ -16,7 +17,9 @@ const std::vector<const Op*>& ops() {
   static const AttentionOp attention;
   static const SelectiveScanOp selective_scan;
   static const CausalConv1dUpdateOp conv_update;
-  static const std::vector<const Op*> all = {&conv, &attention, &selective_scan, &conv_update};
+  static const SelectiveStateUpdateOp state_update;
+  static const std::vector<const Op*> all = {&conv, &attention, &selective_scan, &conv_update,
+                                             &state_update};
   return all;
 }
 // Ops registered at run time (tests' fault-injection op, plugins).

@@ -231,6 +231,132 @@ def conv_update_key(c):
 
 
 # =====================================================================================
+# mamba-ssm: tests/ops/triton/test_selective_state_update.py (the four tests: plain,
+# with heads, with batch indices, with heads and batch indices)
+# =====================================================================================
+def state_update_ref(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False):
+    """mamba-ssm's selective_state_update_ref: state updated in place (in its dtype), out
+    from it in float32 (the peer's order), x's dtype."""
+    has_heads = state.dim() > 3
+    if not has_heads:
+        state, x, dt, A = state[:, None], x[:, None], dt[:, None], A[None]
+        B, C = B[:, None], C[:, None]
+        D = None if D is None else D[None]
+        z = None if z is None else z[:, None]
+        dt_bias = None if dt_bias is None else dt_bias[None]
+    nheads, ngroups = state.shape[1], B.shape[1]
+    if dt_bias is not None:
+        dt = dt + dt_bias
+    dt = torch.nn.functional.softplus(dt) if dt_softplus else dt
+    dA = torch.exp(dt[..., None] * A)
+    B = B.repeat_interleave(nheads // ngroups, dim=1)
+    C = C.repeat_interleave(nheads // ngroups, dim=1)
+    dB = dt[..., None] * B[:, :, None, :]
+    state.copy_(state * dA + dB * x[..., None])
+    out = torch.einsum("bhdn,bhn->bhd", state.to(C.dtype), C)
+    if D is not None:
+        out = out + (x * D).to(out.dtype)
+    out = (out if z is None else out * torch.nn.functional.silu(z)).to(x.dtype)
+    return out if has_heads else out[:, 0]
+
+
+STATE_UPDATE_GRID = dict(
+    test=["plain", "heads", "batch_indices", "heads_batch_indices"],
+    itype=[torch.float32, torch.float16, torch.bfloat16], has_z=[False, True],
+    tie_hdim=[False, True], ngroups=[1, 2, 4], dstate=[16, 32, 64], dim=[2048, 2048 + 16, 4096])
+
+
+def state_update_cases():
+    # The head tests have tie_hdim and ngroups, no 2048 + 16; the others neither of those.
+    out = []
+    for c in product(**STATE_UPDATE_GRID):
+        heads = c["test"].startswith("heads")
+        if heads and c["dim"] == 2048 + 16:
+            continue
+        if not heads and (c["tie_hdim"] or c["ngroups"] != 1):
+            continue
+        out.append(c)
+    return out
+
+
+def _state_update_tolerance(c):
+    itype, heads, indices = c["itype"], c["test"].startswith("heads"), "indices" in c["test"]
+    if itype == torch.float32:
+        return 3e-4, 1e-3
+    if itype == torch.bfloat16:
+        if heads and indices:
+            return 1e-1, 1e-1
+        if heads:
+            return 1e-2, 1e-1
+        return (6e-2, 6e-2) if indices else (1e-2, 5e-2)
+    return (5e-3, 3e-2) if heads else (5e-3, 1e-2)
+
+
+def state_update_run(c):
+    itype, dim, dstate = c["itype"], c["dim"], c["dstate"]
+    heads, indices = c["test"].startswith("heads"), "indices" in c["test"]
+    rtol, atol = _state_update_tolerance(c)
+    torch.random.manual_seed(0)
+    batch = 16 if indices else 2
+    entries = 10 * batch if indices else batch
+    if heads:
+        headdim = 64
+        nheads = dim // headdim
+        state = torch.randn(entries, nheads, headdim, dstate, dtype=itype, device=DEV)
+        x = torch.randn(batch, nheads, headdim, device=DEV, dtype=itype)
+        if not c["tie_hdim"]:
+            dt = torch.randn(batch, nheads, headdim, device=DEV, dtype=itype)
+            dt_bias = torch.rand(nheads, headdim, device=DEV) - 4.0
+            A = -torch.rand(nheads, headdim, dstate, device=DEV) - 1.0
+            D = torch.randn(nheads, headdim, device=DEV)
+        else:  # einops.repeat's broadcast views (stride 0), as Mamba-2 passes them
+            dt = torch.randn(batch, nheads, device=DEV, dtype=itype)[:, :, None].expand(
+                batch, nheads, headdim)
+            dt_bias = (torch.rand(nheads, device=DEV) - 4.0)[:, None].expand(nheads, headdim)
+            A = (-torch.rand(nheads, device=DEV) - 1.0)[:, None, None].expand(
+                nheads, headdim, dstate)
+            D = torch.randn(nheads, device=DEV)[:, None].expand(nheads, headdim)
+        B = torch.randn(batch, c["ngroups"], dstate, device=DEV)
+        C = torch.randn(batch, c["ngroups"], dstate, device=DEV)
+    else:
+        state = torch.randn(entries, dim, dstate, dtype=itype, device=DEV)
+        x = torch.randn(batch, dim, device=DEV, dtype=itype)
+        dt = torch.randn(batch, dim, device=DEV, dtype=itype)
+        dt_bias = torch.rand(dim, device=DEV) - 4.0
+        A = -torch.rand(dim, dstate, device=DEV) - 1.0
+        B = torch.randn(batch, dstate, device=DEV)
+        C = torch.randn(batch, dstate, device=DEV)
+        D = torch.randn(dim, device=DEV)
+    z = torch.randn_like(x) if c["has_z"] else None
+    rows = (torch.randperm(entries)[:batch].to(dtype=torch.int32, device=DEV) if indices
+            else None)
+    before = state.clone()
+    state_ref = (state if rows is None else state[rows.long()]).detach().clone()
+    out = autotune.selective_state_update(state, x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias,
+                                          dt_softplus=True, state_batch_indices=rows)
+    out_ref = state_update_ref(state_ref, x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias,
+                               dt_softplus=True)
+    if out.shape != x.shape or out.dtype != x.dtype:
+        return False, f"out is {list(out.shape)} {out.dtype}, x {list(x.shape)} {x.dtype}"
+    got = state if rows is None else state[rows.long()]
+    if not torch.allclose(got, state_ref, rtol=rtol, atol=atol):
+        return False, f"state max diff {(got.float() - state_ref.float()).abs().max().item():.3g}"
+    if rows is not None:
+        untouched = torch.ones(entries, dtype=torch.bool, device=DEV)
+        untouched[rows.long()] = False
+        if not torch.equal(state[untouched], before[untouched]):
+            return False, "a state row no index selects changed"
+    if not torch.allclose(out, out_ref, rtol=rtol, atol=atol):
+        return False, f"output max diff {(out.float() - out_ref.float()).abs().max().item():.3g}"
+    return True, ""
+
+
+def state_update_key(c):
+    return (c["test"], str(c["itype"]), c["has_z"], c["tie_hdim"], c["ngroups"], c["dstate"],
+            c["dim"])
+
+
+# =====================================================================================
 # mamba-ssm: tests/ops/test_selective_scan.py::test_selective_scan
 # =====================================================================================
 def scan_ref(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
@@ -810,6 +936,15 @@ GRIDS = {
         "permutation, half of them -1 with padding); pass: the peer's tolerances against a "
         "float64 reference, padding outputs exactly 0, and conv_state exactly as expected "
         "(updated rows, every other row unchanged)."),
+    "selective_state_update": (
+        "selective_state_update",
+        "mamba-ssm tests/ops/triton/test_selective_state_update.py (test_selective_state_update, "
+        "_with_heads, _with_batch_indices, _with_heads_with_batch_indices)",
+        state_update_cases, lambda c: None, state_update_key, state_update_run, 0.05,
+        "autotune.selective_state_update on the peer's four tests: their parametrize lists, "
+        "inputs (fp32 B, C, A, D, dt_bias; Mamba-2's broadcast A, dt, D and dt_bias with "
+        "tie_hdim), tolerances and reference (selective_state_update_ref, here in torch); "
+        "with batch indices also every unselected state row unchanged."),
     "selective_scan": (
         "selective_scan", "mamba-ssm tests/ops/test_selective_scan.py::test_selective_scan",
         lambda: scan_cases(SCAN_GRID), scan_unsupported, scan_key, scan_run, 0.16,
@@ -1583,6 +1718,38 @@ def bad_input_cases():
              lambda: autotune.causal_conv1d_update(
                  step, state, torch.randn(64, 5, device=DEV, dtype=bf16), b))):
         add(upd, name, call, [step, state, w, b], update_good)
+    # selective_state_update: the state must come back unchanged from every refusal.
+    ssm = torch.randn(2, 64, 16, device=DEV, dtype=bf16)
+    sx, sdt = torch.randn(2, 64, device=DEV, dtype=bf16), torch.randn(2, 64, device=DEV,
+                                                                       dtype=bf16)
+    sA = -torch.rand(64, 16, device=DEV) - 1.0
+    sB, sC = torch.randn(2, 16, device=DEV), torch.randn(2, 16, device=DEV)
+    sD = torch.randn(64, device=DEV)
+    ssu = "autotune.selective_state_update"
+
+    def state_update_good():
+        autotune.selective_state_update(ssm.clone(), sx, sdt, sA, sB, sC, sD, dt_softplus=True)
+
+    for name, call in (
+            ("dt of another dtype than x", lambda: autotune.selective_state_update(
+                ssm, sx, sdt.float(), sA, sB, sC, sD)),
+            ("C with another state size than B", lambda: autotune.selective_state_update(
+                ssm, sx, sdt, sA, sB, sC[:, :8], sD)),
+            ("state with more rows than the batch, no indices",
+             lambda: autotune.selective_state_update(torch.cat([ssm, ssm]), sx, sdt, sA, sB,
+                                                     sC, sD)),
+            ("state_batch_indices of dtype int64", lambda: autotune.selective_state_update(
+                ssm, sx, sdt, sA, sB, sC, sD,
+                state_batch_indices=torch.zeros(2, device=DEV, dtype=torch.long))),
+            ("x on the CPU", lambda: autotune.selective_state_update(
+                ssm, sx.cpu(), sdt, sA, sB, sC, sD)),
+            ("A complex", lambda: autotune.selective_state_update(
+                ssm, sx, sdt, sA.to(torch.complex64), sB, sC, sD)),
+            ("groups that do not divide the heads", lambda: autotune.selective_state_update(
+                ssm[:, None].expand(2, 3, 64, 16).contiguous(), sx[:, None].expand(2, 3, 64),
+                sdt[:, None].expand(2, 3, 64), sA[None].expand(3, 64, 16),
+                torch.randn(2, 2, 16, device=DEV), torch.randn(2, 2, 16, device=DEV)))):
+        add(ssu, name, call, [ssm, sx, sdt, sA, sB, sC, sD], state_update_good)
     x_cl = x.transpose(1, 2).contiguous().transpose(1, 2)  # channel-last, same values
     for name, seq in (("seq_idx of dtype float32", torch.zeros(2, 128, device=DEV)),
                       ("seq_idx on the CPU", torch.zeros(2, 128, dtype=torch.int32)),
