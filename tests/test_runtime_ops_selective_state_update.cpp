@@ -219,11 +219,11 @@ TEST_CASE("selective_state_update: the kernel's argument indexes both forms the 
 
 TEST_CASE("selective_state_update: a configuration from another problem adapts its lanes to N") {
   const Config point = {{"threads", "128"}, {"lanes", "4"}};
-  for (const auto& [n, lanes] : {std::pair{2, "1"}, {16, "2"}, {24, "2"}, {64, "8"}, {128, "16"},
-                                 {256, "32"}}) {
+  for (const auto& [n, lanes] :
+       {std::pair{2, "1"}, {16, "2"}, {24, "2"}, {64, "8"}, {128, "16"}, {256, "32"}}) {
     CAPTURE(n);
-    const Problem p = state_update_op().make_problem(
-        parse_fields("B=2,P=64,N=" + std::to_string(n), "shape"));
+    const Problem p =
+        state_update_op().make_problem(parse_fields("B=2,P=64,N=" + std::to_string(n), "shape"));
     const Config adapted = state_update_op().adapt(point, p);
     CHECK(format_fields(adapted) == std::string("threads=128,lanes=") + lanes);
     CHECK(bool(state_update_op().check(adapted, p, "sm_90a")));
