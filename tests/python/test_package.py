@@ -407,7 +407,8 @@ class TestShimAndEntryPoints(unittest.TestCase):
             self.skipTest("torch imports here")
         self.assertFalse(autotune.torch_available)
         for name in ("flash_attn_func", "causal_conv1d_fn", "causal_conv1d_update",
-                     "selective_scan_fn", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func",
+                     "selective_scan_fn", "selective_state_update",
+                     "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func",
                      "flash_attn_varlen_func", "flash_attn_varlen_qkvpacked_func",
                      "flash_attn_varlen_kvpacked_func", "flash_attn_with_kvcache"):
             with self.assertRaisesRegex(ModuleNotFoundError, f"autotune.{name} needs PyTorch"):
@@ -426,6 +427,9 @@ class TestShimAndEntryPoints(unittest.TestCase):
             # mamba-ssm mamba_ssm/ops/selective_scan_interface.py (cu_seqlens: newer ones)
             "selective_scan_fn": "u, delta, A, B, C, D=None, z=None, delta_bias=None, "
                                  "delta_softplus=False, return_last_state=False, cu_seqlens=None",
+            # mamba-ssm mamba_ssm/ops/triton/selective_state_update.py
+            "selective_state_update": "state, x, dt, A, B, C, D=None, z=None, dt_bias=None, "
+                                      "dt_softplus=False, state_batch_indices=None",
             # flash-attn flash_attn/flash_attn_interface.py
             "flash_attn_func": "q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, "
                                "window_size=(-1, -1), softcap=0.0, alibi_slopes=None, "
@@ -796,6 +800,10 @@ class TestTorchRegistration(unittest.TestCase):
             autotune.causal_conv1d_fn(x, torch.zeros(8, 4))
         with self.assertRaisesRegex(ValueError, "x is on cpu"):
             autotune.causal_conv1d_update(x[..., 0], torch.zeros(1, 8, 4), torch.zeros(8, 4))
+        with self.assertRaisesRegex(ValueError, "x is on cpu"):
+            autotune.selective_state_update(torch.zeros(1, 8, 4), x[..., 0], x[..., 0],
+                                            torch.zeros(8, 4), torch.zeros(1, 4),
+                                            torch.zeros(1, 4))
         q = torch.zeros(1, 4, 2, 64, dtype=torch.bfloat16)
         with self.assertRaisesRegex(ValueError, "q is on cpu"):
             autotune.flash_attn_func(q, q, q)
