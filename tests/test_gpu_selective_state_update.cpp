@@ -38,11 +38,11 @@ constexpr int k_entries = 7; // E, the state's rows when state_batch_indices sel
 constexpr int k_threads[] = {64, 128, 256};
 constexpr int k_lanes[] = {1, 2, 4, 8, 16, 32};
 
-// The lanes a row may take for N states: at most N, at most 64 states a lane.
+// The lanes a row may take for N states: at most N, at most 32 states a lane.
 std::vector<int> lanes_for(int N) {
   std::vector<int> out;
   for (int l : k_lanes) {
-    if (l <= N && (N + l - 1) / l <= 64) {
+    if (l <= N && (N + l - 1) / l <= 32) {
       out.push_back(l);
     }
   }

@@ -210,7 +210,8 @@ TEST_CASE("selective_state_update: the kernel's argument indexes both forms the 
         state_update_op().make_problem(parse_fields("B=2,H=4,P=64,N=128,heads=1", "t"));
     CHECK_FALSE(bool(state_update_op().check({{"threads", "128"}, {"lanes", "3"}}, p, "sm_90a")));
     CHECK_FALSE(bool(state_update_op().check({{"threads", "128"}, {"lanes", "1"}}, p, "sm_90a")));
-    CHECK(bool(state_update_op().check({{"threads", "128"}, {"lanes", "2"}}, p, "sm_90a")));
+    CHECK_FALSE(bool(state_update_op().check({{"threads", "128"}, {"lanes", "2"}}, p, "sm_90a")));
+    CHECK(bool(state_update_op().check({{"threads", "128"}, {"lanes", "4"}}, p, "sm_90a")));
     const Problem small = state_update_op().make_problem(parse_fields("B=2,P=64,N=8", "t"));
     CHECK_FALSE(
         bool(state_update_op().check({{"threads", "128"}, {"lanes", "16"}}, small, "sm_90a")));

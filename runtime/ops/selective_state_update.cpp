@@ -37,9 +37,9 @@ Params params(const Config& c) {
   return p;
 }
 
-// A lane keeps its share of a row's states (and their A values) in registers: at most
-// this many (kernel.cuh's static assertion), and N at most this.
-constexpr long long k_max_per_lane = 64;
+// A lane keeps its share of a row's states (and their A, B and C) in registers: at most
+// this many (kernel.cuh's static assertion; 64 spilled, ptxas sm_90), and N at most this.
+constexpr long long k_max_per_lane = 32;
 constexpr long long k_max_dstate = 256;
 
 // The tuner's inputs drawn as mamba-ssm's tests draw them: dt_bias in [-4, -3] (softplus

@@ -47,7 +47,7 @@ public:
   Result<bool> check(const Config& config, const Problem& problem,
                      const std::string& arch) const override;
   // The lanes per row for this problem's N: about 8 states a lane (the H100's winners:
-  // 2 lanes at N=16, 16 at N=128), within 1..32, at most N and at least N / 64.
+  // 2 lanes at N=16, 16 at N=128), within 1..32, at most N and at least N / 32 (registers).
   Config adapt(const Config& config, const Problem& problem) const override;
   std::vector<std::string> defines(const Config& config, const Problem& problem) const override;
   LaunchGeometry geometry(const Config& config, const Problem& problem) const override;

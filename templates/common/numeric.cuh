@@ -174,8 +174,8 @@ __device__ __forceinline__ float at_load_or_zero(const float* p, bool in) {
 }
 
 // A register array of N elements of T, loaded and stored with the widest accesses
-// that fit (16-byte vectors, then 8, 4, 2): ld.global.v4 when N*sizeof(T) >= 16.
-// The caller guarantees alignment to min(16, N*sizeof(T)) bytes.
+// that fit (16-byte vectors, then 8, 4, 2): ld.global.v4 when N*sizeof(T) is a multiple
+// of 16. The caller guarantees alignment to the word (at_vec::k_word bytes).
 template <int BYTES> struct at_word;
 template <> struct at_word<16> { typedef uint4 type; };
 template <> struct at_word<8> { typedef uint2 type; };
@@ -187,7 +187,11 @@ template <> struct at_is_bf16<at_bf16> { static constexpr bool value = true; };
 
 template <typename T, int N> struct at_vec {
   static constexpr int k_bytes = N * static_cast<int>(sizeof(T));
-  static constexpr int k_word = k_bytes >= 16 ? 16 : k_bytes;
+  // The widest word that divides the array (16 bytes for every power of two from 16 on).
+  static constexpr int k_word = k_bytes % 16 == 0  ? 16
+                                : k_bytes % 8 == 0 ? 8
+                                : k_bytes % 4 == 0 ? 4
+                                                   : 2;
   static constexpr int k_words = k_bytes / k_word;
   typedef typename at_word<k_word>::type word;
   union {

@@ -56,6 +56,34 @@ constexpr int k_rows = k_threads / k_lanes;               // rows per block
 // Whether some lanes own fewer than k_per states (their n >= N are predicated off).
 constexpr bool k_ragged = k_per * k_lanes != k_nstate;
 constexpr float k_log2e = 1.4426950408889634f;
+// A lane's k_per states as words of up to 16 bytes when every lane has all of them, they
+// fill whole 32-bit words, the state's last stride is 1 and they start on a word.
+constexpr int k_state_bytes = k_per * static_cast<int>(sizeof(s_t));
+constexpr bool k_state_vec = !k_ragged && k_state_bytes % 4 == 0;
+constexpr int k_state_align = k_state_bytes % 16 == 0 ? 16 : k_state_bytes % 8 == 0 ? 8 : 4;
+constexpr int k_state_words = k_state_bytes / 4; // 32-bit words
+
+// 16, 8 or 4 bytes to global memory in one instruction (the compiler split a uint4
+// assignment into four 4-byte stores here); p aligned to the access.
+__device__ __forceinline__ void store_words(void* p, unsigned a, unsigned b, unsigned c,
+                                            unsigned d) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(a), "r"(b), "r"(c), "r"(d)
+               : "memory");
+}
+__device__ __forceinline__ void store_words(void* p, unsigned a, unsigned b) {
+  asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(a), "r"(b) : "memory");
+}
+
+// 32 bits of stored states: one fp32, or two 16-bit ones (the first in the low half).
+__device__ __forceinline__ unsigned state_word(const float* v) {
+  return __float_as_uint(v[0]);
+}
+__device__ __forceinline__ unsigned state_word(const at_bf16* v) {
+  return unsigned(v[0].bits) | (unsigned(v[1].bits) << 16);
+}
+__device__ __forceinline__ unsigned state_word(const at_f16* v) {
+  return unsigned(v[0].bits) | (unsigned(v[1].bits) << 16);
+}
 
 static_assert(k_threads % 32 == 0 && k_threads >= 32 && k_threads <= 1024,
               "threads must be whole warps, at most 1024");
@@ -64,7 +92,7 @@ static_assert(k_lanes == 1 || k_lanes == 2 || k_lanes == 4 || k_lanes == 8 || k_
               "lanes must be a power of two up to 32");
 static_assert(k_nstate >= 1 && k_nstate <= 256, "state size must be 1..256");
 static_assert(k_lanes <= k_nstate, "lanes must not exceed the state size");
-static_assert(k_per <= 64, "at most 64 states per lane (registers)");
+static_assert(k_per <= 32, "at most 32 states per lane (registers: 64 spill)");
 
 // Mirrored byte for byte by the host (runtime/ops): keep the fields and their order.
 struct StateUpdateArgs {
@@ -153,11 +181,30 @@ extern "C" __global__ void __launch_bounds__(k_threads)
   float a[k_per];
   float bv[k_per];
   float cv[k_per];
+  // The lane's states as one run of vectors where they are contiguous and aligned (the
+  // state's own layout: every row alike), else element by element.
+  const s_t* state_first = state_row + n0 * args.state_stride[3];
+  const bool state_vec = k_state_vec && args.state_stride[3] == 1 &&
+                         reinterpret_cast<unsigned long long>(state_first) % k_state_align == 0;
+  if (state_vec) {
+    if (active) {
+      at_vec<s_t, k_per> v;
+      v.load(state_first);
+      v.to_float(s);
+    } else {
+#pragma unroll
+      for (int i = 0; i < k_per; ++i) {
+        s[i] = 0.0f;
+      }
+    }
+  }
 #pragma unroll
   for (int i = 0; i < k_per; ++i) {
     const long long n = n0 + i;
     const bool in_n = !k_ragged || n < k_nstate;
-    s[i] = at_to_float(at_load_or_zero(state_row + n * args.state_stride[3], active && in_n));
+    if (!state_vec) {
+      s[i] = at_to_float(at_load_or_zero(state_row + n * args.state_stride[3], active && in_n));
+    }
     a[i] = at_to_float(at_load_or_zero(a_row + n * args.A_stride[2], valid && in_n));
     bv[i] = at_to_float(at_load_or_zero(b_row + n * args.B_stride[2], valid && in_n));
     cv[i] = at_to_float(at_load_or_zero(c_row + n * args.C_stride[2], valid && in_n));
@@ -170,20 +217,50 @@ extern "C" __global__ void __launch_bounds__(k_threads)
   const float dt_log2e = dt * k_log2e; // exp(dt * A) = 2^(dt log2(e) * A)
   const float dtx = dt * xv;
   float acc = 0.0f;
+  s_t stored[k_per]; // the new states as stored
 #pragma unroll
   for (int i = 0; i < k_per; ++i) {
-    s[i] = fmaf(s[i], at_exp2_approx(dt_log2e * a[i]), bv[i] * dtx);
+    stored[i] = at_from_float<s_t>(fmaf(s[i], at_exp2_approx(dt_log2e * a[i]), bv[i] * dtx));
     // out reads the state as it is stored (rounded to s_t): what the next step will see,
     // and what mamba-ssm's reference computes out from.
-    acc = fmaf(at_to_float(at_from_float<s_t>(s[i])), cv[i], acc); // past N: 0 * 0
+    acc = fmaf(at_to_float(stored[i]), cv[i], acc); // past N: 0 * 0
   }
 
   s_t* state_out_row = args.state_out + state_offset;
+  if (state_vec) {
+    if (active) {
+      // Whole words built from the bits (a union of the 16-bit elements would be stored
+      // element by element).
+      unsigned w[k_state_words > 0 ? k_state_words : 1];
 #pragma unroll
-  for (int i = 0; i < k_per; ++i) {
-    const long long n = n0 + i;
-    if (active && (!k_ragged || n < k_nstate)) {
-      state_out_row[n * args.state_stride[3]] = at_from_float<s_t>(s[i]);
+      for (int i = 0; i < k_state_words; ++i) {
+        w[i] = state_word(&stored[i * 4 / static_cast<int>(sizeof(s_t))]);
+      }
+      void* dst = state_out_row + n0;
+      if (k_state_align == 16) {
+#pragma unroll
+        for (int i = 0; i + 3 < k_state_words; i += 4) {
+          store_words(static_cast<unsigned*>(dst) + i, w[i], w[i + 1], w[i + 2], w[i + 3]);
+        }
+      } else if (k_state_align == 8) {
+#pragma unroll
+        for (int i = 0; i + 1 < k_state_words; i += 2) {
+          store_words(static_cast<unsigned*>(dst) + i, w[i], w[i + 1]);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < k_state_words; ++i) {
+          reinterpret_cast<unsigned*>(dst)[i] = w[i];
+        }
+      }
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < k_per; ++i) {
+      const long long n = n0 + i;
+      if (active && (!k_ragged || n < k_nstate)) {
+        state_out_row[n * args.state_stride[3]] = stored[i];
+      }
     }
   }
 
