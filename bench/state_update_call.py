@@ -14,7 +14,6 @@ call against the float64 reference (out, new state).
 """
 import os
 import sys
-import time
 
 sys.path.insert(0, os.environ.get("PKG", "python"))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
@@ -23,6 +22,7 @@ import torch  # noqa: E402
 
 import autotune  # noqa: E402
 from autotune._runtime import tensor_fields  # noqa: E402
+from conv_update_call import timed  # noqa: E402  (host µs, stream µs, GPU µs of a call)
 from gpu_checks import state_update_ref  # noqa: E402
 
 autotune.set_policy("heuristic")
@@ -33,39 +33,6 @@ SHAPES = [("mamba1", 1, 0, 5120, 16, 1, torch.bfloat16),
           ("mamba2", 1, 80, 64, 128, 1, torch.bfloat16),
           ("mamba2", 64, 80, 64, 128, 1, torch.bfloat16),
           ("mamba2", 64, 80, 64, 128, 1, torch.float32)]
-
-
-def timed(f, n=500):
-    for _ in range(50):
-        f()
-    torch.cuda.synchronize()
-    ts = []
-    for i in range(n):
-        t0 = time.perf_counter()
-        f()
-        ts.append(time.perf_counter() - t0)
-        if i % 50 == 0:
-            torch.cuda.synchronize()
-    ts.sort()
-    g = torch.cuda.CUDAGraph()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        f()
-        torch.cuda.synchronize()
-        with torch.cuda.graph(g):
-            for _ in range(100):
-                f()
-    torch.cuda.synchronize()
-    g.replay()
-    torch.cuda.synchronize()
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0.record()
-    for _ in range(5):
-        g.replay()
-    e1.record()
-    torch.cuda.synchronize()
-    return ts[len(ts) // 2] * 1e6, e0.elapsed_time(e1) * 1e3 / 500
 
 
 def main():
@@ -109,7 +76,7 @@ def main():
             "torch_ref": lambda: state_update_ref(state, x, dt, A, Bm, Cm, D, z=z,
                                                   dt_bias=dt_bias, dt_softplus=True),
         }
-        _, copy_us = timed(lambda: dst.copy_(src))
+        copy_us = timed(lambda: dst.copy_(src))[2]
         args = autotune.get_runtime(x.device.index).pack(
             "selective_state_update", *[f for t, n in (
                 (state, "state"), (x, "x"), (dt, "dt"), (A, "A"), (Bm, "B"), (Cm, "C"), (D, "D"),
@@ -118,7 +85,7 @@ def main():
         print("  variant:", autotune.get_runtime(x.device.index).selective_state_update_variant(
             args), flush=True)
         for call, f in calls.items():
-            host, gpu = timed(f)
+            host, _, gpu = timed(f)
             print(f"{name:6} {B:3d} {hh:3d} {P:5d} {N:4d} {str(sdt)[6:]:9} {call:9} {host:8.1f} "
                   f"{gpu:8.2f} {moved / gpu * 1e-3:7.0f} {moved / copy_us * 1e-3:9.0f} "
                   f"{err if call == 'autotune' else float('nan'):8.1e}", flush=True)

@@ -2,8 +2,11 @@
 // contents, and the float64 CPU references the kernels are checked against.
 #pragma once
 
+#include "runtime/base/error.hpp"
 #include "runtime/cuda/device.hpp"
 #include "runtime/ops/types.hpp"
+
+#include <doctest/doctest.h>
 
 #include <chrono>
 #include <cmath>
@@ -56,6 +59,24 @@ inline void launch_and_wait(CUfunction f, const LaunchGeometry& g, ArgPack& args
                                             g.block[1], g.block[2], g.dynamic_smem, nullptr,
                                             args.pointers(), nullptr));
   synchronize_within(what);
+}
+
+// A call the runtime must refuse before launching anything: an Error of kind usage whose
+// message holds `message`; the context stays usable (the stream synchronizes after it).
+template <typename Call>
+void check_refused(Call&& call, const std::string& message, const std::string& what) {
+  std::string text = "no error";
+  bool usage = false;
+  try {
+    call();
+  } catch (const Error& e) {
+    text = e.what();
+    usage = e.kind() == ErrorKind::usage;
+  }
+  synchronize_within("a refused " + what);
+  CHECK_MESSAGE(usage, "expected a usage error, got: " << text);
+  CHECK_MESSAGE(text.find(message) != std::string::npos,
+                "expected '" << message << "' in '" << text << "'");
 }
 
 inline uint16_t float_to_bf16(float f) {

@@ -350,18 +350,7 @@ void run_and_check(Runtime& rt, const Case& k, int i, std::mt19937_64& rng) {
 
 // The thrown Error (kind usage, naming `message`), with nothing launched.
 void refused(Runtime& rt, const CausalConv1dUpdateArgs& a, const std::string& message) {
-  std::string what = "no error";
-  bool usage = false;
-  try {
-    rt.causal_conv1d_update(a);
-  } catch (const Error& e) {
-    what = e.what();
-    usage = e.kind() == ErrorKind::usage;
-  }
-  synchronize_within("a refused causal_conv1d_update");
-  CHECK_MESSAGE(usage, "expected a usage error, got: " << what);
-  CHECK_MESSAGE(what.find(message) != std::string::npos,
-                "expected '" << message << "' in '" << what << "'");
+  check_refused([&] { rt.causal_conv1d_update(a); }, message, "causal_conv1d_update");
 }
 
 } // namespace

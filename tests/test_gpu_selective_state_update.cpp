@@ -600,18 +600,7 @@ void run_and_check(PinnedRuntimes& rts, const Case& k, int i, std::mt19937_64& r
 
 // The thrown Error (kind usage, naming `message`), with nothing launched.
 void refused(Runtime& rt, const SelectiveStateUpdateArgs& a, const std::string& message) {
-  std::string what = "no error";
-  bool usage = false;
-  try {
-    rt.selective_state_update(a);
-  } catch (const Error& e) {
-    what = e.what();
-    usage = e.kind() == ErrorKind::usage;
-  }
-  synchronize_within("a refused selective_state_update");
-  CHECK_MESSAGE(usage, "expected a usage error, got: " << what);
-  CHECK_MESSAGE(what.find(message) != std::string::npos,
-                "expected '" << message << "' in '" << what << "'");
+  check_refused([&] { rt.selective_state_update(a); }, message, "selective_state_update");
 }
 
 Case make_case(bool heads, int P, int N, int G, DType x, DType s, DType bc) {
