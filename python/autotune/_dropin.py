@@ -140,8 +140,10 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
     out: x's shape and dtype. One launch of autotune's causal_conv1d_update op reads the
     window from the state, runs the conv and writes the state back (state_len up to 64);
     nothing waits on the GPU: indices and lengths are read there, never checked on the
-    host. Under torch.compile, with gradients enabled on an input that requires them, or
-    for a longer state, the same step runs as torch operations around causal_conv1d_fn.
+    host. Under torch.compile it is the registered operator torch.ops.autotune.
+    causal_conv1d_update (one node; conv_state declared mutated); with gradients enabled
+    on an input that requires them, or for a longer state, the same step runs as torch
+    operations around causal_conv1d_fn.
     """
     if activation not in _ACTIVATIONS:
         raise NotImplementedError("activation must be None, silu, or swish")
@@ -161,8 +163,16 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
     batch, dim, seqlen = x.shape
     width = weight.shape[1]
     state_len = conv_state.shape[2]
-    # Traced (torch.compile), with gradients, or a state longer than the kernel holds:
-    # torch operations around causal_conv1d_fn.
+    if (_is_compiling() and state_len <= _UPDATE_MAX_STATE and
+            not (_grad_enabled() and (x.requires_grad or weight.requires_grad or
+                                      getattr(bias, "requires_grad", False)))):
+        # Traced: the registered operator, one node that updates conv_state in place.
+        out = _UPDATE_OP(x, conv_state, weight.contiguous(),
+                         None if bias is None else bias.contiguous(), activation is not None,
+                         cache_seqlens, conv_state_indices)
+        return out.squeeze(-1) if unsqueeze else out
+    # With gradients, or a state longer than the kernel holds: torch operations around
+    # causal_conv1d_fn.
     valid = None
     if conv_state_indices is None:
         states = conv_state
@@ -243,6 +253,10 @@ def _update_checks(x, conv_state, weight, bias, cache_seqlens, conv_state_indice
     if cache_seqlens is not None:
         _check_int32_vector(name, "cache_seqlens", cache_seqlens, batch, x)
     return x, unsqueeze
+
+
+_UPDATE_OP = torch.ops.autotune.causal_conv1d_update.default
+_STATE_UPDATE_OP = torch.ops.autotune.selective_state_update.default
 
 
 # The longest state the one-launch update takes (the library's causal_conv1d_update keeps a
@@ -358,10 +372,14 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
     out: x's shape and dtype: sum_n state * C + D * x, times silu(z) when z is given, with
     the state first decayed by exp(dt * A) and fed dt * B * x (dt = softplus(dt + dt_bias)
     with dt_softplus). One launch of autotune's selective_state_update op (under
-    torch.compile a graph break runs it eagerly).
+    torch.compile the registered operator torch.ops.autotune.selective_state_update, one
+    node with state declared mutated).
     """
-    fn = _state_update_eager if _is_compiling() else _state_update_call
-    return fn(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices)
+    if _is_compiling():  # the registered operator: one node that updates state in place
+        return _STATE_UPDATE_OP(state, x, dt, A, B, C, D, z, dt_bias,
+                                True if dt_softplus else False, state_batch_indices)
+    return _state_update_call(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus,
+                              state_batch_indices)
 
 
 def _state_update_call(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices):
@@ -370,8 +388,6 @@ def _state_update_call(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_
                                _state_update_checks)
 
 
-# Traced code calls the op outside the graph (the kernel updates the state in place).
-_state_update_eager = torch.compiler.disable(_state_update_call)
 
 
 def _state_update_checks(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices):

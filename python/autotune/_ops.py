@@ -20,8 +20,15 @@ torch.compile(fullgraph=True) traces them as single nodes and CUDA graphs captur
                                          cache_leftpad=None)
     torch.ops.autotune.attention_kvcache_with_lse(...)           -> (out, lse [B, H, Sq])
 
-The KV cache operators write k_new/v_new into k_cache/v_cache (declared mutated in their
-schemas); every other operator is functional.
+    torch.ops.autotune.causal_conv1d_update(x, conv_state, weight, bias=None, silu=False,
+                                            cache_seqlens=None, conv_state_indices=None)
+    torch.ops.autotune.selective_state_update(state, x, dt, A, B, C, D=None, z=None,
+                                              dt_bias=None, dt_softplus=False,
+                                              state_batch_indices=None)
+
+The KV cache operators write k_new/v_new into k_cache/v_cache, and the two decoding steps
+their conv_state / state (declared mutated in their schemas); every other operator is
+functional.
 
 The operators allocate and return their outputs and are strict: every tensor goes to the C ABI as it is, and the library refuses
 what its kernels cannot read (a strided last dimension, a non-contiguous weight, a
@@ -190,6 +197,18 @@ def attention_kvcache_with_lse(q, k_cache, v_cache, cache_seqlens, block_table=N
         True, (window_left, window_right), softcap, alibi_slopes, cache_leftpad)
 
 
+def causal_conv1d_update(x, conv_state, weight, bias=None, silu=False, cache_seqlens=None,
+                         conv_state_indices=None):
+    return _calls.conv_update(_plans, _device, x, conv_state, weight, bias, silu, cache_seqlens,
+                              conv_state_indices)
+
+
+def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
+                           dt_softplus=False, state_batch_indices=None):
+    return _calls.state_update(_plans, _device, state, x, dt, A, B, C, D, z, dt_bias, dt_softplus,
+                               state_batch_indices)
+
+
 # ---- fake implementations: outputs of the right shape, dtype, device and strides ----------
 def _conv_fake(x, weight, bias=None, initial_states=None, silu=False, seq_idx=None):
     _calls._load_torch()
@@ -248,6 +267,16 @@ def _attention_kvcache_lse_fake(q, k_cache, v_cache, cache_seqlens, block_table=
             q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=_f32))
 
 
+def _conv_update_fake(x, conv_state, weight, bias=None, silu=False, cache_seqlens=None,
+                      conv_state_indices=None):
+    return torch.empty_like(x)
+
+
+def _state_update_fake(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False,
+                       state_batch_indices=None):
+    return torch.empty_like(x)
+
+
 # ---- registration ---------------------------------------------------------------------------
 _CONV_ARGS = "Tensor x, Tensor weight, Tensor? bias=None, Tensor? initial_states=None, " \
              "bool silu=False, Tensor? seq_idx=None"
@@ -270,6 +299,14 @@ _KVCACHE_ARGS = "Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor cache_
                 "int window_right=-1, float softcap=0.0, Tensor? alibi_slopes=None, " \
                 "Tensor? cache_leftpad=None"
 
+# The decoding steps update their state in place: declared mutated, as the caches above.
+_CONV_UPDATE_ARGS = "Tensor x, Tensor(a!) conv_state, Tensor weight, Tensor? bias=None, " \
+                    "bool silu=False, Tensor? cache_seqlens=None, " \
+                    "Tensor? conv_state_indices=None"
+_STATE_UPDATE_ARGS = "Tensor(a!) state, Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, " \
+                     "Tensor? D=None, Tensor? z=None, Tensor? dt_bias=None, " \
+                     "bool dt_softplus=False, Tensor? state_batch_indices=None"
+
 # name: (arguments, returns, CUDA implementation, fake implementation)
 OPS = {
     "causal_conv1d": (_CONV_ARGS, "Tensor", causal_conv1d, _conv_fake),
@@ -287,6 +324,10 @@ OPS = {
     "attention_kvcache": (_KVCACHE_ARGS, "Tensor", attention_kvcache, _attention_kvcache_fake),
     "attention_kvcache_with_lse": (_KVCACHE_ARGS, "(Tensor, Tensor)", attention_kvcache_with_lse,
                                    _attention_kvcache_lse_fake),
+    "causal_conv1d_update": (_CONV_UPDATE_ARGS, "Tensor", causal_conv1d_update,
+                             _conv_update_fake),
+    "selective_state_update": (_STATE_UPDATE_ARGS, "Tensor", selective_state_update,
+                               _state_update_fake),
 }
 
 

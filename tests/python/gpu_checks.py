@@ -1071,6 +1071,23 @@ def check_opcheck():
     calls += [(OPS.attention_kvcache.default, (q1, k_cache, v_cache, lens, None, k1, v1, True,
                                                None)),
               (OPS.attention_kvcache_with_lse.default, (q1, k_cache, v_cache, lens))]
+    # The Mamba decoding steps (their states declared written), Mamba-1's and Mamba-2's forms.
+    step = torch.randn(2, 64, 1, device=DEV, dtype=torch.bfloat16)
+    conv_state = torch.randn(2, 64, 4, device=DEV, dtype=torch.bfloat16)
+    ssm = torch.randn(2, 4, 16, 8, device=DEV, dtype=torch.float32)
+    sx, sdt, sz = (torch.randn(2, 4, 16, device=DEV, dtype=torch.bfloat16) for _ in range(3))
+    sA = -torch.rand(4, 16, 8, device=DEV) - 1.0
+    sB, sC = (torch.randn(2, 2, 8, device=DEV) for _ in range(2))
+    sD, sbias = torch.randn(4, 16, device=DEV), torch.rand(4, 16, device=DEV) - 4.0
+    calls += [(OPS.causal_conv1d_update.default, (step, conv_state, w, b, True)),
+              (OPS.causal_conv1d_update.default,
+               (step, conv_state, w, None, False,
+                torch.tensor([3, 9], device=DEV, dtype=torch.int32),
+                torch.tensor([1, 0], device=DEV, dtype=torch.int32))),
+              (OPS.selective_state_update.default, (ssm, sx, sdt, sA, sB, sC, sD, sz, sbias,
+                                                    True)),
+              (OPS.selective_state_update.default, (ssm[:, 0, :, :], sx[:, 0], sdt[:, 0], sA[0],
+                                                    sB[:, 0], sC[:, 0]))]
     utils = ("test_schema", "test_faketensor", "test_aot_dispatch_dynamic")
     for op, args in calls:
         torch.library.opcheck(op, args, test_utils=utils)
@@ -1209,6 +1226,50 @@ def check_compile_kvcache():
             raise AssertionError(f"{what}: autotune.attention_kvcache not in the graph: "
                                  f"{sorted(targets)}")
     return "1 graph each (d=64; d=59 padded, with cache_leftpad); output and caches match eager"
+
+
+def check_compile_mamba_step():
+    """torch.compile(fullgraph=True) of a Mamba decoding step through the two drop-ins
+    (causal_conv1d_update, then selective_state_update on its output): one graph holding
+    both operators; the output and the two states it leaves match eager's."""
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(gm)
+        return gm.forward
+
+    torch.manual_seed(0)
+    batch, dim, width, dstate = 2, 64, 4, 16
+    conv_state = torch.randn(batch, dim, width, device=DEV, dtype=torch.bfloat16)
+    ssm_state = torch.randn(batch, dim, dstate, device=DEV, dtype=torch.bfloat16)
+    x = torch.randn(batch, dim, device=DEV, dtype=torch.bfloat16)
+    w = torch.randn(dim, width, device=DEV, dtype=torch.bfloat16)
+    bias = torch.randn(dim, device=DEV, dtype=torch.bfloat16)
+    dt, z = (torch.randn(batch, dim, device=DEV, dtype=torch.bfloat16) for _ in range(2))
+    A = -torch.rand(dim, dstate, device=DEV) - 1.0
+    Bm, Cm = (torch.randn(batch, dstate, device=DEV, dtype=torch.bfloat16) for _ in range(2))
+    Dv, dbias = torch.randn(dim, device=DEV), torch.rand(dim, device=DEV) - 4.0
+
+    def step(x, conv_state, ssm_state):
+        y = autotune.causal_conv1d_update(x, conv_state, w, bias, "silu")
+        return autotune.selective_state_update(ssm_state, y, dt, A, Bm, Cm, Dv, z=z,
+                                               dt_bias=dbias, dt_softplus=True) * 2
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        eager = [conv_state.clone(), ssm_state.clone()]
+        ref = step(x, *eager)
+        compiled = [conv_state.clone(), ssm_state.clone()]
+        out = torch.compile(step, fullgraph=True, backend=backend)(x, *compiled)
+    _same((out, *compiled), (ref, *eager), "mamba step fullgraph")
+    if len(seen) != 1:
+        raise AssertionError(f"{len(seen)} graphs")
+    targets = {str(n.target) for n in seen[0].graph.nodes if n.op == "call_function"}
+    wanted = {"autotune.causal_conv1d_update.default", "autotune.selective_state_update.default"}
+    if wanted - targets:
+        raise AssertionError(f"not in the graph: {sorted(wanted - targets)}; it holds "
+                             f"{sorted(targets)}")
+    return "1 graph, both operators; output and states match eager"
 
 
 def check_compile_inductor():
@@ -1622,6 +1683,7 @@ OTHER_CHECKS = {
     "compile: fullgraph, dynamic shapes": check_compile_dynamic,
     "compile: fullgraph, varlen operators": check_compile_varlen,
     "compile: fullgraph, KV cache decoding step": check_compile_kvcache,
+    "compile: fullgraph, Mamba decoding step": check_compile_mamba_step,
     "cuda graph: capture and replay": check_cuda_graph,
     "cuda graph: first attention call inside capture is refused": check_capture_first_call_refused,
     "cuda graph: KV cache decoding step": check_kvcache_graph,
