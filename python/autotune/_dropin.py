@@ -149,9 +149,7 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
         raise NotImplementedError("activation must be None, silu, or swish")
     if (type(x) is _Tensor and type(conv_state) is _Tensor and type(weight) is _Tensor and
             not _is_compiling() and conv_state.dim() == 3 and
-            conv_state.shape[2] <= _UPDATE_MAX_STATE and
-            not (_grad_enabled() and (x.requires_grad or weight.requires_grad or
-                                      getattr(bias, "requires_grad", False)))):
+            conv_state.shape[2] <= _UPDATE_MAX_STATE and not _update_records(x, weight, bias)):
         # One launch (the library's causal_conv1d_update op). A call whose signature already
         # ran goes straight to its plan; a new one is checked here first (_update_checks).
         unsqueeze = x.dim() == 2
@@ -163,9 +161,8 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
     batch, dim, seqlen = x.shape
     width = weight.shape[1]
     state_len = conv_state.shape[2]
-    if (_is_compiling() and state_len <= _UPDATE_MAX_STATE and
-            not (_grad_enabled() and (x.requires_grad or weight.requires_grad or
-                                      getattr(bias, "requires_grad", False)))):
+    if _is_compiling() and state_len <= _UPDATE_MAX_STATE and not _update_records(x, weight,
+                                                                                  bias):
         # Traced: the registered operator, one node that updates conv_state in place.
         out = _UPDATE_OP(x, conv_state, weight.contiguous(),
                          None if bias is None else bias.contiguous(), activation is not None,
@@ -216,6 +213,13 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
                                torch.where(valid[:, None, None], new, fallback))
         out = out.masked_fill(~valid[:, None, None], 0)
     return out.squeeze(-1) if unsqueeze else out
+
+
+def _update_records(x, weight, bias):
+    """Whether autograd would record an update on these (grad mode on, an input that
+    requires a gradient): the step then runs as torch operations."""
+    return _grad_enabled() and (x.requires_grad or weight.requires_grad or
+                                getattr(bias, "requires_grad", False))
 
 
 def _update_checks(x, conv_state, weight, bias, cache_seqlens, conv_state_indices):
