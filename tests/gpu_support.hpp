@@ -8,6 +8,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -147,6 +148,16 @@ struct DeviceTensor {
   CUdeviceptr get() const { return buffer.get(); }
   void download(HostTensor& h) const { buffer.download(h.bytes.data(), h.bytes.size()); }
 };
+
+// int32 values on the device (index tensors: cache lengths, row indices); at least one
+// element is allocated, so an empty list still has an address.
+inline cuda::DeviceBuffer int_buffer(const std::vector<int>& v) {
+  cuda::DeviceBuffer d(std::max<size_t>(v.size(), 1) * sizeof(int));
+  if (!v.empty()) {
+    d.upload(v.data(), v.size() * sizeof(int));
+  }
+  return d;
+}
 
 // ||out - ref|| / ||ref|| over the elements; NaN anywhere gives +inf.
 inline double relative_error(const HostTensor& out, const std::vector<double>& ref) {

@@ -87,14 +87,6 @@ HostTensor poisoned(DType t, size_t n) {
   return h;
 }
 
-cuda::DeviceBuffer int_buffer(const std::vector<int>& v) {
-  cuda::DeviceBuffer d(std::max<size_t>(v.size(), 1) * sizeof(int));
-  if (!v.empty()) {
-    d.upload(v.data(), v.size() * sizeof(int));
-  }
-  return d;
-}
-
 // dst[i] = src[j], the bytes themselves.
 void copy_element(HostTensor& dst, size_t i, const HostTensor& src, size_t j) {
   const size_t e = dtype_size(dst.type);

@@ -95,14 +95,6 @@ double rounded(DType t, double v) {
   return f;
 }
 
-cuda::DeviceBuffer int_buffer(const std::vector<int>& v) {
-  cuda::DeviceBuffer d(std::max<size_t>(v.size(), 1) * sizeof(int));
-  if (!v.empty()) {
-    d.upload(v.data(), v.size() * sizeof(int));
-  }
-  return d;
-}
-
 // Rows of E = 7 for the B = 3 sequences: distinct valid rows mixed with padding (-1 and
 // E, both outside [0, E)), and rows that nobody selects.
 std::vector<int> rows_for(int i) {

@@ -765,8 +765,7 @@ void CausalConv1dOp::pack(const Config& config, const Problem& problem,
 
 std::string CausalConv1dOp::reference_kernel(const Problem& problem) const {
   Dims d = dims(problem);
-  auto suffix = [](DType t) { return t == DType::f32 ? "f32" : t == DType::f16 ? "f16" : "bf16"; };
-  return std::string("causal_conv1d_ref_") + suffix(d.x) + "_" + suffix(d.w);
+  return reference_kernel_name("causal_conv1d_ref", d.x, d.w);
 }
 
 LaunchGeometry CausalConv1dOp::reference_geometry(const Problem& problem) const {

@@ -215,8 +215,7 @@ void CausalConv1dUpdateOp::pack(const Config& config, const Problem& problem,
 
 std::string CausalConv1dUpdateOp::reference_kernel(const Problem& problem) const {
   const Dims d = dims(problem);
-  auto suffix = [](DType t) { return t == DType::f32 ? "f32" : t == DType::f16 ? "f16" : "bf16"; };
-  return std::string("causal_conv1d_update_ref_") + suffix(d.x) + "_" + suffix(d.w);
+  return reference_kernel_name("causal_conv1d_update_ref", d.x, d.w);
 }
 
 LaunchGeometry CausalConv1dUpdateOp::reference_geometry(const Problem& problem) const {

@@ -155,6 +155,10 @@ struct VectorAccess {
   long long bytes; // bytes of one access
 };
 
+// The name of a reference kernel instantiated per pair of element types, as the
+// references' macros spell it: PREFIX_X_Y with f32, f16 or bf16 for X and Y.
+std::string reference_kernel_name(const char* prefix, DType x, DType y);
+
 // The tolerance of an op whose error is dominated by one rounding of its 16-bit
 // output (bf16 keeps 8 significant bits, fp16 11); `f32` for fp32 outputs.
 double output_rounding_tolerance(DType out, double f32);

@@ -130,6 +130,11 @@ bool VectorAccess::aligned(CUdeviceptr base, std::initializer_list<long long> st
   return true;
 }
 
+std::string reference_kernel_name(const char* prefix, DType x, DType y) {
+  auto suffix = [](DType t) { return t == DType::f32 ? "f32" : t == DType::f16 ? "f16" : "bf16"; };
+  return std::string(prefix) + "_" + suffix(x) + "_" + suffix(y);
+}
+
 double output_rounding_tolerance(DType out, double f32) {
   switch (out) {
   case DType::bf16:

@@ -282,8 +282,7 @@ void SelectiveStateUpdateOp::pack(const Config& config, const Problem& problem,
 
 std::string SelectiveStateUpdateOp::reference_kernel(const Problem& problem) const {
   const Dims d = dims(problem);
-  auto suffix = [](DType t) { return t == DType::f32 ? "f32" : t == DType::f16 ? "f16" : "bf16"; };
-  return std::string("selective_state_update_ref_") + suffix(d.x) + "_" + suffix(d.state);
+  return reference_kernel_name("selective_state_update_ref", d.x, d.state);
 }
 
 LaunchGeometry SelectiveStateUpdateOp::reference_geometry(const Problem& problem) const {
