@@ -128,6 +128,14 @@ TEST_CASE("every valid causal_conv1d variant matches a float64 reference") {
       "B=3,C=8,L=65,W=4,dtype=bf16,init_states=1,final_states=1",
       "B=2,C=16,L=67,W=3,dtype=fp32,wdtype=fp32,init_states=1,final_states=1",
       "B=4,C=32,L=1001,W=4,dtype=bf16,bias=1,silu=1,init_states=1",
+      // Rows back to back as aligned runs (load=span, C * L a multiple of the vector):
+      // a row start in nearly every vector (L = 9..13), a partial last block of rows,
+      // states.
+      "B=3,C=24,L=9,W=4,dtype=bf16,bias=1,silu=1",
+      "B=2,C=16,L=11,W=4,dtype=fp16,init_states=1,final_states=1",
+      "B=2,C=24,L=333,W=4,dtype=bf16,init_states=1,final_states=1",
+      "B=2,C=12,L=67,W=3,dtype=fp32,wdtype=fp32,init_states=1,final_states=1",
+      "B=2,C=40,L=13,W=2,dtype=bf16,wdtype=fp32,bias=1,silu=1",
       // Channel-last x and out (channel_last.cuh): channels that fill no vector (C=100
       // with 8-element vectors, odd C: element accesses), rows shorter than a step and
       // than the state, chunks of many steps, states in every dtype.
@@ -421,6 +429,7 @@ TEST_CASE("ragged rows at every offset and stride read and write only their own 
       "threads=128,vec=8,items=2,cpb=1,load=direct", "threads=64,vec=4,items=4,cpb=2,load=direct",
       "threads=64,vec=16,items=2,cpb=1,load=direct", "threads=128,vec=8,items=1,cpb=4,load=smem",
       "threads=128,vec=4,items=4,cpb=16,load=smem",  "threads=512,vec=8,items=4,cpb=1,load=smem",
+      "threads=128,vec=8,items=4,cpb=8,load=span",   "threads=64,vec=4,items=4,cpb=4,load=span",
   };
   for (auto [C, L] : {std::pair{5, 1},
                       {5, 3},

@@ -181,17 +181,28 @@ TEST_CASE("a configuration from another problem is adapted where its tile would 
   Config tuned = parse_fields("threads=128,vec=4,items=4,cpb=1,load=smem", "config");
   SUBCASE("a short sequence: one tile per row, rows packed into the block") {
     // 16-byte vectors, 16 threads a row, one tile of 512 covers 333 (65% of the lanes
-    // busy, 64 bytes per thread): the shape of B=64,L=333's own tuned winner
-    // (threads=64,vec=8,items=4,cpb=4), where 3 tiles of 128 ran 1.7x slower.
+    // busy, 64 bytes per thread), where 3 tiles of 128 ran 1.7x slower; the rows are
+    // ragged and 8 of them make whole vectors, so the staged tile runs as spans.
     CHECK(format_fields(conv.adapt(tuned, problem("causal_conv1d", "B=64,C=1536,L=333,W=2"))) ==
-          "threads=128,vec=8,items=4,cpb=8,load=smem");
+          "threads=128,vec=8,items=4,cpb=8,load=span");
     // 4 threads a row (64 contiguous bytes), one tile of 128 covers 100.
     CHECK(format_fields(conv.adapt(tuned, problem("causal_conv1d", "B=64,C=1536,L=100,W=4"))) ==
-          "threads=128,vec=8,items=4,cpb=32,load=smem");
+          "threads=128,vec=8,items=4,cpb=32,load=span");
     // fp32: 16-byte vectors are 4 elements, so 32 threads a row make the tile of 512.
     CHECK(format_fields(
               conv.adapt(tuned, problem("causal_conv1d", "B=64,C=1536,L=333,W=2,x=fp32,w=fp32"))) ==
-          "threads=128,vec=4,items=4,cpb=4,load=smem");
+          "threads=128,vec=4,items=4,cpb=4,load=span");
+    // Rows of whole vectors keep the staged rows (spans are for ragged rows).
+    CHECK(format_fields(conv.adapt(tuned, problem("causal_conv1d", "B=64,C=1536,L=96,W=4"))) ==
+          "threads=128,vec=8,items=4,cpb=32,load=smem");
+    // A span winner keeps its tile where it fits the row (B=64, C=3072, L=333's tuned
+    // winner at C=1536), and is adapted as a staged tile where it does not.
+    Config spans = parse_fields("threads=128,vec=4,items=8,cpb=8,load=span", "config");
+    CHECK(conv.adapt(spans, problem("causal_conv1d", "B=64,C=1536,L=333,W=2")) == spans);
+    CHECK(format_fields(conv.adapt(spans, problem("causal_conv1d", "B=64,C=1536,L=100,W=4"))) ==
+          "threads=128,vec=8,items=4,cpb=32,load=span");
+    CHECK(format_fields(conv.adapt(spans, problem("causal_conv1d", "B=64,C=1536,L=96,W=4"))) ==
+          "threads=128,vec=8,items=4,cpb=32,load=smem");
     // The direct path keeps whole warps per row: 4 rows of 32 threads, tile 512
     // (items=4 would load as much per thread with half the lanes past the row), where
     // rows are whole vectors; ragged short rows take the staged path.
@@ -199,7 +210,7 @@ TEST_CASE("a configuration from another problem is adapted where its tile would 
     CHECK(format_fields(conv.adapt(direct, problem("causal_conv1d", "B=64,C=1536,L=336,W=2"))) ==
           "threads=128,vec=8,items=2,cpb=4,load=direct");
     CHECK(format_fields(conv.adapt(direct, problem("causal_conv1d", "B=64,C=1536,L=333,W=2"))) ==
-          "threads=128,vec=8,items=4,cpb=8,load=smem");
+          "threads=128,vec=8,items=4,cpb=8,load=span");
   }
   SUBCASE("a row that nearly fills its tile keeps the configuration") {
     CHECK(conv.adapt(tuned, problem("causal_conv1d", "B=4,C=5120,L=2000,W=4")) == tuned);

@@ -18,6 +18,7 @@ Dims dims(const Problem& p) {
 struct Params {
   int threads, vec, items, cpb;
   bool smem;
+  bool span; // load=span: the staged path (smem) with blocks' rows as one run (kernel.cuh)
 };
 
 Params params(const Config& c) {
@@ -33,7 +34,13 @@ Params params(const Config& c) {
     } else if (k == "cpb") {
       p.cpb = int(parse_int(v, "cpb")), have[3] = true;
     } else if (k == "load") {
-      p.smem = parse_choice("causal_conv1d", k, v, "direct", "smem"), have[4] = true;
+      if (v != "direct" && v != "smem" && v != "span") {
+        throw Error(ErrorKind::config,
+                    "causal_conv1d: parameter load='" + v + "' is not one of direct, smem, span");
+      }
+      p.smem = v != "direct";
+      p.span = v == "span";
+      have[4] = true;
     } else {
       throw Error(ErrorKind::config, "causal_conv1d: unknown parameter '" + k + "'");
     }
@@ -61,13 +68,33 @@ bool ragged(const Dims& d, long long vec) {
   return d.L % vec != 0;
 }
 
+// Why load=span does not fit a problem (empty: it does). Its blocks' rows form one run
+// only as one tile per row, and every block's run starts on a vector only when cpb * L
+// is a multiple of it (kernel.cuh "Spans"; the call's strides and pointers are checked
+// per call, conv_kernel_args).
+std::string span_misfit(const Params& p, const Dims& d) {
+  if (d.channel_last) {
+    return "load=span is for channel-first x";
+  }
+  if ((long long)(p.threads / p.cpb) * p.vec * p.items < d.L) {
+    return "load=span needs one tile per row (threads/cpb * vec * items >= L)";
+  }
+  if (d.L < p.vec) {
+    return "load=span needs rows of at least one vector (L >= vec)";
+  }
+  if (p.cpb * d.L % p.vec != 0) {
+    return "load=span needs cpb * L to be a multiple of vec (every block's run aligned)";
+  }
+  return {};
+}
+
 // config with p's values.
 Config with_params(const Config& config, const Params& p) {
   Config c = with_values(
       config, {{"threads", p.threads}, {"vec", p.vec}, {"items", p.items}, {"cpb", p.cpb}});
   for (auto& [k, v] : c) {
     if (k == "load") {
-      v = p.smem ? "smem" : "direct";
+      v = p.span ? "span" : p.smem ? "smem" : "direct";
     }
   }
   return c;
@@ -233,6 +260,11 @@ Result<bool> CausalConv1dOp::check(const Config& config, const Problem& problem,
   if (auto threads = check_block_threads(p.threads); !threads) {
     return threads;
   }
+  if (p.span) {
+    if (std::string why = span_misfit(p, d); !why.empty()) {
+      return fail(why);
+    }
+  }
   if (d.channel_last) {
     if (p.cpb != 1 || p.smem) {
       return fail("channel-last x has one kernel form: cpb=1, load=direct");
@@ -276,8 +308,8 @@ Result<bool> CausalConv1dOp::check(const Config& config, const Problem& problem,
   long long tile = tile_length(p);
   if (p.smem) {
     long long pad = std::max<long long>(16 / (long long)dtype_size(d.x), d.W - 1);
-    // (ragged rows stage one vector more: kernel.cuh k_row_slots)
-    const long long row = pad + tile + (ragged(d, p.vec) ? p.vec : 0);
+    // (ragged rows and spans stage one vector more: kernel.cuh k_row_slots)
+    const long long row = pad + tile + (ragged(d, p.vec) || p.span ? p.vec : 0);
     const long long smem = p.cpb * row * (long long)dtype_size(d.x);
     if (smem > k_static_smem_limit) {
       return fail("shared-memory tile of " + std::to_string(smem) + " bytes exceeds 48 KiB");
@@ -301,6 +333,10 @@ Result<bool> CausalConv1dOp::worth_measuring(const Config& config, const Problem
                   std::to_string(p.items) + " (fewer items per step do the same work)");
     }
     return true;
+  }
+  if (p.span && !ragged(d, p.vec)) {
+    return fail("rows of L=" + std::to_string(d.L) + " are whole vectors: the row paths " +
+                "already move them in aligned vectors (load=span is for ragged rows)");
   }
   long long tile = tile_length(p);
   if (tile / 2 >= d.L && p.items > 1) {
@@ -366,6 +402,43 @@ Config CausalConv1dOp::adapt_long_rows(const Config& config, const Problem& prob
 }
 
 Config CausalConv1dOp::adapt(const Config& config, const Problem& problem) const {
+  // The rules for the row paths below choose the tile; a staged tile of ragged rows then
+  // runs as spans where they fit (kernel.cuh "Spans"): H100, B=64, L=333, the staged
+  // winners against the same tiles as spans, bench/notes/causal_conv1d-unaligned.md.
+  Params src = params(config);
+  const Dims d = dims(problem);
+  if (src.span && ragged(d, src.vec) && tile_length(src) < 2 * d.L) {
+    try {
+      if (check(config, problem, "sm_80")) {
+        return config; // spans whose one tile a row fits this row too
+      }
+    } catch (const Error&) {
+      // adapt as a staged tile below
+    }
+  }
+  Config base = config;
+  if (src.span) {
+    src.span = false;
+    base = with_params(config, src);
+  }
+  const Config rows = adapt_rows(base, problem);
+  Params p = params(rows);
+  if (!p.smem || d.channel_last || !ragged(d, p.vec)) {
+    return rows;
+  }
+  p.span = true;
+  const Config spans = with_params(rows, p);
+  try {
+    if (check(spans, problem, "sm_80")) {
+      return spans;
+    }
+  } catch (const Error&) {
+    // keep the staged rows
+  }
+  return rows;
+}
+
+Config CausalConv1dOp::adapt_rows(const Config& config, const Problem& problem) const {
   // A short sequence (a row filling at most half of one tile of threads / cpb x
   // vec x items positions, the tiles worth_measuring() rejects) leaves the lanes
   // past L idle, and the op is bandwidth-bound: what a block is worth is the bytes
@@ -498,6 +571,9 @@ std::vector<std::string> CausalConv1dOp::defines(const Config& config,
     out.push_back("-DAT_CL_LANES=" + std::to_string(channel_last_grid(p, d).lanes));
   } else if (ragged(d, p.vec)) {
     out.push_back("-DAT_RAGGED=1");
+  }
+  if (p.span) {
+    out.push_back("-DAT_SPAN=1");
   }
   return out;
 }
@@ -686,6 +762,8 @@ CausalConv1dPlan CausalConv1dOp::conv_plan(const Config& config, const Problem& 
   p.shape = dims(problem);
   const Params params_of = params(config);
   p.vec = params_of.vec;
+  p.cpb = params_of.cpb;
+  p.span = params_of.span;
   p.chunk = p.shape.channel_last ? int(channel_last_grid(params_of, p.shape).chunk) : 0;
   p.geometry = geometry(config, problem);
   return p;
@@ -728,13 +806,21 @@ CausalConv1dKernelArgs conv_kernel_args(const CausalConv1dPlan& plan,
                     vector.aligned(call.out, {call.out_batch_stride, call.out_length_stride});
     return a;
   }
+  const VectorAccess vector(d.x, plan.vec);
+  if (plan.span && call.x_channel_stride == d.L && call.out_channel_stride == d.L &&
+      vector.aligned(call.x, {call.x_batch_stride}) &&
+      vector.aligned(call.out, {call.out_batch_stride})) {
+    // Every block's rows are one aligned run in x and out (check() made cpb * L a
+    // multiple of the vector): the kernel's "Spans".
+    a.vector_mode = 2;
+    return a;
+  }
   if (ragged(d, plan.vec)) {
     // Every row is tiled from out's first aligned address and x read realigned (the
     // kernel's "Ragged rows"): vectors whatever the strides.
     a.vector_mode = 1;
     return a;
   }
-  const VectorAccess vector(d.x, plan.vec);
   a.vector_mode = vector.aligned(call.x, {call.x_batch_stride, call.x_channel_stride}) &&
                   vector.aligned(call.out, {call.out_batch_stride, call.out_channel_stride});
   return a;

@@ -43,7 +43,7 @@ struct CausalConv1dKernelArgs {
   CUdeviceptr x, weight, bias, out, initial_states, final_states;
   int batch, channels, length;
   long long x_batch_stride, x_channel_stride, out_batch_stride, out_channel_stride;
-  int vector_mode;                              // 0 scalar, 1 vector loads and stores
+  int vector_mode; // 0 scalar, 1 vector loads and stores, 2 spans (kernel.cuh)
   long long x_length_stride, out_length_stride; // channel-last only
   int chunk;                                    // channel-last: positions per thread
   CUdeviceptr seq_idx;                          // channel-last: int32 [B, L] or 0
@@ -55,7 +55,9 @@ struct CausalConv1dKernelArgs {
 struct CausalConv1dPlan final : CallPlan {
   CausalConv1dShape shape;
   int vec = 0;
-  int chunk = 0; // channel-last: positions per thread
+  int cpb = 0;
+  bool span = false; // load=span: vector_mode 2 where the call's rows form aligned runs
+  int chunk = 0;     // channel-last: positions per thread
   size_t pack(const void* args, const BoundCall& call, void* out) const override;
 };
 
@@ -95,6 +97,8 @@ public:
                                      const CausalConv1dCall& call) const;
 
 private:
+  // adapt() for the row paths (no spans): short rows here, long ones below.
+  Config adapt_rows(const Config& config, const Problem& problem) const;
   // adapt() for rows at least half of the configuration's tile long.
   Config adapt_long_rows(const Config& config, const Problem& problem) const;
 };

@@ -19,6 +19,10 @@
 //   AT_SMEM      0: direct vector loads, halo from the neighbouring lane by warp
 //                shuffle; 1: the tile is staged through shared memory, which
 //                keeps accesses coalesced when rows are not vector-aligned.
+//   AT_SPAN      1 (with AT_SMEM): a block whose rows lie back to back in x and out
+//                (the host's check: vector_mode 2) stages them as one aligned run of
+//                vectors, whatever L; see "Spans" below. Other calls take the staged
+//                path with the same parameters.
 //   AT_RAGGED    0: L is a multiple of AT_VEC (every vector lies wholly inside or
 //                wholly past a row). 1: it is not; each row is then read in aligned
 //                vectors from its first aligned address, whatever L and the strides
@@ -46,6 +50,17 @@
 // shift positions of a row may lie past the last tile; the last block of the row
 // computes those few outputs with scalar accesses. bench/notes/causal_conv1d-unaligned.md
 // weighs the alternatives.
+//
+// Spans (AT_SPAN=1, vector_mode 2). When the cpb rows of a block are consecutive in
+// memory (channel stride L in x and out) and the block's first element is aligned (the
+// host checks the pointers, the batch strides and that cpb * L is a multiple of the
+// vector), the block's rows are one run of cpb * L elements: it is staged in aligned
+// vectors, and each thread computes whole output vectors of the run, which may end one
+// row and begin the next. A vector inside one row, with its window, is the plain
+// computation; one that meets a row's start takes, per element, its row's weights and
+// the initial state (or zero) before position 0. No partial vectors except the run's
+// last, so short odd rows (L=333: 42 vectors a row, two of them partial) move at the
+// rate of aligned ones.
 
 #include "common/numeric.cuh"
 
@@ -73,6 +88,10 @@ static_assert(AT_SMEM || k_row_threads % 32 == 0, "the shuffle path needs whole 
 #ifndef AT_RAGGED
 #define AT_RAGGED 0
 #endif
+#ifndef AT_SPAN
+#define AT_SPAN 0
+#endif
+static_assert(!AT_SPAN || AT_SMEM, "spans are staged in the shared-memory path's tile");
 constexpr bool k_ragged = AT_RAGGED != 0;
 // Alignment (in elements) a vector access needs: its size, up to one 16-byte word.
 constexpr int k_align =
@@ -94,7 +113,8 @@ struct ConvArgs {
   long long out_channel_stride;
   // Without AT_RAGGED: 1 when every row of x and out starts aligned (vector loads
   // and stores), else 0 (one element per access). With it: 1 (vectors always; rows of
-  // x and out at different shifts are realigned, see "Ragged rows").
+  // x and out at different shifts are realigned, see "Ragged rows"). With AT_SPAN: 2
+  // when every block's rows form an aligned run in x and out (see "Spans").
   int vector_mode;
   // Channel-last (AT_CHANNEL_LAST=1, channel_last.cuh): the channel strides are 1, these
   // are the strides between positions, and each thread walks `chunk` positions. Unused
@@ -166,7 +186,8 @@ __device__ __forceinline__ void emit(x_t* out_row, int p, int length, bool vecto
 // them) keep the tile body 16-byte aligned for vector stores into shared memory.
 constexpr int k_pad = 16 / sizeof(x_t) >= k_halo ? 16 / sizeof(x_t) : k_halo;
 // Ragged rows: one vector more, for rows whose x and out start at different shifts.
-constexpr int k_row_slots = k_pad + k_tile + (k_ragged ? k_vec : 0);
+// Spans: a gap of one vector in front of each row instead of the pad (conv_span).
+constexpr int k_row_slots = k_pad + k_tile + (k_ragged || AT_SPAN ? k_vec : 0);
 #endif
 
 // Ragged rows whose x and out have different shifts: the k_vec inputs at an aligned
@@ -262,6 +283,150 @@ __device__ __forceinline__ void compute_staged(const x_t* srow, int lag, int bas
 }
 #endif
 
+#if AT_SPAN
+// The block's rows as one run (see "Spans"). In shared memory each row r gets a gap of
+// k_vec slots in front, holding its initial state (or zeros) in the last k_halo:
+//   buf[r * (L + k_vec) + k_vec + t] = x[row r, t],  t in [-k_halo, L)
+// so every output's window is contiguous there. Gaps of k_vec slots keep every vector
+// of the run aligned in shared memory too: a vector that ends one row and begins the
+// next is stored twice, once at each row's place (its other half lands in a gap, which
+// the states then overwrite).
+__device__ __forceinline__ void conv_span(const ConvArgs& args, x_t* buf,
+                                          float (*sw)[k_width + 1]) {
+  const int rows_per_batch = (args.channels + k_cpb - 1) / k_cpb;
+  const int b = blockIdx.x / rows_per_batch;
+  const int c0 = (blockIdx.x % rows_per_batch) * k_cpb;
+  const int rows = min(k_cpb, args.channels - c0);
+  const int length = args.length;    // at least k_vec (check()): a vector meets one row start
+  const int stride = length + k_vec; // a row and its gap in buf
+  const int n = rows * length;       // at most k_cpb * k_tile = k_threads * k_items * k_vec
+  const long long first = static_cast<long long>(c0) * length;
+  const x_t* xs = args.x + b * args.x_batch_stride + first;
+  x_t* os = args.out + b * args.out_batch_stride + first;
+  const int full = n / k_vec; // whole vectors; the run's last n % k_vec elements one by one
+  const float inv_length = 1.0f / float(length);
+  // The row of element e < 2^24 (the float quotient is off by at most one).
+  auto row_of = [&](int e) {
+    int r = static_cast<int>(float(e) * inv_length);
+    r -= r * length > e ? 1 : 0;
+    r += (r + 1) * length <= e ? 1 : 0;
+    return r;
+  };
+  at_vec<x_t, k_vec> v[k_items];
+  int row[k_items];
+#pragma unroll
+  for (int i = 0; i < k_items; ++i) {
+    const int w = i * k_threads + threadIdx.x;
+    row[i] = row_of(w * k_vec);
+    if (w < full) {
+      v[i].load(xs + w * k_vec);
+    }
+  }
+  if (threadIdx.x < n - full * k_vec) {
+    const int e = full * k_vec + threadIdx.x;
+    buf[e + (row_of(e) + 1) * k_vec] = xs[e];
+  }
+  for (int k = threadIdx.x; k < rows * (k_width + 1); k += k_threads) {
+    const int r = k / (k_width + 1);
+    const int j = k - r * (k_width + 1);
+    float value = 0.0f;
+    if (j < k_width) {
+      value = at_to_float(args.weight[(c0 + r) * k_width + j]);
+    } else {
+#if AT_HAS_BIAS
+      value = at_to_float(args.bias[c0 + r]);
+#endif
+    }
+    sw[r][j] = value;
+  }
+#pragma unroll
+  for (int i = 0; i < k_items; ++i) {
+    const int w = i * k_threads + threadIdx.x;
+    if (w < full) {
+      const int e0 = w * k_vec;
+      v[i].store(buf + e0 + (row[i] + 1) * k_vec);
+      if ((row[i] + 1) * length < e0 + k_vec) { // the next row begins inside
+        v[i].store(buf + e0 + (row[i] + 2) * k_vec);
+      }
+    }
+  }
+  __syncthreads();
+  // The gaps' last k_halo slots: each row's inputs before position 0.
+  const long long state_base = (static_cast<long long>(b) * args.channels + c0) * k_halo;
+  for (int k = threadIdx.x; k < rows * k_halo; k += k_threads) {
+    const int r = k / k_halo;
+    buf[r * stride + k_vec - k_halo + (k - r * k_halo)] =
+        args.initial_states ? args.initial_states[state_base + k] : at_from_float<x_t>(0.0f);
+  }
+  __syncthreads();
+  if (args.final_states) {
+    for (int k = threadIdx.x; k < rows * k_halo; k += k_threads) {
+      const int r = k / k_halo;
+      args.final_states[state_base + k] =
+          buf[r * stride + k_vec + length - k_halo + (k - r * k_halo)];
+    }
+  }
+  // One output vector from the window at buf + at (its first input at at - k_halo).
+  auto convolve = [&](int at, int r, at_vec<x_t, k_vec>& o) {
+    at_vec<x_t, k_vec> before, cur;
+    before.load(buf + at - k_vec);
+    cur.load(buf + at);
+    float win[k_halo + k_vec];
+    float vals[k_vec];
+    cur.to_float(vals);
+#pragma unroll
+    for (int j = 0; j < k_vec; ++j) {
+      win[k_halo + j] = vals[j];
+    }
+#pragma unroll
+    for (int h = 0; h < k_halo; ++h) {
+      win[h] = at_to_float(before.elem[k_vec - k_halo + h]);
+    }
+    float w[k_width];
+#pragma unroll
+    for (int k = 0; k < k_width; ++k) {
+      w[k] = sw[r][k];
+    }
+    const float bias = sw[r][k_width];
+#pragma unroll
+    for (int j = 0; j < k_vec; ++j) {
+      o.elem[j] = at_from_float<x_t>(conv_point(win + j, w, bias));
+    }
+  };
+#pragma unroll
+  for (int i = 0; i < k_items; ++i) {
+    const int e0 = (i * k_threads + threadIdx.x) * k_vec;
+    if (e0 >= n) {
+      break;
+    }
+    const int r = row[i];
+    at_vec<x_t, k_vec> o;
+    convolve(e0 + (r + 1) * k_vec, r, o);
+    const int next = (r + 1) * length - e0; // where row r + 1 begins in the vector
+    if (next < k_vec && r + 1 < rows) {
+      at_vec<x_t, k_vec> o2;
+      convolve(e0 + (r + 2) * k_vec, r + 1, o2);
+#pragma unroll
+      for (int j = 0; j < k_vec; ++j) {
+        if (j >= next) {
+          o.elem[j] = o2.elem[j];
+        }
+      }
+    }
+    if (e0 + k_vec <= n) {
+      o.store(os + e0);
+    } else {
+#pragma unroll
+      for (int j = 0; j < k_vec; ++j) {
+        if (e0 + j < n) {
+          os[e0 + j] = o.elem[j];
+        }
+      }
+    }
+  }
+}
+#endif
+
 #if !AT_SMEM
 // The direct path's compute loop over a thread's k_items vectors v (vector i at p0 + i *
 // 32 * k_vec; lane 0's first halo in left; lane 31's vector after its last in tail),
@@ -322,6 +487,16 @@ constexpr int k_min_blocks =
         : 1;
 extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
     causal_conv1d_fwd(const ConvArgs args) {
+#if AT_SMEM
+  __shared__ __align__(16) x_t tile[k_cpb][k_row_slots];
+#endif
+#if AT_SPAN
+  __shared__ float span_weights[k_cpb][k_width + 1];
+  if (args.vector_mode == 2) {
+    conv_span(args, &tile[0][0], span_weights);
+    return;
+  }
+#endif
   const int rows_per_batch = (args.channels + k_cpb - 1) / k_cpb;
   const int b = blockIdx.x / rows_per_batch;
   const int row_in_block = threadIdx.x / k_row_threads;
@@ -422,7 +597,6 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
   };
 
 #if AT_SMEM
-  __shared__ __align__(16) x_t tile[k_cpb][k_row_slots];
   x_t* srow = tile[row_in_block];
   // The tile holds x from base_x = base - lag on (aligned for x; slot k_pad is position
   // base_x), one vector more when lag > 0: the output at base + off reads it lag slots
