@@ -46,7 +46,7 @@ TEST_CASE("the heuristic picks the nearest point of the GPU's family that can ru
     auto c = heuristic_config(find_op("causal_conv1d"),
                               problem("causal_conv1d", "B=1,C=4096,L=12000,W=4"), "sm_90a");
     REQUIRE(c);
-    CHECK(format_fields(c->first) == "threads=512,vec=8,items=4,cpb=1,load=smem");
+    CHECK(format_fields(c->first) == "threads=256,vec=8,items=8,cpb=1,load=direct");
     CHECK(c->second == "sm_90a point B=1,C=4096,L=16384,W=4,layout=bcl");
   }
   SUBCASE("causal_conv1d: channel-last x takes a channel-last point, channel-first never") {
@@ -293,18 +293,18 @@ TEST_CASE("a GPU with no points of its own gets the transferred configuration si
   SUBCASE("a small GPU fills its waves with the point's configuration") {
     auto c = heuristic_config(conv, p, gpu(12, 0, 20));
     REQUIRE(c);
-    CHECK(format_fields(c->first) == "threads=128,vec=4,items=4,cpb=1,load=smem");
+    CHECK(format_fields(c->first) == "threads=128,vec=8,items=2,cpb=1,load=direct");
     CHECK(c->second == "sm_90->sm_120 point B=8,C=4096,L=2048,W=4,layout=bcl; 13 waves of 20 SMs");
   }
   SUBCASE("a large GPU splits the rows into shorter chunks until two waves") {
-    // 4096 blocks of 128 threads on 200 SMs of 16 blocks each: 1.3 waves; items=2
-    // doubles the blocks (vec=4 is already the narrower vector).
+    // 4096 blocks of 128 threads on 200 SMs of 16 blocks each: 1.3 waves; items=1
+    // doubles the blocks.
     auto c = heuristic_config(conv, p, gpu(12, 0, 200));
     REQUIRE(c);
-    CHECK(format_fields(c->first) == "threads=128,vec=4,items=2,cpb=1,load=smem");
+    CHECK(format_fields(c->first) == "threads=128,vec=8,items=1,cpb=1,load=direct");
     CHECK(c->second ==
           "sm_90->sm_120 point B=8,C=4096,L=2048,W=4,layout=bcl; 2.6 waves of 200 SMs with "
-          "items=2");
+          "items=1");
     CHECK(conv.check(c->first, p, "sm_120"));
   }
   SUBCASE("a GPU with points of its own keeps its point, whatever its SM count") {
