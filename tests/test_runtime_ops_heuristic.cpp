@@ -192,6 +192,11 @@ TEST_CASE("a configuration from another problem is adapted where its tile would 
     CHECK(format_fields(
               conv.adapt(tuned, problem("causal_conv1d", "B=64,C=1536,L=333,W=2,x=fp32,w=fp32"))) ==
           "threads=128,vec=4,items=4,cpb=4,load=span");
+    // Spans need cpb * L to be a multiple of the vector: a block of 64 threads packs 4
+    // rows of 333 (16 threads a row), and takes 8 rows of 16 threads as spans.
+    Config four = parse_fields("threads=64,vec=8,items=4,cpb=1,load=smem", "config");
+    CHECK(format_fields(conv.adapt(four, problem("causal_conv1d", "B=64,C=1536,L=333,W=2"))) ==
+          "threads=128,vec=8,items=4,cpb=8,load=span");
     // Rows of whole vectors keep the staged rows (spans are for ragged rows).
     CHECK(format_fields(conv.adapt(tuned, problem("causal_conv1d", "B=64,C=1536,L=96,W=4"))) ==
           "threads=128,vec=8,items=4,cpb=32,load=smem");

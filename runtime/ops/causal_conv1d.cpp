@@ -426,14 +426,21 @@ Config CausalConv1dOp::adapt(const Config& config, const Problem& problem) const
   if (!p.smem || d.channel_last || !ragged(d, p.vec)) {
     return rows;
   }
+  // The staged tile as spans; where cpb rows do not end on a vector (cpb * L), with 2, 4
+  // or 8 times the rows and threads (the same threads a row).
   p.span = true;
-  const Config spans = with_params(rows, p);
-  try {
-    if (check(spans, problem, "sm_80")) {
-      return spans;
+  for (int m = 1; m <= 8 && p.threads * m <= k_max_block; m *= 2) {
+    Params q = p;
+    q.threads *= m;
+    q.cpb *= m;
+    const Config spans = with_params(rows, q);
+    try {
+      if (check(spans, problem, "sm_80")) {
+        return spans;
+      }
+    } catch (const Error&) {
+      // try more rows, else keep the staged rows
     }
-  } catch (const Error&) {
-    // keep the staged rows
   }
   return rows;
 }
