@@ -339,24 +339,33 @@ __device__ __forceinline__ void conv_span(const ConvArgs& args, x_t* buf,
     }
     sw[r][j] = value;
   }
+  // A row's inputs before position 0 go to the last k_halo slots of its gap, written by
+  // the thread whose vector holds the row's start, after that vector's own stores (the
+  // only ones that reach the gap): no barrier between the two.
+  const long long state_base = (static_cast<long long>(b) * args.channels + c0) * k_halo;
+  auto fill_gap = [&](int r) {
+#pragma unroll
+    for (int h = 0; h < k_halo; ++h) {
+      buf[r * stride + k_vec - k_halo + h] = args.initial_states
+                                                 ? args.initial_states[state_base + r * k_halo + h]
+                                                 : at_from_float<x_t>(0.0f);
+    }
+  };
 #pragma unroll
   for (int i = 0; i < k_items; ++i) {
     const int w = i * k_threads + threadIdx.x;
     if (w < full) {
       const int e0 = w * k_vec;
-      v[i].store(buf + e0 + (row[i] + 1) * k_vec);
-      if ((row[i] + 1) * length < e0 + k_vec) { // the next row begins inside
-        v[i].store(buf + e0 + (row[i] + 2) * k_vec);
+      const int r = row[i];
+      v[i].store(buf + e0 + (r + 1) * k_vec);
+      if (e0 == r * length) { // row r begins here
+        fill_gap(r);
+      }
+      if ((r + 1) * length < e0 + k_vec) { // row r + 1 begins inside (and is in the run)
+        v[i].store(buf + e0 + (r + 2) * k_vec);
+        fill_gap(r + 1);
       }
     }
-  }
-  __syncthreads();
-  // The gaps' last k_halo slots: each row's inputs before position 0.
-  const long long state_base = (static_cast<long long>(b) * args.channels + c0) * k_halo;
-  for (int k = threadIdx.x; k < rows * k_halo; k += k_threads) {
-    const int r = k / k_halo;
-    buf[r * stride + k_vec - k_halo + (k - r * k_halo)] =
-        args.initial_states ? args.initial_states[state_base + k] : at_from_float<x_t>(0.0f);
   }
   __syncthreads();
   if (args.final_states) {
