@@ -49,8 +49,9 @@ std::vector<int> lanes_for(int N) {
   return out;
 }
 
-std::string variant_id(int threads, int lanes) {
-  return "threads=" + std::to_string(threads) + ",lanes=" + std::to_string(lanes);
+std::string variant_id(int threads, int lanes, bool words = false) {
+  return "threads=" + std::to_string(threads) + ",lanes=" + std::to_string(lanes) +
+         ",loads=" + (words ? "words" : "elements");
 }
 
 // How the state lies in memory: row-major; a slice of a larger buffer (starting 3
@@ -68,9 +69,10 @@ struct Case {
   bool strided = false;   // x, dt, z, out, B and C rows of larger buffers (a split projection)
   StateLayout layout = StateLayout::contiguous;
   int threads = 128, lanes = 4;
+  bool words = false; // loads=words: A, B and C read as words in their own types
 
   int H() const { return heads ? k_heads : 1; }
-  std::string variant() const { return variant_id(threads, lanes); }
+  std::string variant() const { return variant_id(threads, lanes, words); }
 };
 
 ElementType element_type(DType t) {
@@ -103,21 +105,21 @@ std::vector<int> rows_for(int i) {
   return {p[0], p[1], p[2]};
 }
 
-RuntimeOptions pinned(int threads, int lanes) {
+RuntimeOptions pinned(int threads, int lanes, bool words = false) {
   RuntimeOptions ro;
   ro.database = (fs::temp_directory_path() / "autotune-does-not-exist.db").string();
   ro.policy = Policy::pin;
-  ro.pinned = variant_id(threads, lanes);
+  ro.pinned = variant_id(threads, lanes, words);
   return ro;
 }
 
-// A runtime pinned to each (threads, lanes) variant, made on first use.
+// A runtime pinned to each (threads, lanes, loads) variant, made on first use.
 struct PinnedRuntimes {
   std::map<std::string, std::unique_ptr<Runtime>> runtimes;
-  Runtime& operator()(int threads, int lanes) {
-    std::unique_ptr<Runtime>& rt = runtimes[variant_id(threads, lanes)];
+  Runtime& operator()(int threads, int lanes, bool words) {
+    std::unique_ptr<Runtime>& rt = runtimes[variant_id(threads, lanes, words)];
     if (!rt) {
-      rt = std::make_unique<Runtime>(pinned(threads, lanes));
+      rt = std::make_unique<Runtime>(pinned(threads, lanes, words));
     }
     return *rt;
   }
@@ -574,20 +576,24 @@ struct Update {
   }
 };
 
-// One call through the runtime pinned to k's variant: the selection it reports, then the
-// call against the reference.
-void run_and_check(PinnedRuntimes& rts, const Case& k, int i, std::mt19937_64& rng) {
-  Update u(k, i, rng);
-  const std::string what = u.describe();
-  CAPTURE(what);
-  Runtime& rt = rts(k.threads, k.lanes);
-  const Selection sel = rt.select_selective_state_update(u.a);
-  CHECK(sel.source == "pinned");
-  CHECK(sel.variant == k.variant());
-  CHECK(sel.problem == u.problem_key());
-  rt.selective_state_update(u.a);
-  synchronize_within("selective_state_update " + what);
-  u.check();
+// One call through the runtime pinned to k's variant, with A, B and C read element by
+// element and as words (fresh inputs each): the selection it reports, then the call
+// against the reference.
+void run_and_check(PinnedRuntimes& rts, Case k, int i, std::mt19937_64& rng) {
+  for (bool words : {false, true}) {
+    k.words = words;
+    Update u(k, i, rng);
+    const std::string what = u.describe() + " " + k.variant();
+    CAPTURE(what);
+    Runtime& rt = rts(k.threads, k.lanes, k.words);
+    const Selection sel = rt.select_selective_state_update(u.a);
+    CHECK(sel.source == "pinned");
+    CHECK(sel.variant == k.variant());
+    CHECK(sel.problem == u.problem_key());
+    rt.selective_state_update(u.a);
+    synchronize_within("selective_state_update " + what);
+    u.check();
+  }
 }
 
 // The thrown Error (kind usage, naming `message`), with nothing launched.
@@ -796,7 +802,7 @@ TEST_CASE("selective_state_update refuses mistakes before launching: nothing is 
   // selection names the pinned variant.
   const Selection sel = rt.select_selective_state_update(u.a);
   CHECK(sel.source == "pinned");
-  CHECK(sel.variant == "threads=128,lanes=4");
+  CHECK(sel.variant == variant_id(128, 4));
   CHECK(sel.problem == u.problem_key());
   synchronize_within("select_selective_state_update " + u.describe());
   u.check_untouched();

@@ -219,14 +219,36 @@ TEST_CASE("selective_state_update: the kernel's argument indexes both forms the 
 }
 
 TEST_CASE("selective_state_update: a configuration from another problem adapts its lanes to N") {
-  const Config point = {{"threads", "128"}, {"lanes", "4"}};
-  for (const auto& [n, lanes] :
-       {std::pair{2, "1"}, {16, "2"}, {24, "2"}, {64, "8"}, {128, "16"}, {256, "32"}}) {
+  // Many rows (B=64, 5120 channels): about 8 states a lane with A, B and C element by
+  // element, 16 with loads=words; at most 32 a lane and at most N lanes.
+  const Config elements = {{"threads", "128"}, {"lanes", "4"}, {"loads", "elements"}};
+  const Config words = {{"threads", "128"}, {"lanes", "4"}, {"loads", "words"}};
+  for (const auto& [n, by_element, by_word] : {std::tuple{2, "1", "1"},
+                                               {16, "2", "1"},
+                                               {24, "2", "1"},
+                                               {64, "8", "4"},
+                                               {128, "16", "8"},
+                                               {256, "32", "16"}}) {
     CAPTURE(n);
     const Problem p =
-        state_update_op().make_problem(parse_fields("B=2,P=64,N=" + std::to_string(n), "shape"));
-    const Config adapted = state_update_op().adapt(point, p);
-    CHECK(format_fields(adapted) == std::string("threads=128,lanes=") + lanes);
-    CHECK(bool(state_update_op().check(adapted, p, "sm_90a")));
+        state_update_op().make_problem(parse_fields("B=64,P=5120,N=" + std::to_string(n), "shape"));
+    for (const auto& [config, lanes, loads] :
+         {std::tuple{elements, by_element, "elements"}, {words, by_word, "words"}}) {
+      const Config adapted = state_update_op().adapt(config, p);
+      CHECK(format_fields(adapted) ==
+            std::string("threads=128,lanes=") + lanes + ",loads=" + loads);
+      CHECK(bool(state_update_op().check(adapted, p, "sm_90a")));
+    }
+  }
+  SUBCASE("few rows take more lanes until a wave of threads (132 x 128) or a state a lane") {
+    const auto lanes_for = [&](const char* shape) {
+      const Problem p = state_update_op().make_problem(parse_fields(shape, "shape"));
+      return format_fields(state_update_op().adapt(words, p));
+    };
+    // One sequence of Mamba-1 2.8B: 5120 rows, 4 lanes (20480 threads).
+    CHECK(lanes_for("B=1,P=5120,N=16") == "threads=128,lanes=4,loads=words");
+    // 128 rows: 32 lanes would make 4096 threads, but N=16 stops at 16 lanes.
+    CHECK(lanes_for("B=2,P=64,N=16") == "threads=128,lanes=16,loads=words");
+    CHECK(lanes_for("B=2,P=64,N=128") == "threads=128,lanes=32,loads=words");
   }
 }

@@ -17,6 +17,7 @@ Dims dims(const Problem& p) {
 
 struct Params {
   int threads = 0, lanes = 0;
+  bool words = false; // loads=words: A, B, C in their own types, read as words (kernel.cuh)
 };
 
 Params params(const Config& c) {
@@ -26,6 +27,8 @@ Params params(const Config& c) {
       p.threads = int(parse_int(v, "threads"));
     } else if (k == "lanes") {
       p.lanes = int(parse_int(v, "lanes"));
+    } else if (k == "loads") {
+      p.words = parse_choice("selective_state_update", k, v, "elements", "words");
     } else {
       throw Error(ErrorKind::config, "selective_state_update: unknown parameter '" + k + "'");
     }
@@ -41,6 +44,9 @@ Params params(const Config& c) {
 // this many (kernel.cuh's static assertion; 64 spilled, ptxas sm_90), and N at most this.
 constexpr long long k_max_per_lane = 32;
 constexpr long long k_max_dstate = 256;
+// A wave of 128-thread blocks, one on each of the H100's 132 SMs: fewer threads than this
+// leave SMs idle.
+constexpr long long k_wave_threads = 132 * 128;
 
 // The tuner's inputs drawn as mamba-ssm's tests draw them: dt_bias in [-4, -3] (softplus
 // of dt + dt_bias small and positive), A in [-2, -1].
@@ -155,12 +161,21 @@ Result<bool> SelectiveStateUpdateOp::check(const Config& config, const Problem& 
 }
 
 Config SelectiveStateUpdateOp::adapt(const Config& config, const Problem& problem) const {
-  const long long N = dims(problem).N;
+  // The H100's winners hold about 8 states a lane with A, B and C as fp32 registers and 16
+  // with loads=words (the exhaustive runs in bench/notes/selective_state_update.md: N=16
+  // 2 and 1 lanes, N=128 16 and 8), and at least a wave of threads: a row a lane is not
+  // enough for one sequence (B=1, 5120 rows: 2-16 lanes tie, launch-bound).
+  const Dims d = dims(problem);
+  const long long N = d.N;
+  const long long per_lane = params(config).words ? 16 : 8;
   long long lanes = 1;
-  while (lanes < 32 && lanes * 2 <= N / 8) {
+  while (lanes < 32 && lanes * 2 <= N / per_lane) {
     lanes *= 2;
   }
   while (lanes < 32 && (N + lanes - 1) / lanes > k_max_per_lane) {
+    lanes *= 2;
+  }
+  while (lanes < 32 && lanes * 2 <= N && rows_of(d) * lanes < k_wave_threads) {
     lanes *= 2;
   }
   return with_values(config, {{"lanes", std::min(lanes, N)}});
@@ -176,6 +191,7 @@ std::vector<std::string> SelectiveStateUpdateOp::defines(const Config& config,
   return {"-DAT_THREADS=" + std::to_string(p.threads),
           "-DAT_LANES=" + std::to_string(p.lanes),
           "-DAT_NSTATE=" + std::to_string(d.N),
+          flag("AT_WORDS", p.words),
           flag("AT_HAS_D", d.has_D),
           flag("AT_HAS_Z", d.has_z),
           flag("AT_HAS_DT_BIAS", d.dt_bias),

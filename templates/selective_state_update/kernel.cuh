@@ -31,6 +31,12 @@
 //                in flight per row) at the price of the shuffles that sum out and of
 //                lanes that only repeat the row's scalar loads.
 //   AT_NSTATE    state size N (1..256), the registers: k_per states per lane.
+//   AT_WORDS     0: A, B and C element by element, as fp32 registers. 1: each kept in
+//                its own type and read as whole words where its last stride is 1 and
+//                the lane's run is aligned (else element by element into the same
+//                registers); A broadcast over n (Mamba-2's stride 0) is one load and one
+//                exponential a row. Fewer registers per state, so a lane can hold more
+//                states (more bytes in flight) at the price of conversions at use.
 //   AT_HAS_D, AT_HAS_Z, AT_HAS_DT_BIAS, AT_SOFTPLUS  0/1.
 //   AT_GATHER    0: state row b; 1: state row state_indices[b].
 //   AT_X_T       element type of x, dt, z and out; AT_S_T of the state; AT_BC_T of B
@@ -62,6 +68,40 @@ constexpr int k_state_bytes = k_per * static_cast<int>(sizeof(s_t));
 constexpr bool k_state_vec = !k_ragged && k_state_bytes % 4 == 0;
 constexpr int k_state_align = k_state_bytes % 16 == 0 ? 16 : k_state_bytes % 8 == 0 ? 8 : 4;
 constexpr int k_state_words = k_state_bytes / 4; // 32-bit words
+#ifndef AT_WORDS
+#define AT_WORDS 0
+#endif
+
+// AT_WORDS: a lane's k_per values of one of A, B, C from row (stride `stride` between
+// them): one load when the stride is 0, whole words when it is 1 and `first` is aligned
+// to them (and every lane has all k_per), else element by element; zeros where off.
+template <typename T>
+__device__ __forceinline__ void load_run(at_vec<T, k_per>& v, const T* row, int n0,
+                                         long long stride, bool on) {
+  const T* first = row + n0 * stride;
+  if (stride == 0) {
+    const T value = at_load_or_zero(row, on);
+#pragma unroll
+    for (int i = 0; i < k_per; ++i) {
+      v.elem[i] = value;
+    }
+  } else if (!k_ragged && stride == 1 &&
+             reinterpret_cast<unsigned long long>(first) % at_vec<T, k_per>::k_word == 0) {
+    if (on) {
+      v.load(first);
+    } else {
+#pragma unroll
+      for (int i = 0; i < k_per; ++i) {
+        v.elem[i] = at_from_float<T>(0.0f);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < k_per; ++i) {
+      v.elem[i] = at_load_or_zero(first + i * stride, on && (!k_ragged || n0 + i < k_nstate));
+    }
+  }
+}
 
 // 16, 8 or 4 bytes to global memory in one instruction (the compiler split a uint4
 // assignment into four 4-byte stores here); p aligned to the access.
@@ -178,9 +218,18 @@ extern "C" __global__ void __launch_bounds__(k_threads)
   const bc_t* c_row = args.C + b * args.C_stride[0] + g * args.C_stride[1];
   const int n0 = lane * k_per;
   float s[k_per];
+#if AT_WORDS
+  at_vec<a_t, k_per> a;
+  at_vec<bc_t, k_per> bv;
+  at_vec<bc_t, k_per> cv;
+  load_run(a, a_row, n0, args.A_stride[2], valid);
+  load_run(bv, b_row, n0, args.B_stride[2], valid);
+  load_run(cv, c_row, n0, args.C_stride[2], valid);
+#else
   float a[k_per];
   float bv[k_per];
   float cv[k_per];
+#endif
   // The lane's states as one run of vectors where they are contiguous and aligned (the
   // state's own layout: every row alike), else element by element.
   const s_t* state_first = state_row + n0 * args.state_stride[3];
@@ -205,9 +254,11 @@ extern "C" __global__ void __launch_bounds__(k_threads)
     if (!state_vec) {
       s[i] = at_to_float(at_load_or_zero(state_row + n * args.state_stride[3], active && in_n));
     }
+#if !AT_WORDS
     a[i] = at_to_float(at_load_or_zero(a_row + n * args.A_stride[2], valid && in_n));
     bv[i] = at_to_float(at_load_or_zero(b_row + n * args.B_stride[2], valid && in_n));
     cv[i] = at_to_float(at_load_or_zero(c_row + n * args.C_stride[2], valid && in_n));
+#endif
   }
 
   // Once per row: the accurate library softplus.
@@ -218,6 +269,17 @@ extern "C" __global__ void __launch_bounds__(k_threads)
   const float dtx = dt * xv;
   float acc = 0.0f;
   s_t stored[k_per]; // the new states as stored
+#if AT_WORDS
+  // A broadcast over n: one exponential for the row.
+  const bool a_shared = args.A_stride[2] == 0;
+  const float decay = at_exp2_approx(dt_log2e * at_to_float(a.elem[0]));
+#pragma unroll
+  for (int i = 0; i < k_per; ++i) {
+    const float d = a_shared ? decay : at_exp2_approx(dt_log2e * at_to_float(a.elem[i]));
+    stored[i] = at_from_float<s_t>(fmaf(s[i], d, at_to_float(bv.elem[i]) * dtx));
+    acc = fmaf(at_to_float(stored[i]), at_to_float(cv.elem[i]), acc); // past N: 0 * 0
+  }
+#else
 #pragma unroll
   for (int i = 0; i < k_per; ++i) {
     stored[i] = at_from_float<s_t>(fmaf(s[i], at_exp2_approx(dt_log2e * a[i]), bv[i] * dtx));
@@ -225,6 +287,7 @@ extern "C" __global__ void __launch_bounds__(k_threads)
     // and what mamba-ssm's reference computes out from.
     acc = fmaf(at_to_float(stored[i]), cv[i], acc); // past N: 0 * 0
   }
+#endif
 
   s_t* state_out_row = args.state_out + state_offset;
   if (state_vec) {
