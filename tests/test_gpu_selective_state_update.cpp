@@ -358,7 +358,8 @@ struct Update {
            ",dtype=" + to_string(k.x) + ",sdtype=" + to_string(k.state) +
            ",bcdtype=" + to_string(k.bc) + ",adtype=fp32,pdtype=fp32,heads=" + flag(k.heads) +
            ",has_D=" + flag(k.has_D) + ",has_z=" + flag(k.has_z) + ",dt_bias=" + flag(k.dt_bias) +
-           ",softplus=" + flag(k.softplus) + ",gather=" + flag(k.gather);
+           ",softplus=" + flag(k.softplus) + ",gather=" + flag(k.gather) +
+           (k.broadcast ? ",a_bcast=1" : ""); // A's state stride 0: one A a row
   }
 
   // Sequence b's state row, or -1 for padding.

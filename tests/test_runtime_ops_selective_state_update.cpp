@@ -89,9 +89,19 @@ TEST_CASE("selective_state_update: the problem is read off mamba-ssm's two forms
   CHECK(problem_of(mamba1()) ==
         "B=2,H=1,P=64,N=16,G=1,dtype=bf16,sdtype=bf16,bcdtype=bf16,adtype=fp32,pdtype=fp32,"
         "heads=0,has_D=1,has_z=1,dt_bias=1,softplus=1,gather=0");
+  // Mamba-2's A, one value a head viewed over (P, N), is told apart (a_bcast: the kernel
+  // reads one A a row); a full [H, P, N] A keeps the key without the field.
   CHECK(problem_of(mamba2()) ==
         "B=2,H=8,P=64,N=128,G=2,dtype=bf16,sdtype=fp32,bcdtype=bf16,adtype=fp32,pdtype=fp32,"
+        "heads=1,has_D=1,has_z=0,dt_bias=1,softplus=1,gather=0,a_bcast=1");
+  auto full_a = mamba2();
+  full_a.A = make(0x220000, AUTOTUNE_FP32, {8, 64, 128});
+  CHECK(problem_of(full_a) ==
+        "B=2,H=8,P=64,N=128,G=2,dtype=bf16,sdtype=fp32,bcdtype=bf16,adtype=fp32,pdtype=fp32,"
         "heads=1,has_D=1,has_z=0,dt_bias=1,softplus=1,gather=0");
+  auto per_state = mamba2(); // A varying over n only (stride 0 over P): not a_bcast
+  per_state.A = make(0x220000, AUTOTUNE_FP32, {8, 64, 128}, {128, 0, 1});
+  CHECK(problem_of(per_state).find("a_bcast") == std::string::npos);
   SUBCASE("rows of a larger state selected by index; E is not part of the key") {
     auto a = mamba1();
     a.state = make(0x100000, AUTOTUNE_BF16, {160, 64, 16});

@@ -77,20 +77,23 @@ SelectiveStateUpdateShape SelectiveStateUpdateShape::of(const Problem& p) {
   d.dt_bias = p.get_int("dt_bias") != 0;
   d.softplus = p.get_int("softplus") != 0;
   d.gather = p.get_int("gather") != 0;
+  const int a_bcast = p.fields.index("a_bcast");
+  d.a_bcast = a_bcast >= 0 && p.fields.integer(size_t(a_bcast)) != 0;
   return d;
 }
 
 std::vector<std::string> SelectiveStateUpdateOp::default_shapes() const {
   // One decoding token: Mamba-1 2.8B (d_inner 5120, d_state 16, no heads) at batch 1 and
   // 64, and Mamba-2 2.7B (80 heads of 64 channels, d_state 128, one group) at batch 64.
-  return {"B=1,P=5120,N=16", "B=64,P=5120,N=16", "B=64,H=80,P=64,N=128,heads=1,has_z=0"};
+  // Mamba-2's A is its per-head vector viewed over (P, N) with strides (1, 0, 0): a_bcast.
+  return {"B=1,P=5120,N=16", "B=64,P=5120,N=16", "B=64,H=80,P=64,N=128,heads=1,has_z=0,a_bcast=1"};
 }
 
 Problem SelectiveStateUpdateOp::make_problem(const Fields& shape) const {
   // E (the state's rows with state_batch_indices) comes with a call; it changes no kernel.
   const std::vector<std::string> listed = {
-      "B",      "H",      "P",     "N",     "G",     "dtype",   "sdtype",   "bcdtype",
-      "adtype", "pdtype", "heads", "has_D", "has_z", "dt_bias", "softplus", "gather"};
+      "B",      "H",     "P",     "N",     "G",       "dtype",    "sdtype", "bcdtype", "adtype",
+      "pdtype", "heads", "has_D", "has_z", "dt_bias", "softplus", "gather", "a_bcast"};
   std::vector<std::string> known = listed;
   known.push_back("E");
   const ShapeReader r(shape, "selective_state_update", known, listed);
@@ -133,6 +136,11 @@ Problem SelectiveStateUpdateOp::make_problem(const Fields& shape) const {
               {"dt_bias", r.flag("dt_bias", "1")},
               {"softplus", r.flag("softplus", "1")},
               {"gather", r.flag("gather", "0")}};
+  if (r.flag("a_bcast", "0") == "1") { // only when on: keys without it are as they were
+    Fields f = p.fields.text();
+    f.emplace_back("a_bcast", "1");
+    p.fields = std::move(f);
+  }
   return p;
 }
 
@@ -197,6 +205,7 @@ std::vector<std::string> SelectiveStateUpdateOp::defines(const Config& config,
           flag("AT_HAS_DT_BIAS", d.dt_bias),
           flag("AT_SOFTPLUS", d.softplus),
           flag("AT_GATHER", d.gather),
+          flag("AT_A_BCAST", d.a_bcast),
           std::string("-DAT_X_T=") + template_type(d.x),
           std::string("-DAT_S_T=") + template_type(d.state),
           std::string("-DAT_BC_T=") + template_type(d.bc),
@@ -226,7 +235,7 @@ std::vector<TensorSpec> SelectiveStateUpdateOp::tensors(const Problem& problem) 
   if (d.dt_bias) {
     t.push_back({"dt_bias", d.p, params_n, false, k_dt_bias_lo, k_dt_bias_hi});
   }
-  t.push_back({"A", d.a, params_n * size_t(d.N), false, k_a_lo, k_a_hi});
+  t.push_back({"A", d.a, params_n * size_t(d.a_bcast ? 1 : d.N), false, k_a_lo, k_a_hi});
   t.push_back({"B", d.bc, bc, false, -1.0f, 1.0f});
   t.push_back({"C", d.bc, bc, false, -1.0f, 1.0f});
   if (d.has_D) {
@@ -279,7 +288,11 @@ SelectiveStateUpdateKernelArgs tuner_args(const Dims& d, const std::vector<CUdev
   for (long long* s : {k.dt_bias_stride, k.D_stride}) {
     s[0] = d.P, s[1] = 1;
   }
-  k.A_stride[0] = d.P * d.N, k.A_stride[1] = d.N, k.A_stride[2] = 1;
+  if (d.a_bcast) { // [H, P] viewed over N
+    k.A_stride[0] = d.P, k.A_stride[1] = 1, k.A_stride[2] = 0;
+  } else {
+    k.A_stride[0] = d.P * d.N, k.A_stride[1] = d.N, k.A_stride[2] = 1;
+  }
   for (long long* s : {k.B_stride, k.C_stride}) {
     s[0] = d.G * d.N, s[1] = d.N, s[2] = 1;
   }
@@ -319,7 +332,7 @@ void SelectiveStateUpdateOp::pack_reference(const Problem& problem,
     args.add(p);
   }
   for (long long v : {d.B, d.H, d.P, d.N, d.G, d.B, (long long)d.softplus, (long long)d.bc,
-                      (long long)d.a, (long long)d.p}) {
+                      (long long)d.a, (long long)d.p, (long long)d.a_bcast}) {
     args.add(int(v));
   }
   for (long long s : {k.x_stride[0], k.x_stride[1], k.x_stride[2], k.state_stride[0],
@@ -350,6 +363,18 @@ double SelectiveStateUpdateOp::bytes(const Problem& problem) const {
          (d.gather ? 4.0 * double(d.B) : 0.0);
 }
 
+namespace {
+
+// args_desc()'s field 17, "a_bcast": A's last (state) stride is 0, as in Mamba-2's view of
+// its per-head A over (P, N). The kernel then reads one A a row (AT_A_BCAST).
+constexpr size_t k_a_bcast_field = 17;
+void derive_a_bcast(const void* args, CallValues& values) {
+  const auto& a = *static_cast<const autotune_selective_state_update_args*>(args);
+  values[k_a_bcast_field] = a.A.data && a.A.ndim >= 1 && a.A.strides[a.A.ndim - 1] == 0 ? 1 : 0;
+}
+
+} // namespace
+
 const ArgsDesc& SelectiveStateUpdateOp::args_desc() const {
   using A = autotune_selective_state_update_args;
   enum : int8_t {
@@ -369,7 +394,8 @@ const ArgsDesc& SelectiveStateUpdateOp::args_desc() const {
     has_z,
     dt_bias,
     softplus,
-    gather
+    gather,
+    a_bcast
   };
   const size_t indices = offsetof(A, state_batch_indices);
   // A tensor with and without the head dimension (the Mamba-1 form sets H = 1).
@@ -478,28 +504,30 @@ const ArgsDesc& SelectiveStateUpdateOp::args_desc() const {
                  AUTOTUNE_INT32});
     return t;
   }();
-  static const ArgsDesc desc{
-      "selective_state_update",
-      sizeof(A),
-      {{"B", FieldKind::size},
-       {"H", FieldKind::size},
-       {"P", FieldKind::size},
-       {"N", FieldKind::size, -1, {}, 4.0},
-       {"G", FieldKind::size},
-       {"E", FieldKind::size, 0},
-       {"dtype", FieldKind::dtype},
-       {"sdtype", FieldKind::dtype},
-       {"bcdtype", FieldKind::dtype},
-       {"adtype", FieldKind::dtype},
-       {"pdtype", FieldKind::dtype, AUTOTUNE_FP32},
-       {"heads", FieldKind::flag},
-       {"has_D", FieldKind::flag},
-       {"has_z", FieldKind::flag},
-       {"dt_bias", FieldKind::flag},
-       {"softplus", FieldKind::flag},
-       {"gather", FieldKind::flag, 0}},
-      tensors,
-      {{"dt_softplus", offsetof(A, dt_softplus), ScalarKind::i32, softplus}}};
+  static const ArgsDesc desc{"selective_state_update",
+                             sizeof(A),
+                             {{"B", FieldKind::size},
+                              {"H", FieldKind::size},
+                              {"P", FieldKind::size},
+                              {"N", FieldKind::size, -1, {}, 4.0},
+                              {"G", FieldKind::size},
+                              {"E", FieldKind::size, 0},
+                              {"dtype", FieldKind::dtype},
+                              {"sdtype", FieldKind::dtype},
+                              {"bcdtype", FieldKind::dtype},
+                              {"adtype", FieldKind::dtype},
+                              {"pdtype", FieldKind::dtype, AUTOTUNE_FP32},
+                              {"heads", FieldKind::flag},
+                              {"has_D", FieldKind::flag},
+                              {"has_z", FieldKind::flag},
+                              {"dt_bias", FieldKind::flag},
+                              {"softplus", FieldKind::flag},
+                              {"gather", FieldKind::flag, 0},
+                              {"a_bcast", FieldKind::flag, 0}},
+                             tensors,
+                             {{"dt_softplus", offsetof(A, dt_softplus), ScalarKind::i32, softplus}},
+                             derive_a_bcast};
+  static_assert(a_bcast == k_a_bcast_field, "derive_a_bcast's field");
   return desc;
 }
 

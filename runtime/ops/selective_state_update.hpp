@@ -13,7 +13,8 @@ struct SelectiveStateUpdateShape {
   DType x = DType::bf16, state = DType::bf16, bc = DType::f32, a = DType::f32, p = DType::f32;
   bool heads = false; // tensors with a head dimension (Mamba-2); else H = 1
   bool has_D = false, has_z = false, dt_bias = false, softplus = false;
-  bool gather = false; // state_batch_indices given
+  bool gather = false;  // state_batch_indices given
+  bool a_bcast = false; // A's last stride is 0: one value a row (Mamba-2's broadcast view)
   static SelectiveStateUpdateShape of(const Problem& problem);
 };
 

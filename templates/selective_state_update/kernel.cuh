@@ -39,6 +39,8 @@
 //                states (more bytes in flight) at the price of conversions at use.
 //   AT_HAS_D, AT_HAS_Z, AT_HAS_DT_BIAS, AT_SOFTPLUS  0/1.
 //   AT_GATHER    0: state row b; 1: state row state_indices[b].
+//   AT_A_BCAST   1: A's state stride is 0 (Mamba-2's per-head A viewed over P and N):
+//                one A and one exponential a row, no registers for a run of A.
 //   AT_X_T       element type of x, dt, z and out; AT_S_T of the state; AT_BC_T of B
 //                and C; AT_A_T of A; AT_P_T of D and dt_bias (float, at_f16, at_bf16).
 
@@ -70,6 +72,9 @@ constexpr int k_state_align = k_state_bytes % 16 == 0 ? 16 : k_state_bytes % 8 =
 constexpr int k_state_words = k_state_bytes / 4; // 32-bit words
 #ifndef AT_WORDS
 #define AT_WORDS 0
+#endif
+#ifndef AT_A_BCAST
+#define AT_A_BCAST 0
 #endif
 
 // AT_WORDS: a lane's k_per values of one of A, B, C from row (stride `stride` between
@@ -218,15 +223,20 @@ extern "C" __global__ void __launch_bounds__(k_threads)
   const bc_t* c_row = args.C + b * args.C_stride[0] + g * args.C_stride[1];
   const int n0 = lane * k_per;
   float s[k_per];
-#if AT_WORDS
+#if AT_A_BCAST
+  const float a_row_value = at_to_float(at_load_or_zero(a_row, valid)); // A[h, p, every n]
+#elif AT_WORDS
   at_vec<a_t, k_per> a;
+  load_run(a, a_row, n0, args.A_stride[2], valid);
+#else
+  float a[k_per];
+#endif
+#if AT_WORDS
   at_vec<bc_t, k_per> bv;
   at_vec<bc_t, k_per> cv;
-  load_run(a, a_row, n0, args.A_stride[2], valid);
   load_run(bv, b_row, n0, args.B_stride[2], valid);
   load_run(cv, c_row, n0, args.C_stride[2], valid);
 #else
-  float a[k_per];
   float bv[k_per];
   float cv[k_per];
 #endif
@@ -255,7 +265,9 @@ extern "C" __global__ void __launch_bounds__(k_threads)
       s[i] = at_to_float(at_load_or_zero(state_row + n * args.state_stride[3], active && in_n));
     }
 #if !AT_WORDS
+#if !AT_A_BCAST
     a[i] = at_to_float(at_load_or_zero(a_row + n * args.A_stride[2], valid && in_n));
+#endif
     bv[i] = at_to_float(at_load_or_zero(b_row + n * args.B_stride[2], valid && in_n));
     cv[i] = at_to_float(at_load_or_zero(c_row + n * args.C_stride[2], valid && in_n));
 #endif
@@ -269,20 +281,34 @@ extern "C" __global__ void __launch_bounds__(k_threads)
   const float dtx = dt * xv;
   float acc = 0.0f;
   s_t stored[k_per]; // the new states as stored
+#if AT_A_BCAST
+  const float row_decay = at_exp2_approx(dt_log2e * a_row_value); // one exponential a row
+#endif
 #if AT_WORDS
-  // A broadcast over n: one exponential for the row.
+#if !AT_A_BCAST
+  // A broadcast over n without AT_A_BCAST: still one exponential for the row.
   const bool a_shared = args.A_stride[2] == 0;
-  const float decay = at_exp2_approx(dt_log2e * at_to_float(a.elem[0]));
+  const float row_decay = at_exp2_approx(dt_log2e * at_to_float(a.elem[0]));
+#endif
 #pragma unroll
   for (int i = 0; i < k_per; ++i) {
-    const float d = a_shared ? decay : at_exp2_approx(dt_log2e * at_to_float(a.elem[i]));
+#if AT_A_BCAST
+    const float d = row_decay;
+#else
+    const float d = a_shared ? row_decay : at_exp2_approx(dt_log2e * at_to_float(a.elem[i]));
+#endif
     stored[i] = at_from_float<s_t>(fmaf(s[i], d, at_to_float(bv.elem[i]) * dtx));
     acc = fmaf(at_to_float(stored[i]), at_to_float(cv.elem[i]), acc); // past N: 0 * 0
   }
 #else
 #pragma unroll
   for (int i = 0; i < k_per; ++i) {
-    stored[i] = at_from_float<s_t>(fmaf(s[i], at_exp2_approx(dt_log2e * a[i]), bv[i] * dtx));
+#if AT_A_BCAST
+    const float d = row_decay;
+#else
+    const float d = at_exp2_approx(dt_log2e * a[i]);
+#endif
+    stored[i] = at_from_float<s_t>(fmaf(s[i], d, bv[i] * dtx));
     // out reads the state as it is stored (rounded to s_t): what the next step will see,
     // and what mamba-ssm's reference computes out from.
     acc = fmaf(at_to_float(stored[i]), cv[i], acc); // past N: 0 * 0

@@ -30,8 +30,8 @@ __device__ __forceinline__ double selective_state_update_ref_load(const void* p,
       const XT* x, const XT* dt, const void* dt_bias, const void* A, const void* B, const void* C, \
       const void* D, const XT* z, const ST* state_in, const int* state_indices, float* out_ref,    \
       float* state_ref, int batch, int heads, int dim, int dstate, int groups, int entries,        \
-      int softplus, int bc_code, int a_code, int p_code, long long xs0, long long xs1,             \
-      long long xs2, long long ss0, long long ss1, long long ss2, long long ss3) {                 \
+      int softplus, int bc_code, int a_code, int p_code, int a_bcast, long long xs0,               \
+      long long xs1, long long xs2, long long ss0, long long ss1, long long ss2, long long ss3) {  \
     long long rows = static_cast<long long>(batch) * heads * dim;                                  \
     for (long long i = blockIdx.x * 256ll + threadIdx.x; i < rows; i += 256ll * gridDim.x) {       \
       long long p = i % dim;                                                                       \
@@ -56,7 +56,7 @@ __device__ __forceinline__ double selective_state_update_ref_load(const void* p,
       double y = 0.0;                                                                              \
       for (long long n = 0; n < dstate; ++n) {                                                     \
         double s = at_to_float(state_in[e * ss0 + h * ss1 + p * ss2 + n * ss3]);                   \
-        double a = selective_state_update_ref_load(A, hp * dstate + n, a_code);                    \
+        double a = selective_state_update_ref_load(A, a_bcast ? hp : hp * dstate + n, a_code);     \
         double bn = selective_state_update_ref_load(B, (b * groups + g) * dstate + n, bc_code);    \
         double cn = selective_state_update_ref_load(C, (b * groups + g) * dstate + n, bc_code);    \
         s = s * exp(d * a) + d * bn * xv;                                                          \
