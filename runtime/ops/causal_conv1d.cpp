@@ -391,14 +391,15 @@ Config CausalConv1dOp::adapt_long_rows(const Config& config, const Problem& prob
   p.smem = !direct;
   p = one_tile_per_row(p, d, 32, src.threads);
   const Config c = with_params(config, p);
+  return fits(c, problem) ? c : config; // else the tuned configuration
+}
+
+bool CausalConv1dOp::fits(const Config& config, const Problem& problem) const {
   try {
-    if (check(c, problem, "sm_80")) {
-      return c;
-    }
+    return check(config, problem, "sm_80").ok();
   } catch (const Error&) {
-    // keep the tuned configuration
+    return false; // a configuration this problem refuses outright
   }
-  return config;
 }
 
 Config CausalConv1dOp::adapt(const Config& config, const Problem& problem) const {
@@ -407,14 +408,8 @@ Config CausalConv1dOp::adapt(const Config& config, const Problem& problem) const
   // winners against the same tiles as spans, bench/notes/causal_conv1d-unaligned.md.
   Params src = params(config);
   const Dims d = dims(problem);
-  if (src.span && ragged(d, src.vec) && tile_length(src) < 2 * d.L) {
-    try {
-      if (check(config, problem, "sm_80")) {
-        return config; // spans whose one tile a row fits this row too
-      }
-    } catch (const Error&) {
-      // adapt as a staged tile below
-    }
+  if (src.span && ragged(d, src.vec) && tile_length(src) < 2 * d.L && fits(config, problem)) {
+    return config; // spans whose one tile a row fits this row too
   }
   Config base = config;
   if (src.span) {
@@ -434,15 +429,11 @@ Config CausalConv1dOp::adapt(const Config& config, const Problem& problem) const
     q.threads *= m;
     q.cpb *= m;
     const Config spans = with_params(rows, q);
-    try {
-      if (check(spans, problem, "sm_80")) {
-        return spans;
-      }
-    } catch (const Error&) {
-      // try more rows, else keep the staged rows
+    if (fits(spans, problem)) {
+      return spans;
     }
   }
-  return rows;
+  return rows; // the staged rows
 }
 
 Config CausalConv1dOp::adapt_rows(const Config& config, const Problem& problem) const {
@@ -545,12 +536,8 @@ Config CausalConv1dOp::adapt_rows(const Config& config, const Problem& problem) 
     // to 64 of 1 (8.3).
     const Params filled = one_tile_per_row(chosen, d, chosen.smem ? 4 : 32, chosen.threads);
     const Config c = with_params(config, filled);
-    try {
-      if (check(c, problem, "sm_80")) {
-        return c;
-      }
-    } catch (const Error&) {
-      // keep the choice above
+    if (fits(c, problem)) {
+      return c;
     }
   }
   return keep ? from : with_params(config, best);

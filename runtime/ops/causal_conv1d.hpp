@@ -97,6 +97,9 @@ public:
                                      const CausalConv1dCall& call) const;
 
 private:
+  // Whether adapt()'s candidate runs the problem (check() on sm_80, the oldest GPU the
+  // runtime supports; a refusal by exception counts as no).
+  bool fits(const Config& config, const Problem& problem) const;
   // adapt() for the row paths (no spans): short rows here, long ones below.
   Config adapt_rows(const Config& config, const Problem& problem) const;
   // adapt() for rows at least half of the configuration's tile long.

@@ -77,6 +77,15 @@ constexpr int k_state_words = k_state_bytes / 4; // 32-bit words
 #define AT_A_BCAST 0
 #endif
 
+// The i-th value of a lane's run of A, B or C as fp32: fp32 registers, or (AT_WORDS) a run
+// kept in its own type.
+__device__ __forceinline__ float run_value(const float (&v)[k_per], int i) {
+  return v[i];
+}
+template <typename T> __device__ __forceinline__ float run_value(const at_vec<T, k_per>& v, int i) {
+  return at_to_float(v.elem[i]);
+}
+
 // AT_WORDS: a lane's k_per values of one of A, B, C from row (stride `stride` between
 // them): one load when the stride is 0, whole words when it is 1 and `first` is aligned
 // to them (and every lane has all k_per), else element by element; zeros where off.
@@ -281,39 +290,29 @@ extern "C" __global__ void __launch_bounds__(k_threads)
   const float dtx = dt * xv;
   float acc = 0.0f;
   s_t stored[k_per]; // the new states as stored
+  // exp(dt * A) once for the row where A is one value a row: always with AT_A_BCAST; with
+  // words also when a call's A has state stride 0 without it being known at compile time.
 #if AT_A_BCAST
-  const float row_decay = at_exp2_approx(dt_log2e * a_row_value); // one exponential a row
-#endif
-#if AT_WORDS
-#if !AT_A_BCAST
-  // A broadcast over n without AT_A_BCAST: still one exponential for the row.
+  const float row_decay = at_exp2_approx(dt_log2e * a_row_value);
+#elif AT_WORDS
   const bool a_shared = args.A_stride[2] == 0;
-  const float row_decay = at_exp2_approx(dt_log2e * at_to_float(a.elem[0]));
+  const float row_decay = at_exp2_approx(dt_log2e * run_value(a, 0));
+#else
+  constexpr bool a_shared = false;
+  constexpr float row_decay = 0.0f;
 #endif
 #pragma unroll
   for (int i = 0; i < k_per; ++i) {
 #if AT_A_BCAST
     const float d = row_decay;
 #else
-    const float d = a_shared ? row_decay : at_exp2_approx(dt_log2e * at_to_float(a.elem[i]));
+    const float d = a_shared ? row_decay : at_exp2_approx(dt_log2e * run_value(a, i));
 #endif
-    stored[i] = at_from_float<s_t>(fmaf(s[i], d, at_to_float(bv.elem[i]) * dtx));
-    acc = fmaf(at_to_float(stored[i]), at_to_float(cv.elem[i]), acc); // past N: 0 * 0
-  }
-#else
-#pragma unroll
-  for (int i = 0; i < k_per; ++i) {
-#if AT_A_BCAST
-    const float d = row_decay;
-#else
-    const float d = at_exp2_approx(dt_log2e * a[i]);
-#endif
-    stored[i] = at_from_float<s_t>(fmaf(s[i], d, bv[i] * dtx));
+    stored[i] = at_from_float<s_t>(fmaf(s[i], d, run_value(bv, i) * dtx));
     // out reads the state as it is stored (rounded to s_t): what the next step will see,
     // and what mamba-ssm's reference computes out from.
-    acc = fmaf(at_to_float(stored[i]), cv[i], acc); // past N: 0 * 0
+    acc = fmaf(at_to_float(stored[i]), run_value(cv, i), acc); // past N: 0 * 0
   }
-#endif
 
   s_t* state_out_row = args.state_out + state_offset;
   if (state_vec) {
