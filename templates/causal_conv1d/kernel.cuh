@@ -55,12 +55,12 @@
 // memory (channel stride L in x and out) and the block's first element is aligned (the
 // host checks the pointers, the batch strides and that cpb * L is a multiple of the
 // vector), the block's rows are one run of cpb * L elements: it is staged in aligned
-// vectors, and each thread computes whole output vectors of the run, which may end one
-// row and begin the next. A vector inside one row, with its window, is the plain
-// computation; one that meets a row's start takes, per element, its row's weights and
-// the initial state (or zero) before position 0. No partial vectors except the run's
-// last, so short odd rows (L=333: 42 vectors a row, two of them partial) move at the
-// rate of aligned ones.
+// vectors, each row behind a gap that holds its initial state (or zeros), and each
+// thread computes whole output vectors of the run, which may end one row and begin the
+// next (such a vector is computed with each row's window and weights, and the halves
+// kept). No partial vectors except the run's last, so short odd rows (L=333: 42 vectors
+// a row, two of them partial) move at the rate of aligned ones. L >= AT_VEC (check()):
+// a vector meets at most one row start.
 
 #include "common/numeric.cuh"
 
