@@ -126,6 +126,45 @@ TEST_CASE("a length that is not a multiple of the vector builds the ragged-row k
     // mamba's view of x (batch stride L, channel stride B*L) against a contiguous out
     CHECK(mode("B=2,C=64,L=4095,W=4", a, b, 4095, 2 * 4095, 64 * 4095, 4095) == 1);
   }
+
+  SUBCASE("spans (vector_mode 2) only where every block's rows are one aligned run") {
+    const Config spans = parse_fields("threads=128,vec=8,items=4,cpb=8,load=span", "config");
+    const Problem p = problem("B=2,C=64,L=333,W=2");
+    REQUIRE(op.check(spans, p, "sm_90a"));
+    auto mode = [&](const Config& config, CUdeviceptr x, CUdeviceptr out, long long xbs,
+                    long long xcs, long long obs, long long ocs) {
+      CausalConv1dCall call;
+      call.x = x;
+      call.out = out;
+      call.x_batch_stride = xbs;
+      call.x_channel_stride = xcs;
+      call.out_batch_stride = obs;
+      call.out_channel_stride = ocs;
+      return op.kernel_args(op.conv_plan(config, p), call).vector_mode;
+    };
+    const CUdeviceptr a = 1 << 20, b = 1 << 24;
+    const long long L = 333, CL = 64 * 333; // C * L is a multiple of 8
+    // contiguous x and out, aligned: runs
+    CHECK(mode(spans, a, b, CL, L, CL, L) == 2);
+    // mamba-ssm's xz[:, :C] of a contiguous [B, 2C, L]: rows back to back, batch stride 2CL
+    CHECK(mode(spans, a, b, 2 * CL, L, CL, L) == 2);
+    // a base off the vector, rows not back to back (padded rows, Mamba-1's [2C, B*L]
+    // projection), a batch stride off the vector: the staged ragged path
+    CHECK(mode(spans, a + 2, b, CL, L, CL, L) == 1);
+    CHECK(mode(spans, a, b + 6, CL, L, CL, L) == 1);
+    CHECK(mode(spans, a, b, 64 * 336, 336, CL, L) == 1);
+    CHECK(mode(spans, a, b, L, 2 * L, CL, L) == 1);
+    CHECK(mode(spans, a, b, CL + 3, L, CL, L) == 1);
+    // the same call with a staged configuration: never runs
+    const Config staged = parse_fields("threads=128,vec=8,items=4,cpb=8,load=smem", "config");
+    CHECK(mode(staged, a, b, CL, L, CL, L) == 1);
+    // cpb * L off the vector, or a tile shorter than the row: spans refused by check()
+    CHECK_FALSE(
+        op.check(parse_fields("threads=64,vec=8,items=4,cpb=4,load=span", "config"), p, "sm_90a"));
+    CHECK_FALSE(
+        op.check(parse_fields("threads=128,vec=8,items=2,cpb=8,load=span", "config"), p, "sm_90a"));
+    CHECK_FALSE(op.check(spans, problem("B=2,C=64,L=333,W=2,layout=blc"), "sm_90a"));
+  }
 }
 
 TEST_CASE("tensors and effective bytes follow the problem") {
