@@ -146,7 +146,7 @@ TEST_CASE("a length that is not a multiple of the vector builds the ragged-row k
     const long long L = 333, CL = 64 * 333; // C * L is a multiple of 8
     // contiguous x and out, aligned: runs
     CHECK(mode(spans, a, b, CL, L, CL, L) == 2);
-    // mamba-ssm's xz[:, :C] of a contiguous [B, 2C, L]: rows back to back, batch stride 2CL
+    // a channel slice of a contiguous [B, 2C, L] (xz.chunk(2, dim=1)): rows back to back
     CHECK(mode(spans, a, b, 2 * CL, L, CL, L) == 2);
     // a base off the vector, rows not back to back (padded rows, Mamba-1's [2C, B*L]
     // projection), a batch stride off the vector: the staged ragged path
