@@ -42,13 +42,6 @@ long long padded_dim(long long D) {
   return (D + 15) / 16 * 16;
 }
 
-// A feature flag of the problem: absent (problems made before it existed, and every
-// problem without the feature) is 0.
-bool feature(const Problem& p, const char* name) {
-  const int i = p.fields.index(name);
-  return i >= 0 && p.fields.integer(size_t(i)) != 0;
-}
-
 // The problem as described: the shapes of the call's tensors.
 Dims described_dims(const Problem& p) {
   Dims d{p.get_int("B"),
@@ -61,20 +54,20 @@ Dims described_dims(const Problem& p) {
          p.get_int("lse") != 0,
          p.get("layout") == "bhsd",
          parse_dtype(p.get("dtype"), "dtype")};
-  d.window = feature(p, "window");
-  d.softcap = feature(p, "softcap");
-  d.alibi = feature(p, "alibi");
+  d.window = p.optional_flag("window");
+  d.softcap = p.optional_flag("softcap");
+  d.alibi = p.optional_flag("alibi");
   d.Dp = padded_dim(d.D);
-  d.varlen = feature(p, "varlen");
+  d.varlen = p.optional_flag("varlen");
   if (d.varlen) {
     d.Tq = p.get_int("Tq");
     d.Tk = p.get_int("Tk");
   }
-  if (feature(p, "paged")) {
+  if (p.optional_flag("paged")) {
     d.kvcache = true;
     d.page = p.get_int("page");
   }
-  d.kvcache = d.kvcache || feature(p, "kvcache");
+  d.kvcache = d.kvcache || p.optional_flag("kvcache");
   return d;
 }
 

@@ -188,8 +188,7 @@ CausalConv1dShape CausalConv1dShape::of(const Problem& p) {
   d.init_states = p.get_int("init_states") != 0;
   d.final_states = p.get_int("final_states") != 0;
   d.channel_last = p.get("layout") == "blc";
-  const int seq = p.fields.index("seq_idx");
-  d.seq_idx = seq >= 0 && p.fields.integer(size_t(seq)) != 0;
+  d.seq_idx = p.optional_flag("seq_idx");
   return d;
 }
 

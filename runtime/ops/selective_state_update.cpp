@@ -77,8 +77,7 @@ SelectiveStateUpdateShape SelectiveStateUpdateShape::of(const Problem& p) {
   d.dt_bias = p.get_int("dt_bias") != 0;
   d.softplus = p.get_int("softplus") != 0;
   d.gather = p.get_int("gather") != 0;
-  const int a_bcast = p.fields.index("a_bcast");
-  d.a_bcast = a_bcast >= 0 && p.fields.integer(size_t(a_bcast)) != 0;
+  d.a_bcast = p.optional_flag("a_bcast");
   return d;
 }
 

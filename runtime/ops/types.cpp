@@ -207,6 +207,11 @@ long long Problem::get_int(const std::string& name) const {
   return parse_int(get(name), op + " field " + name); // throws the error it always did
 }
 
+bool Problem::optional_flag(const std::string& name) const {
+  const int i = fields.index(name);
+  return i >= 0 && fields.integer(size_t(i)) != 0;
+}
+
 DType Problem::get_dtype(const std::string& name) const {
   int i = fields.index(name);
   if (i >= 0 && fields.kind(size_t(i)) == FieldList::Kind::dtype) {

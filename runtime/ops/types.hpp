@@ -109,6 +109,9 @@ struct Problem {
   FieldList fields;
   const std::string& key() const { return fields.key(); }
   long long get_int(const std::string& name) const;
+  // A 0/1 field that keys carry only when on (features added after keys existed): absent
+  // is off.
+  bool optional_flag(const std::string& name) const;
   DType get_dtype(const std::string& name) const;
   const std::string& get(const std::string& name) const;
 };
