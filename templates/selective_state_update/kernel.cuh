@@ -290,23 +290,17 @@ extern "C" __global__ void __launch_bounds__(k_threads)
   const float dtx = dt * xv;
   float acc = 0.0f;
   s_t stored[k_per]; // the new states as stored
-  // exp(dt * A) once for the row where A is one value a row: always with AT_A_BCAST; with
-  // words also when a call's A has state stride 0 without it being known at compile time.
+  // With AT_A_BCAST (the host sets it whenever a call's A has state stride 0) A is one
+  // value a row, so exp(dt * A) is computed once for the row.
 #if AT_A_BCAST
   const float row_decay = at_exp2_approx(dt_log2e * a_row_value);
-#elif AT_WORDS
-  const bool a_shared = args.A_stride[2] == 0;
-  const float row_decay = at_exp2_approx(dt_log2e * run_value(a, 0));
-#else
-  constexpr bool a_shared = false;
-  constexpr float row_decay = 0.0f;
 #endif
 #pragma unroll
   for (int i = 0; i < k_per; ++i) {
 #if AT_A_BCAST
     const float d = row_decay;
 #else
-    const float d = a_shared ? row_decay : at_exp2_approx(dt_log2e * run_value(a, i));
+    const float d = at_exp2_approx(dt_log2e * run_value(a, i));
 #endif
     stored[i] = at_from_float<s_t>(fmaf(s[i], d, run_value(bv, i) * dtx));
     // out reads the state as it is stored (rounded to s_t): what the next step will see,
