@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """A Mamba-1 block as model code on autotune's drop-ins: the forward pass of mamba-ssm's
-Mamba module (mamba_ssm/modules/mamba_simple.py, the path without the fused
-mamba_inner_fn), with `from autotune import causal_conv1d_fn, selective_scan_fn` in
-place of causal-conv1d's and mamba-ssm's. As there, x and z are channel halves of one
-in_proj output laid out [batch, channels, length] with the batch stride smaller than the
-channel stride, and dt is such a view too: the kernels read them in place.
+Mamba module (mamba_ssm/modules/mamba_simple.py) both ways it runs there: the fused path
+(use_fast_path: one mamba_inner_fn call) and the path through causal_conv1d_fn and
+selective_scan_fn, with `from autotune import ...` in place of mamba-ssm's and
+causal-conv1d's imports. As there, x and z are channel halves of one in_proj output laid
+out [batch, channels, length] with the batch stride smaller than the channel stride, and
+dt is such a view too: the kernels read them in place.
 
-Runs the bf16 block eagerly and under torch.compile(fullgraph=True), and checks both
-against the same block in float32 on PyTorch only (nn.Conv1d and a sequential scan).
+Runs the bf16 block both ways, eagerly and under torch.compile(fullgraph=True), and
+checks each against the same block in float32 on PyTorch only (nn.Conv1d and a
+sequential scan).
 
     export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$PWD/.device
     python3 examples/mamba_block.py --lib .device/libautotune.so
@@ -26,12 +28,13 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import autotune  # noqa: E402  (the library is looked for at the first call, not here)
-from autotune import causal_conv1d_fn, selective_scan_fn  # noqa: E402
+from autotune import causal_conv1d_fn, mamba_inner_fn, selective_scan_fn  # noqa: E402
 
 
 class Mamba(nn.Module):
     """mamba-ssm's Mamba block (its parameters and their initialisation), forward only.
-    kernels="autotune" runs the drop-ins; kernels="torch" the PyTorch reference."""
+    kernels="autotune" runs the drop-ins (use_fast_path: mamba_inner_fn, as mamba-ssm's
+    default); kernels="torch" the PyTorch reference."""
 
     def __init__(self, d_model, d_state=16, d_conv=4, expand=2, dt_min=0.001, dt_max=0.1,
                  dt_init_floor=1e-4, conv_bias=True, bias=False, device=None, dtype=None):
@@ -41,6 +44,7 @@ class Mamba(nn.Module):
         self.d_inner = int(expand * d_model)
         self.dt_rank = math.ceil(d_model / 16)
         self.kernels = "autotune"
+        self.use_fast_path = True
         self.in_proj = nn.Linear(d_model, self.d_inner * 2, bias=bias, **factory)
         self.conv1d = nn.Conv1d(self.d_inner, self.d_inner, bias=conv_bias, kernel_size=d_conv,
                                 groups=self.d_inner, padding=d_conv - 1, **factory)
@@ -65,6 +69,11 @@ class Mamba(nn.Module):
         if self.in_proj.bias is not None:
             xz = xz + self.in_proj.bias.to(dtype=xz.dtype)[:, None]
         A = -torch.exp(self.A_log.float())
+        if self.kernels == "autotune" and self.use_fast_path:
+            return mamba_inner_fn(xz, self.conv1d.weight, self.conv1d.bias, self.x_proj.weight,
+                                  self.dt_proj.weight, self.out_proj.weight, self.out_proj.bias,
+                                  A, None, None, self.D.float(),
+                                  delta_bias=self.dt_proj.bias.float(), delta_softplus=True)
         x, z = xz.chunk(2, dim=1)
         if self.kernels == "autotune":
             x = causal_conv1d_fn(x=x, weight=self.conv1d.weight.squeeze(1), bias=self.conv1d.bias,
@@ -118,11 +127,17 @@ def main():
     reference.kernels = "torch"
     hidden = torch.randn(2, 300, 512, device="cuda", dtype=torch.bfloat16)
     failures = 0
+    results = []
     with torch.no_grad():
         ref = reference(hidden.float())
-        eager = block(hidden)
-        compiled = torch.compile(block, fullgraph=True)(hidden)
-    for name, out in (("eager", eager), ("torch.compile(fullgraph=True)", compiled)):
+        for fast in (True, False):
+            block.use_fast_path = fast
+            path = "mamba_inner_fn" if fast else "causal_conv1d_fn + selective_scan_fn"
+            torch._dynamo.reset()
+            results += [(f"{path}, eager", block(hidden)),
+                        (f"{path}, torch.compile(fullgraph=True)",
+                         torch.compile(block, fullgraph=True)(hidden))]
+    for name, out in results:
         err = rel_err(out, ref)
         ok = out.dtype == torch.bfloat16 and out.shape == hidden.shape and err < 3e-2
         print(f"Mamba block {name}: relative error {err:.2e} vs the float32 PyTorch block "

@@ -8,6 +8,9 @@ this package is compiled, against torch or anything else).
     y = autotune.causal_conv1d_update(x_t, conv_state, weight, bias, "silu")  # a decode step
     y = autotune.selective_scan_fn(u, dt, A, B, C, D, z=z, delta_bias=dt_bias,
                                    delta_softplus=True)             # mamba-ssm
+    y = autotune.mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight,
+                                dt_proj_weight, out_proj_weight, out_proj_bias, A,
+                                D=D, delta_bias=dt_bias)            # its Mamba block
     y = autotune.selective_state_update(ssm_state, x_t, dt, A, B, C, D, z=z, dt_bias=dt_bias,
                                         dt_softplus=True)           # its decoding step
     torch.ops.autotune.attention(q, k, v, causal=True)              # the registered ops
@@ -33,7 +36,8 @@ __all__ = [
     "find_library", "flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func",
     "flash_attn_varlen_func", "flash_attn_varlen_kvpacked_func",
     "flash_attn_varlen_qkvpacked_func", "flash_attn_with_kvcache",
-    "get_runtime", "selective_scan_fn", "selective_state_update", "set_database", "set_policy",
+    "get_runtime", "mamba_inner_fn", "selective_scan_fn", "selective_state_update",
+    "set_database", "set_policy",
     "torch_available",
 ]
 
@@ -50,7 +54,7 @@ if torch_available:
                           flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
                           flash_attn_varlen_func, flash_attn_varlen_kvpacked_func,
                           flash_attn_varlen_qkvpacked_func, flash_attn_with_kvcache,
-                          selective_scan_fn, selective_state_update)
+                          mamba_inner_fn, selective_scan_fn, selective_state_update)
     from ._ops import get_runtime
 else:
     def _needs_torch(name):
@@ -63,6 +67,7 @@ else:
     causal_conv1d_fn = _needs_torch("causal_conv1d_fn")
     causal_conv1d_update = _needs_torch("causal_conv1d_update")
     selective_scan_fn = _needs_torch("selective_scan_fn")
+    mamba_inner_fn = _needs_torch("mamba_inner_fn")
     selective_state_update = _needs_torch("selective_state_update")
     flash_attn_func = _needs_torch("flash_attn_func")
     flash_attn_qkvpacked_func = _needs_torch("flash_attn_qkvpacked_func")

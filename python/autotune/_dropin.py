@@ -21,6 +21,7 @@ grad), the result carries a node whose backward raises NotImplementedError. What
 peers do and autotune does not is refused by name (NotImplementedError), never ignored.
 """
 import torch
+import torch.nn.functional as F
 
 from . import _calls, _ops
 
@@ -442,6 +443,131 @@ def _scan_copies(u, delta, A, B, C, D, z, delta_bias):
 
 def _last_contiguous(t):
     return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight,
+                   out_proj_weight, out_proj_bias, A, B=None, C=None, D=None, delta_bias=None,
+                   B_proj_bias=None, C_proj_bias=None, delta_softplus=True, checkpoint_lvl=1,
+                   b_rms_weight=None, c_rms_weight=None, dt_rms_weight=None,
+                   b_c_dt_rms_eps=1e-6, *, cu_seqlens=None, seq_idx=None):
+    """mamba-ssm's mamba_inner_fn: the fused path of its Mamba-1 block (Mamba.forward with
+    use_fast_path), forward only. The convolution and the scan are autotune's
+    (causal_conv1d_fn, selective_scan_fn: x, z and the projected dt are read in place);
+    the projections are torch's F.linear and matmul, laid out as mamba-ssm lays them out.
+
+    xz: (batch, 2 * dim, seqlen), x and z its channel halves; a strided last dimension is
+        copied first (as mamba-ssm does). conv1d_weight: (dim, 1, width), conv1d_bias
+        (dim,). x_proj_weight: (dt_rank + dstate per variable B/C, dim); delta_proj_weight:
+        (dim, dt_rank); out_proj_weight: (d_out, dim), out_proj_bias (d_out,) or None.
+    A: (dim, dstate) fp32. B, C: None (variable: projected from x, plus B_proj_bias /
+        C_proj_bias when given) or (dim, dstate) fp32 (fixed). D, delta_bias: (dim,) fp32.
+    b_rms_weight, c_rms_weight (dstate,) and dt_rms_weight (dim,): RMS norms (eps
+        b_c_dt_rms_eps) of the variable B, C and of dt before the scan, as mamba-ssm 2.2
+        applies them. checkpoint_lvl (0 or 1) only shapes mamba-ssm's backward: accepted,
+        nothing to do forward.
+    seq_idx (newer mamba-ssm): passed to the convolution, as there. cu_seqlens (newer
+        mamba-ssm): not implemented (NotImplementedError), like selective_scan_fn's.
+    Under autocast the projection weights are cast to the autocast dtype first, as
+    mamba-ssm casts them.
+
+    out: (batch, seqlen, d_out): out_proj(selective_scan(conv(x), dt, A, B, C, D, z)).
+    """
+    name = "autotune.mamba_inner_fn"
+    if cu_seqlens is not None:
+        raise NotImplementedError(
+            f"{name}: cu_seqlens (variable-length packed sequences) is not implemented")
+    if checkpoint_lvl not in (0, 1):
+        raise ValueError(f"{name}: checkpoint_lvl={checkpoint_lvl!r}: expected 0 or 1 (as "
+                         "mamba-ssm asserts; it only shapes the backward pass)")
+    for what, t in (("xz", xz), ("conv1d_weight", conv1d_weight), ("x_proj_weight", x_proj_weight),
+                    ("delta_proj_weight", delta_proj_weight), ("out_proj_weight", out_proj_weight),
+                    ("A", A)):
+        if not isinstance(t, _Tensor):
+            raise TypeError(f"{name}: {what} must be a torch.Tensor, not {type(t).__name__}")
+    if A.is_complex():
+        raise TypeError(f"{name}: A is complex ({A.dtype}); autotune's kernels are real-valued")
+    if xz.dim() != 3 or xz.shape[1] % 2 != 0:
+        raise ValueError(f"{name}: xz must be (batch, 2 * dim, seqlen), not {list(xz.shape)}")
+    if conv1d_weight.dim() != 3 or conv1d_weight.shape[1] != 1:
+        raise ValueError(f"{name}: conv1d_weight must be (dim, 1, width), as nn.Conv1d's "
+                         f"depthwise weight, not {list(conv1d_weight.shape)}")
+    if A.dim() != 2 or delta_proj_weight.dim() != 2 or x_proj_weight.dim() != 2:
+        raise ValueError(f"{name}: A {list(A.shape)}, delta_proj_weight "
+                         f"{list(delta_proj_weight.shape)} and x_proj_weight "
+                         f"{list(x_proj_weight.shape)} must be matrices")
+    batch, dim, seqlen = xz.shape[0], xz.shape[1] // 2, xz.shape[2]
+    delta_rank, d_state = delta_proj_weight.shape[1], A.shape[1]
+    projected = delta_rank + d_state * ((B is None) + (C is None))
+    if x_proj_weight.shape[0] < projected:
+        raise ValueError(
+            f"{name}: x_proj_weight has {x_proj_weight.shape[0]} rows; dt_rank "
+            f"{delta_rank} + dstate {d_state} per variable B/C needs {projected}")
+    for what, weight, given in (("b_rms_weight", b_rms_weight, B),
+                                ("c_rms_weight", c_rms_weight, C)):
+        if weight is not None and given is not None and getattr(given, "ndim", 0) != 4:
+            raise ValueError(f"{name}: {what} normalises a variable {what[0].upper()} (None: "
+                             f"projected from x, or (batch, 1, dstate, seqlen)), not a fixed one")
+    if _autocast_enabled():
+        dtype = _autocast_dtype()
+        x_proj_weight = x_proj_weight.to(dtype=dtype)
+        delta_proj_weight = delta_proj_weight.to(dtype=dtype)
+        out_proj_weight = out_proj_weight.to(dtype=dtype)
+        if out_proj_bias is not None:
+            out_proj_bias = out_proj_bias.to(dtype=dtype)
+    if xz.stride(-1) != 1:
+        xz = xz.contiguous()
+    x, z = xz.chunk(2, dim=1)
+    conv1d_out = causal_conv1d_fn(x, conv1d_weight.squeeze(1), conv1d_bias, seq_idx=seq_idx,
+                                  activation="silu")
+    if conv1d_out.stride(-1) != 1:  # channel-last (seq_idx): the layout the linear reads
+        conv1d_out = conv1d_out.contiguous()
+    # (b l) d rows for the projection; dt back as "d (b l) -> b d l", read in place.
+    x_dbl = F.linear(conv1d_out.transpose(1, 2).reshape(batch * seqlen, dim), x_proj_weight)
+    delta = (delta_proj_weight @ x_dbl[:, :delta_rank].t()).view(dim, batch, seqlen)
+    delta = delta.permute(1, 0, 2)
+
+    def variable(rows, bias):  # "(b l) dstate -> b 1 dstate l"
+        if bias is not None:
+            rows = rows + bias.to(dtype=rows.dtype)
+        return rows.view(batch, seqlen, d_state).transpose(1, 2).unsqueeze(1).contiguous()
+
+    if B is None:
+        B = variable(x_dbl[:, delta_rank:delta_rank + d_state], B_proj_bias)
+    if C is None:
+        C = variable(x_dbl[:, -d_state:], C_proj_bias)
+    if b_rms_weight is not None:
+        B = _rms_norm(B, b_rms_weight, b_c_dt_rms_eps, dim=2)
+    if c_rms_weight is not None:
+        C = _rms_norm(C, c_rms_weight, b_c_dt_rms_eps, dim=2)
+    if dt_rms_weight is not None:
+        delta = _rms_norm(delta, dt_rms_weight, b_c_dt_rms_eps, dim=1)
+    out_z = selective_scan_fn(conv1d_out, delta, A, B, C, D, z=z, delta_bias=delta_bias,
+                              delta_softplus=delta_softplus)
+    return F.linear(out_z.transpose(1, 2), out_proj_weight, out_proj_bias)
+
+
+def _rms_norm(t, weight, eps, dim):
+    """mamba-ssm's rms_norm_forward over dimension `dim` of t: in float32 (or t's wider
+    dtype), weight applied, the result in t's dtype and contiguous."""
+    f = t.to(torch.promote_types(t.dtype, torch.float32))
+    shape = [1] * t.dim()
+    shape[dim] = -1
+    f = f * torch.rsqrt(f.square().mean(dim, keepdim=True) + eps) * weight.to(f.dtype).view(shape)
+    return f.to(dtype=t.dtype).contiguous()
+
+
+def _autocast_enabled():
+    try:
+        return torch.is_autocast_enabled("cuda")
+    except TypeError:  # torch before 2.4: the CUDA one without an argument
+        return torch.is_autocast_enabled()
+
+
+def _autocast_dtype():
+    try:
+        return torch.get_autocast_dtype("cuda")
+    except AttributeError:  # torch before 2.4
+        return torch.get_autocast_gpu_dtype()
 
 
 # ---- flash-attn 2 ---------------------------------------------------------------------------

@@ -4,7 +4,7 @@ test_gpu.py; torch and a CUDA GPU needed):
 - conformance: the peers' own forward test grids for what autotune supports, with their
   parameter lists, inputs and pass criteria, against float32 references written here
   (causal-conv1d tests/test_causal_conv1d.py::test_causal_conv1d, mamba-ssm
-  tests/ops/test_selective_scan.py::test_selective_scan, flash-attn
+  tests/ops/test_selective_scan.py::test_selective_scan and ::test_mamba_inner_fn, flash-attn
   tests/test_flash_attn.py::test_flash_attn_output, ::test_flash_attn_qkvpacked,
   ::test_flash_attn_varlen_output and ::test_flash_attn_kvcache);
 - the registered operators: torch.library.opcheck (schema, fake implementation against
@@ -478,6 +478,116 @@ def scan_run(c):
 
 
 def scan_key(c):
+    return tuple(v for _, v in sorted(c.items(), key=lambda kv: kv[0]))
+
+
+# =====================================================================================
+# mamba-ssm: tests/ops/test_selective_scan.py::test_mamba_inner_fn
+# =====================================================================================
+def mamba_inner_ref(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight,
+                    out_proj_weight, out_proj_bias, A, B=None, C=None, D=None, delta_bias=None,
+                    B_proj_bias=None, C_proj_bias=None, delta_softplus=True, b_rms_weight=None,
+                    c_rms_weight=None, dt_rms_weight=None, b_c_dt_rms_eps=1e-6, conv=None,
+                    scan=None):
+    """mamba-ssm's mamba_inner_ref (its rms norms as mamba-ssm 2.2's mamba_inner_fn applies
+    them). conv(x, weight, bias) and scan(u, delta, A, B, C, D, z, delta_bias, softplus)
+    are the kernels: autotune's drop-ins, as the peer's test passes its own library's
+    (default), or float32 references (_conv_f32, _scan_f32)."""
+    if conv is None:
+        def conv(x, w, b):
+            return autotune.causal_conv1d_fn(x, w, b, activation="silu")
+    if scan is None:
+        def scan(*args):
+            return autotune.selective_scan_fn(*args[:6], z=args[6], delta_bias=args[7],
+                                              delta_softplus=args[8])
+    batch, seqlen = xz.shape[0], xz.shape[-1]
+    delta_rank, d_state = delta_proj_weight.shape[1], A.shape[-1]
+    x, z = xz.chunk(2, dim=1)
+    x = conv(x, conv1d_weight.squeeze(1), conv1d_bias)
+    x_dbl = F.linear(x.transpose(1, 2).reshape(-1, x.shape[1]), x_proj_weight)  # (b l) d
+    delta = (delta_proj_weight @ x_dbl[:, :delta_rank].t()).view(-1, batch, seqlen)
+    delta = delta.permute(1, 0, 2)
+
+    def rms(t, weight, dim):
+        f = t.float()
+        shape = [1] * t.dim()
+        shape[dim] = -1
+        return (f * torch.rsqrt(f.square().mean(dim, keepdim=True) + b_c_dt_rms_eps) *
+                weight.float().view(shape)).to(t.dtype)
+
+    def variable(rows, bias, weight):  # "(b l) dstate -> b dstate l"
+        if bias is not None:
+            rows = rows + bias.to(dtype=rows.dtype)
+        rows = rows.view(batch, seqlen, d_state).transpose(1, 2).contiguous()
+        return rows if weight is None else rms(rows, weight, 1)
+
+    if B is None:
+        B = variable(x_dbl[:, delta_rank:delta_rank + d_state], B_proj_bias, b_rms_weight)
+    if C is None:
+        C = variable(x_dbl[:, -d_state:], C_proj_bias, c_rms_weight)
+    if dt_rms_weight is not None:
+        delta = rms(delta, dt_rms_weight, 1).contiguous()
+    y = scan(x, delta, A, B, C, D, z, delta_bias, delta_softplus)
+    return F.linear(y.transpose(1, 2), out_proj_weight, out_proj_bias)
+
+
+def _conv_f32(x, w, b):
+    return conv_ref(x.float(), w.float(), None if b is None else b.float(),
+                    activation="silu")[0]
+
+
+def _scan_f32(u, delta, A, B, C, D, z, delta_bias, softplus):
+    f = (lambda t: None if t is None else t.float())
+    return scan_ref(u.float(), delta.float(), A, f(B), f(C), D, z=f(z), delta_bias=delta_bias,
+                    delta_softplus=softplus)[0]
+
+
+INNER_GRID = dict(wtype=[torch.float32], itype=[torch.float32], seqlen=[128],
+                  is_variable_C=[False, True], is_variable_B=[False, True])
+
+# The test's commented-out parameter lists, less fp16: the peer's inputs (randn
+# projection weights, no scaling) overflow fp16 in the projections, so its own reference
+# is inf/NaN there.
+INNER_GRID_FULL = dict(
+    wtype=[torch.float32, torch.complex64], itype=[torch.float32, torch.bfloat16],
+    seqlen=[8, 16, 32, 64, 128, 256, 372, 512, 784, 1024, 1134, 2048, 4096],
+    is_variable_C=[False, True], is_variable_B=[False, True])
+
+
+def inner_run(c):
+    itype, wtype, seqlen = c["itype"], c["wtype"], c["seqlen"]
+    rtol, atol = (6e-4, 2e-3) if itype == torch.float32 else (3e-3, 5e-3)
+    if itype == torch.bfloat16:
+        rtol, atol = 3e-2, 5e-2
+    torch.random.manual_seed(0)
+    batch_size, dim, dstate, dt_rank = 2, 768, 8, 48
+    var_b, var_c = c["is_variable_B"], c["is_variable_C"]
+    # As the peer draws them, requires_grad included (forward-only: the call must still
+    # run with grad mode on and every input recorded).
+    xz = torch.randn(batch_size, 2 * dim, seqlen, device=DEV, dtype=itype, requires_grad=True)
+    conv1d_weight = torch.randn(dim, 1, 3, device=DEV, dtype=itype, requires_grad=True)
+    conv1d_bias = torch.randn(dim, device=DEV, dtype=itype, requires_grad=True)
+    x_proj_weight = torch.randn(dt_rank + (int(var_b) + int(var_c)) * dstate, dim, device=DEV,
+                                dtype=itype, requires_grad=True)
+    delta_proj_weight = torch.randn(dim, dt_rank, device=DEV, dtype=itype, requires_grad=True)
+    out_proj_weight = torch.randn(dim // 2, dim, device=DEV, dtype=itype, requires_grad=True)
+    A = (-0.5 * torch.rand(dim, dstate, device=DEV, dtype=wtype)).requires_grad_()
+    B = None if var_b else torch.randn(dim, dstate, device=DEV, dtype=wtype, requires_grad=True)
+    C = None if var_c else torch.randn(dim, dstate, device=DEV, dtype=wtype, requires_grad=True)
+    D = 0 * torch.randn(dim, device=DEV, dtype=torch.float32, requires_grad=True)
+    delta_bias = (0.5 * torch.rand(dim, device=DEV, dtype=torch.float32)).requires_grad_()
+    args = (xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight, out_proj_weight,
+            None, A, B, C, D)
+    out = autotune.mamba_inner_fn(*args, delta_bias=delta_bias, delta_softplus=True)
+    out_ref = mamba_inner_ref(*args, delta_bias=delta_bias, delta_softplus=True)
+    if out.shape != out_ref.shape or out.dtype != out_ref.dtype:
+        return False, f"output {list(out.shape)} {out.dtype}, expected {list(out_ref.shape)}"
+    if not torch.allclose(out, out_ref, rtol=rtol, atol=atol):
+        return False, f"output max diff {(out.float() - out_ref.float()).abs().max().item():.3g}"
+    return True, ""
+
+
+def inner_key(c):
     return tuple(v for _, v in sorted(c.items(), key=lambda kv: kv[0]))
 
 
@@ -956,6 +1066,22 @@ GRIDS = {
         lambda: scan_cases(SCAN_GRID_FULL), scan_unsupported, scan_key, scan_run, 0.08,
         "every list the test file names (fixed B/C, no z/D/bias, softplus off, ...), "
         "sampled."),
+    "mamba_inner_fn": (
+        "selective_scan", "mamba-ssm tests/ops/test_selective_scan.py::test_mamba_inner_fn",
+        lambda: product(**INNER_GRID), scan_unsupported, inner_key, inner_run, 0.02,
+        "autotune.mamba_inner_fn on the peer's active lists, inputs (requires_grad on, "
+        "batch 2, dim 768, dstate 8, dt_rank 48, width 3) and criterion: allclose to "
+        "mamba_inner_ref on the same library's causal_conv1d_fn and selective_scan_fn, as "
+        "the peer runs it (the plumbing: views, B/C from the projection, the scan's "
+        "arguments). Against float32 references the peer's unscaled random projections "
+        "are too ill-conditioned for its tolerances; 'drop-in: mamba_inner_fn against "
+        "float32' checks the numbers on model-scaled weights."),
+    "mamba_inner_fn_full": (
+        "selective_scan", "mamba-ssm tests/ops/test_selective_scan.py::test_mamba_inner_fn "
+        "(the commented-out full parameter lists)",
+        lambda: product(**INNER_GRID_FULL), scan_unsupported, inner_key, inner_run, 0.04,
+        "every list the test file names (bf16, seqlen 8-4096, complex A refused) but fp16, "
+        "where the peer's own inputs overflow (its reference is not finite)."),
     "attention_output": (
         "attention", "flash-attn tests/test_flash_attn.py::test_flash_attn_output",
         attn_output_cases, attention_unsupported, attn_output_key, attn_output_run, 0.20,
@@ -1512,6 +1638,75 @@ def check_mamba_views():
             raise AssertionError(f"scan on the views: {(s - s_ref).abs().max().item():.3g}")
 
 
+def check_mamba_inner():
+    """mamba_inner_fn against the same computation in float32 (float32 conv and scan
+    references) on weights scaled as a model's are: fixed and variable B/C, projection
+    biases, mamba-ssm 2.2's RMS norms, odd lengths, fp32/fp16/bf16, xz laid out as the
+    Mamba block makes it and contiguous, and bf16 under autocast with fp32 weights."""
+    def rel(out, ref):
+        return ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+
+    failures = []
+    cases = [  # dtype, batch, dim, seqlen, dstate, var_b, var_c, extras, block layout, autocast
+        (torch.bfloat16, 2, 256, 300, 16, True, True, (), True, False),
+        (torch.float16, 3, 128, 129, 16, True, False, ("biases",), False, False),
+        (torch.float32, 1, 192, 1000, 8, False, True, (), True, False),
+        (torch.bfloat16, 2, 128, 64, 16, False, False, (), False, False),
+        (torch.bfloat16, 2, 256, 333, 16, True, True, ("rms", "biases"), True, False),
+        (torch.float32, 2, 128, 200, 16, True, True, ("rms",), False, False),
+        (torch.bfloat16, 2, 256, 512, 16, True, True, (), True, True),
+    ]
+    for dtype, batch, dim, seqlen, dstate, var_b, var_c, extras, block, autocast in cases:
+        torch.manual_seed(seqlen)
+        d_model, dt_rank = dim // 2, max(1, dim // 32)
+        wtype = torch.float32 if autocast else dtype
+        hidden = torch.randn(batch, seqlen, d_model, device=DEV, dtype=dtype)
+        w_in = torch.randn(2 * dim, d_model, device=DEV, dtype=dtype) / d_model ** 0.5
+        if block:  # "d (b l) -> b d l", as mamba-ssm's Mamba.forward builds xz
+            xz = (w_in @ hidden.permute(2, 0, 1).reshape(d_model, -1)).view(2 * dim, batch, -1)
+            xz = xz.permute(1, 0, 2)
+        else:
+            xz = (hidden @ w_in.t()).transpose(1, 2).contiguous()
+        p = dict(
+            conv1d_weight=torch.randn(dim, 1, 4, device=DEV, dtype=wtype) / 2,
+            conv1d_bias=torch.randn(dim, device=DEV, dtype=wtype) / 2,
+            x_proj_weight=torch.randn(dt_rank + dstate * (var_b + var_c), dim, device=DEV,
+                                      dtype=wtype) / dim ** 0.5,
+            delta_proj_weight=torch.randn(dim, dt_rank, device=DEV, dtype=wtype) / dt_rank ** 0.5,
+            out_proj_weight=torch.randn(d_model, dim, device=DEV, dtype=wtype) / dim ** 0.5,
+            out_proj_bias=torch.randn(d_model, device=DEV, dtype=wtype) / 4,
+            A=-torch.exp(torch.rand(dim, dstate, device=DEV) * 2),
+            B=None if var_b else torch.randn(dim, dstate, device=DEV),
+            C=None if var_c else torch.randn(dim, dstate, device=DEV),
+            D=torch.rand(dim, device=DEV),
+            delta_bias=torch.rand(dim, device=DEV) - 4)
+        if "biases" in extras:
+            p["B_proj_bias"] = torch.randn(dstate, device=DEV, dtype=wtype) / 4
+            p["C_proj_bias"] = torch.randn(dstate, device=DEV, dtype=wtype) / 4
+        if "rms" in extras:
+            p["b_rms_weight"] = torch.rand(dstate, device=DEV) + 0.5
+            p["c_rms_weight"] = torch.rand(dstate, device=DEV) + 0.5
+            p["dt_rms_weight"] = torch.rand(dim, device=DEV) + 0.5
+        with torch.no_grad():
+            if autocast:
+                with torch.autocast("cuda", dtype=dtype):
+                    out = autotune.mamba_inner_fn(xz, **p)
+            else:
+                out = autotune.mamba_inner_fn(xz, **p)
+            f32 = {k: (v.float() if isinstance(v, torch.Tensor) else v) for k, v in p.items()}
+            ref = mamba_inner_ref(xz.float(), **f32, conv=_conv_f32, scan=_scan_f32)
+        err = rel(out, ref)
+        limit = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 3e-2}[dtype]
+        name = (f"{dtype} B={batch},D={dim},L={seqlen},N={dstate} var_b={var_b} var_c={var_c} "
+                f"{'+'.join(extras) or '-'}{' block xz' if block else ''}"
+                f"{' autocast' if autocast else ''}")
+        if out.shape != (batch, seqlen, d_model) or out.dtype != dtype or not err < limit:
+            failures.append(f"{name}: {list(out.shape)} {out.dtype}, relative error {err:.3g}")
+    if failures:
+        raise AssertionError("; ".join(failures))
+    return f"{len(cases)} cases within their dtype's relative error"
+
+
 def check_conv_layouts():
     """Channel-last x, channel-last initial states and final_states_out: the results of
     contiguous inputs; inputs unchanged."""
@@ -1690,6 +1885,7 @@ OTHER_CHECKS = {
     "cuda graph: conv update decoding step": check_conv_update_graph,
     "workspace: split-KV calls on two streams at once": check_workspace_per_stream,
     "drop-in: Mamba's strided views": check_mamba_views,
+    "drop-in: mamba_inner_fn against float32": check_mamba_inner,
     "drop-in: channel-last conv, states": check_conv_layouts,
     "drop-in: conv packed sequences (seq_idx)": check_conv_seq_idx,
     "drop-in: flash-attn conventions": check_attention_conventions,

@@ -410,7 +410,8 @@ class TestShimAndEntryPoints(unittest.TestCase):
                      "selective_scan_fn", "selective_state_update",
                      "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func",
                      "flash_attn_varlen_func", "flash_attn_varlen_qkvpacked_func",
-                     "flash_attn_varlen_kvpacked_func", "flash_attn_with_kvcache"):
+                     "flash_attn_varlen_kvpacked_func", "flash_attn_with_kvcache",
+                     "mamba_inner_fn"):
             with self.assertRaisesRegex(ModuleNotFoundError, f"autotune.{name} needs PyTorch"):
                 getattr(autotune, name)(None)
 
@@ -427,6 +428,14 @@ class TestShimAndEntryPoints(unittest.TestCase):
             # mamba-ssm mamba_ssm/ops/selective_scan_interface.py (cu_seqlens: newer ones)
             "selective_scan_fn": "u, delta, A, B, C, D=None, z=None, delta_bias=None, "
                                  "delta_softplus=False, return_last_state=False, cu_seqlens=None",
+            # mamba-ssm 2.2 mamba_ssm/ops/selective_scan_interface.py (newer ones: cu_seqlens
+            # and seq_idx after delta_softplus, keyword-only here)
+            "mamba_inner_fn": "xz, conv1d_weight, conv1d_bias, x_proj_weight, "
+                              "delta_proj_weight, out_proj_weight, out_proj_bias, A, B=None, "
+                              "C=None, D=None, delta_bias=None, B_proj_bias=None, "
+                              "C_proj_bias=None, delta_softplus=True, checkpoint_lvl=1, "
+                              "b_rms_weight=None, c_rms_weight=None, dt_rms_weight=None, "
+                              "b_c_dt_rms_eps=1e-06 | cu_seqlens=None, seq_idx=None",
             # mamba-ssm mamba_ssm/ops/triton/selective_state_update.py
             "selective_state_update": "state, x, dt, A, B, C, D=None, z=None, dt_bias=None, "
                                       "dt_softplus=False, state_batch_indices=None",
@@ -475,6 +484,10 @@ class TestShimAndEntryPoints(unittest.TestCase):
                         value = constants[d.id] if isinstance(d, ast.Name) else ast.literal_eval(d)
                         parts.append(f"{a.arg}={value!r}")
                 found[node.name] = ", ".join(parts)
+                if node.args.kwonlyargs:
+                    found[node.name] += " | " + ", ".join(
+                        f"{a.arg}={ast.literal_eval(d)!r}"
+                        for a, d in zip(node.args.kwonlyargs, node.args.kw_defaults))
         self.assertEqual(found, peers)
 
 
@@ -839,6 +852,29 @@ class TestTorchRegistration(unittest.TestCase):
         with self.assertRaisesRegex(NotImplementedError, "cu_seqlens"):
             autotune.selective_scan_fn(x, x, x, x, x, cu_seqlens=torch.zeros(2))
 
+    def test_mamba_inner_fn_refuses_by_name_before_anything_runs(self):
+        xz, conv_w, conv_b = torch.zeros(1, 16, 32), torch.zeros(8, 1, 4), torch.zeros(8)
+        x_proj, dt_proj, out_proj = torch.zeros(2 + 2 * 4, 8), torch.zeros(8, 2), torch.zeros(6, 8)
+        A = torch.zeros(8, 4)
+        args = (xz, conv_w, conv_b, x_proj, dt_proj, out_proj, None, A)
+        cases = (
+            (NotImplementedError, "cu_seqlens", args, {"cu_seqlens": torch.zeros(2)}),
+            (ValueError, "checkpoint_lvl", args, {"checkpoint_lvl": 2}),
+            (TypeError, "A is complex", args[:7] + (A.to(torch.complex64),), {}),
+            (TypeError, "xz must be a torch.Tensor", (None,) + args[1:], {}),
+            (ValueError, r"xz must be \(batch, 2 \* dim, seqlen\)", (xz[:, :15],) + args[1:], {}),
+            (ValueError, r"conv1d_weight must be \(dim, 1, width\)", (xz, conv_w[:, 0]) + args[2:],
+             {}),
+            (ValueError, "x_proj_weight has 9 rows", args[:3] + (x_proj[:9],) + args[4:], {}),
+            (ValueError, "b_rms_weight normalises a variable B",
+             args + (torch.zeros(8, 4),), {"b_rms_weight": torch.ones(4)}),
+            (ValueError, "x is on cpu", args, {}),  # reaches the convolution's own check
+        )
+        for error, message, call_args, kwargs in cases:
+            with self.subTest(message=message):
+                with self.assertRaisesRegex(error, message):
+                    autotune.mamba_inner_fn(*call_args, **kwargs)
+
     def test_kvcache_leftpad_is_checked_before_anything_runs(self):
         q = torch.zeros(2, 1, 4, 64, dtype=torch.bfloat16)
         cache = torch.zeros(2, 128, 2, 64, dtype=torch.bfloat16)
@@ -902,6 +938,121 @@ class TestTorchRegistration(unittest.TestCase):
         # Head dims that disagree are left to the library to refuse by name.
         self.assertIsNone(_dropin._kvcache_pad_head_dim(q, torch.zeros(1, 16, 2, 60), cache,
                                                         None, None, None)[-1])
+
+
+@unittest.skipIf(torch is None, NO_TORCH)
+class TestMambaInnerComposition(unittest.TestCase):
+    """mamba_inner_fn's plumbing on CPU, the two kernels swapped for float64 references:
+    what it hands the conv and the scan (views, B/C from the projection, biases, RMS
+    norms, autocast casts) and what it does with their results, against the same block
+    computed one sequence at a time with plain matrix products."""
+
+    @staticmethod
+    def conv(x, weight, bias=None, seq_idx=None, activation=None):
+        assert activation == "silu" and seq_idx is None
+        out = torch.nn.functional.conv1d(x, weight.unsqueeze(1), bias, padding=weight.shape[1] - 1,
+                                         groups=weight.shape[0])[..., :x.shape[-1]]
+        return torch.nn.functional.silu(out)
+
+    @staticmethod
+    def scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False):
+        delta = delta + delta_bias[:, None]
+        delta = torch.nn.functional.softplus(delta) if delta_softplus else delta
+        Bv = B[:, 0] if B.dim() == 4 else B  # (batch, dstate, L) or fixed (dim, dstate)
+        Cv = C[:, 0] if C.dim() == 4 else C
+        h = u.new_zeros(u.shape[0], u.shape[1], A.shape[1])
+        ys = []
+        for t in range(u.shape[2]):
+            bt = Bv[:, None, :, t] if B.dim() == 4 else Bv[None]
+            ct = Cv[:, None, :, t] if C.dim() == 4 else Cv[None]
+            h = torch.exp(delta[:, :, t, None] * A) * h + (delta[:, :, t] * u[:, :, t])[..., None] * bt
+            ys.append((h * ct).sum(-1))
+        y = torch.stack(ys, -1) + u * D[:, None]
+        return y * torch.nn.functional.silu(z)
+
+    def setUp(self):
+        from autotune import _dropin
+        self.dropin = _dropin
+        self.saved = (_dropin.causal_conv1d_fn, _dropin.selective_scan_fn)
+        _dropin.causal_conv1d_fn, _dropin.selective_scan_fn = self.conv, self.scan
+
+    def tearDown(self):
+        self.dropin.causal_conv1d_fn, self.dropin.selective_scan_fn = self.saved
+
+    def expected(self, xz, p, var_b, var_c, rms):
+        """One sequence at a time: conv, then rows of (dt, B, C) = x_t W_x^T."""
+        outs = []
+        r, n = p["delta_proj_weight"].shape[1], p["A"].shape[1]
+        for b in range(xz.shape[0]):
+            x, z = xz[b:b + 1].chunk(2, dim=1)
+            x = self.conv(x, p["conv1d_weight"][:, 0], p["conv1d_bias"], activation="silu")[0]
+            rows = x.t() @ p["x_proj_weight"].t()  # (L, r + n_var * n)
+            dt = rows[:, :r] @ p["delta_proj_weight"].t()  # (L, dim)
+            Bm = rows[:, r:r + n] + p["B_proj_bias"] if var_b else p["B"]
+            Cm = rows[:, -n:] + p["C_proj_bias"] if var_c else p["C"]
+
+            def norm(v, w):
+                return v * torch.rsqrt(v.square().mean(-1, keepdim=True) + 1e-6) * w
+            if rms:  # the variable ones (a fixed B or C takes no norm)
+                Bm = norm(Bm, p["b_rms_weight"]) if var_b else Bm
+                Cm = norm(Cm, p["c_rms_weight"]) if var_c else Cm
+                dt = norm(dt, p["dt_rms_weight"])
+            Bm = Bm.t()[None, None] if var_b else Bm
+            Cm = Cm.t()[None, None] if var_c else Cm
+            y = self.scan(x[None], dt.t()[None], p["A"], Bm, Cm, p["D"], z, p["delta_bias"],
+                          True)[0]
+            outs.append(y.t() @ p["out_proj_weight"].t() + p["out_proj_bias"])
+        return torch.stack(outs)
+
+    def test_the_block_matches_one_sequence_at_a_time(self):
+        f64 = torch.float64
+        for var_b, var_c, rms, block in ((True, True, False, True), (False, True, False, False),
+                                         (True, False, True, True), (False, False, False, False),
+                                         (True, True, True, False)):
+            with self.subTest(var_b=var_b, var_c=var_c, rms=rms, block=block):
+                torch.manual_seed(int(var_b) + 2 * int(var_c) + 4 * int(rms))
+                batch, dim, seqlen, n, r = 3, 12, 9, 4, 2
+                xz = torch.randn(2 * dim, batch, seqlen, dtype=f64).permute(1, 0, 2) if block \
+                    else torch.randn(batch, 2 * dim, seqlen, dtype=f64)
+                p = dict(conv1d_weight=torch.randn(dim, 1, 4, dtype=f64) / 2,
+                         conv1d_bias=torch.randn(dim, dtype=f64) / 2,
+                         x_proj_weight=torch.randn(r + n * (var_b + var_c), dim, dtype=f64) / 3,
+                         delta_proj_weight=torch.randn(dim, r, dtype=f64),
+                         out_proj_weight=torch.randn(5, dim, dtype=f64) / 3,
+                         out_proj_bias=torch.randn(5, dtype=f64),
+                         A=-torch.rand(dim, n, dtype=f64) - 0.1,
+                         B=None if var_b else torch.randn(dim, n, dtype=f64),
+                         C=None if var_c else torch.randn(dim, n, dtype=f64),
+                         D=torch.randn(dim, dtype=f64), delta_bias=torch.randn(dim, dtype=f64),
+                         B_proj_bias=torch.randn(n, dtype=f64) if var_b else None,
+                         C_proj_bias=torch.randn(n, dtype=f64) if var_c else None)
+                if rms:
+                    p.update(b_rms_weight=torch.rand(n, dtype=f64) + 0.5 if var_b else None,
+                             c_rms_weight=torch.rand(n, dtype=f64) + 0.5 if var_c else None,
+                             dt_rms_weight=torch.rand(dim, dtype=f64) + 0.5)
+                out = autotune.mamba_inner_fn(xz, **p)
+                self.assertEqual(out.shape, (batch, seqlen, 5))
+                torch.testing.assert_close(out, self.expected(xz, p, var_b, var_c, rms))
+
+    def test_under_autocast_the_projection_weights_are_cast(self):
+        torch.manual_seed(0)
+        xz = torch.randn(1, 8, 6, dtype=torch.bfloat16)
+        p = dict(conv1d_weight=torch.randn(4, 1, 3), conv1d_bias=torch.randn(4),
+                 x_proj_weight=torch.randn(1 + 2 * 2, 4), delta_proj_weight=torch.randn(4, 1),
+                 out_proj_weight=torch.randn(3, 4), out_proj_bias=torch.randn(3),
+                 A=-torch.rand(4, 2), D=torch.randn(4), delta_bias=torch.randn(4))
+        enabled = []
+        real = self.dropin._autocast_enabled, self.dropin._autocast_dtype
+        self.dropin._autocast_enabled = lambda: enabled.append(1) or True
+        self.dropin._autocast_dtype = lambda: torch.bfloat16
+        try:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                out = autotune.mamba_inner_fn(xz, **p)
+        finally:
+            self.dropin._autocast_enabled, self.dropin._autocast_dtype = real
+        self.assertEqual(enabled, [1])
+        self.assertEqual(out.dtype, torch.bfloat16)
+        self.assertTrue(torch.isfinite(out).all())
 
 
 @unittest.skipIf(torch is None, NO_TORCH)
