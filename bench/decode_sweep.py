@@ -22,8 +22,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import bench_attention_features as baf  # noqa: E402
 
 
-def variants(block_ms, warps, splits, block_ns, stages):
-    base = "swizzle=xor,q=smem,family=mma"
+def variants(block_ms, warps, splits, block_ns, stages, q="smem"):
+    base = f"swizzle=xor,q={q},family=mma"
     return [f"block_m={m},block_n={n},warps={w},stages={st},splits={sp},{base}"
             for m, w, sp, n, st in itertools.product(block_ms, warps, splits, block_ns, stages)
             # warps sharing 16-row tiles split each key tile in whole 16-key steps
@@ -41,6 +41,8 @@ def main():
     ap.add_argument("--splits", default="1,2,4,8,16")
     ap.add_argument("--block-n", default="64,128")
     ap.add_argument("--stages", default="1,2,3")
+    ap.add_argument("--q", choices=["smem", "regs"], default="smem",
+                    help="where the query tile stays (the q parameter)")
     ap.add_argument("--batch", default="", help="only these B (comma-separated)")
     ap.add_argument("--context", default="", help="only these contexts (comma-separated)")
     ap.add_argument("--flush", choices=["dirty", "clean"], default="dirty",
@@ -54,7 +56,7 @@ def main():
     from autotune import Runtime
     ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
     configs = variants(ints(args.block_m), ints(args.warps), ints(args.splits),
-                       ints(args.block_n), ints(args.stages))
+                       ints(args.block_n), ints(args.stages), args.q)
     cases = [c for c in baf.cases_of(args.shapes, ["decode"]) if not c["skip"]
              and (not args.batch or c["shape"]["B"] in ints(args.batch))
              and (not args.context or c["shape"]["context"] in ints(args.context))]
