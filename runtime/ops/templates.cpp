@@ -4,6 +4,7 @@
 #include "runtime/base/strings.hpp"
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -37,6 +38,14 @@ void register_template(const std::string& path, const std::string& text) {
 
 std::string template_file(const std::string& path) {
   if (const char* dir = std::getenv("AUTOTUNE_TEMPLATE_DIR"); dir && *dir) {
+    // An overlay: files it has replace the embedded ones, the others stay. A directory
+    // that is not there (a typo) would silently leave every template embedded.
+    std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec)) {
+      throw Error(ErrorKind::config, std::string("$AUTOTUNE_TEMPLATE_DIR='") + dir +
+                                         "' is not a directory (it overlays the embedded "
+                                         "templates; unset it to use them)");
+    }
     std::ifstream in(std::string(dir) + "/" + path, std::ios::binary);
     if (in) {
       std::ostringstream s;
