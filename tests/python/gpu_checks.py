@@ -435,11 +435,17 @@ def scan_unsupported(c):
     return None
 
 
+def scan_tolerance(itype):
+    """mamba-ssm's test tolerances (rtol, atol) for an input dtype (test_selective_scan and
+    test_mamba_inner_fn)."""
+    if itype == torch.bfloat16:
+        return 3e-2, 5e-2
+    return (6e-4, 2e-3) if itype == torch.float32 else (3e-3, 5e-3)
+
+
 def scan_run(c):
     itype, wtype, seqlen = c["itype"], c["wtype"], c["seqlen"]
-    rtol, atol = (6e-4, 2e-3) if itype == torch.float32 else (3e-3, 5e-3)
-    if itype == torch.bfloat16:
-        rtol, atol = 3e-2, 5e-2
+    rtol, atol = scan_tolerance(itype)
     torch.random.manual_seed(0)
     batch_size, dim, dstate = 2, 4, 8
     groups = c["varBC_groups"]
@@ -556,9 +562,7 @@ INNER_GRID_FULL = dict(
 
 def inner_run(c):
     itype, wtype, seqlen = c["itype"], c["wtype"], c["seqlen"]
-    rtol, atol = (6e-4, 2e-3) if itype == torch.float32 else (3e-3, 5e-3)
-    if itype == torch.bfloat16:
-        rtol, atol = 3e-2, 5e-2
+    rtol, atol = scan_tolerance(itype)
     torch.random.manual_seed(0)
     batch_size, dim, dstate, dt_rank = 2, 768, 8, 48
     var_b, var_c = c["is_variable_B"], c["is_variable_C"]
@@ -585,10 +589,6 @@ def inner_run(c):
     if not torch.allclose(out, out_ref, rtol=rtol, atol=atol):
         return False, f"output max diff {(out.float() - out_ref.float()).abs().max().item():.3g}"
     return True, ""
-
-
-def inner_key(c):
-    return tuple(v for _, v in sorted(c.items(), key=lambda kv: kv[0]))
 
 
 # =====================================================================================
@@ -1068,7 +1068,7 @@ GRIDS = {
         "sampled."),
     "mamba_inner_fn": (
         "selective_scan", "mamba-ssm tests/ops/test_selective_scan.py::test_mamba_inner_fn",
-        lambda: product(**INNER_GRID), scan_unsupported, inner_key, inner_run, 0.02,
+        lambda: product(**INNER_GRID), scan_unsupported, scan_key, inner_run, 0.02,
         "autotune.mamba_inner_fn on the peer's active lists, inputs (requires_grad on, "
         "batch 2, dim 768, dstate 8, dt_rank 48, width 3) and criterion: allclose to "
         "mamba_inner_ref on the same library's causal_conv1d_fn and selective_scan_fn, as "
@@ -1079,7 +1079,7 @@ GRIDS = {
     "mamba_inner_fn_full": (
         "selective_scan", "mamba-ssm tests/ops/test_selective_scan.py::test_mamba_inner_fn "
         "(the commented-out full parameter lists)",
-        lambda: product(**INNER_GRID_FULL), scan_unsupported, inner_key, inner_run, 0.04,
+        lambda: product(**INNER_GRID_FULL), scan_unsupported, scan_key, inner_run, 0.04,
         "every list the test file names (bf16, seqlen 8-4096, complex A refused) but fp16, "
         "where the peer's own inputs overflow (its reference is not finite)."),
     "attention_output": (
