@@ -128,10 +128,8 @@ TEST_CASE("paged KV cache attention from the C struct: GQA, shuffled pages, appe
   // heads of a decoding step), two over each of two (Sq=5: 20 rows, tails in both).
   const std::string key4 = "block_m=16,block_n=64,warps=4,stages=2,swizzle=xor,q=smem,splits=4";
   const std::string key2 = "block_m=32,block_n=64,warps=4,stages=1,swizzle=pad,q=regs,splits=1";
-  // One stage with split keys over 128-key tiles, no LSE: the H100's decoding winners as a
-  // decoding step calls them (pages of 128). The same kernels stopped with an illegal
-  // instruction on bench/decode_sweep.py's shapes at one build of the kernel, not on these
-  // (bench/notes/attention-features.md).
+  // One stage with split keys over 128-key tiles, no LSE: the H100's built-in decoding
+  // points as a decoding step calls them (pages of 128).
   const std::string one_stage16 =
       "block_m=16,block_n=128,warps=4,stages=1,swizzle=xor,q=smem,splits=4";
   const std::string one_stage32 =

@@ -576,9 +576,9 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
   elem_t* k_s = q_s + k_block_m * k_row_elems;
   elem_t* v_s = k_s + k_stages * k_kv_tile_elems;
   constexpr unsigned k_kv_tile_bytes = k_kv_tile_elems * sizeof(elem_t);
-  const unsigned q_base = at_smem_addr_opaque(q_s);
-  const unsigned k_base = at_smem_addr_opaque(k_s);
-  const unsigned v_base = at_smem_addr_opaque(v_s);
+  const unsigned q_base = at_smem_addr(q_s);
+  const unsigned k_base = at_smem_addr(k_s);
+  const unsigned v_base = at_smem_addr(v_s);
 
   // Blocks of the last query rows see the most keys under the causal mask: launch
   // them first so that the short ones fill the tail. With key splits, the splits

@@ -7,15 +7,6 @@
 __device__ __forceinline__ unsigned at_smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
-// The same conversion as one opaque PTX sequence, for the portable attention kernel's
-// tile bases: from the intrinsic, ptxas (CUDA 13.0) built that kernel's cp.async tile
-// loads so that its one-stage split-KV variants stopped with an illegal-instruction fault
-// on the H100 (bench/notes/attention-features.md); from this, they run.
-__device__ __forceinline__ unsigned at_smem_addr_opaque(const void* p) {
-  unsigned r;
-  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
-  return r;
-}
 
 // 16 bytes global -> shared without passing through registers; src and dst 16-byte
 // aligned. With valid == false nothing is read (src may point anywhere) and the 16
