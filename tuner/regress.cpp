@@ -4,6 +4,7 @@
 // cache/maintenance.hpp (compare_timings) and SCHEMA.md.
 #include "args.hpp"
 #include "commands.hpp"
+#include "report_html.hpp"
 
 #include "cache/maintenance.hpp"
 #include "runtime/base/error.hpp"
@@ -168,29 +169,6 @@ std::string describe(const TimedEntry& t) {
   return t.op + " " + t.problem + " on " + t.gpu;
 }
 
-std::string xml_escape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-    case '&':
-      out += "&amp;";
-      break;
-    case '<':
-      out += "&lt;";
-      break;
-    case '>':
-      out += "&gt;";
-      break;
-    case '"':
-      out += "&quot;";
-      break;
-    default:
-      out += c;
-    }
-  }
-  return out;
-}
-
 std::string md_escape(const std::string& text) {
   std::string out;
   for (char c : text) {
@@ -282,15 +260,15 @@ std::string junit_xml(const RegressReport& r) {
        std::to_string(r.compared.size() + skipped) + "\" failures=\"" + std::to_string(failures) +
        "\" skipped=\"" + std::to_string(skipped) + "\">\n";
   auto testcase = [&](const TimedEntry& t) {
-    return "  <testcase classname=\"" + xml_escape(t.op) + "\" name=\"" +
-           xml_escape(t.problem + " on " + t.gpu) + "\"";
+    return "  <testcase classname=\"" + html_escape(t.op) + "\" name=\"" +
+           html_escape(t.problem + " on " + t.gpu) + "\"";
   };
   for (const Comparison& c : r.compared) {
     x += testcase(c.baseline);
     if (c.verdict == Verdict::regression || c.verdict == Verdict::failed) {
-      x += ">\n    <failure message=\"" + xml_escape(why(c, r.threshold_pct)) + "\">baseline " +
-           xml_escape(timing_text(c.baseline)) + " us, current " +
-           xml_escape(timing_text(c.current)) + " us</failure>\n  </testcase>\n";
+      x += ">\n    <failure message=\"" + html_escape(why(c, r.threshold_pct)) + "\">baseline " +
+           html_escape(timing_text(c.baseline)) + " us, current " +
+           html_escape(timing_text(c.current)) + " us</failure>\n  </testcase>\n";
     } else {
       x += "/>\n";
     }
