@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include "cache/database.hpp"
+#include "env_support.hpp"
 #include "runtime/base/hash.hpp"
 
 #include <sqlite3.h>
@@ -24,6 +25,7 @@
 
 using namespace autotune;
 using namespace autotune::cache;
+using autotune::testing::ScopedEnv;
 namespace fs = std::filesystem;
 
 namespace {
@@ -112,30 +114,6 @@ template <typename F> std::string database_error(F&& body) {
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
-
-// Unsets an environment variable for one test and restores it afterwards.
-class EnvGuard {
-public:
-  explicit EnvGuard(const char* name) : m_name(name) {
-    if (const char* value = std::getenv(name)) {
-      m_saved = value;
-    }
-    unsetenv(name);
-  }
-  ~EnvGuard() {
-    if (m_saved) {
-      setenv(m_name, m_saved->c_str(), 1);
-    } else {
-      unsetenv(m_name);
-    }
-  }
-  EnvGuard(const EnvGuard&) = delete;
-  EnvGuard& operator=(const EnvGuard&) = delete;
-
-private:
-  const char* m_name;
-  std::optional<std::string> m_saved;
-};
 
 DeviceRecord h100() {
   DeviceRecord d;
@@ -728,9 +706,9 @@ TEST_CASE("writers opening the same new file at once all succeed") {
 }
 
 TEST_CASE("the default database path follows AUTOTUNE_DB, XDG_CACHE_HOME, then HOME") {
-  EnvGuard autotune_db("AUTOTUNE_DB");
-  EnvGuard xdg("XDG_CACHE_HOME");
-  EnvGuard home("HOME");
+  ScopedEnv autotune_db("AUTOTUNE_DB", nullptr);
+  ScopedEnv xdg("XDG_CACHE_HOME", nullptr);
+  ScopedEnv home("HOME", nullptr);
 
   SUBCASE("AUTOTUNE_DB wins") {
     setenv("AUTOTUNE_DB", "/data/my.db", 1);

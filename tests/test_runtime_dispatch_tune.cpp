@@ -2,6 +2,7 @@
 // before touching the GPU, the command line the default tuner runs, and the errors of
 // a tune that fails (fake CLIs: shell scripts in a temporary directory).
 #include "cache/database.hpp"
+#include "env_support.hpp"
 #include "runtime/base/error.hpp"
 #include "runtime/dispatch/autotune.hpp"
 #include "runtime/dispatch/tune.hpp"
@@ -23,35 +24,9 @@
 using namespace autotune;
 namespace fs = std::filesystem;
 
+using autotune::testing::ScopedEnv;
+
 namespace {
-
-// Sets (or unsets, with nullptr) an environment variable for one scope.
-class ScopedEnv {
-public:
-  ScopedEnv(const char* name, const char* value) : m_name(name) {
-    if (const char* old = std::getenv(name)) {
-      m_saved = old;
-    }
-    if (value) {
-      setenv(name, value, 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (m_saved) {
-      setenv(m_name, m_saved->c_str(), 1);
-    } else {
-      unsetenv(m_name);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
-private:
-  const char* m_name;
-  std::optional<std::string> m_saved;
-};
 
 struct TempDir {
   fs::path path;

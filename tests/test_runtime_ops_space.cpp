@@ -1,3 +1,4 @@
+#include "env_support.hpp"
 #include "runtime/base/error.hpp"
 #include "runtime/ops/op.hpp"
 #include "runtime/ops/space.hpp"
@@ -14,6 +15,7 @@
 #include <set>
 
 using namespace autotune;
+using autotune::testing::ScopedEnv;
 namespace fs = std::filesystem;
 
 TEST_CASE("the causal_conv1d space parses from its embedded TOML") {
@@ -170,28 +172,25 @@ TEST_CASE("templates expand their includes once and carry line markers") {
 }
 
 TEST_CASE("AUTOTUNE_TEMPLATE_DIR overlays the embedded templates, and must be a directory") {
-  const char* saved = std::getenv("AUTOTUNE_TEMPLATE_DIR");
-  const std::string restore = saved ? saved : "";
   const std::string embedded = template_file("causal_conv1d/space.toml");
   const auto dir =
       std::filesystem::temp_directory_path() / ("autotune-overlay-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir / "causal_conv1d");
   std::ofstream(dir / "causal_conv1d" / "space.toml") << "# overlaid\n";
-  setenv("AUTOTUNE_TEMPLATE_DIR", dir.c_str(), 1);
-  CHECK(template_file("causal_conv1d/space.toml") == "# overlaid\n");
-  CHECK(template_file("causal_conv1d/kernel.cuh").size() > 0); // not overlaid: embedded
-  setenv("AUTOTUNE_TEMPLATE_DIR", (dir / "typo").c_str(), 1);
-  try {
-    (void)template_file("causal_conv1d/space.toml");
-    FAIL("a missing overlay directory was read as the embedded templates");
-  } catch (const Error& e) {
-    CHECK(e.kind() == ErrorKind::config);
-    CHECK(std::string(e.what()).find("is not a directory") != std::string::npos);
+  {
+    ScopedEnv overlay("AUTOTUNE_TEMPLATE_DIR", dir.c_str());
+    CHECK(template_file("causal_conv1d/space.toml") == "# overlaid\n");
+    CHECK(template_file("causal_conv1d/kernel.cuh").size() > 0); // not overlaid: embedded
   }
-  if (saved) {
-    setenv("AUTOTUNE_TEMPLATE_DIR", restore.c_str(), 1);
-  } else {
-    unsetenv("AUTOTUNE_TEMPLATE_DIR");
+  {
+    ScopedEnv typo("AUTOTUNE_TEMPLATE_DIR", (dir / "typo").c_str());
+    try {
+      (void)template_file("causal_conv1d/space.toml");
+      FAIL("a missing overlay directory was read as the embedded templates");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::config);
+      CHECK(std::string(e.what()).find("is not a directory") != std::string::npos);
+    }
   }
   CHECK(template_file("causal_conv1d/space.toml") == embedded);
   std::filesystem::remove_all(dir);
