@@ -564,6 +564,114 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
     auto phase = [](int i) { return static_cast<unsigned>(i / k_stages) & 1u; };
     int it0 = 0; // key tiles of this block's earlier tiles
     int index = first_tile;
+    // O and each row's running max and sum, kept over the tile loop: a persistent block
+    // writes a tile's O at the start of its next tile (below).
+    float o[k_o_regs];
+    float row_max[2];
+    float row_sum[2]; // this thread's share; the quad's sum at the end
+    // Epilogue of tile w, whose Q sat in buffer qb: O / sum, staged through this
+    // consumer's own rows of that Q buffer (its products are done; no other warpgroup
+    // reads them) in the same 128-byte swizzle, then stored as whole 16-byte chunks of
+    // rows below Sq; the buffer is then released to the producer.
+    auto write_o = [&](const Tile& w, int qb) {
+      const unsigned my_q =
+          base + static_cast<unsigned>(qb * k_q_bytes) + static_cast<unsigned>(consumer) * 64 * 128;
+      const int row0 = w.m0 + consumer * 64 + warp * 16 + g;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float sum = quad_sum(row_sum[h]);
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        const int r = warp * 16 + g + 8 * h; // row within this consumer's 64
+#pragma unroll
+        for (int i = 0; i < k_o_regs / 4; ++i) {
+          // Columns 8 i + 2 t, + 1: slab i / 8, 16-byte chunk i % 8, bytes 4 t.
+          const unsigned addr = my_q + static_cast<unsigned>(i / 8) * k_q_slab_bytes +
+                                static_cast<unsigned>(r * 128 + (((i % 8) ^ (r % 8)) * 16) + 4 * t);
+          st_shared_u32(addr,
+                        at_pack2(o[4 * i + 2 * h] * inv, o[4 * i + 2 * h + 1] * inv, elem_t{}));
+        }
+        const int row = row0 + 8 * h;
+        if (k_lse && t == 0 && row < args.seq_q) {
+          args.lse[(static_cast<long long>(w.batch) * args.heads_q + w.head) * args.seq_q + row] =
+              sum > 0.0f
+                  ? (row_max[h] * args.scale_log2 + at_log2_approx(sum)) * 0.6931471805599453f
+                  : at_neg_inf();
+        }
+      }
+      named_barrier_sync(1 + k_consumers + consumer, 128);
+      elem_t* o_g = args.o + w.batch * args.o_batch_stride + w.head * args.o_head_stride;
+      constexpr int k_chunks = k_head_dim / 8; // 16-byte chunks per row
+      const int tid = static_cast<int>(threadIdx.x) % 128;
+#pragma unroll
+      for (int i = tid; i < 64 * k_chunks; i += 128) {
+        const int r = i / k_chunks;
+        const int c = i % k_chunks;
+        const int row = w.m0 + consumer * 64 + r;
+        if (row < args.seq_q) {
+          const unsigned addr = my_q + static_cast<unsigned>(c / 8) * k_q_slab_bytes +
+                                static_cast<unsigned>(r * 128 + (((c % 8) ^ (r % 8)) * 16));
+          st_global_16(o_g + row * args.o_seq_stride + c * 8, ld_shared_16(addr));
+        }
+      }
+      // This warp has read its rows of the Q buffer: the producer may refill it.
+      release_stage(q_empty + 8 * qb, lane);
+    };
+    // Persistent blocks: O of tile w (when `valid`), straight from registers, written at
+    // the start of the block's next tile while that tile's first S = Q K^T runs. Nothing
+    // in it branches or touches shared memory: ptxas would wait for that product first (it
+    // orders shared-memory stores after wgmma reads, and serialises products around
+    // divergent code). A quad holds 4 bytes of each 16-byte chunk of its row; two
+    // butterfly exchanges (lanes ^1, then ^2) give each thread whole chunks (chunk 4 j + t
+    // of each group of 4), stored as 16-byte writes.
+    auto store_o = [&](const Tile& w, bool valid) {
+      elem_t* o_g = args.o + w.batch * args.o_batch_stride + w.head * args.o_head_stride;
+      const bool bit0 = (t & 1) != 0, bit1 = (t & 2) != 0;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float sum = quad_sum(row_sum[h]);
+        const float inv = sum > 0.0f ? at_rcp_approx(sum) : 0.0f;
+        const int row = w.m0 + consumer * 64 + warp * 16 + g + 8 * h;
+        const bool in = valid && row < args.seq_q;
+        if (k_lse) {
+          const float lse = sum > 0.0f ? (row_max[h] * args.scale_log2 + at_log2_approx(sum)) *
+                                             0.6931471805599453f
+                                       : at_neg_inf();
+          st_global_u32_if(
+              args.lse + (static_cast<long long>(w.batch) * args.heads_q + w.head) * args.seq_q +
+                  row,
+              __float_as_uint(lse), in && t == 0);
+        }
+        elem_t* dst = o_g + row * args.o_seq_stride;
+#pragma unroll
+        for (int j = 0; j < k_o_regs / 16; ++j) {
+          // a[u]: this thread's word (columns 2 t, 2 t + 1) of chunk 4 j + u.
+          unsigned a[4];
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            const int i = 4 * j + u;
+            a[u] = at_pack2(o[4 * i + 2 * h] * inv, o[4 * i + 2 * h + 1] * inv, elem_t{});
+          }
+          // Lanes ^1: keep chunks u with u % 2 == bit0, hand over the others; x0, x1 are
+          // words 2 (t / 2), + 1 of chunks bit0 and bit0 + 2.
+          const unsigned r0 = __shfl_xor_sync(0xffffffffu, bit0 ? a[0] : a[1], 1);
+          const unsigned r1 = __shfl_xor_sync(0xffffffffu, bit0 ? a[2] : a[3], 1);
+          const unsigned own0 = bit0 ? a[1] : a[0], own1 = bit0 ? a[3] : a[2];
+          const uint2 x0 = bit0 ? make_uint2(r0, own0) : make_uint2(own0, r0);
+          const uint2 x1 = bit0 ? make_uint2(r1, own1) : make_uint2(own1, r1);
+          // Lanes ^2: keep chunk bit0 + 2 bit1 (= t), hand over the other.
+          const uint2 give = bit1 ? x0 : x1;
+          const uint2 keep = bit1 ? x1 : x0;
+          const uint2 got = make_uint2(__shfl_xor_sync(0xffffffffu, give.x, 2),
+                                       __shfl_xor_sync(0xffffffffu, give.y, 2));
+          const uint4 chunk = bit1 ? make_uint4(got.x, got.y, keep.x, keep.y)
+                                   : make_uint4(keep.x, keep.y, got.x, got.y);
+          const int c = 4 * j + t; // this thread's chunk
+          st_global_16_if(dst + 8 * c, chunk, in && 8 * c < k_head_dim);
+        }
+      }
+    };
+    Tile done{}; // a persistent block's tile whose O is not written yet
+    bool pending = false;
     for (int local = 0;; ++local) {
       const int qb = local % k_q_bufs;
       if (k_dynamic) {
@@ -582,15 +690,32 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
       const unsigned my_q =
           base + static_cast<unsigned>(qb * k_q_bytes) + static_cast<unsigned>(consumer) * 64 * 128;
 
-      float o[k_o_regs];
+      mbar_wait(q_full + 8 * qb, static_cast<unsigned>(local / k_q_bufs) & 1u);
+      // S = Q K^T of the tile's first key tile. A persistent block issues it before it
+      // writes the previous tile's O, so that the epilogue runs under this product.
+      float s0[k_s_regs];
+      if (k_persistent) {
+        // Issued (and waited) even for a tile with no key tile, whose S goes unused: no
+        // branch may separate the product from its wait.
+        if (n_count > 0) {
+          mbar_wait(k_full + 8 * stage(it0), phase(it0));
+        }
+        wgmma_fence();
+        qk_product(s0, my_q, base + k_k_offset + stage(it0) * k_kv_bytes);
+        wgmma_commit();
+        store_o(done, pending);
+        wgmma_wait<0>();
+        wgmma_pin(s0);
+      }
 #pragma unroll
       for (int i = 0; i < k_o_regs; ++i) {
         o[i] = 0.0f;
       }
-      float row_max[2] = {at_neg_inf(), at_neg_inf()};
-      float row_sum[2] = {0.0f, 0.0f}; // this thread's share; the quad's sum at the end
-
-      mbar_wait(q_full + 8 * qb, static_cast<unsigned>(local / k_q_bufs) & 1u);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        row_max[h] = at_neg_inf();
+        row_sum[h] = 0.0f;
+      }
       if (k_pingpong && consumer == k_consumers - 1 && n_count > 0) {
         // The first turn is consumer 0's: the last consumer opens it.
         named_barrier_arrive(1, 256);
@@ -606,16 +731,17 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
         // ptxas then serialises the products). The first tile has no P V and is peeled.
         unsigned p2[k_block_n / 16][4];
         if (n_count > 0) {
-          float sc[k_s_regs];
           float alpha[2];
-          mbar_wait(k_full + 8 * stage(it0), phase(it0));
-          wgmma_fence();
-          qk_product(sc, my_q, base + k_k_offset + stage(it0) * k_kv_bytes);
-          wgmma_commit();
-          wgmma_wait<0>();
-          wgmma_pin(sc);
-          softmax_tile(sc, row_max, row_sum, alpha, args, n_first * k_block_n, m0, row0, t);
-          pack_p(p, sc);
+          if (!k_persistent) {
+            mbar_wait(k_full + 8 * stage(it0), phase(it0));
+            wgmma_fence();
+            qk_product(s0, my_q, base + k_k_offset + stage(it0) * k_kv_bytes);
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_pin(s0);
+          }
+          softmax_tile(s0, row_max, row_sum, alpha, args, n_first * k_block_n, m0, row0, t);
+          pack_p(p, s0);
         }
         auto step = [&](int n, const unsigned(&p_last)[k_block_n / 16][4],
                         unsigned(&p_new)[k_block_n / 16][4]) {
@@ -668,7 +794,13 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
           release_stage(kv_empty + 8 * stage(i), lane);
         }
       } else {
-        for (int n = 0; n < n_count; ++n) {
+        // A persistent block's first key tile: its S was issued above.
+        if (k_persistent && n_count > 0) {
+          float alpha[2];
+          softmax_tile(s0, row_max, row_sum, alpha, args, n_first * k_block_n, m0, row0, t);
+          pack_p(p, s0);
+        }
+        for (int n = k_persistent ? 1 : 0; n < n_count; ++n) {
           const int i = it0 + n;
           const unsigned k_tile = base + k_k_offset + stage(i) * k_kv_bytes;
           const unsigned pv_tile = base + k_v_offset + stage(i - 1) * k_kv_bytes;
@@ -729,49 +861,16 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
         }
       }
       it0 += n_count;
-
-      // Epilogue: O / sum, staged through this consumer's own rows of the Q tile (its
-      // products are done; no other warpgroup reads them) in the same 128-byte swizzle,
-      // then stored as whole 16-byte chunks of rows below Sq.
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float sum = quad_sum(row_sum[h]);
-        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-        const int r = warp * 16 + g + 8 * h; // row within this consumer's 64
-#pragma unroll
-        for (int i = 0; i < k_o_regs / 4; ++i) {
-          // Columns 8 i + 2 t, + 1: slab i / 8, 16-byte chunk i % 8, bytes 4 t.
-          const unsigned addr = my_q + static_cast<unsigned>(i / 8) * k_q_slab_bytes +
-                                static_cast<unsigned>(r * 128 + (((i % 8) ^ (r % 8)) * 16) + 4 * t);
-          st_shared_u32(addr,
-                        at_pack2(o[4 * i + 2 * h] * inv, o[4 * i + 2 * h + 1] * inv, elem_t{}));
-        }
-        const int row = row0 + 8 * h;
-        if (k_lse && t == 0 && row < args.seq_q) {
-          args.lse[(static_cast<long long>(w.batch) * args.heads_q + w.head) * args.seq_q + row] =
-              sum > 0.0f
-                  ? (row_max[h] * args.scale_log2 + at_log2_approx(sum)) * 0.6931471805599453f
-                  : at_neg_inf();
-        }
+      if (k_persistent) {
+        // This warp's products are done with the Q buffer: the producer may refill it.
+        release_stage(q_empty + 8 * qb, lane);
+        done = w;
+        pending = true;
+      } else {
+        write_o(w, qb);
       }
-      named_barrier_sync(1 + k_consumers + consumer, 128);
-      elem_t* o_g = args.o + w.batch * args.o_batch_stride + w.head * args.o_head_stride;
-      constexpr int k_chunks = k_head_dim / 8; // 16-byte chunks per row
-      const int tid = static_cast<int>(threadIdx.x) % 128;
-#pragma unroll
-      for (int i = tid; i < 64 * k_chunks; i += 128) {
-        const int r = i / k_chunks;
-        const int c = i % k_chunks;
-        const int row = m0 + consumer * 64 + r;
-        if (row < args.seq_q) {
-          const unsigned addr = my_q + static_cast<unsigned>(c / 8) * k_q_slab_bytes +
-                                static_cast<unsigned>(r * 128 + (((c % 8) ^ (r % 8)) * 16));
-          st_global_16(o_g + row * args.o_seq_stride + c * 8, ld_shared_16(addr));
-        }
-      }
-      // This warp has read its rows of the Q buffer: the producer may refill it.
-      release_stage(q_empty + 8 * qb, lane);
       index += tile_step; // static; a dynamic block reads its next index from tile_slot
     }
+    store_o(done, pending);
   }
 }

@@ -144,3 +144,17 @@ __device__ __forceinline__ uint4 ld_shared_16(unsigned addr) {
 template <typename T> __device__ __forceinline__ void st_global_16(T* p, uint4 v) {
   *reinterpret_cast<uint4*>(p) = v;
 }
+// A global store where `in` holds, predicated rather than branched around, and spelt
+// st.global: ptxas waits for the wgmma products in flight before any store that may reach
+// shared memory, and serialises them around divergent code.
+template <typename T> __device__ __forceinline__ void st_global_u32_if(T* p, unsigned v, bool in) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n@p st.global.b32 [%0], %1;\n}" ::"l"(p),
+               "r"(v), "r"(static_cast<int>(in))
+               : "memory");
+}
+template <typename T> __device__ __forceinline__ void st_global_16_if(T* p, uint4 v, bool in) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n@p st.global.v4.b32 [%0], {%1, %2, %3, "
+               "%5};\n}" ::"l"(p),
+               "r"(v.x), "r"(v.y), "r"(v.z), "r"(static_cast<int>(in)), "r"(v.w)
+               : "memory");
+}
