@@ -569,6 +569,15 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
     float o[k_o_regs];
     float row_max[2];
     float row_sum[2]; // this thread's share; the quad's sum at the end
+    // A row's log-sum-exp (natural log; -inf for a row that saw no key) and where it goes.
+    auto row_lse = [&](float mx, float sum) {
+      return sum > 0.0f ? (mx * args.scale_log2 + at_log2_approx(sum)) * 0.6931471805599453f
+                        : at_neg_inf();
+    };
+    auto lse_at = [&](const Tile& w, int row) {
+      return args.lse + (static_cast<long long>(w.batch) * args.heads_q + w.head) * args.seq_q +
+             row;
+    };
     // Epilogue of tile w, whose Q sat in buffer qb: O / sum, staged through this
     // consumer's own rows of that Q buffer (its products are done; no other warpgroup
     // reads them) in the same 128-byte swizzle, then stored as whole 16-byte chunks of
@@ -592,10 +601,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
         }
         const int row = row0 + 8 * h;
         if (k_lse && t == 0 && row < args.seq_q) {
-          args.lse[(static_cast<long long>(w.batch) * args.heads_q + w.head) * args.seq_q + row] =
-              sum > 0.0f
-                  ? (row_max[h] * args.scale_log2 + at_log2_approx(sum)) * 0.6931471805599453f
-                  : at_neg_inf();
+          *lse_at(w, row) = row_lse(row_max[h], sum);
         }
       }
       named_barrier_sync(1 + k_consumers + consumer, 128);
@@ -633,13 +639,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
         const int row = w.m0 + consumer * 64 + warp * 16 + g + 8 * h;
         const bool in = valid && row < args.seq_q;
         if (k_lse) {
-          const float lse = sum > 0.0f ? (row_max[h] * args.scale_log2 + at_log2_approx(sum)) *
-                                             0.6931471805599453f
-                                       : at_neg_inf();
-          st_global_u32_if(
-              args.lse + (static_cast<long long>(w.batch) * args.heads_q + w.head) * args.seq_q +
-                  row,
-              __float_as_uint(lse), in && t == 0);
+          st_global_u32_if(lse_at(w, row), __float_as_uint(row_lse(row_max[h], sum)), in && t == 0);
         }
         elem_t* dst = o_g + row * args.o_seq_stride;
 #pragma unroll
