@@ -445,8 +445,36 @@ TEST_CASE("the Hopper attention family (family=wgmma) is valid on sm_90a only, f
     CHECK_THROWS_WITH_AS(
         attn().check(config(std::string(k_fa2) + ",family=tma"), d128, "sm_90a"),
         doctest::Contains("family must be 'mma', 'wgmma', 'wgmma_pingpong', 'wgmma_overlap', "
-                          "'wgmma_persistent' or 'wgmma_overlap_persistent'"),
+                          "'wgmma_persistent', 'wgmma_overlap_persistent', 'wgmma_multicast' or "
+                          "'wgmma_overlap_multicast'"),
         Error);
+  }
+  SUBCASE("multicast: clusters of two query blocks of a head, each loading half of every "
+          "K/V tile, for non-causal windowless problems only") {
+    const std::string mc = "block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+                           "family=wgmma_multicast";
+    const Problem nc = problem("B=8,H=16,S=2048,D=128");
+    CHECK(attn().check(config(mc), nc, "sm_90a"));
+    const auto defs = attn().defines(config(mc), nc);
+    CHECK(std::find(defs.begin(), defs.end(), "-DAT_CLUSTER=2") != defs.end());
+    CHECK(std::find(defs.begin(), defs.end(), "-DAT_OVERLAP=0") != defs.end());
+    // Without the family the cluster define is absent (the text compiled before it).
+    const auto plain = attn().defines(config(k_wg), nc);
+    CHECK(std::none_of(plain.begin(), plain.end(),
+                       [](const std::string& s) { return s.rfind("-DAT_CLUSTER", 0) == 0; }));
+    const auto over =
+        attn().defines(config("block_m=128,block_n=96,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+                              "family=wgmma_overlap_multicast"),
+                       nc);
+    CHECK(std::find(over.begin(), over.end(), "-DAT_OVERLAP=1") != over.end());
+    CHECK(std::find(over.begin(), over.end(), "-DAT_CLUSTER=2") != over.end());
+    // Whole pairs of query blocks: 3 blocks of 128 rows (Sq=300) launch 4.
+    CHECK(attn().geometry(config(mc), problem("B=1,H=2,S=300,D=128")).grid[0] == 4);
+    CHECK(attn().geometry(config(mc), nc).grid[0] == 16);
+    refused(mc, d128, "sm_90a", "not for causal or windowed");
+    refused(mc, problem("B=8,H=16,S=2048,D=128,window=1"), "sm_90a", "not for causal or windowed");
+    refused(mc, problem("B=8,H=16,S=100,D=128"), "sm_90a", "no second to share with");
+    refused(mc, nc, "sm_90", "needs sm_90a");
   }
   SUBCASE("geometry: a producer warpgroup beside block_m / 64 consumers; tiles, 1 KiB of "
           "alignment and the barriers in shared memory") {

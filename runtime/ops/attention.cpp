@@ -204,6 +204,9 @@ struct Params {
   // looping over query tiles, so that one tile's loads run under the previous one's
   // epilogue.
   bool persistent = false;
+  // family=wgmma_multicast, wgmma_overlap_multicast: blocks in clusters of two query blocks
+  // of a head, each loading half of every K/V tile for both (TMA multicast).
+  int cluster = 1;
 };
 
 // Persistent Hopper blocks per SM slot: the grid is sized for 132 SMs (H100 SXM, H200);
@@ -272,16 +275,20 @@ Params params(const Config& c) {
       p.splits = int(parse_int(v, "splits"));
     } else if (k == "family") {
       if (v != "mma" && v != "wgmma" && v != "wgmma_pingpong" && v != "wgmma_overlap" &&
-          v != "wgmma_persistent" && v != "wgmma_overlap_persistent") {
+          v != "wgmma_persistent" && v != "wgmma_overlap_persistent" && v != "wgmma_multicast" &&
+          v != "wgmma_overlap_multicast") {
         throw Error(ErrorKind::config,
                     "attention: family must be 'mma', 'wgmma', 'wgmma_pingpong', "
-                    "'wgmma_overlap', 'wgmma_persistent' or 'wgmma_overlap_persistent', not '" +
+                    "'wgmma_overlap', 'wgmma_persistent', 'wgmma_overlap_persistent', "
+                    "'wgmma_multicast' or 'wgmma_overlap_multicast', not '" +
                         v + "'");
       }
       p.wgmma = v != "mma";
       p.pingpong = v == "wgmma_pingpong";
-      p.overlap = v == "wgmma_overlap" || v == "wgmma_overlap_persistent";
+      p.overlap =
+          v == "wgmma_overlap" || v == "wgmma_overlap_persistent" || v == "wgmma_overlap_multicast";
       p.persistent = v == "wgmma_persistent" || v == "wgmma_overlap_persistent";
+      p.cluster = v == "wgmma_multicast" || v == "wgmma_overlap_multicast" ? 2 : 1;
     } else {
       throw Error(ErrorKind::config, "attention: unknown parameter '" + k + "'");
     }
@@ -458,6 +465,16 @@ Result<bool> check_wgmma(const Params& p, const Dims& d, const std::string& arch
   if (p.overlap && p.stages < 2) {
     return fail("family=wgmma_overlap needs 2+ stages (the next K lands while the last V is "
                 "read)");
+  }
+  if (p.cluster > 1) {
+    // Both blocks of a cluster read every key tile of their head, in the same order.
+    if (d.causal || d.window) {
+      return fail("family=*_multicast shares every key tile between two query blocks: not "
+                  "for causal or windowed attention, whose blocks read different key tiles");
+    }
+    if ((d.Sq + p.block_m - 1) / p.block_m < 2) {
+      return fail("family=*_multicast: one query block per head, no second to share with");
+    }
   }
   long long regs = wgmma_register_estimate(p, d);
   const int available = wgmma_consumer_regs(p, wgmma_min_blocks(p, d));
@@ -811,6 +828,9 @@ std::vector<std::string> AttentionOp::defines(const Config& config, const Proble
                                     std::string("-DAT_PERSISTENT=") + (p.persistent ? "1" : "0"),
                                     "-DAT_MIN_BLOCKS=" + std::to_string(wgmma_min_blocks(p, d)),
                                     std::string("-DAT_T=") + template_type(d.dtype)};
+    if (p.cluster > 1) { // only when on: the other variants compile what they did before
+      out.push_back("-DAT_CLUSTER=" + std::to_string(p.cluster));
+    }
     if (d.window) { // only when on, as below
       out.push_back("-DAT_WINDOW=1");
     }
@@ -845,7 +865,10 @@ LaunchGeometry AttentionOp::geometry(const Config& config, const Problem& proble
   Dims d = dims(problem);
   LaunchGeometry g;
   g.block[0] = p.wgmma ? unsigned(128 * (wgmma_consumers(p) + 1)) : unsigned(32 * p.warps);
-  g.grid[0] = unsigned((d.Sq + p.block_m - 1) / p.block_m * p.splits);
+  // Clusters take whole pairs of query blocks: an odd count gets one more block, whose
+  // rows are all past Sq (it loads its share of K and V and stores nothing).
+  const long long m_blocks = (d.Sq + p.block_m - 1) / p.block_m;
+  g.grid[0] = unsigned((m_blocks + p.cluster - 1) / p.cluster * p.cluster * p.splits);
   g.grid[1] = unsigned(d.Hq);
   g.grid[2] = unsigned(d.B);
   if (p.persistent) {
@@ -1174,12 +1197,13 @@ HopperArgs hopper_kernel_args(const Params& p, const Dims& d, const AttentionCal
                                 call.q_head_stride, call.q_seq_stride, p.block_m);
   a.q_map = q.map;
   a.q_seq_inner = q.seq_inner;
+  // A cluster's blocks each load 1 / cluster of every K and V tile.
   const TensorMap& k = maps.get(1, "k", call.k, d, d.Hkv, d.Sk, call.k_batch_stride,
-                                call.k_head_stride, call.k_seq_stride, p.block_n);
+                                call.k_head_stride, call.k_seq_stride, p.block_n / p.cluster);
   a.k_map = k.map;
   a.k_seq_inner = k.seq_inner;
   const TensorMap& v = maps.get(2, "v", call.v, d, d.Hkv, d.Sk, call.v_batch_stride,
-                                call.v_head_stride, call.v_seq_stride, p.block_n);
+                                call.v_head_stride, call.v_seq_stride, p.block_n / p.cluster);
   a.v_map = v.map;
   a.v_seq_inner = v.seq_inner;
   a.o = call.o;

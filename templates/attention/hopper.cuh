@@ -47,6 +47,12 @@
 //                one's end, at a second Q buffer and the loop's registers. Causal tiles
 //                are taken longest first from a per-launch counter (dynamic), others
 //                by a fixed stride (all the same length).
+//   AT_CLUSTER   2 (family=wgmma_multicast, wgmma_overlap_multicast; non-causal, no window,
+//                not persistent): blocks run in clusters of two query blocks of one head,
+//                each producer loading half the rows of every K and V tile and
+//                multicasting them into both blocks' rings (half the L2-to-SM traffic for
+//                K and V); a stage is refilled once both blocks' consumers released it.
+//                1: every block loads its own tiles.
 //   AT_HEAD_DIM  D: a multiple of 8 in 64..128, or 256. Tiles hold D rounded up to
 //                whole 64-column slabs (k_pad_dim: 64, 128 or 256); the tensor maps'
 //                inner extent is D, so TMA fills the columns from D on with zeros.
@@ -111,6 +117,12 @@ static_assert(!(k_persistent && k_pingpong), "persistent: no ping-pong");
 // different slots (AttnArgs::sched_slot, cycling over k_sched_slots), and the last block
 // of a launch leaves its pair zero for the slot's next launch.
 constexpr bool k_dynamic = k_persistent && k_causal;
+#ifndef AT_CLUSTER
+#define AT_CLUSTER 1
+#endif
+constexpr int k_cluster = AT_CLUSTER;
+static_assert(k_cluster == 1 || (k_cluster == 2 && !k_persistent && !k_causal && !k_window),
+              "clusters of two: every block of a cluster reads the same key tiles");
 constexpr int k_sched_slots = 64; // runtime/ops/attention.cpp's k_hopper_sched_slots
 static_assert((k_sched_slots & (k_sched_slots - 1)) == 0, "slots: a power of two");
 __device__ unsigned at_sched[2 * k_sched_slots];
@@ -140,6 +152,10 @@ constexpr int k_q_slab_bytes = k_block_m * 128;
 constexpr int k_kv_slab_bytes = k_block_n * 128;
 constexpr int k_q_bytes = k_slabs * k_q_slab_bytes;
 constexpr int k_kv_bytes = k_slabs * k_kv_slab_bytes;
+// The rows of a K or V tile each block of a cluster loads (and multicasts): whole
+// 8-row swizzle atoms, so each part starts 1024-byte aligned.
+constexpr int k_kv_part_rows = k_block_n / k_cluster;
+static_assert(k_kv_part_rows % 8 == 0, "a cluster's parts of a tile: whole swizzle atoms");
 // Persistent blocks double-buffer Q: the next tile's Q loads while this one's is read.
 constexpr int k_q_bufs = k_persistent ? 2 : 1;
 constexpr int k_k_offset = k_q_bufs * k_q_bytes;
@@ -196,6 +212,22 @@ __device__ __forceinline__ void load_rows(unsigned dst, unsigned slab_bytes,
   }
 }
 
+// A cluster block's part of a K or V tile (k_kv_part_rows rows from `seq`, every
+// 64-column slab) into the same offset of every block in `mask`, completing on `bar`
+// in each.
+__device__ __forceinline__ void load_part(unsigned dst, const at_tensor_map* map, int seq_inner,
+                                          unsigned bar, int seq, int head, int batch,
+                                          unsigned short mask) {
+#pragma unroll
+  for (int d = 0; d < k_slabs; ++d) {
+    if (seq_inner) {
+      tma_load_4d_multicast(dst + d * k_kv_slab_bytes, map, bar, d * 64, seq, head, batch, mask);
+    } else {
+      tma_load_4d_multicast(dst + d * k_kv_slab_bytes, map, bar, d * 64, head, seq, batch, mask);
+    }
+  }
+}
+
 // S = Q K^T for one consumer's 64 rows and one key tile.
 __device__ __forceinline__ void qk_product(float (&s)[k_s_regs], unsigned q_tile, unsigned k_tile) {
 #pragma unroll
@@ -246,6 +278,22 @@ __device__ __forceinline__ void release_stage(unsigned bar, int lane) {
   __syncwarp();
   if (lane == 0) {
     mbar_arrive(bar);
+  }
+}
+
+// A consumer warp is done with a K/V stage: in a cluster, the stage of every block (each
+// block's producer writes into all of them).
+__device__ __forceinline__ void release_kv(unsigned bar, int lane) {
+  if (k_cluster == 1) {
+    release_stage(bar, lane);
+    return;
+  }
+  __syncwarp();
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < k_cluster; ++r) {
+      mbar_arrive_cluster(bar, static_cast<unsigned>(r));
+    }
   }
 }
 
@@ -395,7 +443,12 @@ __device__ __forceinline__ void rescale_o(float (&o)[k_o_regs], const float (&al
   }
 }
 
-extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
+#if AT_CLUSTER > 1
+#define AT_CLUSTER_DIMS __attribute__((cluster_dims(AT_CLUSTER, 1, 1)))
+#else
+#define AT_CLUSTER_DIMS
+#endif
+extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER_DIMS
     attention_fwd(const __grid_constant__ AttnArgs args) {
   extern __shared__ unsigned char smem_raw[];
   // 128-byte swizzle atoms must start 1024-byte aligned (the op asks for 1 KiB more).
@@ -478,6 +531,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
   const int tile_step = k_persistent ? static_cast<int>(gridDim.x) : 1;
 
   const int warpgroup = static_cast<int>(threadIdx.x) / 128;
+  const unsigned rank = k_cluster > 1 ? cluster_rank() : 0u; // in this block's cluster
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int b = 0; b < k_q_bufs; ++b) {
@@ -488,11 +542,18 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
     for (int s = 0; s < k_stages; ++s) {
       mbar_init(k_full + 8 * s, 1);
       mbar_init(v_full + 8 * s, 1);
-      mbar_init(kv_empty + 8 * s, 4 * k_consumers); // one arrival per consumer warp
+      // One arrival per consumer warp of every block of the cluster.
+      mbar_init(kv_empty + 8 * s, 4 * k_consumers * k_cluster);
     }
     mbar_fence_init();
   }
-  __syncthreads();
+  // A cluster's blocks complete copies and arrive on each other's barriers: all of them
+  // initialised first.
+  if (k_cluster > 1) {
+    cluster_sync();
+  } else {
+    __syncthreads();
+  }
 
   if (warpgroup == 0) {
     // Producer. Key tiles are counted over all of this block's tiles (it), so that the
@@ -521,15 +582,30 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
         for (int n = w.n_begin; n < w.n_end; ++n, ++it) {
           const int s = it % k_stages;
           const unsigned parity = static_cast<unsigned>(it / k_stages) & 1u;
-          mbar_wait(kv_empty + 8 * s, parity ^ 1u);
           const unsigned k_tile = base + k_k_offset + s * k_kv_bytes;
           const unsigned v_tile = base + k_v_offset + s * k_kv_bytes;
-          mbar_arrive_expect_tx(k_full + 8 * s, k_kv_bytes);
-          load_rows(k_tile, k_kv_slab_bytes, &args.k_map, args.k_seq_inner, k_full + 8 * s,
-                    n * k_block_n, kv_head, w.batch);
-          mbar_arrive_expect_tx(v_full + 8 * s, k_kv_bytes);
-          load_rows(v_tile, k_kv_slab_bytes, &args.v_map, args.v_seq_inner, v_full + 8 * s,
-                    n * k_block_n, kv_head, w.batch);
+          if (k_cluster == 1) {
+            mbar_wait(kv_empty + 8 * s, parity ^ 1u);
+            mbar_arrive_expect_tx(k_full + 8 * s, k_kv_bytes);
+            load_rows(k_tile, k_kv_slab_bytes, &args.k_map, args.k_seq_inner, k_full + 8 * s,
+                      n * k_block_n, kv_head, w.batch);
+            mbar_arrive_expect_tx(v_full + 8 * s, k_kv_bytes);
+            load_rows(v_tile, k_kv_slab_bytes, &args.v_map, args.v_seq_inner, v_full + 8 * s,
+                      n * k_block_n, kv_head, w.batch);
+          } else {
+            // This block's part of the tile into every block of the cluster; its own
+            // barriers expect the whole tile (the other parts come from the others).
+            mbar_wait(kv_empty + 8 * s, parity ^ 1u);
+            const int row0 = n * k_block_n + static_cast<int>(rank) * k_kv_part_rows;
+            const unsigned part = rank * k_kv_part_rows * 128;
+            constexpr unsigned short all = (1u << k_cluster) - 1;
+            mbar_arrive_expect_tx(k_full + 8 * s, k_kv_bytes);
+            load_part(k_tile + part, &args.k_map, args.k_seq_inner, k_full + 8 * s, row0, kv_head,
+                      w.batch, all);
+            mbar_arrive_expect_tx(v_full + 8 * s, k_kv_bytes);
+            load_part(v_tile + part, &args.v_map, args.v_seq_inner, v_full + 8 * s, row0, kv_head,
+                      w.batch, all);
+          }
         }
         // The next tile is taken once this one's copies are all issued: the consumers
         // are still a ring's depth of key tiles from its end.
@@ -763,7 +839,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
           pack_p(p_new, sc);
           wgmma_wait<0>();
           wgmma_pin(o);
-          release_stage(kv_empty + 8 * stage(i - 1), lane);
+          release_kv(kv_empty + 8 * stage(i - 1), lane);
           if (rescale) {
             rescale_o(o, alpha); // O held P V of n - 1 at the max before tile n
           }
@@ -791,7 +867,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
           wgmma_commit();
           wgmma_wait<0>();
           wgmma_pin(o);
-          release_stage(kv_empty + 8 * stage(i), lane);
+          release_kv(kv_empty + 8 * stage(i), lane);
         }
       } else {
         // A persistent block's first key tile: its S was issued above.
@@ -813,7 +889,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
             pv_product(o, p, pv_tile);
             wgmma_commit();
             wgmma_wait<0>();
-            release_stage(kv_empty + 8 * stage(i - 1), lane);
+            release_kv(kv_empty + 8 * stage(i - 1), lane);
           }
           mbar_wait(k_full + 8 * stage(i), phase(i));
           if (k_stages > 1 && n > 0) {
@@ -836,7 +912,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
           }
           wgmma_wait<0>();
           if (k_stages > 1 && n > 0) {
-            release_stage(kv_empty + 8 * stage(i - 1), lane);
+            release_kv(kv_empty + 8 * stage(i - 1), lane);
           }
           // O already holds the previous tile's P V, so its rescale comes after it.
           float alpha[2];
@@ -854,7 +930,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
           pv_product(o, p, base + k_v_offset + stage(i) * k_kv_bytes);
           wgmma_commit();
           wgmma_wait<0>();
-          release_stage(kv_empty + 8 * stage(i), lane);
+          release_kv(kv_empty + 8 * stage(i), lane);
           if (k_pingpong && consumer == 0) {
             named_barrier_sync(1, 256); // the last consumer's turn-passing after its last tile
           }
@@ -872,5 +948,9 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks)
       index += tile_step; // static; a dynamic block reads its next index from tile_slot
     }
     store_o(done, pending);
+  }
+  // No block of a cluster exits while the others may still arrive on its barriers.
+  if (k_cluster > 1) {
+    cluster_sync();
   }
 }

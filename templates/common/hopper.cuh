@@ -48,6 +48,33 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
                : "memory");
 }
 
+// One arrival on barrier `bar` (a shared::cta address) of block `rank` of this block's
+// cluster.
+__device__ __forceinline__ void mbar_arrive_cluster(unsigned bar, unsigned rank) {
+  asm volatile("{\n"
+               ".reg .b32 remote;\n"
+               "mapa.shared::cluster.u32 remote, %0, %1;\n"
+               "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
+               "}\n" ::"r"(bar),
+               "r"(rank)
+               : "memory");
+}
+
+// ---- clusters -------------------------------------------------------------------
+
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+
+// Every (non-exited) thread of the cluster: what each did before is seen by all after.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n"
+               "barrier.cluster.wait.acquire.aligned;" ::
+                   : "memory");
+}
+
 // ---- TMA ------------------------------------------------------------------------
 
 // A 4-d box of `map` at coordinates (c0 innermost .. c3) into shared memory at `dst`,
@@ -59,6 +86,18 @@ __device__ __forceinline__ void tma_load_4d(unsigned dst, const at_tensor_map* m
                " [%0], [%1, {%3, %4, %5, %6}], [%2];" ::"r"(dst),
                "l"(reinterpret_cast<unsigned long long>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2),
                "r"(c3)
+               : "memory");
+}
+
+// tma_load_4d into the same shared-memory offset of every block of the cluster in
+// `mask` (bit r: rank r), completing on the barrier at `bar`'s offset in each.
+__device__ __forceinline__ void tma_load_4d_multicast(unsigned dst, const at_tensor_map* map,
+                                                      unsigned bar, int c0, int c1, int c2, int c3,
+                                                      unsigned short mask) {
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+               ".multicast::cluster [%0], [%1, {%3, %4, %5, %6}], [%2], %7;" ::"r"(dst),
+               "l"(reinterpret_cast<unsigned long long>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2),
+               "r"(c3), "h"(mask)
                : "memory");
 }
 
