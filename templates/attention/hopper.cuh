@@ -21,7 +21,9 @@
 //     of tile n is issued together with S of tile n + 1 (one wait for both, the
 //     tensor cores never idle between them); a stage is released (one arrival per
 //     consumer warp) once its P V is done. At the end O is normalised once, staged
-//     through the consumer's own rows of the Q tile and stored as 16-byte chunks.
+//     through the consumer's own rows of the Q tile and stored as 16-byte chunks; a
+//     persistent block instead stores it from registers under the next tile's first
+//     S = Q K^T.
 // Causal blocks above the diagonal are never loaded; only tiles that cross the
 // diagonal or the end of the keys are masked. Key tiles are visited first to last;
 // causal query blocks start last-first (the longest first).
