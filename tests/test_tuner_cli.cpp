@@ -147,6 +147,35 @@ TEST_CASE("compile-only builds every valid variant without a GPU and a rerun com
   fs::remove_all(dir);
 }
 
+TEST_CASE("a restriction that leaves no variant for a problem says why, in the table and "
+          "the JSON") {
+  fs::path dir = temp_dir();
+  const std::string args =
+      "--arch sm_90a --op attention --compile-only --shape \"B=4,H=16,S=4096,D=128,causal=1\" "
+      "--param family=wgmma_multicast --param warps=4 --param swizzle=xor --param q=smem "
+      "--param splits=1 --quiet --db " +
+      (dir / "tuning.db").string();
+  auto r = run(args);
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(r.output.find("no variant of the space runs this problem") != std::string::npos);
+  CHECK(r.output.find("not for causal or windowed attention") != std::string::npos);
+  auto j = run(args + " --json");
+  INFO(j.output);
+  REQUIRE(j.code == 0);
+  CHECK(j.output.find("\"why_none\":[{\"reason\":") != std::string::npos);
+  // A problem with variants to build reports none.
+  auto ok = run("--arch sm_90a --op attention --compile-only --shape "
+                "\"B=4,H=16,S=4096,D=128,causal=0\" --param family=wgmma_multicast --param "
+                "block_m=128 --param block_n=128 --param stages=2 --quiet --json --db " +
+                (dir / "tuning.db").string());
+  INFO(ok.output);
+  REQUIRE(ok.code == 0);
+  CHECK(ok.output.find("\"why_none\"") == std::string::npos);
+  CHECK(ok.output.find("\"compiled\":1") != std::string::npos);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("list prints the valid variants as JSON lines") {
   auto r = run("list --op causal_conv1d --arch sm_90 --shape \"B=8,C=4096,L=2048\"");
   REQUIRE(r.code == 0);

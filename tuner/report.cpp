@@ -67,6 +67,15 @@ void print_table(const TuneReport& report, std::FILE* out, size_t top) {
                  "(%.1f s), %zu cubins from the database, %zu compile failures\n",
                  p.space_size, p.invalid, p.compiled, p.compile_seconds, p.cubins_reused,
                  p.compile_failures);
+    if (!p.why_none.empty()) {
+      std::fputs("  no variant of the space runs this problem; why (variants dropped):\n", out);
+      for (const auto& [why, count] : p.why_none) {
+        std::fprintf(out, "    %zu: %s\n", count, why.c_str());
+      }
+      if (p.why_none_more) {
+        std::fprintf(out, "    and %zu more reasons\n", p.why_none_more);
+      }
+    }
     for (const auto& v : p.variants) {
       if (v.outcome == cache::Outcome::compile_fail) {
         std::fprintf(out, "  COMPILE_FAIL %s\n%s\n", v.config.c_str(), v.message.c_str());
@@ -192,6 +201,14 @@ void print_json(const TuneReport& report, std::FILE* out) {
                  p.space_size, p.invalid, p.compiled, p.cubins_reused, p.compile_failures,
                  p.compile_seconds, p.seconds, p.bytes, p.flops, p.device_bytes, p.sampled,
                  p.budget_exhausted ? "true" : "false", p.worker_restarts);
+    if (!p.why_none.empty()) {
+      std::fputs("\"why_none\":[", out);
+      for (size_t i = 0; i < p.why_none.size(); ++i) {
+        std::fprintf(out, "%s{\"reason\":\"%s\",\"variants\":%zu}", i ? "," : "",
+                     json_escape(p.why_none[i].first).c_str(), p.why_none[i].second);
+      }
+      std::fputs("],", out);
+    }
     const ProblemPhases& t = p.phases;
     std::fprintf(
         out,

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <random>
 #include <sstream>
@@ -82,14 +83,33 @@ cache::DeviceRecord device_record(const cuda::DeviceInfo& d) {
 
 // The configurations of the space measured for a problem, in judge_space() order
 // (random sampling depends on it); counts the others.
-std::vector<Config> measured_configs(const Session& s, const Problem& problem, size_t& dropped) {
+std::vector<Config> measured_configs(const Session& s, const Problem& problem,
+                                     ProblemReport& report) {
   std::vector<Judged> judged = judge_space(
       s.op, s.search.priors, s.search.space, problem, s.arch, s.options.jobs,
-      [](Verdict v) { return v == Verdict::measure; }, false, dropped);
+      [](Verdict v) { return v == Verdict::measure; }, false, report.invalid);
   std::vector<Config> out;
   out.reserve(judged.size());
   for (Judged& j : judged) {
     out.push_back(std::move(j.config));
+  }
+  if (out.empty()) {
+    // Nothing to measure (a --param or --space that leaves only variants this problem
+    // cannot run, say): the walk again, with the reasons, for the report.
+    size_t measured = 0;
+    std::map<std::string, size_t> reasons;
+    for (const Judged& j : judge_space(
+             s.op, s.search.priors, s.search.space, problem, s.arch, s.options.jobs,
+             [](Verdict v) { return v != Verdict::measure; }, true, measured)) {
+      ++reasons[j.why];
+    }
+    report.why_none.assign(reasons.begin(), reasons.end());
+    std::stable_sort(report.why_none.begin(), report.why_none.end(),
+                     [](const auto& a, const auto& b) { return a.second > b.second; });
+    if (report.why_none.size() > k_why_none_reasons) {
+      report.why_none_more = report.why_none.size() - k_why_none_reasons;
+      report.why_none.resize(k_why_none_reasons);
+    }
   }
   return out;
 }
@@ -546,7 +566,7 @@ void tune_problem(const Session& s, const Device& d, const Strategy& strategy, s
   const Clock::time_point t0 = Clock::now();
   const int restarts = d.worker.restarts();
   const WorkerSeconds worker = d.worker.seconds();
-  std::vector<Config> valid = measured_configs(s, problem, report.invalid);
+  std::vector<Config> valid = measured_configs(s, problem, report);
   std::vector<TransferSeed> seeds;
   size_t neighbours = 0;
   if (strategy.transfers() && s.options.transfer > 0) {
@@ -660,7 +680,7 @@ void tune_problem(const Session& s, const Device& d, const Strategy& strategy, s
 void compile_problem(const Session& s, size_t index, const Problem& problem,
                      ProblemReport& report) {
   const Clock::time_point t0 = Clock::now();
-  std::vector<Config> configs = measured_configs(s, problem, report.invalid);
+  std::vector<Config> configs = measured_configs(s, problem, report);
   std::vector<Candidate> candidates =
       describe_candidates(s, std::vector<TypedConfig>(configs.begin(), configs.end()), problem);
   s.progress.start_problem(index, problem.key(), candidates.size());

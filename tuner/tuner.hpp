@@ -128,7 +128,17 @@ struct ProblemReport {
   // halving: the tuned problems whose winners were measured first (nearest first)
   std::vector<std::string> transferred_from;
   int worker_restarts = 0; // worker processes replaced after faults/timeouts (this problem)
+  // When no configuration of the space may be measured for the problem: why (the op's
+  // checks and the priors, each distinct reason with how many configurations it
+  // dropped), most common first, at most k_why_none_reasons of them; why_none_more
+  // counts the distinct reasons left out.
+  std::vector<std::pair<std::string, size_t>> why_none;
+  size_t why_none_more = 0;
 };
+
+// Enough for every reason one op's checks give a restricted space (attention's
+// family=*_multicast on a causal problem: 5), the one that matters often the rarest.
+constexpr size_t k_why_none_reasons = 8;
 
 struct TuneReport {
   std::string op;
