@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <iterator>
 #include <mutex>
 #include <tuple>
 #include <vector>
@@ -209,6 +210,24 @@ struct Params {
   int cluster = 1;
 };
 
+// The kernel families (the `family` parameter) and the schedule each one sets; the
+// first is the portable kernel, the others templates/attention/hopper.cuh's.
+struct Family {
+  const char* name;
+  bool pingpong, overlap, persistent;
+  int cluster;
+};
+constexpr Family k_families[] = {
+    {"mma", false, false, false, 1},
+    {"wgmma", false, false, false, 1},
+    {"wgmma_pingpong", true, false, false, 1},
+    {"wgmma_overlap", false, true, false, 1},
+    {"wgmma_persistent", false, false, true, 1},
+    {"wgmma_overlap_persistent", false, true, true, 1},
+    {"wgmma_multicast", false, false, false, 2},
+    {"wgmma_overlap_multicast", false, true, false, 2},
+};
+
 // Persistent Hopper blocks per SM slot: the grid is sized for 132 SMs (H100 SXM, H200);
 // a GPU with fewer runs the extra blocks when the first ones finish (correct, a little
 // less balanced).
@@ -274,21 +293,23 @@ Params params(const Config& c) {
     } else if (k == "splits") {
       p.splits = int(parse_int(v, "splits"));
     } else if (k == "family") {
-      if (v != "mma" && v != "wgmma" && v != "wgmma_pingpong" && v != "wgmma_overlap" &&
-          v != "wgmma_persistent" && v != "wgmma_overlap_persistent" && v != "wgmma_multicast" &&
-          v != "wgmma_overlap_multicast") {
-        throw Error(ErrorKind::config,
-                    "attention: family must be 'mma', 'wgmma', 'wgmma_pingpong', "
-                    "'wgmma_overlap', 'wgmma_persistent', 'wgmma_overlap_persistent', "
-                    "'wgmma_multicast' or 'wgmma_overlap_multicast', not '" +
-                        v + "'");
+      const auto f = std::find_if(std::begin(k_families), std::end(k_families),
+                                  [&](const Family& x) { return v == x.name; });
+      if (f == std::end(k_families)) {
+        std::string names;
+        for (size_t i = 0; i < std::size(k_families); ++i) {
+          names += std::string(i == 0                          ? ""
+                               : i + 1 < std::size(k_families) ? ", "
+                                                               : " or ") +
+                   "'" + k_families[i].name + "'";
+        }
+        throw Error(ErrorKind::config, "attention: family must be " + names + ", not '" + v + "'");
       }
-      p.wgmma = v != "mma";
-      p.pingpong = v == "wgmma_pingpong";
-      p.overlap =
-          v == "wgmma_overlap" || v == "wgmma_overlap_persistent" || v == "wgmma_overlap_multicast";
-      p.persistent = v == "wgmma_persistent" || v == "wgmma_overlap_persistent";
-      p.cluster = v == "wgmma_multicast" || v == "wgmma_overlap_multicast" ? 2 : 1;
+      p.wgmma = f != std::begin(k_families);
+      p.pingpong = f->pingpong;
+      p.overlap = f->overlap;
+      p.persistent = f->persistent;
+      p.cluster = f->cluster;
     } else {
       throw Error(ErrorKind::config, "attention: unknown parameter '" + k + "'");
     }
