@@ -337,7 +337,8 @@ long long wgmma_smem_bytes(const Params& p, const Dims& d) {
   const long long q_bufs = p.persistent ? 2 : 1;
   long long tiles = (q_bufs * p.block_m + 2LL * p.stages * p.block_n) * wgmma_pad_dim(d) * 2;
   const long long tile_slots = p.persistent ? 4 * q_bufs : 0;
-  return tiles + 8 * (2 * q_bufs + 3LL * p.stages) + tile_slots + 1024;
+  // Barriers: Q full/empty per Q buffer; K full, V full, K empty, V empty per stage.
+  return tiles + 8 * (2 * q_bufs + 4LL * p.stages) + tile_slots + 1024;
 }
 
 // Causal persistent Hopper blocks take tiles from a pair of counters in the module's
@@ -368,14 +369,15 @@ int next_sched_slot() {
 // What a consumer thread keeps live: O (padded D/2 floats), S (block_n/2), P as 16-bit pairs
 // (block_n/4), plus softmax state and addressing. Overlapped, two P sets are live (the
 // next is built while the last is read) and the softmax temporaries overlap them: 64
-// is the margin below which ptxas did not spill on sm_90a (CUDA 13.0, every tile).
+// is the margin below which ptxas did not spill on sm_90a (CUDA 13.0, every tile). At
+// D=256 the overlapped schedule keeps one P set (hopper.cuh's k_one_p): the plain sum.
 long long wgmma_register_estimate(const Params& p, const Dims& d) {
   // The tile loop of a persistent block keeps its position and counters live (about 24
   // more; every tile that spilled with them is over this). At D=256 every persistent
   // tile spilled (block_n 64-112, 68-156 bytes; 232 by the rule without this term).
   const long long loop = p.persistent ? (d.D == 256 ? 48 : 24) : 0;
   const long long o = wgmma_pad_dim(d) / 2;
-  if (p.overlap) {
+  if (p.overlap && d.D != 256) {
     return o + p.block_n / 2 + 2 * (p.block_n / 4) + 64 + loop;
   }
   return o + p.block_n / 2 + p.block_n / 4 + 32 + loop;

@@ -11,8 +11,8 @@
 //     one of its threads issues tensor-memory-accelerator copies
 //     (cp.async.bulk.tensor) of the Q tile once and of K and V tiles of k_block_n keys
 //     into a ring of k_stages buffers, each completing on its own mbarrier ("full");
-//     it refills a stage when every consumer warp has arrived on its "empty"
-//     barrier. Copies past the tensor's rows read zeros.
+//     it refills a K or V buffer when every consumer warp has arrived on that buffer's
+//     "empty" barrier. Copies past the tensor's rows read zeros.
 //   - warpgroups 1..k_consumers, the consumers, take those registers and own 64
 //     query rows each: S = Q K^T with wgmma.mma_async (Q and K from shared memory,
 //     128-byte swizzled as TMA writes them), the online softmax in fp32 with exp2
@@ -20,7 +20,8 @@
 //     of O += P V (wgmma with V read transposed from shared memory). The P V product
 //     of tile n is issued together with S of tile n + 1 (one wait for both, the
 //     tensor cores never idle between them); a stage is released (one arrival per
-//     consumer warp) once its P V is done. At the end O is normalised once, staged
+//     consumer warp) once its P V is done, or with 1-2 stages its K once its S is done
+//     and its V after P V. At the end O is normalised once, staged
 //     through the consumer's own rows of the Q tile and stored as 16-byte chunks; a
 //     persistent block instead stores it from registers under the next tile's first
 //     S = Q K^T.
@@ -53,7 +54,7 @@
 //                not persistent): blocks run in clusters of two query blocks of one head,
 //                each producer loading half the rows of every K and V tile and
 //                multicasting them into both blocks' rings (half the L2-to-SM traffic for
-//                K and V); a stage is refilled once both blocks' consumers released it.
+//                K and V); a buffer is refilled once both blocks' consumers released it.
 //                1: every block loads its own tiles.
 //   AT_HEAD_DIM  D: a multiple of 8 in 64..128, or 256. Tiles hold D rounded up to
 //                whole 64-column slabs (k_pad_dim: 64, 128 or 256); the tensor maps'
@@ -104,6 +105,14 @@ constexpr bool k_pingpong = AT_PINGPONG != 0;
 #define AT_OVERLAP 0
 #endif
 constexpr bool k_overlap = AT_OVERLAP != 0;
+// The overlapped schedule keeps one P register set at D=256 (two beside O do not fit).
+constexpr bool k_one_p = k_overlap && AT_HEAD_DIM == 256;
+// With 1-2 stages a K buffer is released once S = Q K^T has read it, apart from its V
+// (released after P V, a product later), so that the producer loads the next K under
+// that P V: with one release per stage after P V the loads of a 2-stage ring waited a
+// product too long (D=256, 128 x 80: 1009 -> 735 us). With 3+ stages the ring hides that
+// wait already, and the split measured slower (bench/notes/attention-hopper.md).
+constexpr bool k_split_release = k_stages <= 2;
 static_assert(!(k_overlap && (k_pingpong || k_stages < 2)),
               "overlap: no ping-pong, and a second stage for the next K");
 #ifndef AT_PERSISTENT
@@ -283,19 +292,20 @@ __device__ __forceinline__ void release_stage(unsigned bar, int lane) {
   }
 }
 
-// A consumer warp is done with a K/V stage: in a cluster, the stage of every block (each
-// block's producer writes into all of them).
-__device__ __forceinline__ void release_kv(unsigned bar, int lane) {
+// A consumer warp is done with a K or V buffer (the products that read it waited): one
+// arrival per warp on its "empty" barrier, where `valid`; in a cluster, on the buffer of
+// every block (each block's producer writes into all of them). Predicated, not
+// branched: a K buffer is released between the P V still in flight and its wait.
+__device__ __forceinline__ void release_kv(unsigned bar, int lane, bool valid = true) {
+  __syncwarp();
+  const bool arrive = valid && lane == 0;
   if (k_cluster == 1) {
-    release_stage(bar, lane);
+    mbar_arrive_if(bar, arrive);
     return;
   }
-  __syncwarp();
-  if (lane == 0) {
 #pragma unroll
-    for (int r = 0; r < k_cluster; ++r) {
-      mbar_arrive_cluster(bar, static_cast<unsigned>(r));
-    }
+  for (int r = 0; r < k_cluster; ++r) {
+    mbar_arrive_cluster_if(bar, static_cast<unsigned>(r), arrive);
   }
 }
 
@@ -455,12 +465,15 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER
   extern __shared__ unsigned char smem_raw[];
   // 128-byte swizzle atoms must start 1024-byte aligned (the op asks for 1 KiB more).
   const unsigned base = (at_smem_addr(smem_raw) + 1023u) & ~1023u;
-  const unsigned q_full = base + k_bar_offset;        // [k_q_bufs]
-  const unsigned q_empty = q_full + 8 * k_q_bufs;     // [k_q_bufs]
-  const unsigned k_full = q_empty + 8 * k_q_bufs;     // [k_stages]
-  const unsigned v_full = k_full + 8 * k_stages;      // [k_stages]
-  const unsigned kv_empty = v_full + 8 * k_stages;    // [k_stages]
-  const unsigned tile_slot = kv_empty + 8 * k_stages; // [k_q_bufs] ints, persistent
+  const unsigned q_full = base + k_bar_offset;    // [k_q_bufs]
+  const unsigned q_empty = q_full + 8 * k_q_bufs; // [k_q_bufs]
+  const unsigned k_full = q_empty + 8 * k_q_bufs; // [k_stages]
+  const unsigned v_full = k_full + 8 * k_stages;  // [k_stages]
+  // k_split_release: a K buffer is free once S = Q K^T has read it (k_empty), a V buffer
+  // once P V has (v_empty); else the stage is free once P V has read V (v_empty only).
+  const unsigned k_empty = v_full + 8 * k_stages;    // [k_stages]
+  const unsigned v_empty = k_empty + 8 * k_stages;   // [k_stages]
+  const unsigned tile_slot = v_empty + 8 * k_stages; // [k_q_bufs] ints, persistent
 
   const int m_blocks = (args.seq_q + k_block_m - 1) / k_block_m;
   const int n_tiles = (args.seq_k + k_block_n - 1) / k_block_n;
@@ -545,7 +558,8 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER
       mbar_init(k_full + 8 * s, 1);
       mbar_init(v_full + 8 * s, 1);
       // One arrival per consumer warp of every block of the cluster.
-      mbar_init(kv_empty + 8 * s, 4 * k_consumers * k_cluster);
+      mbar_init(k_empty + 8 * s, 4 * k_consumers * k_cluster);
+      mbar_init(v_empty + 8 * s, 4 * k_consumers * k_cluster);
     }
     mbar_fence_init();
   }
@@ -586,24 +600,32 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER
           const unsigned parity = static_cast<unsigned>(it / k_stages) & 1u;
           const unsigned k_tile = base + k_k_offset + s * k_kv_bytes;
           const unsigned v_tile = base + k_v_offset + s * k_kv_bytes;
+          // Without the split, V's release frees the whole stage.
+          const unsigned k_free = (k_split_release ? k_empty : v_empty) + 8 * s;
           if (k_cluster == 1) {
-            mbar_wait(kv_empty + 8 * s, parity ^ 1u);
+            mbar_wait(k_free, parity ^ 1u);
             mbar_arrive_expect_tx(k_full + 8 * s, k_kv_bytes);
             load_rows(k_tile, k_kv_slab_bytes, &args.k_map, args.k_seq_inner, k_full + 8 * s,
                       n * k_block_n, kv_head, w.batch);
+            if (k_split_release) {
+              mbar_wait(v_empty + 8 * s, parity ^ 1u);
+            }
             mbar_arrive_expect_tx(v_full + 8 * s, k_kv_bytes);
             load_rows(v_tile, k_kv_slab_bytes, &args.v_map, args.v_seq_inner, v_full + 8 * s,
                       n * k_block_n, kv_head, w.batch);
           } else {
             // This block's part of the tile into every block of the cluster; its own
             // barriers expect the whole tile (the other parts come from the others).
-            mbar_wait(kv_empty + 8 * s, parity ^ 1u);
+            mbar_wait(k_free, parity ^ 1u);
             const int row0 = n * k_block_n + static_cast<int>(rank) * k_kv_part_rows;
             const unsigned part = rank * k_kv_part_rows * 128;
             constexpr unsigned short all = (1u << k_cluster) - 1;
             mbar_arrive_expect_tx(k_full + 8 * s, k_kv_bytes);
             load_part(k_tile + part, &args.k_map, args.k_seq_inner, k_full + 8 * s, row0, kv_head,
                       w.batch, all);
+            if (k_split_release) {
+              mbar_wait(v_empty + 8 * s, parity ^ 1u);
+            }
             mbar_arrive_expect_tx(v_full + 8 * s, k_kv_bytes);
             load_part(v_tile + part, &args.v_map, args.v_seq_inner, v_full + 8 * s, row0, kv_head,
                       w.batch, all);
@@ -640,6 +662,13 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER
     // counts them) and the phase its barriers complete in.
     auto stage = [](int i) { return i % k_stages; };
     auto phase = [](int i) { return static_cast<unsigned>(i / k_stages) & 1u; };
+    // This warp is done with key tile i's K (its S waited) or V (its P V waited).
+    auto release_k = [&](int i, bool valid) {
+      if (k_split_release) {
+        release_kv(k_empty + 8 * stage(i), lane, valid);
+      }
+    };
+    auto release_v = [&](int i) { release_kv(v_empty + 8 * stage(i), lane); };
     int it0 = 0; // key tiles of this block's earlier tiles
     int index = first_tile;
     // O and each row's running max and sum, kept over the tile loop: a persistent block
@@ -784,6 +813,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER
         store_o(done, pending);
         wgmma_wait<0>();
         wgmma_pin(s0);
+        release_k(it0, n_count > 0);
       }
 #pragma unroll
       for (int i = 0; i < k_o_regs; ++i) {
@@ -817,59 +847,108 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER
             wgmma_commit();
             wgmma_wait<0>();
             wgmma_pin(s0);
+            release_k(it0, true);
           }
           softmax_tile(s0, row_max, row_sum, alpha, args, n_first * k_block_n, m0, row0, t);
           pack_p(p, s0);
         }
-        auto step = [&](int n, const unsigned(&p_last)[k_block_n / 16][4],
-                        unsigned(&p_new)[k_block_n / 16][4]) {
-          const int i = it0 + n;
-          mbar_wait(k_full + 8 * stage(i), phase(i));
-          mbar_wait(v_full + 8 * stage(i - 1), phase(i - 1));
-          float sc[k_s_regs];
-          wgmma_pin(o);
-          wgmma_fence();
-          qk_product(sc, my_q, base + k_k_offset + stage(i) * k_kv_bytes);
-          wgmma_commit();
-          pv_product(o, p_last, base + k_v_offset + stage(i - 1) * k_kv_bytes);
-          wgmma_commit();
-          wgmma_wait<1>();
-          wgmma_pin(sc);
-          float alpha[2];
-          const bool rescale = softmax_tile(sc, row_max, row_sum, alpha, args,
+        if constexpr (k_one_p) {
+          // D=256: O takes 128 registers, two P sets do not fit beside it. One set, in
+          // FlashAttention-3's order: P of n is written once the P V that read P of n - 1
+          // is done, and O is rescaled (by the factor tile n - 1 moved the max by) after
+          // S of n is issued and before P V of n - 1, under that first product. The
+          // rescale is unconditional (alpha is 1 where the max stayed): a branch between a
+          // product and its wait serialises the products.
+          float alpha[2] = {1.0f, 1.0f};
+          for (int n = 1; n < n_count; ++n) {
+            const int i = it0 + n;
+            mbar_wait(k_full + 8 * stage(i), phase(i));
+            float sc[k_s_regs];
+            wgmma_fence();
+            qk_product(sc, my_q, base + k_k_offset + stage(i) * k_kv_bytes);
+            wgmma_commit();
+            rescale_o(o, alpha);
+            mbar_wait(v_full + 8 * stage(i - 1), phase(i - 1));
+            wgmma_fence();
+            pv_product(o, p, base + k_v_offset + stage(i - 1) * k_kv_bytes);
+            wgmma_commit();
+            wgmma_wait<1>();
+            wgmma_pin(sc);
+            release_k(i, true);
+            const bool moved = softmax_tile(sc, row_max, row_sum, alpha, args,
                                             (n_first + n) * k_block_n, m0, row0, t);
-          pack_p(p_new, sc);
-          wgmma_wait<0>();
-          wgmma_pin(o);
-          release_kv(kv_empty + 8 * stage(i - 1), lane);
-          if (rescale) {
-            rescale_o(o, alpha); // O held P V of n - 1 at the max before tile n
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              alpha[h] = moved ? alpha[h] : 1.0f;
+            }
+            wgmma_wait<0>();
+            wgmma_pin(o);
+            release_v(i - 1);
+            pack_p(p, sc);
           }
-        };
-        int n = 1;
-        for (; n + 1 < n_count; n += 2) {
-          step(n, p, p2);
-          step(n + 1, p2, p);
-        }
-        const bool last_in_p2 = n < n_count;
-        if (last_in_p2) {
-          step(n, p, p2);
-        }
-        if (n_count > 0) {
-          // The last tile's O += P V.
-          const int i = it0 + n_count - 1;
-          mbar_wait(v_full + 8 * stage(i), phase(i));
-          wgmma_pin(o);
-          wgmma_fence();
-          if (last_in_p2) {
-            pv_product(o, p2, base + k_v_offset + stage(i) * k_kv_bytes);
-          } else {
+          if (n_count > 0) {
+            const int i = it0 + n_count - 1;
+            rescale_o(o, alpha);
+            mbar_wait(v_full + 8 * stage(i), phase(i));
+            wgmma_fence();
             pv_product(o, p, base + k_v_offset + stage(i) * k_kv_bytes);
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_pin(o);
+            release_v(i);
           }
-          wgmma_commit();
-          wgmma_wait<0>();
-          wgmma_pin(o);
-          release_kv(kv_empty + 8 * stage(i), lane);
+        } else {
+          auto step = [&](int n, const unsigned(&p_last)[k_block_n / 16][4],
+                          unsigned(&p_new)[k_block_n / 16][4]) {
+            const int i = it0 + n;
+            mbar_wait(k_full + 8 * stage(i), phase(i));
+            mbar_wait(v_full + 8 * stage(i - 1), phase(i - 1));
+            float sc[k_s_regs];
+            wgmma_pin(o);
+            wgmma_fence();
+            qk_product(sc, my_q, base + k_k_offset + stage(i) * k_kv_bytes);
+            wgmma_commit();
+            pv_product(o, p_last, base + k_v_offset + stage(i - 1) * k_kv_bytes);
+            wgmma_commit();
+            wgmma_wait<1>();
+            wgmma_pin(sc);
+            release_k(i, true);
+            float alpha[2];
+            const bool rescale = softmax_tile(sc, row_max, row_sum, alpha, args,
+                                              (n_first + n) * k_block_n, m0, row0, t);
+            pack_p(p_new, sc);
+            wgmma_wait<0>();
+            wgmma_pin(o);
+            release_v(i - 1);
+            if (rescale) {
+              rescale_o(o, alpha); // O held P V of n - 1 at the max before tile n
+            }
+          };
+          int n = 1;
+          for (; n + 1 < n_count; n += 2) {
+            step(n, p, p2);
+            step(n + 1, p2, p);
+          }
+          const bool last_in_p2 = n < n_count;
+          if (last_in_p2) {
+            step(n, p, p2);
+          }
+          if (n_count > 0) {
+            // The last tile's O += P V.
+            const int i = it0 + n_count - 1;
+            mbar_wait(v_full + 8 * stage(i), phase(i));
+            wgmma_pin(o);
+            wgmma_fence();
+            if (last_in_p2) {
+              pv_product(o, p2, base + k_v_offset + stage(i) * k_kv_bytes);
+            } else {
+              pv_product(o, p, base + k_v_offset + stage(i) * k_kv_bytes);
+            }
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_pin(o);
+            release_v(i);
+          }
         }
       } else {
         // A persistent block's first key tile: its S was issued above.
@@ -891,7 +970,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER
             pv_product(o, p, pv_tile);
             wgmma_commit();
             wgmma_wait<0>();
-            release_kv(kv_empty + 8 * stage(i - 1), lane);
+            release_v(i - 1);
           }
           mbar_wait(k_full + 8 * stage(i), phase(i));
           if (k_stages > 1 && n > 0) {
@@ -913,8 +992,9 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER
             named_barrier_arrive(1 + (consumer + 1) % k_consumers, 256);
           }
           wgmma_wait<0>();
+          release_k(i, true);
           if (k_stages > 1 && n > 0) {
-            release_kv(kv_empty + 8 * stage(i - 1), lane);
+            release_v(i - 1);
           }
           // O already holds the previous tile's P V, so its rescale comes after it.
           float alpha[2];
@@ -932,7 +1012,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER
           pv_product(o, p, base + k_v_offset + stage(i) * k_kv_bytes);
           wgmma_commit();
           wgmma_wait<0>();
-          release_kv(kv_empty + 8 * stage(i), lane);
+          release_v(i);
           if (k_pingpong && consumer == 0) {
             named_barrier_sync(1, 256); // the last consumer's turn-passing after its last tile
           }

@@ -34,6 +34,18 @@ __device__ __forceinline__ void mbar_arrive(unsigned bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
 
+// mbar_arrive where `pred` holds, predicated rather than branched (it may sit between a
+// wgmma and its wait, where ptxas serialises the products around divergent code).
+__device__ __forceinline__ void mbar_arrive_if(unsigned bar, bool pred) {
+  asm volatile("{\n"
+               ".reg .pred p;\n"
+               "setp.ne.b32 p, %1, 0;\n"
+               "@p mbarrier.arrive.shared::cta.b64 _, [%0];\n"
+               "}\n" ::"r"(bar),
+               "r"(static_cast<unsigned>(pred))
+               : "memory");
+}
+
 // Waits until the phase of parity `parity` has completed. A fresh barrier is in phase
 // 0, and waiting on parity 1 returns at once (the phase before it counts as done):
 // producers wait on their "empty" barriers with the flipped parity.
@@ -49,14 +61,16 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
 }
 
 // One arrival on barrier `bar` (a shared::cta address) of block `rank` of this block's
-// cluster.
-__device__ __forceinline__ void mbar_arrive_cluster(unsigned bar, unsigned rank) {
+// cluster, where `pred` holds (predicated as mbar_arrive_if).
+__device__ __forceinline__ void mbar_arrive_cluster_if(unsigned bar, unsigned rank, bool pred) {
   asm volatile("{\n"
+               ".reg .pred p;\n"
                ".reg .b32 remote;\n"
+               "setp.ne.b32 p, %2, 0;\n"
                "mapa.shared::cluster.u32 remote, %0, %1;\n"
-               "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
+               "@p mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
                "}\n" ::"r"(bar),
-               "r"(rank)
+               "r"(rank), "r"(static_cast<unsigned>(pred))
                : "memory");
 }
 
