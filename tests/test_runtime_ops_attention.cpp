@@ -339,20 +339,22 @@ TEST_CASE("the Hopper attention family (family=wgmma) is valid on sm_90a only, f
             d256, "sm_90a", "shared memory");
     refused("block_m=128,block_n=80,warps=4,stages=3,swizzle=xor,q=smem,splits=1,family=wgmma",
             d256, "sm_90a", "shared memory");
-    // No sm_90a built-in point is a wgmma tile that runs D=256 (registers or shared
-    // memory): an untuned D=256 problem keeps the portable family (a point's or the
-    // default) until it is tuned.
+    // The sm_90a built-in points include D=256 wgmma tiles: an untuned D=256 problem takes
+    // the Hopper family (the ping-pong 128 x 80 tile), one with softcap the portable one.
     for (const char* shape : {"B=2,H=8,S=4096,D=256", "B=2,H=8,S=4096,D=256,causal=1",
                               "B=32,H=16,S=512,D=256,dtype=fp16", "B=1,H=16,S=16384,D=256"}) {
       CAPTURE(shape);
-      if (const auto h = heuristic_config(attn(), problem(shape), "sm_90a")) {
-        const std::string* fam = find_field(h->first, "family");
-        CHECK((fam == nullptr || *fam == "mma"));
-      }
-      if (const auto n = nearest_own_point(attn(), problem(shape), "sm_90a")) {
-        const std::string* fam = find_field(n->config, "family");
-        CHECK((fam == nullptr || *fam == "mma"));
-      }
+      const auto h = heuristic_config(attn(), problem(shape), "sm_90a");
+      REQUIRE(h);
+      const std::string* fam = find_field(h->first, "family");
+      REQUIRE(fam != nullptr);
+      CHECK(*fam == "wgmma_pingpong");
+      CHECK(attn().check(h->first, problem(shape), "sm_90a"));
+    }
+    if (const auto soft =
+            heuristic_config(attn(), problem("B=2,H=8,S=4096,D=256,softcap=1"), "sm_90a")) {
+      const std::string* fam = find_field(soft->first, "family");
+      CHECK((fam == nullptr || *fam == "mma"));
     }
   }
   SUBCASE("one canonical value for the portable family's parameters") {
