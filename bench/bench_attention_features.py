@@ -177,15 +177,18 @@ def varlen_lengths(v):
     return lengths
 
 
-def cases_of(path, sections):
+def cases_of(path, sections, head_dims=None):
     """The benchmark cases of the selected sections: {section, shape, cli, flops | kv_bytes,
-    mem_bytes (the GPU memory the row's tensors need, about), skip (a reason or None)}."""
+    mem_bytes (the GPU memory the row's tensors need, about), skip (a reason or None)};
+    head_dims: section a's head dims (None: all of the spec's)."""
     spec = common.load_spec(path, "attention_features")
     grid = common.load_spec(path, "attention")["grid"]
     dtype = spec["dtype"]
     out = []
     if "head_dim" in sections:
         for d in spec["head_dim"]:
+            if head_dims and d not in head_dims:
+                continue
             h = 2048 // d
             for causal in grid["causal"]:
                 for S in grid["seqlen"]:
@@ -762,13 +765,28 @@ def table_writer(rows, runs=None):
 def write(args, name, rows, selected, merged):
     """<gpu>-attention-features.{json,md}: rows of the sections run now after the kept rows
     of --merge's file, in section order."""
-    kept = [r for r in merged.get("rows", []) if r.get("section") not in selected]
+    # --head-dims: section a's rows of the other head dims stay as --merge's file has them.
+    def rerun(r):
+        if r.get("section") not in selected:
+            return False
+        return not (r["section"] == "head_dim" and args.head_dims and
+                    r["shape"]["D"] not in args.head_dims)
+    kept = [r for r in merged.get("rows", []) if not rerun(r)]
     order = list(SECTIONS.values())
     all_rows = sorted(kept + rows, key=lambda r: order.index(r["section"]))
-    runs = {k: v for k, v in merged.get("section_runs", {}).items() if k not in selected}
+    before = merged.get("section_runs", {})
+    runs = {k: v for k, v in before.items() if k not in selected}
     for sec in selected:
         runs[sec] = {"commit": args.commit, "date": datetime.date.today().isoformat(),
                      "command": args.command}
+        partial = sec == "head_dim" and args.head_dims and any(
+            r["section"] == sec for r in kept)
+        if partial and sec in before:
+            dims = sorted({r["shape"]["D"] for r in kept if r["section"] == sec})
+            runs[sec]["command"] += (f"` (D={', '.join(map(str, args.head_dims))}); the D="
+                                     f"{', '.join(map(str, dims))} rows: commit "
+                                     f"`{before[sec]['commit']}`, {before[sec]['date']}: "
+                                     f"`{before[sec]['command']}")
     runs = {k: runs[k] for k in order if k in runs}
     return common.write_results(args, "attention-features", name, all_rows, CEILINGS, "TFLOPs",
                                 table_writer(all_rows, runs), sections=SECTION_INFO,
@@ -851,6 +869,10 @@ def main():
                       "strings, FLOPs/bytes and the tuning command (no torch, no GPU)")
     ap.add_argument("--budget-s", type=float, default=None, help="autotune --budget-s")
     ap.add_argument("--tune-args", default="", help="more autotune options, one string")
+    ap.add_argument("--head-dims", default=None,
+                    type=lambda t: [int(x) for x in t.split(",") if x.strip()],
+                    help="section a: only these head dims (comma-separated; with --merge the "
+                    "file's rows of the others are kept)")
     ap.add_argument("--merge", default=None, help="a previous run's JSON: keep its rows of the "
                     "sections not run now")
     ap.add_argument("--rep", type=int, default=200, help="do_bench rep (ms)")
@@ -860,7 +882,7 @@ def main():
         args.autotune = (os.path.join(os.path.dirname(os.path.abspath(args.lib)), "autotune")
                          if args.lib else os.path.join(HERE, "..", ".device", "autotune"))
     selected = parse_sections(args.only)
-    cases = cases_of(args.shapes, selected)
+    cases = cases_of(args.shapes, selected, args.head_dims)
     if args.dry_run:
         return dry_run(args, cases)
     need = ["db", "out"] + ([] if args.tune_only else ["lib"])
