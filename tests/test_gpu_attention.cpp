@@ -620,6 +620,67 @@ TEST_CASE("the runtime's default attention variant takes arbitrary strides") {
   }
 }
 
+TEST_CASE("the runtime runs K and V broadcast by a zero stride (expand) as the bcast=1 problem, "
+          "on a family that reads them") {
+  context();
+  std::mt19937_64 rng(std::random_device{}());
+  const int B = 3, Hq = 8, Hkv = 4, S = 300, D = 128;
+  HostTensor qh(DType::bf16, size_t(B) * S * Hq * D);
+  qh.randomize(rng, -1.5, 1.5);
+  // K and V: one [S, Hkv, D] sequence expanded over the batch (batch stride 0), or one
+  // head of [B, S, 1, D] expanded over the Hkv heads (head stride 0).
+  for (const bool over_batch : {true, false}) {
+    CAPTURE(over_batch);
+    const size_t kv_elems = over_batch ? size_t(S) * Hkv * D : size_t(B) * S * D;
+    HostTensor kh(DType::bf16, kv_elems), vh(DType::bf16, kv_elems);
+    kh.randomize(rng, -1.5, 1.5);
+    vh.randomize(rng, -1.5, 1.5);
+    const Layout lq{(long long)S * Hq * D, D, (long long)Hq * D};
+    const Layout lkv =
+        over_batch ? Layout{0, D, (long long)Hkv * D} : Layout{(long long)S * D, 0, D};
+    const auto ref = attention_reference(qh, kh, vh, lq, lkv, lkv, B, Hq, Hkv, S, S, D, true, 0.09);
+    RuntimeOptions ro;
+    ro.database = (fs::temp_directory_path() / "autotune-does-not-exist.db").string();
+    ro.policy = Policy::heuristic; // what an untuned call takes on this GPU
+    Runtime rt(ro);
+    DeviceTensor qd(qh), kd(kh), vd(vh);
+    HostTensor out(DType::bf16, size_t(B) * Hq * S * D);
+    out.poison();
+    DeviceTensor o(out);
+    AttentionArgs a{};
+    auto view = [](CUdeviceptr base, int64_t heads, const Layout& l) {
+      return tensor(reinterpret_cast<const void*>(base), ElementType::bf16, {B, heads, S, D},
+                    {l.batch, l.head, l.seq, 1});
+    };
+    a.q = view(qd.get(), Hq, lq);
+    a.k = view(kd.get(), Hkv, lkv);
+    a.v = view(vd.get(), Hkv, lkv);
+    a.o = view(o.get(), Hq, lq);
+    a.causal = 1;
+    a.scale = 0.09;
+    const Selection sel = rt.select_attention(a);
+    CAPTURE(sel.variant);
+    CHECK(sel.problem.find("bcast=1") != std::string::npos);
+    CHECK(sel.variant.find("family=wgmma") == std::string::npos);
+    rt.attention(a);
+    AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+    o.download(out);
+    // O back in the logical [B, Hq, S, D] order of the reference.
+    std::vector<double> got(size_t(B) * Hq * S * D);
+    for (int b = 0; b < B; ++b) {
+      for (int h = 0; h < Hq; ++h) {
+        for (int s = 0; s < S; ++s) {
+          for (int d = 0; d < D; ++d) {
+            got[((size_t(b) * Hq + h) * S + s) * D + d] =
+                out.get(size_t(b * lq.batch + h * lq.head + s * lq.seq + d));
+          }
+        }
+      }
+    }
+    CHECK(rel_err(got, ref.o) <= 1e-2);
+  }
+}
+
 TEST_CASE("tuning attention stores a winner that the runtime then dispatches, with its workspace") {
   context();
   fs::path db = temp_db();

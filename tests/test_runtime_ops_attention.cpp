@@ -351,6 +351,17 @@ TEST_CASE("the Hopper attention family (family=wgmma) is valid on sm_90a only, f
       CHECK(*fam == "wgmma_pingpong");
       CHECK(attn().check(h->first, problem(shape), "sm_90a"));
     }
+    // K or V broadcast with expand (a stride of 0): tensor maps cannot step it, so the
+    // Hopper family refuses the problem and its heuristic is a portable point.
+    refused("block_m=128,block_n=80,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+            "family=wgmma_pingpong",
+            problem("B=2,H=8,S=4096,D=256,bcast=1"), "sm_90a", "stride of 0");
+    // (At D=256 no portable point fits: the runtime then takes [default], family=mma.)
+    CHECK_FALSE(heuristic_config(attn(), problem("B=2,H=8,S=4096,D=256,bcast=1"), "sm_90a"));
+    const auto h128 = heuristic_config(attn(), problem("B=4,H=16,S=4096,D=128,bcast=1"), "sm_90a");
+    REQUIRE(h128);
+    const std::string* fam128 = find_field(h128->first, "family");
+    CHECK((fam128 == nullptr || *fam128 == "mma"));
     if (const auto soft =
             heuristic_config(attn(), problem("B=2,H=8,S=4096,D=256,softcap=1"), "sm_90a")) {
       const std::string* fam = find_field(soft->first, "family");

@@ -265,6 +265,25 @@ TEST_CASE("attention: GQA, layouts read off Q's strides, and mismatches") {
     a.q = make(0x100000, AUTOTUNE_BF16, {2, 8, 64, 64});
     CHECK(problem_of("attention", &a).find("layout=bhsd") != std::string::npos);
   }
+  SUBCASE("k or v broadcast with a stride of 0 is the bcast=1 problem") {
+    CHECK(problem_of("attention", &a).find("bcast") == std::string::npos);
+    SUBCASE("over the batch") {
+      a.k.strides[0] = 0;
+    }
+    SUBCASE("over the heads") {
+      a.v.strides[2] = 0;
+    }
+    SUBCASE("q over the sequence") {
+      a.q.strides[1] = 0;
+    }
+    CHECK(problem_of("attention", &a) ==
+          "B=2,Hq=8,Hkv=2,Sq=64,Sk=64,D=64,causal=1,dtype=bf16,lse=0,layout=bshd,bcast=1");
+  }
+  SUBCASE("a stride of 0 over one element is no broadcast") {
+    a.k.shape[0] = a.v.shape[0] = a.q.shape[0] = a.o.shape[0] = 1;
+    a.k.strides[0] = 0;
+    CHECK(problem_of("attention", &a).find("bcast") == std::string::npos);
+  }
   SUBCASE("lse is fp32 [B, Hq, Sq]") {
     a.lse = make(0x500000, AUTOTUNE_FP32, {2, 8, 64});
     CHECK(problem_of("attention", &a).find("lse=1") != std::string::npos);

@@ -22,6 +22,9 @@ struct Dims {
   bool causal, lse, bhsd;
   DType dtype;
   bool window = false, softcap = false, alibi = false;
+  // bcast=1: q, k or v steps a batch, head or sequence dimension of several elements
+  // with stride 0 (a tensor broadcast with expand), which tensor maps cannot.
+  bool bcast = false;
   long long Dp = 0; // the head dim the portable kernel computes on (kernel.cuh)
   // varlen=1: packed sequences; Sq and Sk are then the (bucketed) longest ones and Tq,
   // Tk the (bucketed) totals of tokens.
@@ -58,6 +61,7 @@ Dims described_dims(const Problem& p) {
   d.window = p.optional_flag("window");
   d.softcap = p.optional_flag("softcap");
   d.alibi = p.optional_flag("alibi");
+  d.bcast = p.optional_flag("bcast");
   d.Dp = padded_dim(d.D);
   d.varlen = p.optional_flag("varlen");
   if (d.varlen) {
@@ -466,6 +470,10 @@ Result<bool> check_wgmma(const Params& p, const Dims& d, const std::string& arch
   if (d.softcap || d.alibi) {
     return fail("family=wgmma builds no softcap or ALiBi (family=mma does)");
   }
+  if (d.bcast) {
+    return fail("family=wgmma loads q, k and v with tensor maps, which cannot step a stride of "
+                "0 (bcast=1: a tensor broadcast with expand; family=mma reads it)");
+  }
   if (!(d.D >= 64 && d.D <= 128) && d.D != 256) {
     return fail("family=wgmma handles head dims 64 to 128 (multiples of 8) and 256, not " +
                 std::to_string(d.D));
@@ -569,7 +577,8 @@ Problem AttentionOp::make_problem(const Fields& shape) const {
                        "blocks_per_seq",
                        "append",
                        "Snew",
-                       "leftpad"});
+                       "leftpad",
+                       "bcast"});
   // Hq and Sq/Sk may be given as H and S; a missing field is named by its own key.
   auto number = [&](const char* key, const char* alias, long long max) {
     if (alias && r.has(key) && r.has(alias) &&
@@ -679,7 +688,7 @@ Problem AttentionOp::make_problem(const Fields& shape) const {
   // The features join the problem only when on, so that the key of a problem without
   // them is what it was before they existed.
   Fields f = p.fields.text();
-  for (const char* feature : {"window", "softcap", "alibi"}) {
+  for (const char* feature : {"window", "softcap", "alibi", "bcast"}) {
     if (r.flag(feature, "0") == "1") {
       f.emplace_back(feature, "1");
     }
@@ -1354,10 +1363,23 @@ constexpr size_t k_sq_field = 3, k_sk_field = 4, k_varlen_field = 13, k_tq_field
 // blocks_per_seq (20) times the page (18) when paged (17), else the cache's Scache.
 constexpr size_t k_kvcache_field = 16, k_paged_field = 17, k_page_field = 18,
                  k_blocks_per_seq_field = 20;
+// Whether q, k or v of a plain or varlen call steps a dimension of several elements
+// with stride 0 (24: "bcast").
+constexpr size_t k_bcast_field = 24;
 void derive_layout(const void* args, CallValues& values) {
   const auto& a = *static_cast<const autotune_attention_args*>(args);
   values[k_layout_field] = a.q.data && a.q.ndim == 4 && a.q.strides[1] > a.q.strides[2] ? 1 : 0;
   values[k_softcap_field] = a.softcap != 0 ? 1 : 0;
+  values[k_bcast_field] = 0;
+  if (values[k_kvcache_field] != 1) {
+    for (const autotune_tensor* t : {&a.q, &a.k, &a.v}) {
+      for (int i = 0; t->data && i + 1 < t->ndim && i + 1 < AUTOTUNE_MAX_DIMS; ++i) {
+        if (t->shape[i] > 1 && t->strides[i] == 0) {
+          values[k_bcast_field] = 1;
+        }
+      }
+    }
+  }
   if (values[k_varlen_field] == 1) {
     for (size_t f : {k_sq_field, k_sk_field, k_tq_field, k_tk_field}) {
       if (values[f] > 0) { // unbound fields are refused after this
@@ -1401,7 +1423,8 @@ const ArgsDesc& AttentionOp::args_desc() const {
     blocks_per_seq,
     append,
     Snew,
-    leftpad
+    leftpad,
+    bcast
   };
   // Rows move as 16-byte chunks (cp.async, vector stores): 8 elements of 16 bits.
   constexpr int chunk = 8;
@@ -1554,7 +1577,8 @@ const ArgsDesc& AttentionOp::args_desc() const {
                               {"blocks_per_seq", FieldKind::size, 0},
                               {"append", FieldKind::flag, 0},
                               {"Snew", FieldKind::size, 0},
-                              {"leftpad", FieldKind::flag, 0}},
+                              {"leftpad", FieldKind::flag, 0},
+                              {"bcast", FieldKind::flag, 0}},
                              tensors,
                              {{"causal", offsetof(A, causal), ScalarKind::i32, causal},
                               {"scale", offsetof(A, scale), ScalarKind::f64},
@@ -1574,7 +1598,8 @@ const ArgsDesc& AttentionOp::args_desc() const {
       desc.field("Tq") == int(k_tq_field) && desc.field("Tk") == int(k_tk_field) &&
       desc.field("kvcache") == int(k_kvcache_field) && desc.field("paged") == int(k_paged_field) &&
       desc.field("page") == int(k_page_field) &&
-      desc.field("blocks_per_seq") == int(k_blocks_per_seq_field);
+      desc.field("blocks_per_seq") == int(k_blocks_per_seq_field) &&
+      desc.field("bcast") == int(k_bcast_field);
   (void)layout_index_ok;
   return desc;
 }
