@@ -33,6 +33,24 @@ struct Layout {
   long long batch, head, seq;
 };
 
+// A [B, H, S, D] tensor stored with layout `l`, in the logical (contiguous) order of a
+// Reference's O.
+inline std::vector<double> logical_order(const HostTensor& t, Layout l, int B, int H, int S,
+                                         int D) {
+  std::vector<double> out(size_t(B) * H * S * D);
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < H; ++h) {
+      for (int i = 0; i < S; ++i) {
+        for (int d = 0; d < D; ++d) {
+          out[((size_t(b) * H + h) * S + i) * D + d] =
+              t.get(size_t(b * l.batch + h * l.head + i * l.seq + d));
+        }
+      }
+    }
+  }
+  return out;
+}
+
 // O (in the logical order [B, Hq, Sq, D]) and LSE [B, Hq, Sq].
 struct Reference {
   std::vector<double> o, lse;

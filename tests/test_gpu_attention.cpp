@@ -152,18 +152,7 @@ struct AttnCase {
 
   // The output (stored in the problem's layout) in the reference's logical order.
   std::vector<double> logical(const HostTensor& o) const {
-    std::vector<double> out(o.n);
-    for (int b = 0; b < B; ++b) {
-      for (int h = 0; h < Hq; ++h) {
-        for (int i = 0; i < Sq; ++i) {
-          for (int d = 0; d < D; ++d) {
-            out[((size_t(b) * Hq + h) * Sq + i) * D + d] =
-                o.get(size_t(b * qs.batch + h * qs.head + i * qs.seq + d));
-          }
-        }
-      }
-    }
-    return out;
+    return logical_order(o, qs, B, Hq, Sq, D);
   }
 };
 
@@ -665,19 +654,7 @@ TEST_CASE("the runtime runs K and V broadcast by a zero stride (expand) as the b
     rt.attention(a);
     AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
     o.download(out);
-    // O back in the logical [B, Hq, S, D] order of the reference.
-    std::vector<double> got(size_t(B) * Hq * S * D);
-    for (int b = 0; b < B; ++b) {
-      for (int h = 0; h < Hq; ++h) {
-        for (int s = 0; s < S; ++s) {
-          for (int d = 0; d < D; ++d) {
-            got[((size_t(b) * Hq + h) * S + s) * D + d] =
-                out.get(size_t(b * lq.batch + h * lq.head + s * lq.seq + d));
-          }
-        }
-      }
-    }
-    CHECK(rel_err(got, ref.o) <= 1e-2);
+    CHECK(rel_err(logical_order(out, lq, B, Hq, S, D), ref.o) <= 1e-2);
   }
 }
 

@@ -218,17 +218,7 @@ TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference ov
                                                   args.pointers(), nullptr));
         synchronize_within(problem.key() + " " + sources[i].config_id);
         o.download(out);
-        std::vector<double> got(out.n);
-        for (int b = 0; b < B; ++b) {
-          for (int h = 0; h < Hq; ++h) {
-            for (int r = 0; r < Sq; ++r) {
-              for (int d = 0; d < D; ++d) {
-                got[((size_t(b) * Hq + h) * Sq + r) * D + d] =
-                    out.get(size_t(b * qs.batch + h * qs.head + r * qs.seq + d));
-              }
-            }
-          }
-        }
+        const std::vector<double> got = logical_order(out, q3, B, Hq, Sq, D);
         const double err = rel_err(got, ref_o);
         CHECK(err <= attn().tolerance(problem));
         worst = std::max(worst, err);
