@@ -1600,7 +1600,10 @@ const ArgsDesc& AttentionOp::args_desc() const {
       desc.field("page") == int(k_page_field) &&
       desc.field("blocks_per_seq") == int(k_blocks_per_seq_field) &&
       desc.field("bcast") == int(k_bcast_field);
-  (void)layout_index_ok;
+  if (!layout_index_ok) {
+    throw Error(ErrorKind::internal, "attention: derive_layout's field indices do not match "
+                                     "args_desc()'s fields");
+  }
   return desc;
 }
 
