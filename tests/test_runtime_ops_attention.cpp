@@ -393,21 +393,39 @@ TEST_CASE("the Hopper attention family (family=wgmma) is valid on sm_90a only, f
             "family=wgmma_pingpong",
             d128, "sm_90", "needs sm_90a");
   }
-  SUBCASE("overlap: 2+ stages, and the second P set within the consumers' registers") {
-    CHECK(attn().check(config("block_m=128,block_n=96,warps=4,stages=2,swizzle=xor,q=smem,"
-                              "splits=1,family=wgmma_overlap"),
-                       d128, "sm_90a"));
+  SUBCASE("overlap: 2+ stages; two P sets where they fit beside O and S, else one") {
+    auto defs_of = [&](const std::string& c) { return attn().defines(config(c), d128); };
+    auto has = [](const std::vector<std::string>& defs, const char* d) {
+      return std::find(defs.begin(), defs.end(), d) != defs.end();
+    };
+    const std::string two = "block_m=128,block_n=96,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+                            "family=wgmma_overlap";
+    CHECK(attn().check(config(two), d128, "sm_90a"));
     refused("block_m=128,block_n=96,warps=4,stages=1,swizzle=xor,q=smem,splits=1,"
             "family=wgmma_overlap",
             d128, "sm_90a", "2+ stages");
-    // O (64) + S (64) + two P sets (64) and the softmax's temporaries spill at 240.
-    refused("block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
-            "family=wgmma_overlap",
+    CHECK(has(defs_of(two), "-DAT_OVERLAP=1"));
+    CHECK(has(defs_of(two), "-DAT_ONE_P=0"));
+    // O (64) + S (64) + two P sets (64) and the softmax's temporaries spill at 240: one
+    // P set (FlashAttention-3's order), up to 192 keys; a persistent block's loop takes
+    // 24 more, so 176 keys fit only without it.
+    for (const char* c : {"block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+                          "family=wgmma_overlap",
+                          "block_m=128,block_n=192,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+                          "family=wgmma_overlap",
+                          "block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+                          "family=wgmma_overlap_persistent"}) {
+      CAPTURE(c);
+      CHECK(attn().check(config(c), d128, "sm_90a"));
+      CHECK(has(defs_of(c), "-DAT_ONE_P=1"));
+    }
+    refused("block_m=128,block_n=176,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+            "family=wgmma_overlap_persistent",
             d128, "sm_90a", "registers per consumer");
-    const auto defs = attn().defines(config("block_m=128,block_n=96,warps=4,stages=2,swizzle=xor,"
-                                            "q=smem,splits=1,family=wgmma_overlap"),
-                                     d128);
-    CHECK(std::find(defs.begin(), defs.end(), "-DAT_OVERLAP=1") != defs.end());
+    // Not overlapped: no P set to choose.
+    CHECK(has(defs_of("block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+                      "family=wgmma"),
+              "-DAT_ONE_P=0"));
   }
   SUBCASE("persistent: a Hopper schedule, one block per SM slot looping over the tiles") {
     const Problem big = problem("B=4,H=16,S=4096,D=128");
@@ -427,10 +445,13 @@ TEST_CASE("the Hopper attention family (family=wgmma) is valid on sm_90a only, f
     const auto defs = attn().defines(c, big);
     CHECK(std::find(defs.begin(), defs.end(), "-DAT_PERSISTENT=1") != defs.end());
     CHECK(std::find(defs.begin(), defs.end(), "-DAT_OVERLAP=0") != defs.end());
-    // The tile loop's registers: D=128 block_n=96 overlapped fits without it, not with it.
-    refused("block_m=128,block_n=96,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
-            "family=wgmma_overlap_persistent",
-            big, "sm_90a", "registers per consumer");
+    // The tile loop's registers: D=128 block_n=96 overlapped fits two P sets without it,
+    // one with it.
+    const Config wide = config("block_m=128,block_n=96,warps=4,stages=2,swizzle=xor,q=smem,"
+                               "splits=1,family=wgmma_overlap_persistent");
+    CHECK(attn().check(wide, big, "sm_90a"));
+    const auto wide_defs = attn().defines(wide, big);
+    CHECK(std::find(wide_defs.begin(), wide_defs.end(), "-DAT_ONE_P=1") != wide_defs.end());
     CHECK(attn().check(config("block_m=128,block_n=64,warps=4,stages=2,swizzle=xor,q=smem,"
                               "splits=1,family=wgmma_overlap_persistent"),
                        big, "sm_90a"));

@@ -634,7 +634,8 @@ TEST_CASE("the final round's passes add up to one full measurement, so the budge
   CHECK(max_s == doctest::Approx(full.max_seconds));
   SUBCASE("on a budget, the round ends within it, in the full measurements reserved for the "
           "four finalists and the best seed") {
-    static_assert(k_final_seeds == 1, "one seed joins the four finalists");
+    // The seeds are 116 and 124 us: the second does not tie with the first.
+    REQUIRE(124.0 > k_final_seed_tie * 116.0);
     FakeBench bench(256);
     grid(bench);
     ProblemReport report;
@@ -664,11 +665,12 @@ TEST_CASE("the final round's passes add up to one full measurement, so the budge
 namespace {
 
 // Six candidates to explore (candidate i at 100 + 3i us, 0 the fastest of them) and two
-// seeds measured in full first, 6 (`seed_us`) then 7 (104 us), on a GPU whose speed
+// seeds measured in full first, 6 (`seed_us`) then 7 (104.5 us: more than k_final_seed_tie
+// behind seed 6, so only 6 joins the final round), on a GPU whose speed
 // steps by `step` once the seeds were measured (positive: slower, as when it heats up).
 void seeded(FakeBench& bench, double seed_us, double step) {
   bench.median_of = [seed_us](size_t i) {
-    return i == 6 ? seed_us : i == 7 ? 104.0 : 100.0 + 3.0 * double(i);
+    return i == 6 ? seed_us : i == 7 ? 104.5 : 100.0 + 3.0 * double(i);
   };
   bench.drift = [step](double t) { return t < 2 * k_full_s - 1e-9 ? 1.0 : 1.0 + step; };
 }
@@ -712,7 +714,7 @@ void measure_seeded(FakeBench& bench, double seed_us, double step, size_t builti
 
 TEST_CASE("a seed measured early at a fast moment does not win over a finalist that is faster "
           "beside it in the final round") {
-  // Seed 6 is 2% slower than candidate 0, seed 7 4%; both measured at the start.
+  // Seed 6 is 2% slower than candidate 0, seed 7 4.5%; both measured at the start.
   for (size_t builtin : {size_t(0), size_t(2)}) {
     for (double step : {0.05, 0.0, -0.05}) {
       CAPTURE(builtin);
@@ -749,6 +751,36 @@ TEST_CASE("a seed that is the fastest beside the finalists wins, whenever it was
       }
     }
   }
+}
+
+TEST_CASE("seeds that tie with the best seed join the final round beside it, the others are "
+          "cut") {
+  // Seeds 6 (100.5 us), 7 (101.5 when first measured, at a slow moment: within
+  // k_final_seed_tie of 6; 99.0 from then on) and 8 (103.0: not within it); candidates
+  // 0-5 at 101 + 3i. Measured again in the round, seed 7's lead decides; with the best
+  // seed alone in the round, seed 6 would have won.
+  FakeBench bench(9);
+  bench.median_of = [&bench](size_t i) {
+    if (i == 7) {
+      return bench.measured[7] == 1 ? 101.5 : 99.0;
+    }
+    return i == 6 ? 100.5 : i == 8 ? 103.0 : 101.0 + 3.0 * double(i);
+  };
+  REQUIRE(101.5 <= k_final_seed_tie * 100.5);
+  REQUIRE(103.0 > k_final_seed_tie * 100.5);
+  ProblemReport report;
+  halving(bench, 1e9).measure(bench, pending(9, {6, 7, 8}), report);
+  REQUIRE(bench.stages.count("final") == 1);
+  const size_t first = final_round_start(bench);
+  REQUIRE(first + 1 < bench.order.size());
+  // The two tied seeds, best first, in the round's passes; the third measured once, cut.
+  CHECK(bench.order[first] == 6);
+  CHECK(bench.order[first + 1] == 7);
+  CHECK(bench.measured[6] == 1 + k_final_passes);
+  CHECK(bench.measured[7] == 1 + k_final_passes);
+  CHECK(bench.measured[8] == 1);
+  CHECK(bench.variant(8).eliminated_in_round == 1);
+  CHECK(bench.winner() == "p=1007");
 }
 
 TEST_CASE("when nothing in the final round stays correct, the seeds' early measurements decide") {

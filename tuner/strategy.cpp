@@ -260,9 +260,10 @@ private:
     return double(finalists) * full_cost();
   }
 
-  // The seeds that join the final round: the first k_final_seeds of those measured in
-  // full here, in the order the session picks a winner in (preference_order), so that
-  // the seed it would have picked among them is the one measured again.
+  // The seeds that join the final round: the first of those measured in full here, in
+  // the order the session picks a winner in (preference_order), so that the seed it
+  // would have picked among them is the one measured again, and those after it whose
+  // medians tie with it (k_final_seed_tie), up to k_final_seeds in all.
   std::vector<size_t> final_seeds() {
     std::vector<VariantReport> reports;
     std::vector<size_t> index;
@@ -277,7 +278,9 @@ private:
       if (out.size() == k_final_seeds) {
         break;
       }
-      out.push_back(index[k]);
+      if (out.empty() || median(index[k]) <= k_final_seed_tie * median(out.front())) {
+        out.push_back(index[k]);
+      }
     }
     return out;
   }

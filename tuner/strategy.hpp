@@ -194,17 +194,20 @@ private:
 // that the median also leaves out a pass thrown off by a clock step.
 constexpr int k_final_passes = 4;
 
-// The final round also measures this many seeds, the first of those measured in full
-// at the start (in preference_order), beside the halving finalists and in the same
+// The final round also measures the best seed measured in full at the start (in
+// preference_order), and up to k_final_seeds - 1 more whose early medians are within
+// k_final_seed_tie of the best seed's, beside the halving finalists and in the same
 // passes; their early measurement then no longer counts, and the seeds left out are
 // cut. A seed is often the winner or a near tie, and its early timing against the
 // finalists' late ones would be ranked partly by when each was measured, as in a
-// sequential final round. One, not more: the seeds were measured back to back, so the
-// clock moved little between them and their order holds but for ties within the
-// noise; the best of them stands for the rest. The round grows by one full
-// measurement (eta + 1 finalists), which final_reserve takes out of exploration's
-// share of the budget (about three cheap measurements), not on top of it.
-constexpr size_t k_final_seeds = 1;
+// sequential final round. The seeds were measured back to back, so the clock moved
+// little between them and their order holds but for ties within the noise: the best
+// seed stands for the rest unless another ties with it. Only the best one, the headline
+// command's 2 s search once cut a seed 1% behind it (bf16 D=64 causal S=2048, 344.4 us)
+// that then benched 5% faster than the winner. Each seed adds one full measurement to
+// the round, which final_reserve takes out of exploration's share of the budget.
+constexpr size_t k_final_seeds = 3;
+constexpr double k_final_seed_tie = 1.02;
 
 // One finalist's passes pooled into the full measurement it stands for: the median
 // of the passes' medians, p10 and p90 of all their samples (`samples_us`, every

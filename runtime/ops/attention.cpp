@@ -373,18 +373,36 @@ int next_sched_slot() {
 // What a consumer thread keeps live: O (padded D/2 floats), S (block_n/2), P as 16-bit pairs
 // (block_n/4), plus softmax state and addressing. Overlapped, two P sets are live (the
 // next is built while the last is read) and the softmax temporaries overlap them: 64
-// is the margin below which ptxas did not spill on sm_90a (CUDA 13.0, every tile). At
-// D=256 the overlapped schedule keeps one P set (hopper.cuh's k_one_p): the plain sum.
-long long wgmma_register_estimate(const Params& p, const Dims& d) {
+// is the margin below which ptxas did not spill on sm_90a (CUDA 13.0, every tile).
+// Where two sets do not fit beside O (D=256; D=128 past 96 keys), the overlapped schedule
+// keeps one P set (hopper.cuh's AT_ONE_P): the plain sum.
+long long wgmma_loop_regs(const Params& p, const Dims& d) {
   // The tile loop of a persistent block keeps its position and counters live (about 24
   // more; every tile that spilled with them is over this). At D=256 every persistent
   // tile spilled (block_n 64-112, 68-156 bytes; 232 by the rule without this term).
-  const long long loop = p.persistent ? (d.D == 256 ? 48 : 24) : 0;
-  const long long o = wgmma_pad_dim(d) / 2;
-  if (p.overlap && d.D != 256) {
-    return o + p.block_n / 2 + 2 * (p.block_n / 4) + 64 + loop;
+  return p.persistent ? (d.D == 256 ? 48 : 24) : 0;
+}
+
+long long wgmma_one_set_regs(const Params& p, const Dims& d) {
+  return wgmma_pad_dim(d) / 2 + p.block_n / 2 + p.block_n / 4 + 32 + wgmma_loop_regs(p, d);
+}
+
+// The overlapped schedule with one P set: at D=256 always, below where two sets exceed
+// the registers the consumers get (240 with 1-2 consumer warpgroups, 160 with 3).
+bool wgmma_one_p(const Params& p, const Dims& d) {
+  if (!p.overlap) {
+    return false;
   }
-  return o + p.block_n / 2 + p.block_n / 4 + 32 + loop;
+  const long long two =
+      wgmma_pad_dim(d) / 2 + p.block_n / 2 + 2 * (p.block_n / 4) + 64 + wgmma_loop_regs(p, d);
+  return d.D == 256 || two > (p.block_m / 64 == 3 ? 160 : 240);
+}
+
+long long wgmma_register_estimate(const Params& p, const Dims& d) {
+  if (p.overlap && !wgmma_one_p(p, d)) {
+    return wgmma_one_set_regs(p, d) + p.block_n / 4 + 32;
+  }
+  return wgmma_one_set_regs(p, d);
 }
 
 // Not at D=256: two blocks of 256 threads cap the kernel at 128 registers on entry, and
@@ -857,6 +875,7 @@ std::vector<std::string> AttentionOp::defines(const Config& config, const Proble
                                         (d.dtype == DType::bf16 ? "1" : "0"),
                                     std::string("-DAT_PINGPONG=") + (p.pingpong ? "1" : "0"),
                                     std::string("-DAT_OVERLAP=") + (p.overlap ? "1" : "0"),
+                                    std::string("-DAT_ONE_P=") + (wgmma_one_p(p, d) ? "1" : "0"),
                                     std::string("-DAT_PERSISTENT=") + (p.persistent ? "1" : "0"),
                                     "-DAT_MIN_BLOCKS=" + std::to_string(wgmma_min_blocks(p, d)),
                                     std::string("-DAT_T=") + template_type(d.dtype)};

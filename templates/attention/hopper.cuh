@@ -42,6 +42,11 @@
 //   AT_PINGPONG  1 (family=wgmma_pingpong, 2-3 consumers, 2+ stages): consumers take
 //                turns issuing their products through named barriers, so that one's
 //                softmax runs under another's GEMMs; 0: they issue as they are ready.
+//   AT_OVERLAP   1 (family=wgmma_overlap*, 2+ stages): each consumer issues S = Q K^T of
+//                tile n and O += P V of n - 1 together and softmaxes n under the second.
+//   AT_ONE_P     1: the overlapped schedule keeps one P register set (FlashAttention-3's
+//                order) because two do not fit beside O and S (D=256, wide key tiles);
+//                0: two sets, P of n built while P V of n - 1 still reads the other.
 //   AT_MIN_BLOCKS 2 (set by the op for one consumer whose shared memory fits twice):
 //                registers split for two blocks per SM, one block's prologue and
 //                epilogue under the other's products; else 1.
@@ -105,8 +110,12 @@ constexpr bool k_pingpong = AT_PINGPONG != 0;
 #define AT_OVERLAP 0
 #endif
 constexpr bool k_overlap = AT_OVERLAP != 0;
-// The overlapped schedule keeps one P register set at D=256 (two beside O do not fit).
-constexpr bool k_one_p = k_overlap && AT_HEAD_DIM == 256;
+// The overlapped schedule keeps one P register set where two do not fit beside O (at
+// D=256 always; runtime/ops/attention.cpp's wgmma_one_p decides and passes AT_ONE_P).
+#ifndef AT_ONE_P
+#define AT_ONE_P (AT_HEAD_DIM == 256)
+#endif
+constexpr bool k_one_p = k_overlap && AT_ONE_P != 0;
 // With 1-2 stages a K buffer is released once S = Q K^T has read it, apart from its V
 // (released after P V, a product later), so that the producer loads the next K under
 // that P V: with one release per stage after P V the loads of a 2-stage ring waited a
@@ -853,7 +862,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER
           pack_p(p, s0);
         }
         if constexpr (k_one_p) {
-          // D=256: O takes 128 registers, two P sets do not fit beside it. One set, in
+          // Two P sets do not fit beside O (AT_ONE_P). One set, in
           // FlashAttention-3's order: P of n is written once the P V that read P of n - 1
           // is done, and O is rescaled (by the factor tile n - 1 moved the max by) after
           // S of n is issued and before P V of n - 1, under that first product. The
