@@ -574,6 +574,10 @@ TEST_CASE("Hopper attention variants compile for sm_90a with wgmma, TMA and setm
       {"B=1,H=4,S=300,D=80,dtype=fp16",
        "block_m=128,block_n=96,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
        "family=wgmma_overlap"},
+      // Overlapped with one P set (two do not fit beside O at 128 keys).
+      {"B=3,H=4,S=300,D=128,causal=1,dtype=bf16",
+       "block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+       "family=wgmma_overlap_persistent"},
   };
   for (const Case& c : cases) {
     const std::string id = c.config;
