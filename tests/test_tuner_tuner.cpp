@@ -515,6 +515,30 @@ TEST_CASE("a first batch whose compilation overran the budget is measured for up
   CHECK(cheap.count_measured() == 1 + 5);
 }
 
+TEST_CASE("a problem's first batch holds no more compile waves than the budget has room for, "
+          "by the waves of the problems before it") {
+  // One search (one session) over two problems. The first: the seed takes 0.2 + 0.3 s,
+  // the first batch 16 candidates (no compile time known yet), compiled in 3.2 s: two
+  // waves of the 8 threads a batch of 16 stands for, 1.6 s each.
+  FakeBench first(64);
+  FakeBench second(64);
+  first.compile_s = 0.2;
+  second.compile_s = 0.2;
+  FakeBench* on = &first;
+  HalvingSearch search(std::make_unique<ExhaustiveSearch>(TimingProtocol{}, k_max_exhaustive, 1),
+                       TimingProtocol{}, 3.0, 16, 1, [&on] { return on->clock; });
+  ProblemReport report;
+  search.measure(first, pending(64, {5}), report);
+  REQUIRE(first.prepared.size() == 2);
+  CHECK(first.prepared[1].size() == 16);
+  // The second: 2.5 s left after its seed hold one 1.6 s wave, 8 candidates.
+  on = &second;
+  search.measure(second, pending(64, {5}), report);
+  REQUIRE(second.prepared.size() >= 2);
+  CHECK(second.prepared[1].size() == 8);
+  CHECK(second.clock < first.clock);
+}
+
 TEST_CASE("a problem with tuned neighbours is warm even when none of their winners fits it") {
   // Only the built-in point as a seed, but the database holds tuned neighbours.
   for (size_t neighbours : {size_t(0), size_t(3)}) {

@@ -188,9 +188,9 @@ class HalvingRun {
 public:
   HalvingRun(Bench& bench, const SearchInput& in, const TimingProtocol& full, double warm_budget,
              double cold_budget, size_t batch, unsigned long long seed,
-             const HalvingSearch::Clock& clock)
+             const HalvingSearch::Clock& clock, HalvingSearch::Waves& waves)
       : m_bench(bench), m_in(in), m_full(full), m_cold_budget(cold_budget), m_batch(batch),
-        m_clock(clock), m_t0(clock() - in.spent_s) {
+        m_clock(clock), m_t0(clock() - in.spent_s), m_waves(waves) {
     std::unordered_set<size_t> seeds(in.seeds.begin(), in.seeds.end());
     for (size_t i : in.pending) {
       if (!seeds.count(i)) {
@@ -407,6 +407,13 @@ private:
         if (per > 0) {
           n = std::clamp<size_t>(size_t(left / per), 1, m_batch);
         }
+        // Whole compile waves take their time however few candidates they hold: no
+        // more waves than fit in what is left (at least one).
+        if (m_waves.waves > 0) {
+          const double wave_s = m_waves.seconds / m_waves.waves;
+          const size_t waves = std::max<size_t>(1, size_t(left / wave_s));
+          n = std::min(n, waves * threads());
+        }
       }
       std::vector<size_t> batch = next_batch(n);
       if (batch.empty()) {
@@ -416,6 +423,10 @@ private:
       m_bench.prepare(batch);
       const double compiled_s = m_clock() - t;
       m_prepare_rate.add(compiled_s, double(batch.size()));
+      if (compiled_s > 0) {
+        m_waves.seconds += compiled_s;
+        m_waves.waves += double((batch.size() + threads() - 1) / threads());
+      }
       const bool first = m_explored.empty();
       double measured_s = 0; // this batch's cheap timings
       for (size_t i : batch) {
@@ -616,13 +627,17 @@ private:
   std::vector<size_t> m_full_ok;      // correct full measurements (seeds, stored, finals)
   size_t m_done = 0;                  // pending candidates measured (or failed to compile)
   Rate m_full_rate, m_cheap_rate, m_prepare_rate;
+  HalvingSearch::Waves& m_waves; // the session's, across problems
+
+  // Compile threads: a batch is about twice as many (make_strategy).
+  size_t threads() const { return std::max<size_t>(1, m_batch / 2); }
 };
 
 } // namespace
 
 void HalvingSearch::measure(Bench& bench, const SearchInput& input, ProblemReport& report) const {
   HalvingRun run(bench, input, m_protocol, budget_s(true), budget_s(false), m_batch, m_seed,
-                 m_clock);
+                 m_clock, m_waves);
   if (run.run()) {
     report.budget_exhausted = true;
   }
