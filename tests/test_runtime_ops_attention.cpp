@@ -102,6 +102,17 @@ TEST_CASE("attention configuration constraints drop what cannot run") {
     Config hopper =
         config("block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma");
     CHECK(attn().adapt(hopper, d128) == hopper);
+    // A Hopper tile of two consumers for a problem of fewer query tiles than fill the GPU:
+    // one consumer, twice the blocks; 64-row tiles and problems that fill it stay.
+    const Problem short_q = problem("B=2,Hq=8,Hkv=1,Sq=100,Sk=1023,D=64,causal=1,dtype=fp16");
+    const Config two = config("block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,"
+                              "splits=1,family=wgmma_persistent");
+    const Config one = attn().adapt(two, short_q);
+    CHECK(one == config("block_m=64,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+                        "family=wgmma_persistent"));
+    CHECK(attn().check(one, short_q, "sm_90a"));
+    CHECK(attn().adapt(one, short_q) == one);
+    CHECK(attn().adapt(two, problem("B=16,Hq=48,Hkv=1,Sq=100,Sk=1023,D=128,causal=1")) == two);
   }
   SUBCASE("registers") {
     auto r = attn().check(config("block_m=128,block_n=128,warps=4,stages=1,swizzle=xor,q=regs"),

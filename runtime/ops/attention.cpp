@@ -457,6 +457,8 @@ long long register_estimate(const Params& p, const Dims& d) {
 }
 
 constexpr long long k_max_grid_yz = 65535;
+// Query blocks that fill the GPU once (about one per SM of an H100 or A100).
+constexpr long long k_fill_blocks = 128;
 
 // The Hopper family's consumer warpgroups and their registers after setmaxnreg (the
 // values hopper.cuh uses).
@@ -846,7 +848,7 @@ Result<bool> AttentionOp::worth_measuring(const Config& config, const Problem& p
   }
   // 128 or more query blocks fill the GPU once; two splits may still hide more of the
   // memory latency of blocks with few rows (decoding), more do not.
-  if (p.splits > 2 && d.B * d.Hq * ((d.Sq + p.block_m - 1) / p.block_m) >= 128) {
+  if (p.splits > 2 && d.B * d.Hq * ((d.Sq + p.block_m - 1) / p.block_m) >= k_fill_blocks) {
     return fail("enough query blocks to fill the GPU with at most two key splits");
   }
   return true;
@@ -854,7 +856,19 @@ Result<bool> AttentionOp::worth_measuring(const Config& config, const Problem& p
 
 Config AttentionOp::adapt(const Config& config, const Problem& problem) const {
   const Params p = params(config);
-  if (p.wgmma || key_warps(p) == 1 || dims(problem).Sq <= p.block_m) {
+  const Dims d = dims(problem);
+  if (p.wgmma) {
+    // A Hopper tile of 2-3 consumer warpgroups borrowed by a problem with fewer query
+    // tiles than fill the GPU once (short Sq, few heads): one consumer, twice the blocks
+    // (H100, B=2,Hq=8,Hkv=1,Sq=100,Sk=1023,D=64 causal: the grid's 128 x 128 point ran
+    // 17.4 us, its 64-row tiles 13.3-13.7).
+    const long long tiles = d.B * d.Hq * ((d.Sq + p.block_m - 1) / p.block_m);
+    if (p.block_m > 64 && tiles < k_fill_blocks) {
+      return with_values(config, {{"block_m", 64}});
+    }
+    return config;
+  }
+  if (key_warps(p) == 1 || d.Sq <= p.block_m) {
     return config;
   }
   return with_values(config, {{"block_m", 16 * p.warps}});
