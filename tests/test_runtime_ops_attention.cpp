@@ -113,6 +113,22 @@ TEST_CASE("attention configuration constraints drop what cannot run") {
     CHECK(attn().check(one, short_q, "sm_90a"));
     CHECK(attn().adapt(one, short_q) == one);
     CHECK(attn().adapt(two, problem("B=16,Hq=48,Hkv=1,Sq=100,Sk=1023,D=128,causal=1")) == two);
+    // A decoding point's key splits over a shorter cache: two key tiles a split at least.
+    const Config split4 = config("block_m=64,block_n=128,warps=4,stages=1,swizzle=pad,q=regs,"
+                                 "splits=4,family=mma");
+    auto splits_for = [&](int sk) {
+      const Problem p = problem("B=4,H=16,Sq=1,Sk=" + std::to_string(sk) + ",D=64,causal=1");
+      const Config a = attn().adapt(split4, p);
+      CHECK(attn().check(a, p, "sm_90a"));
+      CHECK(attn().worth_measuring(a, p));
+      const std::string* s = find_field(a, "splits");
+      REQUIRE(s != nullptr);
+      return *s;
+    };
+    CHECK(splits_for(333) == "1");  // 3 key tiles
+    CHECK(splits_for(600) == "2");  // 5
+    CHECK(splits_for(1024) == "4"); // 8: as it was
+    CHECK(splits_for(4096) == "4");
   }
   SUBCASE("registers") {
     auto r = attn().check(config("block_m=128,block_n=128,warps=4,stages=1,swizzle=xor,q=regs"),

@@ -868,10 +868,21 @@ Config AttentionOp::adapt(const Config& config, const Problem& problem) const {
     }
     return config;
   }
-  if (key_warps(p) == 1 || d.Sq <= p.block_m) {
-    return config;
+  Config out = config;
+  // Key splits of fewer than two key tiles each (what worth_measuring leaves out; a
+  // decoding point of a long cache borrowed by a short one): as many splits as have two.
+  const long long key_tiles = (d.Sk + p.block_n - 1) / p.block_n;
+  if (p.splits > 1 && key_tiles < 2LL * p.splits) {
+    int splits = 1;
+    while (2LL * splits * 2 <= key_tiles && splits * 2 < p.splits) {
+      splits *= 2;
+    }
+    out = with_values(out, {{"splits", splits}});
   }
-  return with_values(config, {{"block_m", 16 * p.warps}});
+  if (key_warps(p) > 1 && d.Sq > p.block_m) {
+    out = with_values(out, {{"block_m", 16 * p.warps}});
+  }
+  return out;
 }
 
 std::vector<std::string> AttentionOp::defines(const Config& config, const Problem& problem) const {
