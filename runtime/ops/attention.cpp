@@ -370,39 +370,34 @@ int next_sched_slot() {
   return int(launches.fetch_add(1, std::memory_order_relaxed) % k_hopper_sched_slots);
 }
 
-// What a consumer thread keeps live: O (padded D/2 floats), S (block_n/2), P as 16-bit pairs
-// (block_n/4), plus softmax state and addressing. Overlapped, two P sets are live (the
-// next is built while the last is read) and the softmax temporaries overlap them: 64
-// is the margin below which ptxas did not spill on sm_90a (CUDA 13.0, every tile).
-// Where two sets do not fit beside O (D=256; D=128 past 96 keys), the overlapped schedule
-// keeps one P set (hopper.cuh's AT_ONE_P): the plain sum.
+// The tile loop of a persistent block keeps its position and counters live (about 24
+// more; every tile that spilled with them is over this). At D=256 every persistent tile
+// spilled (block_n 64-112, 68-156 bytes; 232 by the rule without this term).
 long long wgmma_loop_regs(const Params& p, const Dims& d) {
-  // The tile loop of a persistent block keeps its position and counters live (about 24
-  // more; every tile that spilled with them is over this). At D=256 every persistent
-  // tile spilled (block_n 64-112, 68-156 bytes; 232 by the rule without this term).
   return p.persistent ? (d.D == 256 ? 48 : 24) : 0;
 }
 
+// What a consumer thread keeps live: O (padded D/2 floats), S (block_n/2), P as 16-bit pairs
+// (block_n/4), plus softmax state and addressing. Overlapped, two P sets may be live (the
+// next is built while the last is read) and the softmax temporaries overlap them: 32
+// more is the margin below which ptxas did not spill on sm_90a (CUDA 13.0, every tile).
 long long wgmma_one_set_regs(const Params& p, const Dims& d) {
   return wgmma_pad_dim(d) / 2 + p.block_n / 2 + p.block_n / 4 + 32 + wgmma_loop_regs(p, d);
 }
 
-// The overlapped schedule with one P set: at D=256 always, below where two sets exceed
-// the registers the consumers get (240 with 1-2 consumer warpgroups, 160 with 3).
+long long wgmma_two_set_regs(const Params& p, const Dims& d) {
+  return wgmma_one_set_regs(p, d) + p.block_n / 4 + 32;
+}
+
+// The overlapped schedule keeps one P set (hopper.cuh's AT_ONE_P) where two exceed the
+// registers the consumers get (240 with 1-2 consumer warpgroups, 160 with 3), and at
+// D=256 always.
 bool wgmma_one_p(const Params& p, const Dims& d) {
-  if (!p.overlap) {
-    return false;
-  }
-  const long long two =
-      wgmma_pad_dim(d) / 2 + p.block_n / 2 + 2 * (p.block_n / 4) + 64 + wgmma_loop_regs(p, d);
-  return d.D == 256 || two > (p.block_m / 64 == 3 ? 160 : 240);
+  return p.overlap && (d.D == 256 || wgmma_two_set_regs(p, d) > (p.block_m / 64 == 3 ? 160 : 240));
 }
 
 long long wgmma_register_estimate(const Params& p, const Dims& d) {
-  if (p.overlap && !wgmma_one_p(p, d)) {
-    return wgmma_one_set_regs(p, d) + p.block_n / 4 + 32;
-  }
-  return wgmma_one_set_regs(p, d);
+  return p.overlap && !wgmma_one_p(p, d) ? wgmma_two_set_regs(p, d) : wgmma_one_set_regs(p, d);
 }
 
 // Not at D=256: two blocks of 256 threads cap the kernel at 128 registers on entry, and
