@@ -214,7 +214,7 @@ constexpr int k_final_passes = 4;
 // finalists' late ones would be ranked partly by when each was measured, as in a
 // sequential final round. The seeds were measured back to back, so the clock moved
 // little between them and their order holds but for ties within the noise: the best
-// seed stands for the rest unless another ties with it. Only the best one, the headline
+// seed stands for the rest unless another ties with it. With the best one alone, the headline
 // command's 2 s search once cut a seed 1% behind it (bf16 D=64 causal S=2048, 344.4 us)
 // that then benched 5% faster than the winner. Each seed adds one full measurement to
 // the round, which final_reserve takes out of exploration's share of the budget.
