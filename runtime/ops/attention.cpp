@@ -437,6 +437,12 @@ long long smem_limit(const std::string& arch) {
   }
 }
 
+// Query tiles of block_m rows over every (batch, head): the blocks of a plain grid without
+// key splits, the tiles a persistent one loops over.
+long long query_tiles(const Params& p, const Dims& d) {
+  return (d.Sq + p.block_m - 1) / p.block_m * d.Hq * d.B;
+}
+
 // The portable kernel's warps sharing one 16-row tile, each over its slice of every key
 // tile (kernel.cuh's k_key_warps): more than one in a block of fewer than 16 rows per warp.
 int key_warps(const Params& p) {
@@ -829,9 +835,7 @@ Result<bool> AttentionOp::worth_measuring(const Config& config, const Problem& p
   // causal one orders the longest query blocks of all heads first, where the plain grid
   // goes head by head; that differs wherever the blocks do not all run at once (an
   // sm_90a GPU with fewer than 132 SMs), so it is measured.
-  if (p.persistent && !d.causal &&
-      (d.Sq + p.block_m - 1) / p.block_m * d.Hq * d.B <=
-          k_persistent_sms * wgmma_min_blocks(p, d)) {
+  if (p.persistent && !d.causal && query_tiles(p, d) <= k_persistent_sms * wgmma_min_blocks(p, d)) {
     return fail("a persistent schedule with no more tiles than blocks, and no causal order, "
                 "is the plain one");
   }
@@ -843,7 +847,7 @@ Result<bool> AttentionOp::worth_measuring(const Config& config, const Problem& p
   }
   // 128 or more query blocks fill the GPU once; two splits may still hide more of the
   // memory latency of blocks with few rows (decoding), more do not.
-  if (p.splits > 2 && d.B * d.Hq * ((d.Sq + p.block_m - 1) / p.block_m) >= k_fill_blocks) {
+  if (p.splits > 2 && query_tiles(p, d) >= k_fill_blocks) {
     return fail("enough query blocks to fill the GPU with at most two key splits");
   }
   return true;
@@ -857,8 +861,7 @@ Config AttentionOp::adapt(const Config& config, const Problem& problem) const {
     // tiles than fill the GPU once (short Sq, few heads): one consumer, twice the blocks
     // (H100, B=2,Hq=8,Hkv=1,Sq=100,Sk=1023,D=64 causal: the grid's 128 x 128 point ran
     // 17.4 us, its 64-row tiles 13.3-13.7).
-    const long long tiles = d.B * d.Hq * ((d.Sq + p.block_m - 1) / p.block_m);
-    if (p.block_m > 64 && tiles < k_fill_blocks) {
+    if (p.block_m > 64 && query_tiles(p, d) < k_fill_blocks) {
       return with_values(config, {{"block_m", 64}});
     }
     return config;
@@ -943,8 +946,7 @@ LaunchGeometry AttentionOp::geometry(const Config& config, const Problem& proble
   g.grid[1] = unsigned(d.Hq);
   g.grid[2] = unsigned(d.B);
   if (p.persistent) {
-    const long long tiles = (d.Sq + p.block_m - 1) / p.block_m * d.Hq * d.B;
-    g.grid[0] = unsigned(std::min(tiles, k_persistent_sms * wgmma_min_blocks(p, d)));
+    g.grid[0] = unsigned(std::min(query_tiles(p, d), k_persistent_sms * wgmma_min_blocks(p, d)));
     g.grid[1] = g.grid[2] = 1;
   }
   g.dynamic_smem = unsigned(smem_bytes(p, d));
