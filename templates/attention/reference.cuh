@@ -48,6 +48,34 @@ template <typename T> struct AtRefArgs {
   int page;
 };
 
+// The lane's columns' share of q . row (lanes over the columns, PER a lane).
+template <typename T, int PER>
+__device__ __forceinline__ float at_ref_dot(const float (&qv)[PER], const T* row, int lane,
+                                            int dim) {
+  float x = 0.0f;
+#pragma unroll
+  for (int e = 0; e < PER; ++e) {
+    const int c = lane + 32 * e;
+    if (c < dim) {
+      x = fmaf(qv[e], at_to_float(row[c]), x);
+    }
+  }
+  return x;
+}
+
+// acc += w * row over the lane's columns.
+template <typename T, int PER>
+__device__ __forceinline__ void at_ref_axpy(float (&acc)[PER], float w, const T* row, int lane,
+                                            int dim) {
+#pragma unroll
+  for (int e = 0; e < PER; ++e) {
+    const int c = lane + 32 * e;
+    if (c < dim) {
+      acc[e] = fmaf(w, at_to_float(row[c]), acc[e]);
+    }
+  }
+}
+
 // Query row r (b, h, i) of the problem, by one warp; lane holds columns lane + 32 e.
 template <typename T, int PER>
 __device__ __forceinline__ void at_ref_row(const AtRefArgs<T>& a, long long r, int lane) {
@@ -109,15 +137,8 @@ __device__ __forceinline__ void at_ref_row(const AtRefArgs<T>& a, long long r, i
       float x[k_ref_keys];
 #pragma unroll
       for (int u = 0; u < k_ref_keys; ++u) {
-        x[u] = 0.0f;
         const T* kr = a.k + key_row(min(j0 + u, last), k0, a.kss, a.kbs) + hk * a.khs;
-#pragma unroll
-        for (int e = 0; e < PER; ++e) {
-          const int c = lane + 32 * e;
-          if (c < a.dim) {
-            x[u] = fmaf(qv[e], at_to_float(kr[c]), x[u]);
-          }
-        }
+        x[u] = at_ref_dot<T, PER>(qv, kr, lane, a.dim);
       }
       // Halving exchange: at width w a lane keeps the half of its w partial sums its bit
       // w selects and adds its partner's share of them, so x[0] ends as the whole dot
@@ -158,13 +179,7 @@ __device__ __forceinline__ void at_ref_row(const AtRefArgs<T>& a, long long r, i
       for (int u = 0; u < k_ref_keys; ++u) {
         const float pu = __shfl_sync(0xffffffffu, p, u);
         const T* vr = a.v + key_row(min(j0 + u, last), v0, a.vss, a.vbs) + hk * a.vhs;
-#pragma unroll
-        for (int e = 0; e < PER; ++e) {
-          const int c = lane + 32 * e;
-          if (c < a.dim) {
-            acc[e] = fmaf(pu, at_to_float(vr[c]), acc[e]);
-          }
-        }
+        at_ref_axpy<T, PER>(acc, pu, vr, lane, a.dim);
       }
       m = m_new;
     }
@@ -180,16 +195,9 @@ __device__ __forceinline__ void at_ref_row(const AtRefArgs<T>& a, long long r, i
       float x[k_ref_wide_keys];
 #pragma unroll
       for (int u = 0; u < k_ref_wide_keys; ++u) {
-        x[u] = 0.0f;
         const int j = min(j0 + u, last); // past the last: a copy, weighed 0 below
         const T* kr = a.k + key_row(j, k0, a.kss, a.kbs) + hk * a.khs;
-#pragma unroll
-        for (int e = 0; e < PER; ++e) {
-          const int c = lane + 32 * e;
-          if (c < a.dim) {
-            x[u] = fmaf(qv[e], at_to_float(kr[c]), x[u]);
-          }
-        }
+        x[u] = at_ref_dot<T, PER>(qv, kr, lane, a.dim);
       }
       for (int s = 16; s > 0; s /= 2) {
 #pragma unroll
@@ -220,13 +228,7 @@ __device__ __forceinline__ void at_ref_row(const AtRefArgs<T>& a, long long r, i
         const float p = j0 + u <= last ? expf(x[u] - m_new) : 0.0f;
         l += p;
         const T* vr = a.v + key_row(min(j0 + u, last), v0, a.vss, a.vbs) + hk * a.vhs;
-#pragma unroll
-        for (int e = 0; e < PER; ++e) {
-          const int c = lane + 32 * e;
-          if (c < a.dim) {
-            acc[e] = fmaf(p, at_to_float(vr[c]), acc[e]);
-          }
-        }
+        at_ref_axpy<T, PER>(acc, p, vr, lane, a.dim);
       }
       m = m_new;
     }
