@@ -129,13 +129,18 @@ namespace {
 constexpr double k_full_s = 0.3;
 constexpr double k_cheap_s = 0.1;
 
-bool final_pass(const TimingProtocol& p) {
-  for (int pass = 0; pass < k_final_passes; ++pass) {
-    if (p == HalvingSearch::pass_protocol(TimingProtocol{}, pass, k_final_passes)) {
+// Whether p is one of the `passes` passes of the full protocol.
+bool pass_of(const TimingProtocol& p, int passes) {
+  for (int pass = 0; pass < passes; ++pass) {
+    if (p == HalvingSearch::pass_protocol(TimingProtocol{}, pass, passes)) {
       return true;
     }
   }
   return false;
+}
+
+bool final_pass(const TimingProtocol& p) {
+  return pass_of(p, k_final_passes);
 }
 
 class FakeBench final : public Bench {
@@ -174,7 +179,7 @@ public:
     const TimingProtocol full;
     if (protocol == full) {
       clock += k_full_s;
-    } else if (final_pass(protocol)) {
+    } else if (final_pass(protocol) || pass_of(protocol, k_seed_passes)) {
       clock += k_full_s * protocol.max_seconds / full.max_seconds;
     } else {
       clock += k_cheap_s;
@@ -586,23 +591,29 @@ size_t at(size_t a, size_t b) {
 
 } // namespace
 
-TEST_CASE("seeds are measured first and in full, and exploration starts next to the best") {
+TEST_CASE("seeds are measured first, in full over alternating passes, and exploration starts "
+          "next to the best") {
   FakeBench bench(256);
   grid(bench);
   ProblemReport report;
   // Two seeds: (3, 3) from the nearest problem, (11, 12) from the next.
   SearchInput in = pending(256, {at(3, 3), at(11, 12)});
   halving(bench, 3.3, 8).measure(bench, in, report);
-  REQUIRE(bench.order.size() >= 8);
+  REQUIRE(k_seed_passes == 2);
+  REQUIRE(bench.order.size() >= 10);
+  // Pass by pass, in alternating order: A B, B A.
   CHECK(bench.order[0] == at(3, 3));
   CHECK(bench.order[1] == at(11, 12));
-  CHECK(bench.measured[at(3, 3)] == 1); // never again, and cut: the final round has 11,12
-  CHECK(bench.variant(at(3, 3)).eliminated_in_round > 0);
-  CHECK(bench.measured[at(11, 12)] == 1 + k_final_passes);
-  CHECK(bench.stored.front() == at(3, 3));
+  CHECK(bench.order[2] == at(11, 12));
+  CHECK(bench.order[3] == at(3, 3));
+  CHECK(pass_of(bench.protocols[0], k_seed_passes));
+  CHECK(bench.measured[at(3, 3)] == k_seed_passes);       // never again, and cut: the final
+  CHECK(bench.variant(at(3, 3)).eliminated_in_round > 0); // round has (11, 12)
+  CHECK(bench.measured[at(11, 12)] == k_seed_passes + k_final_passes);
+  CHECK(bench.stored.front() == at(3, 3)); // stored with its passes pooled, in seed order
   // The first batch explored: 6 nearest neighbours (the four of the faster seed
   // (11, 12) first), 2 at random.
-  std::set<size_t> first(bench.order.begin() + 2, bench.order.begin() + 6);
+  std::set<size_t> first(bench.order.begin() + 4, bench.order.begin() + 8);
   CHECK(first == std::set<size_t>{at(10, 12), at(12, 12), at(11, 11), at(11, 13)});
   // Within 3.3 s (3 s, and the best seed's place in the final round) the search walks
   // from (11, 12) to the optimum.
@@ -621,7 +632,8 @@ TEST_CASE("the winner is never worse than the best seed") {
     // spent on the seeds), beside the finalists.
     const bool final_round = bench.stages.count("final") > 0;
     CHECK(final_round == (budget > 1));
-    CHECK(bench.measured[at(13, 13)] == (final_round ? 1 + k_final_passes : 1));
+    CHECK(bench.measured[at(13, 13)] ==
+          (final_round ? k_seed_passes + k_final_passes : k_seed_passes));
     CHECK((bench.variant(at(1, 1)).eliminated_in_round > 0) == final_round);
   }
   SUBCASE("a warm problem over its budget explores nothing") {
@@ -668,7 +680,7 @@ TEST_CASE("the final round's passes add up to one full measurement, so the budge
     const size_t first = final_round_start(bench);
     REQUIRE(first + 5 * k_final_passes == bench.order.size());
     CHECK(bench.order[first] == at(5, 5)); // the best seed, first in the round's order
-    CHECK(bench.measured[at(1, 1)] == 1);
+    CHECK(bench.measured[at(1, 1)] == k_seed_passes);
     CHECK(bench.clock - bench.starts[first] == doctest::Approx(5 * k_full_s));
     CHECK(bench.clock <= 3.0 + 1e-9);
   }
@@ -714,8 +726,8 @@ void check_best_seed_in_final_round(FakeBench& bench) {
   REQUIRE(first < bench.order.size());
   CHECK((bench.order.size() - first) % k_final_passes == 0);
   CHECK(bench.order[first] == 6);
-  CHECK(bench.measured[6] == 1 + k_final_passes);
-  CHECK(bench.measured[7] == 1);
+  CHECK(bench.measured[6] == k_seed_passes + k_final_passes);
+  CHECK(bench.measured[7] == k_seed_passes);
   CHECK(bench.variant(7).eliminated_in_round == 1);
   CHECK(bench.variant(6).eliminated_in_round == 0);
   // Stored twice: its early measurement at once, then the pooled passes alone.
@@ -786,7 +798,7 @@ TEST_CASE("seeds that tie with the best seed join the final round beside it, the
   FakeBench bench(9);
   bench.median_of = [&bench](size_t i) {
     if (i == 7) {
-      return bench.measured[7] == 1 ? 101.5 : 99.0;
+      return bench.measured[7] <= k_seed_passes ? 101.5 : 99.0;
     }
     return i == 6 ? 100.5 : i == 8 ? 103.0 : 101.0 + 3.0 * double(i);
   };
@@ -800,10 +812,33 @@ TEST_CASE("seeds that tie with the best seed join the final round beside it, the
   // The two tied seeds, best first, in the round's passes; the third measured once, cut.
   CHECK(bench.order[first] == 6);
   CHECK(bench.order[first + 1] == 7);
-  CHECK(bench.measured[6] == 1 + k_final_passes);
-  CHECK(bench.measured[7] == 1 + k_final_passes);
-  CHECK(bench.measured[8] == 1);
+  CHECK(bench.measured[6] == k_seed_passes + k_final_passes);
+  CHECK(bench.measured[7] == k_seed_passes + k_final_passes);
+  CHECK(bench.measured[8] == k_seed_passes);
   CHECK(bench.variant(8).eliminated_in_round == 1);
+  CHECK(bench.winner() == "p=1007");
+}
+
+TEST_CASE("seeds measured while the GPU slows down are compared in alternating passes") {
+  // Seed 7 is 1% faster than seed 6; while the seeds are measured the GPU slows by 4%
+  // per full measurement's time, then holds. Measured one after the other, 7 would have
+  // read 3% behind 6 and been cut (more than k_final_seed_tie); in passes A B, B A both
+  // see the same slowdown, 7 joins the final round and wins there.
+  FakeBench bench(8);
+  bench.median_of = [](size_t i) {
+    return i == 6 ? 100.0 : i == 7 ? 99.0 : 103.0 + 3.0 * double(i);
+  };
+  bench.drift = [](double t) { return t < 2 * k_full_s - 1e-9 ? 1.0 + 0.04 * t / k_full_s : 1.0; };
+  REQUIRE(99.0 * 1.04 > k_final_seed_tie * 100.0);
+  ProblemReport report;
+  halving(bench, 1e9).measure(bench, pending(8, {6, 7}), report);
+  REQUIRE(bench.order.size() >= 4);
+  CHECK(bench.order[0] == 6);
+  CHECK(bench.order[1] == 7);
+  CHECK(bench.order[2] == 7);
+  CHECK(bench.order[3] == 6);
+  REQUIRE(bench.stages.count("final") == 1);
+  CHECK(bench.measured[7] == k_seed_passes + k_final_passes);
   CHECK(bench.winner() == "p=1007");
 }
 

@@ -307,20 +307,27 @@ private:
     }
   }
 
-  // 1. The seeds: compiled and measured in full whatever the budget.
+  // 1. The seeds: compiled and measured in full whatever the budget; two or more in
+  // k_seed_passes alternating passes (measure_in_passes), so that the clock moving
+  // while they are measured reaches them alike (final_seeds compares them).
   void measure_seeds() {
     if (m_in.seeds.empty()) {
       return;
     }
     m_bench.prepare(m_in.seeds);
-    for (size_t k = 0; k < m_in.seeds.size(); ++k) {
-      m_bench.progress("seeds", m_done, m_in.pending.size());
-      size_t i = m_in.seeds[k];
+    std::vector<size_t> seeds;
+    for (size_t i : m_in.seeds) {
       if (measurable(m_bench, i)) {
-        measure_in_full(i);
+        seeds.push_back(i);
       }
-      ++m_done;
     }
+    if (seeds.size() == 1) {
+      m_bench.progress("seeds", m_done, m_in.pending.size());
+      measure_in_full(seeds.front());
+    } else if (!seeds.empty()) {
+      measure_in_passes(seeds, k_seed_passes, "seeds");
+    }
+    m_done += m_in.seeds.size();
   }
 
   // The next `n` candidates to explore: the nearest (config_distance) to the best
@@ -516,7 +523,7 @@ private:
     }
     cut(left, eta, round);
     if (left.empty()) {
-      // No final round: the seeds' full measurements, taken back to back, decide
+      // No final round: the seeds' full measurements, taken together, decide
       // (with any results a killed session stored), none measured again.
       return skipped;
     }
@@ -524,7 +531,7 @@ private:
     // round's order; seeds are never explored, so never among the finalists already.
     std::vector<size_t> finalists = final_seeds();
     finalists.insert(finalists.end(), left.begin(), left.end());
-    if (measure_final(finalists)) {
+    if (measure_in_passes(finalists, k_final_passes, "final")) {
       cut_seeds_left_out(finalists, round);
     }
     return skipped;
@@ -545,16 +552,17 @@ private:
     }
   }
 
-  // The final round: each finalist measured in full, split into k_final_passes passes
-  // (HalvingSearch::pass_protocol) that run in alternating order over the finalists
-  // (A B C, C B A, ...), so that the GPU's clock drifting during the round reaches
-  // all of them alike. Every pass checks the outputs before timing them: a finalist
-  // that fails any pass is out with that outcome, stored at once. The others' passes
-  // are pooled (pool_passes) into the full measurement stored for them, replacing any
-  // earlier one (a seed's): the decision sees only the round's passes. The progress
-  // counts passes. Returns whether any finalist was correct in every pass.
-  bool measure_final(const std::vector<size_t>& finalists) {
-    struct Finalist {
+  // Each of `indices` measured in full, split into `passes` passes
+  // (HalvingSearch::pass_protocol) that run in alternating order over them (A B C,
+  // C B A, ...), so that the GPU's clock drifting meanwhile reaches all of them alike:
+  // the seeds (k_seed_passes) and the final round (k_final_passes). Every pass checks
+  // the outputs before timing them: one that fails any pass is out with that outcome,
+  // stored at once. The others' passes are pooled (pool_passes) into the full
+  // measurement stored for them, replacing any earlier one (a seed's in the final
+  // round): the decision sees only these passes. The progress (`stage`) counts passes.
+  // Returns whether any was correct in every pass.
+  bool measure_in_passes(const std::vector<size_t>& indices, int passes, const char* stage) {
+    struct Entry {
       size_t index;
       std::vector<Timing> passes;
       std::vector<double> samples_us;
@@ -562,17 +570,16 @@ private:
       double rel_err = 0; // the largest of its passes' (each checks on the same inputs)
       bool failed = false;
     };
-    std::vector<Finalist> f;
-    for (size_t i : finalists) {
-      f.push_back(Finalist{i, {}, {}});
+    std::vector<Entry> f;
+    for (size_t i : indices) {
+      f.push_back(Entry{i, {}, {}});
     }
     const size_t n = f.size();
-    const size_t passes = k_final_passes;
-    for (size_t pass = 0; pass < passes; ++pass) {
-      const TimingProtocol protocol = HalvingSearch::pass_protocol(m_full, int(pass), int(passes));
+    for (int pass = 0; pass < passes; ++pass) {
+      const TimingProtocol protocol = HalvingSearch::pass_protocol(m_full, pass, passes);
       for (size_t j = 0; j < n; ++j) {
-        m_bench.progress("final", pass * n + j, passes * n);
-        Finalist& x = f[pass % 2 == 0 ? j : n - 1 - j];
+        m_bench.progress(stage, size_t(pass) * n + j, size_t(passes) * n);
+        Entry& x = f[pass % 2 == 0 ? j : n - 1 - j];
         if (x.failed) {
           continue;
         }
@@ -592,7 +599,7 @@ private:
       }
     }
     bool any_ok = false;
-    for (Finalist& x : f) {
+    for (Entry& x : f) {
       if (x.failed) {
         continue;
       }
@@ -602,7 +609,7 @@ private:
       m_full_rate.add(x.seconds);
       m_bench.store(x.index);
       if (std::find(m_full_ok.begin(), m_full_ok.end(), x.index) == m_full_ok.end()) {
-        m_full_ok.push_back(x.index); // a seed is there already
+        m_full_ok.push_back(x.index); // a seed in the final round is there already
       }
       any_ok = true;
     }
