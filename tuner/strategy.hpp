@@ -207,11 +207,11 @@ private:
 constexpr int k_final_passes = 4;
 
 // The seeds (two or more) are measured the same way, in this many passes in alternating
-// order (A B, B A): a problem's seeds are measured first, right after its first compile
-// wave left the GPU idle, when its clock moves most, and final_seeds compares them
-// within k_final_seed_tie. Measured one after the other, the headline command's 2 s
-// search once cut the built-in point of a shape (fp16 D=128 S=2048) that ran 7% faster
-// side by side than the tile it kept.
+// order (A B, B A): they are measured first, right after the problem's first compile
+// wave left the GPU idle, and final_seeds compares them within k_final_seed_tie, so a
+// clock moving while they are measured must reach them alike. (One after the other, a
+// seed 1% faster measured second during a 4% slowdown read 3% slower and was cut:
+// tests/test_tuner_tuner.cpp.)
 constexpr int k_seed_passes = 2;
 
 // The final round also measures the best seed measured in full at the start (in
@@ -222,9 +222,9 @@ constexpr int k_seed_passes = 2;
 // finalists' late ones would be ranked partly by when each was measured, as in a
 // sequential final round. The seeds were measured together (k_seed_passes), so their
 // order holds but for ties within the noise: the best seed stands for the rest unless
-// another ties with it. With the best one alone, the headline
-// command's 2 s search once cut a seed 1% behind it (bf16 D=64 causal S=2048, 344.4 us)
-// that then benched 5% faster than the winner. Each seed adds one full measurement to
+// another ties with it. With the best one alone, the headline command's 2 s search once
+// cut a seed 1% behind it (bf16 D=64 causal S=2048, 344.4 us) that then benched 5%
+// faster than the winner. Each seed adds one full measurement to
 // the round, which final_reserve takes out of exploration's share of the budget.
 constexpr size_t k_final_seeds = 3;
 constexpr double k_final_seed_tie = 1.02;
