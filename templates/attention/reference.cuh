@@ -12,14 +12,16 @@
 // i + Sk - Sq - left <= j <= i + Sk - Sq + right (-1: unbounded; causal: right 0); a
 // row that sees no key gives O = 0 and LSE = -inf, the op's definition. softcap > 0
 // turns the logit x into softcap * tanh(x / softcap); alibi (slopes non-null) then
-// subtracts slope * |i + Sk - Sq - j|. Any head dim up to 256: a lane holds PER = 2, 4 or 8
-// columns, the fewest that cover it (lanes past it idle). Variable-length batches (cu_q non-null):
-// sequence b's rows start at packed row cu_q[b] (keys at cu_k[b]), its lengths replace Sq and Sk
-// (seq_q, seq_k are the longest; rows past a sequence's length are skipped), the batch strides are
-// unused and LSE is [Hq, Tq] with head stride lse_hs. A KV cache (cache_len non-null): sequence b's
-// keys are its first cache_len[b] cache rows (its length replaces Sk); with a block table (table
-// non-null, row stride table_stride), key j is row j % page of page table[b][j / page] (the batch
-// strides step pages), else row j of sequence b's own cache.
+// subtracts slope * |i + Sk - Sq - j|. Any head dim up to 256: a lane holds PER = 2, 4
+// or 8 columns, the fewest that cover it (lanes past it idle).
+// Variable-length batches (cu_q non-null): sequence b's rows start at packed row
+// cu_q[b] (keys at cu_k[b]), its lengths replace Sq and Sk (seq_q, seq_k are the
+// longest; rows past a sequence's length are skipped), the batch strides are unused
+// and LSE is [Hq, Tq] with head stride lse_hs.
+// A KV cache (cache_len non-null): sequence b's keys are its first cache_len[b] cache
+// rows (its length replaces Sk); with a block table (table non-null, row stride
+// table_stride), key j is row j % page of page table[b][j / page] (the batch strides
+// step pages), else row j of sequence b's own cache.
 #include "common/numeric.cuh"
 
 constexpr int k_ref_warps = 8;     // query rows per block
@@ -128,6 +130,14 @@ __device__ __forceinline__ void at_ref_row(const AtRefArgs<T>& a, long long r, i
     first = max(first, diag - a.left);
   }
   const float slope = a.slopes ? a.slopes[b * a.slope_bs + h] : 0.0f;
+  // The logit of key j from its dot product x: scaled, softcapped, ALiBi's bias added.
+  auto logit = [&](float x, int j) {
+    x *= a.scale;
+    if (a.softcap > 0.0f) {
+      x = a.softcap * tanhf(x / a.softcap);
+    }
+    return x - slope * fabsf(static_cast<float>(diag - j));
+  };
   float m = at_neg_inf(); // the running maximum, the same in every lane
   float l = 0.0f;         // the softmax sum (up to 4 columns a lane: this lane's keys' share)
   if (PER <= 4) {
@@ -156,11 +166,7 @@ __device__ __forceinline__ void at_ref_row(const AtRefArgs<T>& a, long long r, i
         }
       }
       const int j = j0 + lane;
-      float s = x[0] * a.scale;
-      if (a.softcap > 0.0f) {
-        s = a.softcap * tanhf(s / a.softcap);
-      }
-      s -= slope * fabsf(static_cast<float>(diag - j));
+      const float s = logit(x[0], j);
       float m_new = j <= last ? s : at_neg_inf();
       for (int o = 16; o > 0; o /= 2) {
         m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, o));
@@ -208,11 +214,7 @@ __device__ __forceinline__ void at_ref_row(const AtRefArgs<T>& a, long long r, i
       float m_new = m;
 #pragma unroll
       for (int u = 0; u < k_ref_wide_keys; ++u) {
-        x[u] *= a.scale;
-        if (a.softcap > 0.0f) {
-          x[u] = a.softcap * tanhf(x[u] / a.softcap);
-        }
-        x[u] -= slope * fabsf(static_cast<float>(diag - (j0 + u)));
+        x[u] = logit(x[u], j0 + u);
         if (j0 + u <= last) {
           m_new = fmaxf(m_new, x[u]);
         }
