@@ -93,8 +93,9 @@ TEST_CASE("attention configuration constraints drop what cannot run") {
     Problem decode = problem("B=8,Hq=32,Hkv=8,Sq=1,Sk=1024,D=128,causal=1,paged=1,page=256");
     CHECK(attn().adapt(four, decode) == four); // 4 grouped heads as rows: one block holds them
     Problem prefill = problem("B=8,Hq=32,Hkv=8,Sq=20,Sk=1024,D=128,causal=1,paged=1,page=256");
-    const Config wider = attn().adapt(four, prefill); // 20 query rows per head
-    CHECK(wider == config("block_m=64,block_n=64,warps=4,stages=2,swizzle=xor,q=smem,splits=4"));
+    // 20 query rows per head; 256 query blocks fill the GPU twice: no key splits.
+    const Config wider = attn().adapt(four, prefill);
+    CHECK(wider == config("block_m=64,block_n=64,warps=4,stages=2,swizzle=xor,q=smem,splits=1"));
     CHECK(attn().check(wider, prefill, "sm_90a"));
     Config eight = config("block_m=32,block_n=128,warps=8,stages=1,swizzle=xor,q=smem,splits=1");
     CHECK(attn().adapt(eight, d128) ==
@@ -128,7 +129,46 @@ TEST_CASE("attention configuration constraints drop what cannot run") {
     CHECK(splits_for(333) == "1");  // 3 key tiles
     CHECK(splits_for(600) == "2");  // 5
     CHECK(splits_for(1024) == "4"); // 8: as it was
-    CHECK(splits_for(4096) == "4");
+    CHECK(splits_for(4096) == "4"); // 64 blocks x 4: two an SM
+  }
+  SUBCASE("a decoding point takes the problem's own key splits and, for short splits, "
+          "stages") {
+    const Config point = config("block_m=32,block_n=128,warps=4,stages=1,swizzle=xor,q=regs,"
+                                "splits=4,family=mma");
+    auto adapted = [&](const std::string& shape) {
+      const Problem p = problem(shape);
+      const Config a = attn().adapt(point, p);
+      CHECK(attn().check(a, p, "sm_90a"));
+      CHECK(attn().worth_measuring(a, p));
+      const std::string* splits = find_field(a, "splits");
+      const std::string* stages = find_field(a, "stages");
+      REQUIRE(splits != nullptr);
+      REQUIRE(stages != nullptr);
+      return *splits + "/" + *stages;
+    };
+    // One query row a block (MHA): B x Hkv blocks, doubled up to 256 (two an SM).
+    CHECK(adapted("B=1,Hq=32,Hkv=32,Sq=1,Sk=2000,D=128") == "8/1"); // 32 blocks
+    CHECK(adapted("B=2,Hq=32,Hkv=32,Sq=1,Sk=8000,D=128") == "4/1"); // 64
+    CHECK(adapted("B=16,Hq=32,Hkv=32,Sq=1,Sk=700,D=128") == "1/1"); // 512
+    // Grouped heads as rows: 8 rows of each of 4 K/V heads; 8 blocks split 16 ways.
+    CHECK(adapted("B=2,Hq=32,Hkv=4,Sq=1,Sk=32768,D=128") == "16/1");
+    // Three key tiles, no split: two stages for a block alone on its SM, one where
+    // blocks share SMs.
+    CHECK(adapted("B=4,Hq=16,Hkv=16,Sq=1,Sk=333,D=64") == "1/2");   // 64 blocks
+    CHECK(adapted("B=64,Hq=12,Hkv=12,Sq=1,Sk=200,D=64") == "1/1");  // 768
+    CHECK(adapted("B=8,Hq=32,Hkv=4,Sq=1,Sk=1500,D=64") == "4/2");   // 32 x 4, 3 tiles each
+    // One key tile: one stage.
+    CHECK(adapted("B=2,Hq=8,Hkv=8,Sq=1,Sk=100,D=128") == "1/1");
+    // A few new queries a head (speculative decoding): their rows in one block too.
+    CHECK(adapted("B=4,Hq=32,Hkv=8,Sq=4,Sk=1500,D=128") == "2/1"); // 128 blocks
+    // A longer problem: a warp per 16 rows, the point's splits up to the fill (256 query
+    // blocks of 64 rows fill the GPU twice: none).
+    CHECK(attn().adapt(point, problem("B=1,H=8,Sq=2048,Sk=2048,D=128")) ==
+          config("block_m=64,block_n=128,warps=4,stages=1,swizzle=xor,q=regs,splits=1,"
+                 "family=mma"));
+    CHECK(attn().adapt(point, problem("B=1,H=2,Sq=256,Sk=8192,D=128")) == // 8 blocks
+          config("block_m=64,block_n=128,warps=4,stages=1,swizzle=xor,q=regs,splits=4,"
+                 "family=mma"));
   }
   SUBCASE("registers") {
     auto r = attn().check(config("block_m=128,block_n=128,warps=4,stages=1,swizzle=xor,q=regs"),
@@ -383,8 +423,13 @@ TEST_CASE("the Hopper attention family (family=wgmma) is valid on sm_90a only, f
     refused("block_m=128,block_n=80,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
             "family=wgmma_pingpong",
             problem("B=2,H=8,S=4096,D=256,bcast=1"), "sm_90a", "stride of 0");
-    // (At D=256 no portable point fits: the runtime then takes [default], family=mma.)
-    CHECK_FALSE(heuristic_config(attn(), problem("B=2,H=8,S=4096,D=256,bcast=1"), "sm_90a"));
+    // At D=256 the portable point that fits is a decoding point's tile, widened to a warp
+    // per 16 rows (64 x 128, Q in shared memory).
+    const auto h256 = heuristic_config(attn(), problem("B=2,H=8,S=4096,D=256,bcast=1"), "sm_90a");
+    REQUIRE(h256);
+    const std::string* fam256 = find_field(h256->first, "family");
+    CHECK((fam256 == nullptr || *fam256 == "mma"));
+    CHECK(attn().check(h256->first, problem("B=2,H=8,S=4096,D=256,bcast=1"), "sm_90a"));
     const auto h128 = heuristic_config(attn(), problem("B=4,H=16,S=4096,D=128,bcast=1"), "sm_90a");
     REQUIRE(h128);
     const std::string* fam128 = find_field(h128->first, "family");

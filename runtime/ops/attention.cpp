@@ -867,18 +867,38 @@ Config AttentionOp::adapt(const Config& config, const Problem& problem) const {
     return config;
   }
   Config out = config;
-  // Key splits of fewer than two key tiles each (what worth_measuring leaves out; a
-  // decoding point of a long cache borrowed by a short one): as many splits as have two.
-  const long long key_tiles = (d.Sk + p.block_n - 1) / p.block_n;
-  if (p.splits > 1 && key_tiles < 2LL * p.splits) {
-    int splits = 1;
-    while (2LL * splits * 2 <= key_tiles && splits * 2 < p.splits) {
-      splits *= 2;
-    }
-    out = with_values(out, {{"splits", splits}});
-  }
   if (key_warps(p) > 1 && d.Sq > p.block_m) {
+    // Warps sharing rows: a decoding point borrowed by more rows than its block holds.
     out = with_values(out, {{"block_m", 16 * p.warps}});
+  }
+  const Params a = params(out);
+  // The key splits that fill this problem's grid: doubled while it stays within two
+  // blocks an SM and every split keeps two key tiles or more.
+  const long long key_tiles = (d.Sk + a.block_n - 1) / a.block_n;
+  const long long blocks = query_tiles(a, d);
+  int fill = 1;
+  if (split_eligible(d)) {
+    while (fill * 2 <= k_max_splits && blocks * fill * 2 <= 2 * k_fill_blocks &&
+           key_tiles >= 4LL * fill) {
+      fill *= 2;
+    }
+  }
+  // Every query row of a (batch, head) in one block (decoding, a few new queries): the
+  // grid is B x heads blocks whatever the point was tuned on, so the splits are this
+  // problem's own. A split of at most three key tiles has no loop to pipeline: two
+  // stages where its block is alone on an SM (a grid within one fill), one where blocks
+  // share an SM (the second stage's shared memory would cost one of them). H100,
+  // bench/notes/attention-features.md ("Decoding shapes nobody tuned"): over 12 decode
+  // shapes the built-in points so adapted ran at 0.94-1.0 of each shape's best variant
+  // (0.89-0.99 before). A longer problem keeps the point's splits up to the fill.
+  const int splits = d.Sq <= a.block_m ? fill : std::min(a.splits, fill);
+  if (splits != a.splits) {
+    set_value(out, "splits", std::to_string(splits)); // optional: absent is 1
+  }
+  const long long split_tiles = (key_tiles + splits - 1) / splits;
+  if (d.Sq <= a.block_m && split_tiles <= 3) {
+    const long long stages = std::min(split_tiles, blocks * splits <= k_fill_blocks ? 2LL : 1LL);
+    out = with_values(out, {{"stages", std::max(1LL, stages)}});
   }
   return out;
 }
