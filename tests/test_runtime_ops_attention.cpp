@@ -131,8 +131,7 @@ TEST_CASE("attention configuration constraints drop what cannot run") {
     CHECK(splits_for(1024) == "4"); // 8: as it was
     CHECK(splits_for(4096) == "4"); // 64 blocks x 4: two an SM
   }
-  SUBCASE("a decoding point takes the problem's own key splits and, for short splits, "
-          "stages") {
+  SUBCASE("a decoding point takes the problem's own key splits and stages") {
     const Config point = config("block_m=32,block_n=128,warps=4,stages=1,swizzle=xor,q=regs,"
                                 "splits=4,family=mma");
     auto adapted = [&](const std::string& shape) {
@@ -150,8 +149,10 @@ TEST_CASE("attention configuration constraints drop what cannot run") {
     CHECK(adapted("B=1,Hq=32,Hkv=32,Sq=1,Sk=2000,D=128") == "8/1"); // 32 blocks
     CHECK(adapted("B=2,Hq=32,Hkv=32,Sq=1,Sk=8000,D=128") == "4/1"); // 64
     CHECK(adapted("B=16,Hq=32,Hkv=32,Sq=1,Sk=700,D=128") == "1/1"); // 512
-    // Grouped heads as rows: 8 rows of each of 4 K/V heads; 8 blocks split 16 ways.
-    CHECK(adapted("B=2,Hq=32,Hkv=4,Sq=1,Sk=32768,D=128") == "16/1");
+    // Grouped heads as rows: 8 rows of each of 4 K/V heads; 8 blocks split 16 ways, each
+    // alone on its SM: two stages. 256 blocks share SMs: the point's one.
+    CHECK(adapted("B=2,Hq=32,Hkv=4,Sq=1,Sk=32768,D=128") == "16/2");
+    CHECK(adapted("B=32,Hq=32,Hkv=8,Sq=1,Sk=16384,D=128") == "1/1");
     // Three key tiles, no split: two stages for a block alone on its SM, one where
     // blocks share SMs.
     CHECK(adapted("B=4,Hq=16,Hkv=16,Sq=1,Sk=333,D=64") == "1/2");   // 64 blocks

@@ -885,20 +885,30 @@ Config AttentionOp::adapt(const Config& config, const Problem& problem) const {
   }
   // Every query row of a (batch, head) in one block (decoding, a few new queries): the
   // grid is B x heads blocks whatever the point was tuned on, so the splits are this
-  // problem's own. A split of at most three key tiles has no loop to pipeline: two
-  // stages where its block is alone on an SM (a grid within one fill), one where blocks
-  // share an SM (the second stage's shared memory would cost one of them). H100,
-  // bench/notes/attention-features.md ("Decoding shapes nobody tuned"): over 12 decode
-  // shapes the built-in points so adapted ran at 0.94-1.0 of each shape's best variant
-  // (0.89-0.99 before). A longer problem keeps the point's splits up to the fill.
+  // problem's own, and so are the stages: a grid within one fill has each block alone
+  // on its SM, whose shared memory holds a second stage at no cost (two at least); where
+  // blocks share SMs, a split of at most three key tiles has no loop to pipeline and
+  // takes one (the second stage's shared memory would cost a block). H100,
+  // bench/notes/attention-features.md ("Decoding shapes nobody tuned"). A longer
+  // problem keeps the point's splits up to the fill.
   const int splits = d.Sq <= a.block_m ? fill : std::min(a.splits, fill);
   if (splits != a.splits) {
     set_value(out, "splits", std::to_string(splits)); // optional: absent is 1
   }
   const long long split_tiles = (key_tiles + splits - 1) / splits;
-  if (d.Sq <= a.block_m && split_tiles <= 3) {
-    const long long stages = std::min(split_tiles, blocks * splits <= k_fill_blocks ? 2LL : 1LL);
-    out = with_values(out, {{"stages", std::max(1LL, stages)}});
+  if (d.Sq <= a.block_m) {
+    long long stages = a.stages;
+    if (blocks * splits <= k_fill_blocks) {
+      stages = std::min(split_tiles, std::max(stages, 2LL));
+    } else if (split_tiles <= 3) {
+      stages = 1;
+    }
+    if (split_tiles < 4) {
+      stages = std::min(stages, 2LL);
+    }
+    if (stages != a.stages) {
+      out = with_values(out, {{"stages", std::max(1LL, stages)}});
+    }
   }
   return out;
 }
