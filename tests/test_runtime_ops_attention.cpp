@@ -155,9 +155,9 @@ TEST_CASE("attention configuration constraints drop what cannot run") {
     CHECK(adapted("B=32,Hq=32,Hkv=8,Sq=1,Sk=16384,D=128") == "1/1");
     // Three key tiles, no split: two stages for a block alone on its SM, one where
     // blocks share SMs.
-    CHECK(adapted("B=4,Hq=16,Hkv=16,Sq=1,Sk=333,D=64") == "1/2");   // 64 blocks
-    CHECK(adapted("B=64,Hq=12,Hkv=12,Sq=1,Sk=200,D=64") == "1/1");  // 768
-    CHECK(adapted("B=8,Hq=32,Hkv=4,Sq=1,Sk=1500,D=64") == "4/2");   // 32 x 4, 3 tiles each
+    CHECK(adapted("B=4,Hq=16,Hkv=16,Sq=1,Sk=333,D=64") == "1/2");  // 64 blocks
+    CHECK(adapted("B=64,Hq=12,Hkv=12,Sq=1,Sk=200,D=64") == "1/1"); // 768
+    CHECK(adapted("B=8,Hq=32,Hkv=4,Sq=1,Sk=1500,D=64") == "4/2");  // 32 x 4, 3 tiles each
     // One key tile: one stage.
     CHECK(adapted("B=2,Hq=8,Hkv=8,Sq=1,Sk=100,D=128") == "1/1");
     // A few new queries a head (speculative decoding): their rows in one block too.
