@@ -895,8 +895,8 @@ Config AttentionOp::adapt(const Config& config, const Problem& problem) const {
   if (splits != a.splits) {
     set_value(out, "splits", std::to_string(splits)); // optional: absent is 1
   }
-  const long long split_tiles = (key_tiles + splits - 1) / splits;
   if (d.Sq <= a.block_m) {
+    const long long split_tiles = (key_tiles + splits - 1) / splits;
     long long stages = a.stages;
     if (blocks * splits <= k_fill_blocks) {
       stages = std::min(split_tiles, std::max(stages, 2LL));
