@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
-"""Which portable-family tile serves a decoding step (Sq = 1, no KV cache) that nobody
-tuned: each shape's variants over a restricted space measured in full by the tuner
-(`autotune --shape S --strategy exhaustive`), beside what the runtime runs for it under
-the `heuristic` and `nearest` policies (an empty database: the built-in points). For
-bench/notes/attention-features.md, not a results file.
+"""Which portable-family tile serves a decoding step (Sq of 1-4, a contiguous or paged
+cache) that nobody tuned: each shape's variants over a restricted space measured in full
+by the tuner (`autotune --shape S --strategy exhaustive`), beside what the runtime runs
+for it under the `heuristic` and `nearest` policies (an empty database: the built-in
+points; paged shapes get no policy rows). Results: bench/results/h100-decode-points.json;
+bench/notes/attention-features.md reads them.
 
 On the GPU machine (bundle in .device/):
   python3 bench/decode_points.py --lib .device/libautotune.so --cli .device/autotune \
-      --out $OUT [--shape "B=4,Hq=16,Hkv=16,Sq=1,Sk=333,D=64,causal=1" ...]
+      --out $OUT [--set fit|validate] [--name FILE] [--shape "B=4,Hq=16,...,Sk=333,D=64" ...]
 
 Prints per shape the fastest variants, where each policy's variant ranks and its time
-against the best (tuner medians of one run), and writes --out/decode-points.json.
+against the best (tuner medians of one run), and writes --out/FILE.json (default
+decode-points.json) with every variant measured.
 """
 import argparse
 import json
