@@ -114,6 +114,18 @@ TEST_CASE("attention configuration constraints drop what cannot run") {
     CHECK(attn().check(one, short_q, "sm_90a"));
     CHECK(attn().adapt(one, short_q) == one);
     CHECK(attn().adapt(two, problem("B=16,Hq=48,Hkv=1,Sq=100,Sk=1023,D=128,causal=1")) == two);
+    // Without a causal order, a persistent grid of no more tiles than blocks is the plain
+    // one: the plain family of the same schedule (what the tuner measures).
+    const Problem short_nc = problem("B=3,Hq=32,Hkv=32,Sq=4,Sk=333,D=64");
+    const Config overlap_p = config("block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,"
+                                    "q=smem,splits=1,family=wgmma_overlap_persistent");
+    const Config plain = attn().adapt(overlap_p, short_nc);
+    CHECK(plain == config("block_m=64,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+                          "family=wgmma_overlap"));
+    CHECK(attn().check(plain, short_nc, "sm_90a"));
+    CHECK(attn().worth_measuring(plain, short_nc));
+    const Problem long_nc = problem("B=4,Hq=32,Hkv=32,Sq=4096,Sk=4096,D=64");
+    CHECK(attn().adapt(overlap_p, long_nc) == overlap_p); // 1024 tiles: the loop pays
     // A decoding point's key splits over a shorter cache: two key tiles a split at least.
     const Config split4 = config("block_m=64,block_n=128,warps=4,stages=1,swizzle=pad,q=regs,"
                                  "splits=4,family=mma");

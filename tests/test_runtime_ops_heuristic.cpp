@@ -393,3 +393,42 @@ TEST_CASE("a configuration from another problem serves adapted, else as it stand
     CHECK_FALSE(serve_config(attn, wgmma, p, "sm_80"));
   }
 }
+
+TEST_CASE("every decoding step the sm_90 points serve runs a variant the tuner would measure") {
+  // Decoding shapes nobody tuned, over batch, heads (MHA to MQA), cache lengths, head
+  // dims, a few new queries and paged caches: the heuristic's adapted configuration
+  // passes the op's check and is one the tuner itself would measure (no key split of
+  // fewer than two key tiles, no third stage for a short cache, no idle warps), with
+  // its grid within two blocks an SM wherever it splits the keys.
+  const Op& attn = find_op("attention");
+  int served = 0;
+  for (int b : {1, 3, 8, 24, 64}) {
+    for (auto [hq, hkv] : {std::pair{32, 32}, {32, 8}, {28, 4}, {64, 8}, {16, 1}}) {
+      for (int sk : {1, 100, 333, 777, 1024, 4095, 20000}) {
+        for (int d : {64, 128}) {
+          for (const char* extra : {",Sq=1", ",Sq=4", ",Sq=1,paged=1,page=256"}) {
+            const std::string shape = "B=" + std::to_string(b) + ",Hq=" + std::to_string(hq) +
+                                      ",Hkv=" + std::to_string(hkv) + ",Sk=" + std::to_string(sk) +
+                                      ",D=" + std::to_string(d) + extra;
+            CAPTURE(shape);
+            const Problem p = problem("attention", shape.c_str());
+            const auto h = heuristic_config(attn, p, "sm_90a");
+            REQUIRE(h);
+            CHECK(attn.check(h->first, p, "sm_90a"));
+            const Result<bool> worth = attn.worth_measuring(h->first, p);
+            const std::string why =
+                format_fields(h->first) + ": " + (worth.ok() ? "" : worth.failure().message);
+            CHECK_MESSAGE(worth.ok(), why);
+            const LaunchGeometry g = attn.geometry(h->first, p);
+            const std::string* splits = find_field(h->first, "splits");
+            if (splits != nullptr && *splits != "1") {
+              CHECK((long long)g.grid[0] * g.grid[1] * g.grid[2] <= 256);
+            }
+            ++served;
+          }
+        }
+      }
+    }
+  }
+  CHECK(served == 5 * 5 * 7 * 2 * 3);
+}

@@ -861,10 +861,26 @@ Config AttentionOp::adapt(const Config& config, const Problem& problem) const {
     // tiles than fill the GPU once (short Sq, few heads): one consumer, twice the blocks
     // (H100, B=2,Hq=8,Hkv=1,Sq=100,Sk=1023,D=64 causal: the grid's 128 x 128 point ran
     // 17.4 us, its 64-row tiles 13.3-13.7).
+    Config out = config;
     if (p.block_m > 64 && query_tiles(p, d) < k_fill_blocks) {
-      return with_values(config, {{"block_m", 64}});
+      out = with_values(out, {{"block_m", 64}});
     }
-    return config;
+    // A persistent schedule with no more tiles than its grid holds, and no causal order,
+    // launches the plain kernel's blocks with a second Q buffer and the tile loop's state
+    // on top (what worth_measuring leaves out): the plain family of the same schedule.
+    const Params a = params(out);
+    if (a.persistent && !d.causal &&
+        query_tiles(a, d) <= k_persistent_sms * wgmma_min_blocks(a, d)) {
+      for (size_t i = 1; i < std::size(k_families); ++i) { // [0] is the portable kernel
+        const Family& f = k_families[i];
+        if (!f.persistent && f.pingpong == a.pingpong && f.overlap == a.overlap &&
+            f.cluster == a.cluster) {
+          set_value(out, "family", f.name);
+          break;
+        }
+      }
+    }
+    return out;
   }
   Config out = config;
   if (key_warps(p) > 1 && d.Sq > p.block_m) {
