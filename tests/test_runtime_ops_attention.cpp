@@ -124,6 +124,20 @@ TEST_CASE("attention configuration constraints drop what cannot run") {
                           "family=wgmma_overlap"));
     CHECK(attn().check(plain, short_nc, "sm_90a"));
     CHECK(attn().worth_measuring(plain, short_nc));
+    // At most 64 query rows a head, however many heads: 64-row blocks; ping-pong (two
+    // consumers) becomes the plain schedule.
+    const Problem few_rows = problem("B=64,Hq=32,Hkv=32,Sq=16,Sk=1000,D=256");
+    const Config pp = config("block_m=128,block_n=80,warps=4,stages=2,swizzle=xor,q=smem,"
+                             "splits=1,family=wgmma_pingpong");
+    CHECK(attn().adapt(pp, few_rows) ==
+          config("block_m=64,block_n=80,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+                 "family=wgmma"));
+    CHECK(attn().check(attn().adapt(pp, few_rows), few_rows, "sm_90a"));
+    const Problem few_rows64 = problem("B=64,Hq=32,Hkv=32,Sq=16,Sk=1000,D=64,softcap=1");
+    CHECK(attn().adapt(config("block_m=128,block_n=128,warps=4,stages=1,swizzle=pad,q=smem,"
+                              "splits=1,family=mma"),
+                       few_rows64) == config("block_m=64,block_n=128,warps=4,stages=1,"
+                                             "swizzle=pad,q=smem,splits=1,family=mma"));
     const Problem long_nc = problem("B=4,Hq=32,Hkv=32,Sq=4096,Sk=4096,D=64");
     CHECK(attn().adapt(overlap_p, long_nc) == overlap_p); // 1024 tiles: the loop pays
     // A decoding point's key splits over a shorter cache: two key tiles a split at least.

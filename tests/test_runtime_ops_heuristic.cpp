@@ -432,3 +432,42 @@ TEST_CASE("every decoding step the sm_90 points serve runs a variant the tuner w
   }
   CHECK(served == 5 * 5 * 7 * 2 * 3);
 }
+
+TEST_CASE("every prefill problem the sm_90 points serve runs a variant the tuner would measure") {
+  // Problems nobody tuned over batch, heads (MHA, GQA, MQA), 16 to 4095 query rows (keys
+  // as many or twice), head dims 64 to 256, causal, fp16, window and softcap: the
+  // heuristic's adapted configuration is one the tuner itself would measure (no 128-row
+  // block over at most 64 rows, no persistent grid that is the plain one).
+  const Op& attn = find_op("attention");
+  int served = 0;
+  for (int b : {1, 2, 4, 16, 64}) {
+    for (auto [hq, hkv] : {std::pair{32, 32}, {32, 8}, {16, 1}, {12, 12}}) {
+      for (int sq : {16, 100, 333, 1000, 4095}) {
+        for (int sk : {sq, 2 * sq}) {
+          for (int d : {64, 96, 128, 256}) {
+            for (const char* extra :
+                 {"", ",causal=1", ",dtype=fp16,causal=1", ",window=1", ",softcap=1"}) {
+              const std::string shape = "B=" + std::to_string(b) + ",Hq=" + std::to_string(hq) +
+                                        ",Hkv=" + std::to_string(hkv) +
+                                        ",Sq=" + std::to_string(sq) + ",Sk=" + std::to_string(sk) +
+                                        ",D=" + std::to_string(d) + extra;
+              CAPTURE(shape);
+              const Problem p = problem("attention", shape.c_str());
+              const auto h = heuristic_config(attn, p, "sm_90a");
+              if (!h) {
+                continue; // no point fits (the runtime's [default])
+              }
+              CHECK(attn.check(h->first, p, "sm_90a"));
+              const Result<bool> worth = attn.worth_measuring(h->first, p);
+              const std::string why =
+                  format_fields(h->first) + ": " + (worth.ok() ? "" : worth.failure().message);
+              CHECK_MESSAGE(worth.ok(), why);
+              ++served;
+            }
+          }
+        }
+      }
+    }
+  }
+  CHECK(served > 3500);
+}

@@ -861,9 +861,15 @@ Config AttentionOp::adapt(const Config& config, const Problem& problem) const {
     // tiles than fill the GPU once (short Sq, few heads): one consumer, twice the blocks
     // (H100, B=2,Hq=8,Hkv=1,Sq=100,Sk=1023,D=64 causal: the grid's 128 x 128 point ran
     // 17.4 us, its 64-row tiles 13.3-13.7).
+    // So does a problem of at most 64 query rows a head, whatever its grid (what
+    // worth_measuring leaves out: a 128-row block over half idle). Ping-pong alternates
+    // two consumers: with one, the plain schedule.
     Config out = config;
-    if (p.block_m > 64 && query_tiles(p, d) < k_fill_blocks) {
+    if (p.block_m > 64 && (d.Sq <= 64 || query_tiles(p, d) < k_fill_blocks)) {
       out = with_values(out, {{"block_m", 64}});
+      if (p.pingpong) {
+        set_value(out, "family", "wgmma");
+      }
     }
     // A persistent schedule with no more tiles than its grid holds, and no causal order,
     // launches the plain kernel's blocks with a second Q buffer and the tile loop's state
@@ -886,6 +892,9 @@ Config AttentionOp::adapt(const Config& config, const Problem& problem) const {
   if (key_warps(p) > 1 && d.Sq > p.block_m) {
     // Warps sharing rows: a decoding point borrowed by more rows than its block holds.
     out = with_values(out, {{"block_m", 16 * p.warps}});
+  } else if (p.block_m == 128 && d.Sq <= 64) {
+    // A 128-row block over at most 64 rows a head, over half idle (worth_measuring).
+    out = with_values(out, {{"block_m", 64}});
   }
   const Params a = params(out);
   // The key splits that fill this problem's grid: doubled while it stays within two
