@@ -138,6 +138,16 @@ TEST_CASE("attention configuration constraints drop what cannot run") {
                               "splits=1,family=mma"),
                        few_rows64) == config("block_m=64,block_n=128,warps=4,stages=1,"
                                              "swizzle=pad,q=smem,splits=1,family=mma"));
+    // A three-stage ring over fewer than four key tiles keeps two (either family).
+    const Problem short_k = problem("B=16,Hq=32,Hkv=32,Sq=300,Sk=300,D=64");
+    CHECK(attn().adapt(config("block_m=128,block_n=128,warps=4,stages=3,swizzle=xor,q=smem,"
+                              "splits=1,family=wgmma"),
+                       short_k) == config("block_m=128,block_n=128,warps=4,stages=2,"
+                                          "swizzle=xor,q=smem,splits=1,family=wgmma"));
+    CHECK(attn().adapt(config("block_m=64,block_n=128,warps=4,stages=3,swizzle=xor,q=smem,"
+                              "splits=1,family=mma"),
+                       short_k) == config("block_m=64,block_n=128,warps=4,stages=2,"
+                                          "swizzle=xor,q=smem,splits=1,family=mma"));
     const Problem long_nc = problem("B=4,Hq=32,Hkv=32,Sq=4096,Sk=4096,D=64");
     CHECK(attn().adapt(overlap_p, long_nc) == overlap_p); // 1024 tiles: the loop pays
     // A decoding point's key splits over a shorter cache: two key tiles a split at least.

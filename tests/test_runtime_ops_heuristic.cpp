@@ -4,6 +4,7 @@
 // its own takes the nearest point its limits allow, sized to the GPU's SM count when
 // that is known.
 #include "runtime/ops/heuristic.hpp"
+#include "runtime/ops/space.hpp"
 #include "runtime/ops/templates.hpp"
 
 #include <doctest/doctest.h>
@@ -470,4 +471,80 @@ TEST_CASE("every prefill problem the sm_90 points serve runs a variant the tuner
     }
   }
   CHECK(served > 3500);
+}
+
+TEST_CASE(
+    "a tuned attention winner served to another problem is a variant the tuner would measure") {
+  // The winners of the H100 benchmark grid and feature sections
+  // (bench/results/h100-attention*.md), each served by the nearest policy to problems of
+  // 1 to 4095 query rows, MHA to MQA, head dims 64-256: adapted, what serves passes the
+  // op's check and worth_measuring (no 3-stage ring over fewer than 4 key tiles, no
+  // persistent grid that is the plain one, no 128-row block over 16 rows).
+  const Op& attn = find_op("attention");
+  const Space& space = op_space(attn);
+  const char* winners[] = {
+      "block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma_overlap_"
+      "persistent",
+      "block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma_"
+      "persistent",
+      "block_m=128,block_n=128,warps=4,stages=3,swizzle=xor,q=smem,splits=1,family=wgmma_overlap_"
+      "persistent",
+      "block_m=128,block_n=128,warps=4,stages=3,swizzle=xor,q=smem,splits=1,family=wgmma_"
+      "persistent",
+      "block_m=128,block_n=48,warps=4,stages=1,swizzle=pad,q=smem,splits=1,family=mma",
+      "block_m=128,block_n=64,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma_pingpong",
+      "block_m=128,block_n=64,warps=4,stages=4,swizzle=xor,q=smem,splits=1,family=wgmma_overlap_"
+      "persistent",
+      "block_m=128,block_n=80,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma_overlap",
+      "block_m=128,block_n=80,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma_pingpong",
+      "block_m=128,block_n=80,warps=4,stages=4,swizzle=xor,q=smem,splits=1,family=wgmma_overlap_"
+      "persistent",
+      "block_m=128,block_n=96,warps=4,stages=3,swizzle=xor,q=smem,splits=1,family=wgmma",
+      "block_m=128,block_n=96,warps=4,stages=3,swizzle=xor,q=smem,splits=1,family=wgmma_overlap",
+      "block_m=16,block_n=128,warps=4,stages=1,swizzle=xor,q=regs,splits=1,family=mma",
+      "block_m=16,block_n=128,warps=4,stages=1,swizzle=xor,q=smem,splits=1,family=mma",
+      "block_m=16,block_n=128,warps=4,stages=1,swizzle=xor,q=smem,splits=4,family=mma",
+      "block_m=16,block_n=128,warps=4,stages=1,swizzle=xor,q=smem,splits=8,family=mma",
+      "block_m=16,block_n=128,warps=4,stages=2,swizzle=xor,q=regs,splits=2,family=mma",
+      "block_m=16,block_n=128,warps=4,stages=3,swizzle=xor,q=regs,splits=1,family=mma",
+      "block_m=16,block_n=128,warps=4,stages=3,swizzle=xor,q=regs,splits=2,family=mma",
+      "block_m=16,block_n=128,warps=4,stages=3,swizzle=xor,q=regs,splits=8,family=mma",
+      "block_m=192,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma",
+      "block_m=192,block_n=128,warps=4,stages=3,swizzle=xor,q=smem,splits=1,family=wgmma",
+      "block_m=192,block_n=128,warps=4,stages=3,swizzle=xor,q=smem,splits=1,family=wgmma_pingpong",
+      "block_m=32,block_n=128,warps=4,stages=1,swizzle=xor,q=regs,splits=4,family=mma",
+      "block_m=64,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma_overlap_"
+      "persistent",
+  };
+  int served = 0;
+  for (int b : {1, 2, 4, 16, 64}) {
+    for (auto [hq, hkv] : {std::pair{32, 32}, {32, 8}, {16, 1}}) {
+      for (int sq : {1, 16, 100, 1000, 4095}) {
+        for (int d : {64, 128, 256}) {
+          for (const char* extra : {"", ",causal=1", ",dtype=fp16,causal=1"}) {
+            const std::string shape = "B=" + std::to_string(b) + ",Hq=" + std::to_string(hq) +
+                                      ",Hkv=" + std::to_string(hkv) + ",Sq=" + std::to_string(sq) +
+                                      ",Sk=" + std::to_string(sq == 1 ? 3000 : sq) +
+                                      ",D=" + std::to_string(d) + extra;
+            CAPTURE(shape);
+            const Problem p = problem("attention", shape.c_str());
+            for (const char* w : winners) {
+              CAPTURE(w);
+              const Config c = order_config(space, parse_fields(w, "winner"), true, "winner");
+              const auto s = serve_config(attn, c, p, "sm_90a");
+              if (!s) {
+                continue; // cannot run this problem: the nearest policy takes the next winner
+              }
+              const Result<bool> worth = attn.worth_measuring(*s, p);
+              const std::string why =
+                  format_fields(*s) + ": " + (worth.ok() ? "" : worth.failure().message);
+              CHECK_MESSAGE(worth.ok(), why);
+              ++served;
+            }
+          }
+        }
+      }
+    }
+  }
+  CHECK(served > 10000);
 }

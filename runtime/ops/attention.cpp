@@ -856,6 +856,13 @@ Result<bool> AttentionOp::worth_measuring(const Config& config, const Problem& p
 Config AttentionOp::adapt(const Config& config, const Problem& problem) const {
   const Params p = params(config);
   const Dims d = dims(problem);
+  // A ring of three stages for fewer than four key tiles (what worth_measuring leaves
+  // out: a tuned long problem's ring borrowed by a short one) keeps two.
+  auto short_ring = [&](Config c) {
+    const Params q = params(c);
+    return q.stages == 3 && (d.Sk + q.block_n - 1) / q.block_n < 4 ? with_values(c, {{"stages", 2}})
+                                                                   : c;
+  };
   if (p.wgmma) {
     // A Hopper tile of 2-3 consumer warpgroups borrowed by a problem with fewer query
     // tiles than fill the GPU once (short Sq, few heads): one consumer, twice the blocks
@@ -871,6 +878,7 @@ Config AttentionOp::adapt(const Config& config, const Problem& problem) const {
         set_value(out, "family", "wgmma");
       }
     }
+    out = short_ring(out);
     // A persistent schedule with no more tiles than its grid holds, and no causal order,
     // launches the plain kernel's blocks with a second Q buffer and the tile loop's state
     // on top (what worth_measuring leaves out): the plain family of the same schedule.
@@ -935,7 +943,7 @@ Config AttentionOp::adapt(const Config& config, const Problem& problem) const {
       out = with_values(out, {{"stages", std::max(1LL, stages)}});
     }
   }
-  return out;
+  return short_ring(out);
 }
 
 std::vector<std::string> AttentionOp::defines(const Config& config, const Problem& problem) const {
