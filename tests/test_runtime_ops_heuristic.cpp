@@ -30,6 +30,16 @@ cuda::DeviceInfo gpu(int cc_major, int cc_minor, int sm_count) {
   return d;
 }
 
+// What a policy serves for `problem` on sm_90a passes the op's check and is a variant
+// the tuner itself would measure (worth_measuring), the reason named when it is not.
+void check_measured(const Op& op, const Config& config, const Problem& problem) {
+  CHECK(op.check(config, problem, "sm_90a"));
+  const Result<bool> worth = op.worth_measuring(config, problem);
+  const std::string why =
+      format_fields(config) + ": " + (worth.ok() ? "" : worth.failure().message);
+  CHECK_MESSAGE(worth.ok(), why);
+}
+
 } // namespace
 
 TEST_CASE("every op's heuristic points parse and lie within its limits") {
@@ -415,11 +425,7 @@ TEST_CASE("every decoding step the sm_90 points serve runs a variant the tuner w
             const Problem p = problem("attention", shape.c_str());
             const auto h = heuristic_config(attn, p, "sm_90a");
             REQUIRE(h);
-            CHECK(attn.check(h->first, p, "sm_90a"));
-            const Result<bool> worth = attn.worth_measuring(h->first, p);
-            const std::string why =
-                format_fields(h->first) + ": " + (worth.ok() ? "" : worth.failure().message);
-            CHECK_MESSAGE(worth.ok(), why);
+            check_measured(attn, h->first, p);
             const LaunchGeometry g = attn.geometry(h->first, p);
             const std::string* splits = find_field(h->first, "splits");
             if (splits != nullptr && *splits != "1") {
@@ -458,11 +464,7 @@ TEST_CASE("every prefill problem the sm_90 points serve runs a variant the tuner
               if (!h) {
                 continue; // no point fits (the runtime's [default])
               }
-              CHECK(attn.check(h->first, p, "sm_90a"));
-              const Result<bool> worth = attn.worth_measuring(h->first, p);
-              const std::string why =
-                  format_fields(h->first) + ": " + (worth.ok() ? "" : worth.failure().message);
-              CHECK_MESSAGE(worth.ok(), why);
+              check_measured(attn, h->first, p);
               ++served;
             }
           }
@@ -535,10 +537,7 @@ TEST_CASE(
               if (!s) {
                 continue; // cannot run this problem: the nearest policy takes the next winner
               }
-              const Result<bool> worth = attn.worth_measuring(*s, p);
-              const std::string why =
-                  format_fields(*s) + ": " + (worth.ok() ? "" : worth.failure().message);
-              CHECK_MESSAGE(worth.ok(), why);
+              check_measured(attn, *s, p);
               ++served;
             }
           }
