@@ -443,6 +443,22 @@ long long query_tiles(const Params& p, const Dims& d) {
   return (d.Sq + p.block_m - 1) / p.block_m * d.Hq * d.B;
 }
 
+// Key tiles of block_n keys over one sequence's keys.
+long long key_tiles(const Params& p, const Dims& d) {
+  return (d.Sk + p.block_n - 1) / p.block_n;
+}
+
+// A ring of three stages over fewer than four key tiles: one stage is never refilled.
+bool ring_past_keys(const Params& p, const Dims& d) {
+  return p.stages == 3 && key_tiles(p, d) < 4;
+}
+
+// A persistent Hopper grid that launches as the plain one (worth_measuring says why).
+bool persistent_is_plain(const Params& p, const Dims& d) {
+  return p.persistent && !d.causal &&
+         query_tiles(p, d) <= k_persistent_sms * wgmma_min_blocks(p, d);
+}
+
 // The portable kernel's warps sharing one 16-row tile, each over its slice of every key
 // tile (kernel.cuh's k_key_warps): more than one in a block of fewer than 16 rows per warp.
 int key_warps(const Params& p) {
@@ -835,14 +851,14 @@ Result<bool> AttentionOp::worth_measuring(const Config& config, const Problem& p
   // causal one orders the longest query blocks of all heads first, where the plain grid
   // goes head by head; that differs wherever the blocks do not all run at once (an
   // sm_90a GPU with fewer than 132 SMs), so it is measured.
-  if (p.persistent && !d.causal && query_tiles(p, d) <= k_persistent_sms * wgmma_min_blocks(p, d)) {
+  if (persistent_is_plain(p, d)) {
     return fail("a persistent schedule with no more tiles than blocks, and no causal order, "
                 "is the plain one");
   }
-  if (p.stages == 3 && (d.Sk + p.block_n - 1) / p.block_n < 4) {
+  if (ring_past_keys(p, d)) {
     return fail("three stages for fewer than four key tiles");
   }
-  if (p.splits > 1 && (d.Sk + p.block_n - 1) / p.block_n < 2 * p.splits) {
+  if (p.splits > 1 && key_tiles(p, d) < 2 * p.splits) {
     return fail("fewer than two key tiles per split");
   }
   // 128 or more query blocks fill the GPU once; two splits may still hide more of the
@@ -859,9 +875,7 @@ Config AttentionOp::adapt(const Config& config, const Problem& problem) const {
   // A ring of three stages for fewer than four key tiles (what worth_measuring leaves
   // out: a tuned long problem's ring borrowed by a short one) keeps two.
   auto short_ring = [&](Config c) {
-    const Params q = params(c);
-    return q.stages == 3 && (d.Sk + q.block_n - 1) / q.block_n < 4 ? with_values(c, {{"stages", 2}})
-                                                                   : c;
+    return ring_past_keys(params(c), d) ? with_values(c, {{"stages", 2}}) : c;
   };
   if (p.wgmma) {
     // A Hopper tile of 2-3 consumer warpgroups borrowed by a problem with fewer query
@@ -879,12 +893,10 @@ Config AttentionOp::adapt(const Config& config, const Problem& problem) const {
       }
     }
     out = short_ring(out);
-    // A persistent schedule with no more tiles than its grid holds, and no causal order,
-    // launches the plain kernel's blocks with a second Q buffer and the tile loop's state
-    // on top (what worth_measuring leaves out): the plain family of the same schedule.
+    // A persistent grid that is the plain one (what worth_measuring leaves out): the
+    // plain family of the same schedule.
     const Params a = params(out);
-    if (a.persistent && !d.causal &&
-        query_tiles(a, d) <= k_persistent_sms * wgmma_min_blocks(a, d)) {
+    if (persistent_is_plain(a, d)) {
       for (size_t i = 1; i < std::size(k_families); ++i) { // [0] is the portable kernel
         const Family& f = k_families[i];
         if (!f.persistent && f.pingpong == a.pingpong && f.overlap == a.overlap &&
@@ -907,12 +919,12 @@ Config AttentionOp::adapt(const Config& config, const Problem& problem) const {
   const Params a = params(out);
   // The key splits that fill this problem's grid: doubled while it stays within two
   // blocks an SM and every split keeps two key tiles or more.
-  const long long key_tiles = (d.Sk + a.block_n - 1) / a.block_n;
+  const long long tiles = key_tiles(a, d);
   const long long blocks = query_tiles(a, d);
   int fill = 1;
   if (split_eligible(d)) {
     while (fill * 2 <= k_max_splits && blocks * fill * 2 <= 2 * k_fill_blocks &&
-           key_tiles >= 4LL * fill) {
+           tiles >= 4LL * fill) {
       fill *= 2;
     }
   }
@@ -929,7 +941,7 @@ Config AttentionOp::adapt(const Config& config, const Problem& problem) const {
     set_value(out, "splits", std::to_string(splits)); // optional: absent is 1
   }
   if (d.Sq <= a.block_m) {
-    const long long split_tiles = (key_tiles + splits - 1) / splits;
+    const long long split_tiles = (tiles + splits - 1) / splits;
     long long stages = a.stages;
     if (blocks * splits <= k_fill_blocks) {
       stages = std::min(split_tiles, std::max(stages, 2LL));
