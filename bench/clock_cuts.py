@@ -8,8 +8,10 @@ headline-OP-default-report.json; gzipped is read too, e.g. bench/results/
 h100-headline-attention-report.json.gz, the attention run of be96107). Every timing carries the SM clock NVML reported right
 after it (`sm_clock_mhz`). Prints the spread of those clocks, then each variant the search
 cut (eliminated_in_round > 0) whose median is within --within of its problem's winner as
-timed but below it once both are scaled to a common clock (median x MHz): cuts the clock,
-not the kernels, may have decided. No GPU needed."""
+timed but below it once both are scaled to a common clock (median x MHz): cuts made
+between timings taken under different conditions. Scaling is not a correction (a lower
+clock is partly the kernel's own power draw, which it also pays in use); the list says
+where a side-by-side timing would be needed to decide. No GPU needed."""
 import argparse
 import gzip
 import json
