@@ -547,3 +547,62 @@ TEST_CASE(
   }
   CHECK(served > 10000);
 }
+
+TEST_CASE("every selective_scan problem the sm_90 points serve runs a variant the tuner would "
+          "measure") {
+  // Problems nobody tuned over batch, Mamba channel counts, odd and long lengths, state
+  // sizes, dtypes, B/C fixed or variable (one or several groups), the optional inputs
+  // and the last state: the heuristic's adapted configuration (blocks sized to the GPU,
+  // the small-batch lane shape, fp32 staging where pairs do not fit) passes the op's
+  // check and is one the tuner itself would measure.
+  const Op& scan = find_op("selective_scan");
+  int served = 0;
+  for (int b : {1, 2, 3, 8, 64}) {
+    for (int d : {768, 1536, 2560, 5120}) {
+      for (int l : {1, 100, 333, 2047, 4096, 16384}) {
+        for (const char* extra :
+             {",N=16,dtype=bf16", ",N=16,dtype=fp16,var_bc=B", ",N=16,dtype=fp32",
+              ",N=16,var_bc=0,has_z=0", ",N=16,G=4,last_state=1", ",N=8,has_d=0,delta_bias=0",
+              ",N=4,softplus=0"}) {
+          const std::string shape = "B=" + std::to_string(b) + ",D=" + std::to_string(d) +
+                                    ",L=" + std::to_string(l) + extra;
+          CAPTURE(shape);
+          const Problem p = problem("selective_scan", shape.c_str());
+          const auto h = heuristic_config(scan, p, "sm_90a");
+          REQUIRE(h);
+          check_measured(scan, h->first, p);
+          ++served;
+        }
+      }
+    }
+  }
+  CHECK(served == 5 * 4 * 6 * 7);
+}
+
+TEST_CASE("every causal_conv1d problem the sm_90 points serve runs a variant the tuner would "
+          "measure") {
+  // Problems nobody tuned over batch, channel counts, short, odd and long lengths, widths,
+  // dtypes, both layouts and the optional inputs: the heuristic's adapted configuration
+  // passes the op's check and is one the tuner itself would measure.
+  const Op& conv = find_op("causal_conv1d");
+  int served = 0;
+  for (int b : {1, 2, 8, 64}) {
+    for (int c : {64, 768, 2560, 5120}) {
+      for (int l : {1, 7, 100, 333, 2047, 4096, 16384}) {
+        for (const char* extra :
+             {",W=4", ",W=2,dtype=fp16,silu=0", ",W=3,dtype=fp32,bias=0", ",W=4,layout=blc",
+              ",W=4,layout=blc,init_states=1", ",W=4,final_states=1"}) {
+          const std::string shape = "B=" + std::to_string(b) + ",C=" + std::to_string(c) +
+                                    ",L=" + std::to_string(l) + extra;
+          CAPTURE(shape);
+          const Problem p = problem("causal_conv1d", shape.c_str());
+          const auto h = heuristic_config(conv, p, "sm_90a");
+          REQUIRE(h);
+          check_measured(conv, h->first, p);
+          ++served;
+        }
+      }
+    }
+  }
+  CHECK(served == 4 * 4 * 7 * 6);
+}

@@ -466,10 +466,14 @@ Config CausalConv1dOp::adapt_rows(const Config& config, const Problem& problem) 
   Dims d = dims(problem);
   Params src = params(config);
   if (d.channel_last) {
-    // Its one kernel form; threads, vector and step carry over (channel_last_grid fits
-    // the chunk to the problem).
+    // Its one kernel form; threads and vector carry over (channel_last_grid fits the
+    // chunk to the problem), and the step too unless a row is shorter than it: fewer
+    // items per step then do the same work (worth_measuring), halved until one fits.
     src.cpb = 1;
     src.smem = false;
+    while (src.items > 1 && channel_last_grid(src, d).chunk < src.items) {
+      src.items /= 2;
+    }
     return with_params(config, src);
   }
   if (tile_length(src) < 2 * d.L) {
@@ -526,8 +530,11 @@ Config CausalConv1dOp::adapt_rows(const Config& config, const Problem& problem) 
       }
     }
   }
+  // The source stays on a tie only where the tuner would measure it: a tile twice the
+  // row with several items a thread (fp32 rows, whose widest vector is 4 elements, tie
+  // on `useful` with a tile of the row) is one worth_measuring leaves out.
   const bool keep = best_tiles >= tiles_of(src) && best_useful <= 1.1 * useful(src) &&
-                    check(from, problem, "sm_80");
+                    check(from, problem, "sm_80") && worth_measuring(from, problem).ok();
   const Params chosen = keep ? src : best;
   if (d.B * d.C * (chosen.threads / chosen.cpb) < k_wave_threads) {
     // Under one wave of thread slots, fewer vectors a thread and more threads a row (as
