@@ -9,6 +9,9 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <map>
+
 using namespace autotune;
 
 namespace {
@@ -40,6 +43,31 @@ void check_measured(const Op& op, const Config& config, const Problem& problem) 
   CHECK_MESSAGE(worth.ok(), why);
 }
 
+// Every configuration the op's sm_90a points (not only the nearest) serve to `problem`,
+// as the nearest policy serves a stored winner of the grid: each passes check_measured.
+int check_every_point(const Op& op, const Problem& problem) {
+  static std::map<std::string, std::vector<HeuristicPoint>> points;
+  auto it = points.find(op.name());
+  if (it == points.end()) {
+    it = points
+             .emplace(op.name(), parse_heuristics(op, template_file(op.space_path()),
+                                                  op.space_path(), op_space(op)))
+             .first;
+  }
+  int served = 0;
+  for (const HeuristicPoint& point : it->second) {
+    if (std::find(point.archs.begin(), point.archs.end(), "sm_90a") == point.archs.end()) {
+      continue;
+    }
+    CAPTURE(point.origin);
+    const auto s = serve_config(op, point.config, problem, "sm_90a");
+    if (s) {
+      check_measured(op, *s, problem);
+      ++served;
+    }
+  }
+  return served;
+}
 } // namespace
 
 TEST_CASE("every op's heuristic points parse and lie within its limits") {
@@ -556,7 +584,7 @@ TEST_CASE("every selective_scan problem the sm_90 points serve runs a variant th
   // the small-batch lane shape, fp32 staging where pairs do not fit) passes the op's
   // check and is one the tuner itself would measure.
   const Op& scan = find_op("selective_scan");
-  int served = 0;
+  int served = 0, others = 0;
   for (int b : {1, 2, 3, 8, 64}) {
     for (int d : {768, 1536, 2560, 5120}) {
       for (int l : {1, 100, 333, 2047, 4096, 16384}) {
@@ -572,11 +600,13 @@ TEST_CASE("every selective_scan problem the sm_90 points serve runs a variant th
           REQUIRE(h);
           check_measured(scan, h->first, p);
           ++served;
+          others += check_every_point(scan, p);
         }
       }
     }
   }
   CHECK(served == 5 * 4 * 6 * 7);
+  CHECK(others > 3 * served);
 }
 
 TEST_CASE("every causal_conv1d problem the sm_90 points serve runs a variant the tuner would "
@@ -585,7 +615,7 @@ TEST_CASE("every causal_conv1d problem the sm_90 points serve runs a variant the
   // dtypes, both layouts and the optional inputs: the heuristic's adapted configuration
   // passes the op's check and is one the tuner itself would measure.
   const Op& conv = find_op("causal_conv1d");
-  int served = 0;
+  int served = 0, others = 0;
   for (int b : {1, 2, 8, 64}) {
     for (int c : {64, 768, 2560, 5120}) {
       for (int l : {1, 7, 100, 333, 2047, 4096, 16384}) {
@@ -600,9 +630,11 @@ TEST_CASE("every causal_conv1d problem the sm_90 points serve runs a variant the
           REQUIRE(h);
           check_measured(conv, h->first, p);
           ++served;
+          others += check_every_point(conv, p);
         }
       }
     }
   }
   CHECK(served == 4 * 4 * 7 * 6);
+  CHECK(others > 3 * served);
 }
