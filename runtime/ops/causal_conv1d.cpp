@@ -531,8 +531,9 @@ Config CausalConv1dOp::adapt_rows(const Config& config, const Problem& problem) 
     }
   }
   // The source stays on a tie only where the tuner would measure it: a tile twice the
-  // row with several items a thread (fp32 rows, whose widest vector is 4 elements, tie
-  // on `useful` with a tile of the row) is one worth_measuring leaves out.
+  // row with several items a thread is one worth_measuring leaves out (an fp32 row under
+  // a bf16 point's 8-element vector, 32 bytes, ties on `useful` with a 16-byte vector
+  // over a tile of the row).
   const bool keep = best_tiles >= tiles_of(src) && best_useful <= 1.1 * useful(src) &&
                     check(from, problem, "sm_80") && worth_measuring(from, problem).ok();
   const Params chosen = keep ? src : best;
