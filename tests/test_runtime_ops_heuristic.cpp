@@ -68,6 +68,18 @@ int check_every_point(const Op& op, const Problem& problem) {
   }
   return served;
 }
+
+// check_measured for what the heuristic serves `shape` (it must serve one) and for what
+// every sm_90a point serves it; returns how many points served it.
+int check_served(const Op& op, const std::string& shape) {
+  CAPTURE(shape);
+  const Problem p = op.make_problem(parse_fields(shape, "shape"));
+  const auto h = heuristic_config(op, p, "sm_90a");
+  REQUIRE(h);
+  check_measured(op, h->first, p);
+  return check_every_point(op, p);
+}
+
 } // namespace
 
 TEST_CASE("every op's heuristic points parse and lie within its limits") {
@@ -594,13 +606,8 @@ TEST_CASE("every selective_scan problem the sm_90 points serve runs a variant th
               ",N=4,softplus=0"}) {
           const std::string shape = "B=" + std::to_string(b) + ",D=" + std::to_string(d) +
                                     ",L=" + std::to_string(l) + extra;
-          CAPTURE(shape);
-          const Problem p = problem("selective_scan", shape.c_str());
-          const auto h = heuristic_config(scan, p, "sm_90a");
-          REQUIRE(h);
-          check_measured(scan, h->first, p);
+          others += check_served(scan, shape);
           ++served;
-          others += check_every_point(scan, p);
         }
       }
     }
@@ -624,13 +631,8 @@ TEST_CASE("every causal_conv1d problem the sm_90 points serve runs a variant the
               ",W=4,layout=blc,init_states=1", ",W=4,final_states=1"}) {
           const std::string shape = "B=" + std::to_string(b) + ",C=" + std::to_string(c) +
                                     ",L=" + std::to_string(l) + extra;
-          CAPTURE(shape);
-          const Problem p = problem("causal_conv1d", shape.c_str());
-          const auto h = heuristic_config(conv, p, "sm_90a");
-          REQUIRE(h);
-          check_measured(conv, h->first, p);
+          others += check_served(conv, shape);
           ++served;
-          others += check_every_point(conv, p);
         }
       }
     }
