@@ -105,5 +105,25 @@ class HeadlineSubsets(unittest.TestCase):
         self.assertEqual(len(headline.subset("attention", 12, 1, 51)), 12)
 
 
+class HeadlineRows(unittest.TestCase):
+    def test_clocks_of_the_two_winners(self):
+        problem = {"variants": [{"variant": "a=1", "sm_clock_mhz": 1725},
+                                {"variant": "a=2", "sm_clock_mhz": 1380},
+                                {"variant": "a=3"}]}
+        self.assertEqual(headline.clock_of(problem, "a=1"), 1725)
+        self.assertIsNone(headline.clock_of(problem, "a=3"))
+        self.assertIsNone(headline.clock_of(problem, "a=4"))
+        row = {"op": "attention", "index": 35, "shape": "B=1", "default_us": 2629.9,
+               "exhaustive_us": 2434.1, "ratio": 1.08, "within_2pct": False,
+               "default_variant": "a=1", "exhaustive_variant": "a=2", "default_run_us": 2424.0,
+               "default_s": 2.31, "default_measured": 6, "exhaustive_s": 174.8,
+               "exhaustive_measured": 443, "default_mhz": 1725, "exhaustive_mhz": 1380}
+        result = {"gpu": "H100", "commit": "c", "date": "d", "command": "x", "summary": {},
+                  "rows": [row, dict(row, index=36, default_mhz=None, exhaustive_mhz=None)]}
+        text = headline.markdown(result)
+        self.assertIn("| `a=2` | 1725 / 1380 | 2424.0 |", text)
+        self.assertIn("| `a=2` | - | 2424.0 |", text)  # rows from before the clocks
+
+
 if __name__ == "__main__":
     unittest.main()
