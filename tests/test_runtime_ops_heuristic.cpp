@@ -640,3 +640,53 @@ TEST_CASE("every causal_conv1d problem the sm_90 points serve runs a variant the
   CHECK(served == 4 * 4 * 7 * 6);
   CHECK(others > 3 * served);
 }
+
+TEST_CASE("on GPUs without points of their own every op serves variants that run there") {
+  // A100 (108 SMs, 164 KiB of shared memory an SM), RTX 3090 / 4090 / 5090 class (sm_86,
+  // sm_89, sm_120: 100 KiB): the H100's points transferred and sized to the GPU, or the
+  // op's [default] where none fits (D=256 attention on the 100 KiB GPUs), pass the op's
+  // check for that architecture and fit its shared memory.
+  struct Gpu {
+    int major, minor, sms, smem_kib;
+  };
+  for (Gpu g :
+       {Gpu{8, 0, 108, 164}, Gpu{8, 6, 84, 100}, Gpu{8, 9, 128, 100}, Gpu{12, 0, 170, 100}}) {
+    cuda::DeviceInfo device = gpu(g.major, g.minor, g.sms);
+    device.smem_per_sm = g.smem_kib * 1024;
+    device.smem_per_block_optin = (g.smem_kib - 1) * 1024;
+    const std::string arch = device.arch();
+    CAPTURE(arch);
+    std::vector<std::pair<const char*, std::string>> shapes;
+    for (int b : {1, 32}) {
+      for (int s : {1, 100, 4095}) {
+        for (int d : {64, 96, 128, 256}) {
+          for (const char* x : {"", ",causal=1,dtype=fp16"}) {
+            shapes.emplace_back("attention", "B=" + std::to_string(b) +
+                                                 ",H=16,Sq=" + std::to_string(s) +
+                                                 ",Sk=" + std::to_string(s == 1 ? 3000 : s) +
+                                                 ",D=" + std::to_string(d) + x);
+          }
+        }
+      }
+      for (int l : {1, 100, 2047, 16384}) {
+        for (const char* x : {",C=2048,W=4", ",C=768,W=3,dtype=fp32", ",C=2560,W=4,layout=blc"}) {
+          shapes.emplace_back("causal_conv1d",
+                              "B=" + std::to_string(b) + ",L=" + std::to_string(l) + x);
+        }
+        for (const char* x : {",D=2048,N=16", ",D=768,N=16,dtype=fp32", ",D=5120,N=16,var_bc=0"}) {
+          shapes.emplace_back("selective_scan",
+                              "B=" + std::to_string(b) + ",L=" + std::to_string(l) + x);
+        }
+      }
+    }
+    for (const auto& [name, shape] : shapes) {
+      CAPTURE(shape);
+      const Op& op = find_op(name);
+      const Problem p = problem(name, shape.c_str());
+      const auto h = heuristic_config(op, p, device);
+      const Config c = h ? h->first : op_space(op).default_config;
+      CHECK(op.check(c, p, arch));
+      CHECK(op.geometry(c, p).dynamic_smem <= unsigned(device.smem_per_block_optin));
+    }
+  }
+}
