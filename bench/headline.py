@@ -345,23 +345,26 @@ def find_default(args, op):
     return None
 
 
+def report_variant(problem, variant):
+    """`variant`'s entry in a report's problem, or None where it was not measured."""
+    return next((v for v in problem["variants"] if v["variant"] == variant), None)
+
+
 def measured_us(problem, variant):
     """The full-measurement median of `variant` in a report's problem, and its outcome."""
-    for v in problem["variants"]:
-        if v["variant"] == variant:
-            if v["outcome"] == "OK" and v["eliminated_in_round"] == 0:
-                return v["median_us"], "OK"
-            return None, f"{v['outcome']} (eliminated in round {v['eliminated_in_round']})"
-    return None, "not measured by the exhaustive run (not among its valid variants)"
+    v = report_variant(problem, variant)
+    if v is None:
+        return None, "not measured by the exhaustive run (not among its valid variants)"
+    if v["outcome"] == "OK" and v["eliminated_in_round"] == 0:
+        return v["median_us"], "OK"
+    return None, f"{v['outcome']} (eliminated in round {v['eliminated_in_round']})"
 
 
 def clock_of(problem, variant):
     """The SM clock (MHz, NVML, read right after the timing) of `variant`'s latest timing in
     a report's problem, or None."""
-    for v in problem["variants"]:
-        if v["variant"] == variant:
-            return v.get("sm_clock_mhz") or None
-    return None
+    v = report_variant(problem, variant)
+    return (v.get("sm_clock_mhz") or None) if v else None
 
 
 PAIRED_RUNS = 3  # sessions of the paired re-measure
