@@ -201,6 +201,7 @@ public:
     }
     v.timing = Timing{percentile(m_samples, 0.5), percentile(m_samples, 0.1),
                       percentile(m_samples, 0.9), n};
+    v.sm_clock_mhz = mhz_of(i, nth);
   }
   std::vector<double> last_samples() const override { return m_samples; }
   void store(size_t i) override { stored.push_back(i); }
@@ -247,6 +248,8 @@ private:
 public:
   std::function<double(size_t)> median_of;
   std::function<double(double)> drift = [](double) { return 1.0; };
+  // The SM clock read after candidate i's nth measurement (0: unknown, as without NVML).
+  std::function<int(size_t, int)> mhz_of = [](size_t, int) { return 0; };
   std::map<size_t, int> fails_from;
   double clock = 0;
   double compile_s = 0;
@@ -840,6 +843,86 @@ TEST_CASE("seeds measured while the GPU slows down are compared in alternating p
   REQUIRE(bench.stages.count("final") == 1);
   CHECK(bench.measured[7] == k_seed_passes + k_final_passes);
   CHECK(bench.winner() == "p=1007");
+}
+
+namespace {
+
+// Seeds 6 (100 us at 1725 MHz) and 7: `seed_us` at `seed_mhz` when measured as a seed,
+// 98 us at 1725 MHz from then on; candidates 0-5 at `first_us` + 3i, 1725 MHz.
+void clock_seeded(FakeBench& bench, double seed_us, int seed_mhz, double first_us) {
+  bench.median_of = [&bench, seed_us, first_us](size_t i) {
+    if (i == 7) {
+      return bench.measured[7] <= k_seed_passes ? seed_us : 98.0;
+    }
+    return i == 6 ? 100.0 : first_us + 3.0 * double(i);
+  };
+  bench.mhz_of = [seed_mhz](size_t i, int nth) {
+    return i == 7 && nth <= k_seed_passes ? seed_mhz : 1725;
+  };
+  ProblemReport report;
+  halving(bench, 1e9).measure(bench, pending(8, {6, 7}), report);
+}
+
+} // namespace
+
+TEST_CASE("a seed that lost while the SM clock was much lower is measured again beside the "
+          "others in the final round") {
+  // Seed 7 read 5% behind seed 6 (more than k_final_seed_tie) at 1380 MHz against 1725:
+  // faster than 6 once scaled, so it joins the round, where it is 2% ahead.
+  REQUIRE(105.0 > k_final_seed_tie * 100.0);
+  REQUIRE(1380 * k_clock_gap <= 1725);
+  for (double first_us : {103.0, 120.0}) {
+    // 103: explored candidates reach the final round; 120: none does (more than
+    // k_prune_ratio behind), and the round holds the seeds alone.
+    CAPTURE(first_us);
+    FakeBench bench(8);
+    clock_seeded(bench, 105.0, 1380, first_us);
+    REQUIRE(bench.stages.count("final") == 1);
+    CHECK(bench.measured[6] == k_seed_passes + k_final_passes);
+    CHECK(bench.measured[7] == k_seed_passes + k_final_passes);
+    CHECK(bench.variant(7).eliminated_in_round == 0);
+    CHECK(bench.winner() == "p=1007");
+  }
+}
+
+TEST_CASE("a seed that lost at about the same SM clock, or by more than the pruning ratio, "
+          "stays cut") {
+  struct Case {
+    double seed_us;
+    int seed_mhz;
+  };
+  // 1680 MHz: less than k_clock_gap below 1725; 112 us: more than k_prune_ratio behind;
+  // 0 MHz: no clock read.
+  for (Case c : {Case{105.0, 1725}, Case{105.0, 1680}, Case{112.0, 1380}, Case{105.0, 0}}) {
+    CAPTURE(c.seed_us);
+    CAPTURE(c.seed_mhz);
+    FakeBench bench(8);
+    clock_seeded(bench, c.seed_us, c.seed_mhz, 103.0);
+    CHECK(bench.measured[7] == k_seed_passes);
+    CHECK(bench.variant(7).eliminated_in_round == 1);
+    CHECK(bench.winner() == "p=1006");
+  }
+}
+
+TEST_CASE("an explored candidate cut on a cheap timing at a much lower SM clock joins the final "
+          "round") {
+  // Candidates at 100 + i us, all within k_prune_ratio; the final round takes the best
+  // k_halving_eta (0-3). Candidate 8 was timed at 108 us at 1380 MHz, 95 us at 1725.
+  FakeBench bench(10);
+  bench.median_of = [&bench](size_t i) {
+    return i == 8 && bench.measured[8] > 1 ? 95.0 : 100.0 + double(i);
+  };
+  bench.mhz_of = [](size_t i, int nth) { return i == 8 && nth == 1 ? 1380 : 1725; };
+  ProblemReport report;
+  halving(bench, 1e9).measure(bench, pending(10), report);
+  REQUIRE(bench.stages.count("final") == 1);
+  CHECK(bench.measured[8] == 1 + k_final_passes);
+  for (size_t i : {4, 5, 6, 7, 9}) {
+    CAPTURE(i);
+    CHECK(bench.measured[i] == 1);
+    CHECK(bench.variant(i).eliminated_in_round == 1);
+  }
+  CHECK(bench.winner() == "p=1008");
 }
 
 TEST_CASE("when nothing in the final round stays correct, the seeds' early measurements decide") {

@@ -253,11 +253,56 @@ private:
     for (size_t i : m_explored) {
       contenders += ok(i) && median(i) <= limit ? 1 : 0;
     }
-    if (contenders == 0) {
+    const size_t slowed = clock_contenders({}).size();
+    if (contenders == 0 && slowed == 0) {
       return 0;
     }
-    const size_t finalists = std::min<size_t>(contenders, k_halving_eta) + final_seeds().size();
+    const size_t finalists =
+        std::min<size_t>(contenders, k_halving_eta) + final_seeds().size() + slowed;
     return double(finalists) * full_cost();
+  }
+
+  // The correct timings of this session that lost to the fastest of them while the SM
+  // clock was at least k_clock_gap lower, ahead of it once both are scaled to one clock,
+  // and not in `finalists`: at most k_clock_finalists, the most ahead first (k_clock_gap
+  // in strategy.hpp). None where a clock is unknown.
+  std::vector<size_t> clock_contenders(const std::vector<size_t>& finalists) {
+    std::vector<size_t> timed;
+    for (size_t i : m_full_ok) {
+      if (std::find(m_in.measured.begin(), m_in.measured.end(), i) == m_in.measured.end()) {
+        timed.push_back(i); // a killed session's results carry no clock of this session's
+      }
+    }
+    for (size_t i : m_explored) {
+      if (ok(i)) {
+        timed.push_back(i);
+      }
+    }
+    if (timed.empty()) {
+      return {};
+    }
+    const size_t lead = *std::min_element(
+        timed.begin(), timed.end(), [&](size_t a, size_t b) { return median(a) < median(b); });
+    const double lead_mhz = m_bench.variant(lead).sm_clock_mhz;
+    std::vector<std::pair<double, size_t>> found; // (clock-scaled ratio to the lead, index)
+    for (size_t i : timed) {
+      const double mhz = m_bench.variant(i).sm_clock_mhz;
+      if (i == lead || mhz <= 0 || lead_mhz <= 0 || mhz * k_clock_gap > lead_mhz ||
+          std::find(finalists.begin(), finalists.end(), i) != finalists.end()) {
+        continue;
+      }
+      const double ratio = median(i) / median(lead);
+      const double scaled = ratio * mhz / lead_mhz;
+      if (ratio <= k_prune_ratio && scaled < 1.0) {
+        found.emplace_back(scaled, i);
+      }
+    }
+    std::sort(found.begin(), found.end());
+    std::vector<size_t> out;
+    for (size_t k = 0; k < found.size() && k < k_clock_finalists; ++k) {
+      out.push_back(found[k].second);
+    }
+    return out;
   }
 
   // The seeds that join the final round: the first of those measured in full here, in
@@ -522,15 +567,20 @@ private:
       }
     }
     cut(left, eta, round);
-    if (left.empty()) {
-      // No final round: the seeds' full measurements, taken together, decide
-      // (with any results a killed session stored), none measured again.
-      return skipped;
-    }
     // The best seed(s) measured in the same passes as the finalists, first in the
     // round's order; seeds are never explored, so never among the finalists already.
     std::vector<size_t> finalists = final_seeds();
     finalists.insert(finalists.end(), left.begin(), left.end());
+    const std::vector<size_t> slowed = clock_contenders(finalists);
+    if (left.empty() && slowed.empty()) {
+      // No final round: the seeds' full measurements, taken together, decide
+      // (with any results a killed session stored), none measured again.
+      return skipped;
+    }
+    for (size_t i : slowed) {
+      m_bench.variant(i).eliminated_in_round = 0; // cut on its timing, back in the round
+      finalists.push_back(i);
+    }
     if (measure_in_passes(finalists, k_final_passes, "final")) {
       cut_seeds_left_out(finalists, round);
     }
