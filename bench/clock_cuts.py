@@ -11,7 +11,9 @@ cut (eliminated_in_round > 0) whose median is within --within of its problem's w
 timed but below it once both are scaled to a common clock (median x MHz): cuts made
 between timings taken under different conditions. Scaling is not a correction (a lower
 clock is partly the kernel's own power draw, which it also pays in use); the list says
-where a side-by-side timing would be needed to decide. No GPU needed."""
+where a side-by-side timing would be needed to decide. "timed in": the search step the
+cut variant's timing comes from (reports of 2026-11-27 on; "?" in older ones). No GPU
+needed."""
 import argparse
 import gzip
 import json
@@ -43,7 +45,7 @@ def main():
             scaled = raw * v["sm_clock_mhz"] / winner["sm_clock_mhz"]
             if raw <= args.within and scaled < 1.0:
                 rows.append((index, raw, scaled, v["sm_clock_mhz"], winner["sm_clock_mhz"],
-                             v["variant"]))
+                             v.get("timed_in") or "?", v["variant"]))
     if not clocks:
         sys.exit(f"{args.report}: no timing with an SM clock (was NVML missing?)")
     print(f"{len(clocks)} timings; SM clock MHz min {min(clocks)}, median "
@@ -51,10 +53,10 @@ def main():
     problems = len({r[0] for r in rows})
     print(f"{len(rows)} cut variants in {problems} of {len(report['problems'])} problems within "
           f"{args.within:.2f}x of the winner as timed, faster once scaled by clock:")
-    print("| problem | as timed | clock-scaled | its MHz | winner's MHz | variant |")
-    print("|---|---|---|---|---|---|")
-    for index, raw, scaled, mhz, wmhz, variant in rows:
-        print(f"| {index} | {raw:.3f} | {scaled:.3f} | {mhz} | {wmhz} | `{variant}` |")
+    print("| problem | as timed | clock-scaled | its MHz | winner's MHz | timed in | variant |")
+    print("|---|---|---|---|---|---|---|")
+    for index, raw, scaled, mhz, wmhz, step, variant in rows:
+        print(f"| {index} | {raw:.3f} | {scaled:.3f} | {mhz} | {wmhz} | {step} | `{variant}` |")
 
 
 if __name__ == "__main__":

@@ -881,6 +881,7 @@ TEST_CASE("a seed that lost while the SM clock was much lower is measured again 
     CHECK(bench.measured[6] == k_seed_passes + k_final_passes);
     CHECK(bench.measured[7] == k_seed_passes + k_final_passes);
     CHECK(bench.variant(7).eliminated_in_round == 0);
+    CHECK(std::string(bench.variant(7).timed_in) == "final");
     CHECK(bench.winner() == "p=1007");
   }
 }
@@ -900,6 +901,7 @@ TEST_CASE("a seed that lost at about the same SM clock, or by more than the prun
     clock_seeded(bench, c.seed_us, c.seed_mhz, 103.0);
     CHECK(bench.measured[7] == k_seed_passes);
     CHECK(bench.variant(7).eliminated_in_round == 1);
+    CHECK(std::string(bench.variant(7).timed_in) == "seeds");
     CHECK(bench.winner() == "p=1006");
   }
 }
@@ -921,7 +923,9 @@ TEST_CASE("an explored candidate cut on a cheap timing at a much lower SM clock 
     CAPTURE(i);
     CHECK(bench.measured[i] == 1);
     CHECK(bench.variant(i).eliminated_in_round == 1);
+    CHECK(std::string(bench.variant(i).timed_in) == "explore");
   }
+  CHECK(std::string(bench.variant(8).timed_in) == "final");
   CHECK(bench.winner() == "p=1008");
 }
 

@@ -234,12 +234,13 @@ void print_json(const TuneReport& report, std::FILE* out) {
       std::fprintf(out,
                    "%s{\"variant\":\"%s\",\"outcome\":\"%s\",\"median_us\":%s,\"p10_us\":%s,"
                    "\"p90_us\":%s,\"samples\":%d,\"sm_clock_mhz\":%d,\"rel_err\":%s,"
-                   "\"resumed\":%s,\"eliminated_in_round\":%d,\"message\":\"%s\"}",
+                   "\"resumed\":%s,\"eliminated_in_round\":%d,\"timed_in\":\"%s\","
+                   "\"message\":\"%s\"}",
                    i ? "," : "", json_escape(v.config).c_str(), cache::to_string(v.outcome),
                    json_number(v.timing.median_us).c_str(), json_number(v.timing.p10_us).c_str(),
                    json_number(v.timing.p90_us).c_str(), v.timing.samples, v.sm_clock_mhz,
                    json_number(v.rel_err, "%.4g").c_str(), v.reused_result ? "true" : "false",
-                   v.eliminated_in_round, json_escape(v.message).c_str());
+                   v.eliminated_in_round, v.timed_in, json_escape(v.message).c_str());
     }
     std::fprintf(out, "]}");
   }

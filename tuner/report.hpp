@@ -28,7 +28,8 @@ void print_table(const TuneReport& report, std::FILE* out, size_t top = 10);
 //     search_s         the strategy's run (compile, cubin_load, measure and store of the
 //                      search), what budget_s bounds (halving; 0: no budget)
 //     variants[]       variant, outcome, median_us, p10_us, p90_us, samples,
-//                      sm_clock_mhz, rel_err, resumed, eliminated_in_round, message
+//                      sm_clock_mhz, rel_err, resumed, eliminated_in_round, timed_in
+//                      (the search step its timing comes from, VariantReport), message
 // Readers (bench/headline.py, bench/tuning_cost.py) look fields up by name: add fields,
 // never rename one.
 void print_json(const TuneReport& report, std::FILE* out);

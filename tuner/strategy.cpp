@@ -39,6 +39,7 @@ void measure_in_full(Bench& bench, const std::vector<size_t>& pending,
     bench.progress("measure", k, pending.size());
     if (measurable(bench, pending[k])) {
       bench.measure(pending[k], protocol);
+      bench.variant(pending[k]).timed_in = "full";
       bench.store(pending[k]);
     }
   }
@@ -345,6 +346,7 @@ private:
   void measure_in_full(size_t i) {
     double t = m_clock();
     m_bench.measure(i, m_full);
+    m_bench.variant(i).timed_in = "seeds";
     m_full_rate.add(m_clock() - t);
     m_bench.store(i);
     if (ok(i)) {
@@ -493,6 +495,7 @@ private:
         m_bench.progress("explore", m_done, m_in.pending.size());
         double t1 = m_clock();
         m_bench.measure(i, cheap);
+        m_bench.variant(i).timed_in = "explore";
         const double took = m_clock() - t1;
         m_cheap_rate.add(took);
         measured_s += took;
@@ -554,6 +557,7 @@ private:
         for (size_t k = 0; k < left.size(); ++k) {
           m_bench.progress("round 2", k, left.size());
           m_bench.measure(left[k], longer);
+          m_bench.variant(left[k]).timed_in = "round 2";
           if (ok(left[k])) {
             measured.push_back(left[k]);
           } else {
@@ -609,7 +613,8 @@ private:
   // the outputs before timing them: one that fails any pass is out with that outcome,
   // stored at once. The others' passes are pooled (pool_passes) into the full
   // measurement stored for them, replacing any earlier one (a seed's in the final
-  // round): the decision sees only these passes. The progress (`stage`) counts passes.
+  // round): the decision sees only these passes. The progress (`stage`, a string
+  // literal, also each one's timed_in) counts passes.
   // Returns whether any was correct in every pass.
   bool measure_in_passes(const std::vector<size_t>& indices, int passes, const char* stage) {
     struct Entry {
@@ -655,6 +660,7 @@ private:
       }
       VariantReport& v = m_bench.variant(x.index);
       v.timing = pool_passes(x.passes, x.samples_us);
+      v.timed_in = stage;
       v.rel_err = x.rel_err;
       m_full_rate.add(x.seconds);
       m_bench.store(x.index);

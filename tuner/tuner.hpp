@@ -68,6 +68,10 @@ struct VariantReport {
   // Successive halving cut it after this round (not a winner): on a cheap timing, or a
   // seed left out of the final round (HalvingSearch, k_final_seeds) on its full one.
   int eliminated_in_round = 0;
+  // The step of the search its timing comes from: "full" (exhaustive, random), "seeds",
+  // "explore", "round 2" or "final" (halving); "" when this session did not time it.
+  // A string literal (static storage).
+  const char* timed_in = "";
 };
 
 // Successive halving (HalvingSearch, strategy.hpp) keeps the best 1/k_halving_eta of
