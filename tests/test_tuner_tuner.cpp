@@ -886,6 +886,32 @@ TEST_CASE("a seed that lost while the SM clock was much lower is measured again 
   }
 }
 
+TEST_CASE("a seed cut at the clock of the fastest timing joins the final round when a finalist "
+          "took more clock cycles at a much higher clock") {
+  // Seed 6: 100 us at 1400 MHz, the fastest as timed; seed 7: 104 us at 1380 (more than
+  // k_final_seed_tie behind 6, at about its clock), 98 us later; candidates 0-5 at
+  // 101 + 3i us at 1725 MHz reach the final round, and candidate 0 takes more cycles
+  // than seed 7 did (101 x 1725 > 104 x 1380).
+  REQUIRE(104.0 > k_final_seed_tie * 100.0);
+  REQUIRE(1380 * k_clock_gap > 1400);
+  REQUIRE(101.0 * 1725 > 104.0 * 1380);
+  FakeBench bench(8);
+  bench.median_of = [&bench](size_t i) {
+    if (i == 7) {
+      return bench.measured[7] <= k_seed_passes ? 104.0 : 98.0;
+    }
+    return i == 6 ? 100.0 : 101.0 + 3.0 * double(i);
+  };
+  bench.mhz_of = [](size_t i, int nth) {
+    return i == 6 && nth <= k_seed_passes ? 1400 : i == 7 && nth <= k_seed_passes ? 1380 : 1725;
+  };
+  ProblemReport report;
+  halving(bench, 1e9).measure(bench, pending(8, {6, 7}), report);
+  REQUIRE(bench.stages.count("final") == 1);
+  CHECK(bench.measured[7] == k_seed_passes + k_final_passes);
+  CHECK(bench.winner() == "p=1007");
+}
+
 TEST_CASE("a seed that lost at about the same SM clock, or by more than the pruning ratio, "
           "stays cut") {
   struct Case {

@@ -244,29 +244,35 @@ private:
   }
   // What the final round will take: a full measurement of each explored candidate
   // that can still reach it (within k_prune_ratio of the best full one), at most eta,
-  // and of the seeds that join them (final_seeds); nothing when no explored one can
-  // reach it (then there is no final round, and no seed is measured again). Its
+  // of the seeds that join them (final_seeds) and of the timings cut at a lower clock
+  // that join them too (clock_contenders); nothing when none of these would be
+  // measured (then there is no final round, and no seed is measured again). Its
   // interleaved passes add up to about that (pass_protocol): each pass after a
   // finalist's first adds only a check and one warm-up launch.
   double final_reserve() {
     const double limit = k_prune_ratio * best_full();
-    size_t contenders = 0;
+    std::vector<size_t> contenders;
     for (size_t i : m_explored) {
-      contenders += ok(i) && median(i) <= limit ? 1 : 0;
+      if (ok(i) && median(i) <= limit) {
+        contenders.push_back(i);
+      }
     }
-    const size_t slowed = clock_contenders({}).size();
-    if (contenders == 0 && slowed == 0) {
+    sort_by_median(contenders);
+    contenders.resize(std::min<size_t>(contenders.size(), k_halving_eta));
+    std::vector<size_t> finalists = final_seeds();
+    finalists.insert(finalists.end(), contenders.begin(), contenders.end());
+    const size_t slowed = clock_contenders(finalists).size();
+    if (contenders.empty() && slowed == 0) {
       return 0;
     }
-    const size_t finalists =
-        std::min<size_t>(contenders, k_halving_eta) + final_seeds().size() + slowed;
-    return double(finalists) * full_cost();
+    return double(finalists.size() + slowed) * full_cost();
   }
 
-  // The correct timings of this session that lost to the fastest of them while the SM
-  // clock was at least k_clock_gap lower, ahead of it once both are scaled to one clock,
-  // and not in `finalists`: at most k_clock_finalists, the most ahead first (k_clock_gap
-  // in strategy.hpp). None where a clock is unknown.
+  // The correct timings of this session, not in `finalists`, within k_prune_ratio of
+  // the fastest as timed, that a finalist timed at a clock at least k_clock_gap higher
+  // beats only by its clock: per clock cycle (median x MHz) the candidate is the faster.
+  // At most k_clock_finalists, the fewest cycles first (k_clock_gap in strategy.hpp).
+  // None where a clock is unknown.
   std::vector<size_t> clock_contenders(const std::vector<size_t>& finalists) {
     std::vector<size_t> timed;
     for (size_t i : m_full_ok) {
@@ -282,20 +288,21 @@ private:
     if (timed.empty()) {
       return {};
     }
-    const size_t lead = *std::min_element(
-        timed.begin(), timed.end(), [&](size_t a, size_t b) { return median(a) < median(b); });
-    const double lead_mhz = m_bench.variant(lead).sm_clock_mhz;
-    std::vector<std::pair<double, size_t>> found; // (clock-scaled ratio to the lead, index)
+    const double fastest = median(*std::min_element(
+        timed.begin(), timed.end(), [&](size_t a, size_t b) { return median(a) < median(b); }));
+    auto mhz = [&](size_t i) { return double(m_bench.variant(i).sm_clock_mhz); };
+    auto cycles = [&](size_t i) { return median(i) * mhz(i); };
+    std::vector<std::pair<double, size_t>> found; // (cycles, index)
     for (size_t i : timed) {
-      const double mhz = m_bench.variant(i).sm_clock_mhz;
-      if (i == lead || mhz <= 0 || lead_mhz <= 0 || mhz * k_clock_gap > lead_mhz ||
+      if (mhz(i) <= 0 || median(i) > k_prune_ratio * fastest ||
           std::find(finalists.begin(), finalists.end(), i) != finalists.end()) {
         continue;
       }
-      const double ratio = median(i) / median(lead);
-      const double scaled = ratio * mhz / lead_mhz;
-      if (ratio <= k_prune_ratio && scaled < 1.0) {
-        found.emplace_back(scaled, i);
+      const bool slowed = std::any_of(finalists.begin(), finalists.end(), [&](size_t f) {
+        return ok(f) && mhz(f) >= k_clock_gap * mhz(i) && cycles(i) < cycles(f);
+      });
+      if (slowed) {
+        found.emplace_back(cycles(i), i);
       }
     }
     std::sort(found.begin(), found.end());

@@ -230,18 +230,19 @@ constexpr int k_seed_passes = 2;
 constexpr size_t k_final_seeds = 3;
 constexpr double k_final_seed_tie = 1.02;
 
-// A correct timing of this session that lost to the fastest one (the lead) while the
-// SM clock NVML read right after it was at least k_clock_gap below the lead's, that is
-// within k_prune_ratio of the lead as timed and faster than it once both are scaled to
-// one clock (median x MHz), joins the final round, up to k_clock_finalists of them (the
-// most ahead once scaled first), measured beside the others in the same passes. Scaling
-// decides nothing (a lower clock is partly a kernel's own power draw, which it also pays
-// in use): it only says that the two timings were taken under conditions too different
-// to cut on. In the headline attention run of be96107, 10 cuts in 9 of 51 problems were
-// such (clocks 1335-1980 MHz over the run; bench/clock_cuts.py), one of them the variant
-// an exhaustive run of the problem found faster (2547 us at 1380 MHz against the winner's
-// 2424 at 1725; paired later, 2.8% faster). Each adds one full measurement, which
-// final_reserve takes out of exploration's share of the budget.
+// A correct timing of this session left out of the final round, within k_prune_ratio of
+// the fastest as timed, joins the round when a finalist whose timing ran at an SM clock
+// at least k_clock_gap higher (NVML, read right after each timing) took more clock
+// cycles than it (median x MHz): up to k_clock_finalists of them, the fewest cycles
+// first, measured beside the others in the same passes. Cycles decide nothing (a lower
+// clock is partly a kernel's own power draw, which it also pays in use): they only say
+// that the two timings were taken under conditions too different to cut on. In the
+// headline attention run of be96107, 10 cuts in 9 of 51 problems were such (clocks
+// 1335-1980 MHz over the run; bench/clock_cuts.py), one of them the variant an
+// exhaustive run of the problem found faster (2547 us at 1380 MHz against the winner's
+// 2424 at 1725; paired later, 2.8% faster). Against the fastest timing alone the rule
+// missed cuts whose winner had been timed early at a clock as low as theirs. Each adds
+// one full measurement, which final_reserve takes out of exploration's share.
 constexpr double k_clock_gap = 1.05;
 constexpr size_t k_clock_finalists = 2;
 
