@@ -4,7 +4,7 @@
     python3 bench/clock_cuts.py REPORT.json [--within 1.10]
 
 REPORT.json is `autotune --json` output (bench/headline.py keeps the default run's as
-headline-OP-default-report.json; gzipped is read too, e.g. bench/results/
+headline-OP-default-report.json.gz in its --out; gzipped or not, e.g. bench/results/
 h100-headline-attention-report.json.gz, the attention run of be96107). Every timing
 carries the SM clock NVML reported right after it (`sm_clock_mhz`). Prints the spread of those clocks, then each variant the search
 cut (eliminated_in_round > 0) whose median is within --within of its problem's winner as

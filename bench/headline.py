@@ -19,7 +19,8 @@ subsets and the commands with estimates.
    empty database, /tmp/autotune-headline-OP.db, left for bench/unseen.py) and --json,
    timed: headline_default_s. --out/headline-OP-default.json holds the summary (wall
    time, each shape's winner and its time by phase), --out/headline-OP-default.log the
-   progress lines. Its "breakdown" says where the wall time went: the tuner's phases_s
+   progress lines, --out/headline-OP-default-report.json.gz the CLI's whole --json report
+   (every variant's timing, SM clock and search step: bench/clock_cuts.py reads it). Its "breakdown" says where the wall time went: the tuner's phases_s
    (select, setup, compile, cubin_load, measure, restart, store, recheck, other;
    tuner/report.hpp) and worker_s summed over the shapes, the search's time against the
    budgets, and the 5 slowest shapes with theirs (also in <gpu>-headline.{json,md}).
@@ -51,6 +52,7 @@ device calls come back in separate folders: merge them here without a GPU with
 import argparse
 import datetime
 import glob
+import gzip
 import json
 import os
 import random
@@ -259,6 +261,11 @@ def step_default(args, op, deadline):
                               for i, p in enumerate(report["problems"])]
         summary["breakdown"] = breakdown(report, seconds)
         with open(os.path.join(args.work, f"headline-{op}-default-report.json"), "w") as f:
+            json.dump(report, f)
+        # The full report travels back with --out (gzipped, ~50 KB for attention): what
+        # bench/clock_cuts.py and a later look at the search read.
+        with gzip.open(os.path.join(args.out, f"headline-{op}-default-report.json.gz"),
+                       "wt") as f:
             json.dump(report, f)
     for folder in (args.out, args.work):
         write_json(os.path.join(folder, f"headline-{op}-default.json"), summary)
