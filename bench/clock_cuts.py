@@ -5,15 +5,15 @@
 
 REPORT.json is `autotune --json` output (bench/headline.py keeps the default run's as
 headline-OP-default-report.json.gz in its --out; gzipped or not, e.g. bench/results/
-h100-headline-attention-report.json.gz, the attention run of be96107). Every timing
-carries the SM clock NVML reported right after it (`sm_clock_mhz`). Prints the spread of those clocks, then each variant the search
-cut (eliminated_in_round > 0) whose median is within --within of its problem's winner as
-timed but below it once both are scaled to a common clock (median x MHz): cuts made
-between timings taken under different conditions. Scaling is not a correction (a lower
-clock is partly the kernel's own power draw, which it also pays in use); the list says
-where a side-by-side timing would be needed to decide. "timed in": the search step the
-cut variant's timing comes from (reports of 2026-11-27 on; "?" in older ones). No GPU
-needed."""
+h100-headline-attention-report.json.gz, the attention run of 73e7075). Every timing
+carries the SM clock NVML reported right after it (`sm_clock_mhz`). Prints the spread of
+those clocks, then each variant the search cut (eliminated_in_round > 0) whose median is
+within --within of its problem's winner as timed but below it once both are scaled to a
+common clock (median x MHz): cuts made between timings taken under different conditions.
+Scaling is not a correction (a lower clock is partly the kernel's own power draw, which it
+also pays in use); the list says where a side-by-side timing would be needed to decide.
+"timed in": the search step the cut variant's timing comes from (reports of 2026-11-27
+on; "?" in older ones). No GPU needed."""
 import argparse
 import gzip
 import json
