@@ -19,8 +19,9 @@ subsets and the commands with estimates.
    empty database, /tmp/autotune-headline-OP.db, left for bench/unseen.py) and --json,
    timed: headline_default_s. --out/headline-OP-default.json holds the summary (wall
    time, each shape's winner and its time by phase), --out/headline-OP-default.log the
-   progress lines, --out/headline-OP-default-report.json.gz the CLI's whole --json report
-   (every variant's timing, SM clock and search step: bench/clock_cuts.py reads it). Its "breakdown" says where the wall time went: the tuner's phases_s
+   progress lines, --out/headline-OP-default-report.json.gz the CLI's whole --json
+   report (every variant's timing, SM clock and search step: bench/clock_cuts.py reads
+   it). The summary's "breakdown" says where the wall time went: the tuner's phases_s
    (select, setup, compile, cubin_load, measure, restart, store, recheck, other;
    tuner/report.hpp) and worker_s summed over the shapes, the search's time against the
    budgets, and the 5 slowest shapes with theirs (also in <gpu>-headline.{json,md}).
@@ -260,8 +261,6 @@ def step_default(args, op, deadline):
                                **problem_times(p)}
                               for i, p in enumerate(report["problems"])]
         summary["breakdown"] = breakdown(report, seconds)
-        with open(os.path.join(args.work, f"headline-{op}-default-report.json"), "w") as f:
-            json.dump(report, f)
         # The full report travels back with --out (gzipped, ~50 KB for attention): what
         # bench/clock_cuts.py and a later look at the search read.
         with gzip.open(os.path.join(args.out, f"headline-{op}-default-report.json.gz"),
