@@ -847,17 +847,22 @@ TEST_CASE("seeds measured while the GPU slows down are compared in alternating p
 
 namespace {
 
-// Seeds 6 (100 us at 1725 MHz) and 7: `seed_us` at `seed_mhz` when measured as a seed,
-// 98 us at 1725 MHz from then on; candidates 0-5 at `first_us` + 3i, 1725 MHz.
-void clock_seeded(FakeBench& bench, double seed_us, int seed_mhz, double first_us) {
+// Seeds 6 (100 us, at `lead_mhz` when measured as a seed, 1725 MHz after) and 7
+// (`seed_us` at `seed_mhz` when measured as a seed, 98 us at 1725 MHz after); candidates
+// 0-5 at `first_us` + 3i, 1725 MHz.
+void clock_seeded(FakeBench& bench, double seed_us, int seed_mhz, double first_us,
+                  int lead_mhz = 1725) {
   bench.median_of = [&bench, seed_us, first_us](size_t i) {
     if (i == 7) {
       return bench.measured[7] <= k_seed_passes ? seed_us : 98.0;
     }
     return i == 6 ? 100.0 : first_us + 3.0 * double(i);
   };
-  bench.mhz_of = [seed_mhz](size_t i, int nth) {
-    return i == 7 && nth <= k_seed_passes ? seed_mhz : 1725;
+  bench.mhz_of = [seed_mhz, lead_mhz](size_t i, int nth) {
+    if (nth <= k_seed_passes && (i == 6 || i == 7)) {
+      return i == 6 ? lead_mhz : seed_mhz;
+    }
+    return 1725;
   };
   ProblemReport report;
   halving(bench, 1e9).measure(bench, pending(8, {6, 7}), report);
@@ -896,17 +901,7 @@ TEST_CASE("a seed cut at the clock of the fastest timing joins the final round w
   REQUIRE(1380 * k_clock_gap > 1400);
   REQUIRE(101.0 * 1725 > 104.0 * 1380);
   FakeBench bench(8);
-  bench.median_of = [&bench](size_t i) {
-    if (i == 7) {
-      return bench.measured[7] <= k_seed_passes ? 104.0 : 98.0;
-    }
-    return i == 6 ? 100.0 : 101.0 + 3.0 * double(i);
-  };
-  bench.mhz_of = [](size_t i, int nth) {
-    return i == 6 && nth <= k_seed_passes ? 1400 : i == 7 && nth <= k_seed_passes ? 1380 : 1725;
-  };
-  ProblemReport report;
-  halving(bench, 1e9).measure(bench, pending(8, {6, 7}), report);
+  clock_seeded(bench, 104.0, 1380, 101.0, 1400);
   REQUIRE(bench.stages.count("final") == 1);
   CHECK(bench.measured[7] == k_seed_passes + k_final_passes);
   CHECK(bench.winner() == "p=1007");

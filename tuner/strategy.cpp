@@ -299,7 +299,7 @@ private:
         continue;
       }
       const bool slowed = std::any_of(finalists.begin(), finalists.end(), [&](size_t f) {
-        return ok(f) && mhz(f) >= k_clock_gap * mhz(i) && cycles(i) < cycles(f);
+        return mhz(f) >= k_clock_gap * mhz(i) && cycles(i) < cycles(f);
       });
       if (slowed) {
         found.emplace_back(cycles(i), i);
