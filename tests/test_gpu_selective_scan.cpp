@@ -606,7 +606,9 @@ TEST_CASE("tuning a selective_scan with fixed B and variable C verifies and stor
 // L is ragged (the AT_RAGGED build: the element layout), a multiple of 8 (the aligned
 // build's one-element fallback) and shorter than a chunk; D = 40 leaves channels past
 // D in the last block. Each ragged run takes its next chunk in registers and through
-// shared memory (ragged=regs|async). The padding of out must stay untouched.
+// shared memory (ragged=regs|async), and whole vectors on shifted timelines
+// (ragged=shift: the pitch makes 2, 8 or 4 classes of rows by their offset). The
+// padding of out must stay untouched.
 TEST_CASE("pinned state-form selective_scan variants take ragged and misaligned strided rows") {
   context();
   std::mt19937_64 rng(std::random_device{}());
@@ -630,7 +632,7 @@ TEST_CASE("pinned state-form selective_scan variants take ragged and misaligned 
   };
   for (long long L : {641LL, 640LL, 7LL}) {
     for (const Run& run : runs) {
-      for (const char* mode : {"regs", "async"}) {
+      for (const char* mode : {"regs", "async", "shift"}) {
         const std::string config = std::string(run.config) + ",ragged=" + mode;
         const std::string shape = "B=2,D=40,L=" + std::to_string(L) + ",N=16,dtype=" + run.dtype +
                                   (*run.extra ? std::string(",") + run.extra : std::string());
@@ -720,6 +722,133 @@ TEST_CASE("pinned state-form selective_scan variants take ragged and misaligned 
         CHECK(relative_error(dense, k.ref.out) <= scan_op().tolerance(p));
         if (p.get_int("last_state")) {
           dlast.download(last);
+          CHECK(relative_error(last, k.ref.last) <= 1e-4);
+        }
+      }
+    }
+  }
+}
+
+// ragged=shift through the runtime on the layouts models pass: u, delta, z and out as
+// Mamba lays them out ([D, B, L] memory, z the second half of an xz buffer: the rows
+// share their offsets, the shifted timelines run), as contiguous [B, D, L] tensors,
+// and mixed (u contiguous, delta in Mamba's layout, z one element off: the kernel
+// runs as ragged=async), with two B/C groups whose blocks can or cannot keep to one
+// group. Positions of out's buffer outside the call's rows (mixed: a padded out) stay
+// untouched.
+TEST_CASE("ragged=shift takes Mamba's layouts and falls back where rows disagree") {
+  context();
+  std::mt19937_64 rng(std::random_device{}());
+  const char* k_configs[] = {
+      "threads=128,items=64,cpb=16,nsplit=8,scan=state,vec=8,poly=0,minblocks=1,tsplit=1,"
+      "bc=pair,cpl=1,ystore=after,yred=2,ragged=shift",
+      "threads=64,items=32,cpb=16,nsplit=4,scan=state,vec=8,poly=0,minblocks=1,tsplit=1,"
+      "bc=f32,cpl=1,ystore=after,yred=1,ragged=shift"};
+  struct Layout {
+    long long base, bs, ds, size; // element (b, d, t) at base + b * bs + d * ds + t
+  };
+  for (const char* shape :
+       {"B=3,D=40,L=1001,N=16,last_state=1", "B=2,D=256,G=2,L=1002,N=16",
+        "B=2,D=96,G=2,L=333,N=16,dtype=fp16", "B=3,D=40,L=5,N=16,dtype=fp32,last_state=1"}) {
+    for (const char* layout : {"mamba", "contiguous", "mixed"}) {
+      for (const char* config : k_configs) {
+        if (std::string(shape).find("fp32") != std::string::npos &&
+            std::string(config).find("bc=pair") != std::string::npos) {
+          continue; // pairs pack 16-bit B and C
+        }
+        CAPTURE(std::string(shape));
+        CAPTURE(std::string(layout));
+        CAPTURE(std::string(config));
+        ScanCase k(shape, rng);
+        const Problem& p = k.problem;
+        const long long B = p.get_int("B"), D = p.get_int("D"), L = p.get_int("L"),
+                        N = p.get_int("N"), G = p.get_int("G");
+        const DType dt = parse_dtype(p.get("dtype"), "dtype");
+        const ElementType et = dt == DType::f32   ? ElementType::fp32
+                               : dt == DType::f16 ? ElementType::fp16
+                                                  : ElementType::bf16;
+        const Layout dense{0, D * L, L, B * D * L};
+        const Layout mamba{0, L, B * L, B * D * L};
+        const Layout xz_half{D * B * L, L, B * L, 2 * B * D * L}; // z of Mamba's xz
+        const bool is_mamba = std::string(layout) == "mamba";
+        const bool mixed = std::string(layout) == "mixed";
+        const Layout lu = is_mamba ? mamba : dense;
+        const Layout ldelta = is_mamba || mixed ? mamba : dense;
+        const Layout lz = is_mamba ? xz_half : mixed ? Layout{1, D * L, L, B * D * L + 1} : dense;
+        const Layout lout = is_mamba ? mamba
+                            : mixed  ? Layout{3, D * (L + 2), L + 2, 3 + B * D * (L + 2)}
+                                     : dense;
+        auto place = [&](const HostTensor& h, const Layout& at) {
+          HostTensor q(h.type, size_t(at.size));
+          q.poison();
+          for (long long b = 0; b < B; ++b) {
+            for (long long d = 0; d < D; ++d) {
+              for (long long t = 0; t < L; ++t) {
+                q.set(size_t(at.base + b * at.bs + d * at.ds + t),
+                      h.get(size_t((b * D + d) * L + t)));
+              }
+            }
+          }
+          return q;
+        };
+        HostTensor u = place(k.host[k.index("u")], lu);
+        HostTensor delta = place(k.host[k.index("delta")], ldelta);
+        HostTensor z = place(k.host[k.index("z")], lz);
+        HostTensor out(dt, size_t(lout.size));
+        out.poison();
+        DeviceTensor du(u), dd(delta), dz(z), dout(out);
+        RuntimeOptions ro;
+        ro.database = (fs::temp_directory_path() / "autotune-does-not-exist.db").string();
+        ro.policy = Policy::pin;
+        ro.pinned = config;
+        Runtime rt(ro);
+        auto vp = [&](const char* name) {
+          return reinterpret_cast<void*>(k.device[k.index(name)]->get());
+        };
+        const size_t esize = dtype_size(dt);
+        auto view = [&](const DeviceTensor& t, const Layout& at) {
+          return tensor(reinterpret_cast<void*>(t.get() + at.base * esize), et, {B, D, L},
+                        {at.bs, at.ds, 1});
+        };
+        SelectiveScanArgs a{};
+        a.u = view(du, lu);
+        a.delta = view(dd, ldelta);
+        a.z = view(dz, lz);
+        a.out = view(dout, lout);
+        a.B = tensor(vp("B"), et, {B, G, N, L});
+        a.C = tensor(vp("C"), et, {B, G, N, L});
+        a.A = tensor(vp("A"), ElementType::fp32, {D, N});
+        a.D = tensor(vp("D"), ElementType::fp32, {D});
+        a.delta_bias = tensor(vp("delta_bias"), ElementType::fp32, {D});
+        if (p.get_int("last_state")) {
+          a.last_state = tensor(vp("last_state"), ElementType::fp32, {B, D, N});
+        }
+        a.delta_softplus = 1;
+        Selection s = rt.select_selective_scan(a);
+        CHECK(s.source == "pinned");
+        rt.selective_scan(a);
+        AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+        dout.download(out);
+        HostTensor got(dt, size_t(B * D * L));
+        std::vector<bool> inside(size_t(lout.size), false);
+        for (long long b = 0; b < B; ++b) {
+          for (long long d = 0; d < D; ++d) {
+            for (long long t = 0; t < L; ++t) {
+              const size_t at = size_t(lout.base + b * lout.bs + d * lout.ds + t);
+              got.set(size_t((b * D + d) * L + t), out.get(at));
+              inside[at] = true;
+            }
+          }
+        }
+        bool untouched = true;
+        for (size_t i = 0; i < inside.size(); ++i) {
+          untouched = untouched && (inside[i] || std::isnan(out.get(i)));
+        }
+        CHECK(untouched);
+        CHECK(relative_error(got, k.ref.out) <= scan_op().tolerance(p));
+        if (p.get_int("last_state")) {
+          HostTensor last(DType::f32, size_t(B * D * N));
+          k.device[k.index("last_state")]->download(last);
           CHECK(relative_error(last, k.ref.last) <= 1e-4);
         }
       }

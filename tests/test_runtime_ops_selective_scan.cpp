@@ -326,7 +326,7 @@ TEST_CASE("selective_scan configuration constraints drop what cannot run") {
     CHECK_THROWS_WITH_AS(scan().check(config(base + "yred=x"), p, "sm_90a"),
                          doctest::Contains("yred"), Error);
   }
-  SUBCASE("a ragged L takes its next chunk in registers or through shared memory") {
+  SUBCASE("a ragged L takes its next chunk in registers, through shared memory or shifted") {
     const std::string pair = "threads=128,items=64,cpb=16,nsplit=8,scan=state,vec=8,poly=0,"
                              "minblocks=1,bc=pair,yred=1,";
     const Problem ragged = problem("B=2,D=2560,L=8191,N=16");
@@ -336,7 +336,9 @@ TEST_CASE("selective_scan configuration constraints drop what cannot run") {
     };
     CHECK(has(scan().defines(config(pair + "ragged=regs"), ragged), "-DAT_RAGGED=1"));
     CHECK(has(scan().defines(config(pair + "ragged=async"), ragged), "-DAT_RAGGED=2"));
+    CHECK(has(scan().defines(config(pair + "ragged=shift"), ragged), "-DAT_RAGGED=3"));
     CHECK_FALSE(has(scan().defines(config(pair + "ragged=async"), aligned), "-DAT_RAGGED=2"));
+    CHECK_FALSE(has(scan().defines(config(pair + "ragged=shift"), aligned), "-DAT_RAGGED=3"));
     // The shared-memory tile: per row of u, delta, z (16 channels each) and of B and C
     // (16 states each), 64 bf16 steps in 9 blocks of 16 bytes; an offset per channel (4
     // ints) and per B/C row; two 16-byte alignments.
@@ -345,6 +347,18 @@ TEST_CASE("selective_scan configuration constraints drop what cannot run") {
           scan().geometry(config(pair + "ragged=regs"), ragged).dynamic_smem + tile);
     CHECK(scan().check(config(pair + "ragged=async"), ragged, "sm_90a"));
     CHECK(scan().worth_measuring(config(pair + "ragged=async"), ragged));
+    // ragged=shift lays out the same tile (its calls whose rows disagree run as async)
+    // and has room for 8 classes of channels: 8 * ceil(320 / 16) blocks a batch.
+    const LaunchGeometry shifted = scan().geometry(config(pair + "ragged=shift"), ragged);
+    CHECK(shifted.dynamic_smem ==
+          scan().geometry(config(pair + "ragged=async"), ragged).dynamic_smem);
+    CHECK(shifted.grid[0] == 2 * 8 * 20);
+    CHECK(
+        scan().geometry(config(pair + "ragged=shift"), problem("B=2,D=1000,L=8191,N=16")).grid[0] ==
+        2 * 8 * 8); // 125 channels a class: 8 blocks of 16
+    CHECK(scan().check(config(pair + "ragged=shift"), ragged, "sm_90a"));
+    CHECK(scan().worth_measuring(config(pair + "ragged=shift"), ragged));
+    CHECK_FALSE(scan().worth_measuring(config(pair + "ragged=shift"), aligned));
     // Where L is a multiple of vec both build the same kernel: measured once.
     CHECK(scan().worth_measuring(config(pair + "ragged=regs"), aligned));
     CHECK_FALSE(scan().worth_measuring(config(pair + "ragged=async"), aligned));
@@ -499,22 +513,20 @@ TEST_CASE("a state-form configuration borrowed for a small batch gets more lanes
     const Config f32 = scan().adapt(grid_point, problem("B=2,D=2048,L=333,N=16,dtype=fp32"));
     CHECK(field(f32, "bc") == "f32");
   }
-  SUBCASE("long ragged rows of a small batch take the next chunk through shared memory") {
-    for (const char* shape : {"B=1,D=5120,L=2047,N=16", "B=2,D=2560,L=8191,N=16"}) {
+  SUBCASE("ragged rows take whole vectors on shifted timelines") {
+    for (const char* shape : {"B=1,D=5120,L=2047,N=16", "B=2,D=2560,L=8191,N=16",
+                              "B=2,D=2048,L=333,N=16", "B=8,D=1536,L=1500,N=16",
+                              "B=32,D=2048,L=1001,N=16", "B=2,D=2048,L=333,N=16,dtype=fp32"}) {
       CAPTURE(std::string(shape));
       const Problem p = problem(shape);
       const Config c = scan().adapt(grid_point, p);
-      CHECK(field(c, "ragged") == "async");
+      CHECK(field(c, "ragged") == "shift");
       CHECK(scan().check(c, p, "sm_90a"));
     }
-    // Short rows, aligned rows and more than 6144 channels keep the registers.
-    for (const char* shape :
-         {"B=2,D=2048,L=333,N=16", "B=2,D=2560,L=8192,N=16", "B=8,D=1536,L=1500,N=16"}) {
-      CAPTURE(std::string(shape));
-      const Config c = scan().adapt(grid_point, problem(shape));
-      const std::string* v = find_field(c, "ragged");
-      CHECK((v == nullptr || *v == "regs"));
-    }
+    // Aligned rows keep the vector build (ragged unread).
+    const Config c = scan().adapt(grid_point, problem("B=2,D=2560,L=8192,N=16"));
+    const std::string* v = find_field(c, "ragged");
+    CHECK((v == nullptr || *v == "regs"));
   }
   SUBCASE("N caps the lanes per channel") {
     const Problem few_states = problem("B=1,D=256,L=2048,N=4");

@@ -156,10 +156,10 @@ TEST_CASE("selective_scan's parameters that a problem or a kernel form does not 
   const size_t state = s.size() / 3;
   CHECK(total_size(ragged_parts) == state + 2 * state / 216);
   CHECK(total_size(aligned_parts) == state / 2 + 2 * state / 216);
-  // A space restricted to the other value of ragged is not narrowed by that rule.
-  Space async_only = s;
-  restrict_space(async_only, {{"ragged", "async"}, {"scan", "state"}});
-  CHECK(total_size(inert_parts(async_only, op.inert_params(aligned))) == async_only.size());
+  // A space restricted to another value of ragged is not narrowed by that rule.
+  Space shift_only = s;
+  restrict_space(shift_only, {{"ragged", "shift"}, {"scan", "state"}});
+  CHECK(total_size(inert_parts(shift_only, op.inert_params(aligned))) == shift_only.size());
 }
 
 TEST_CASE("templates expand their includes once and carry line markers") {

@@ -194,6 +194,19 @@ def _first_call(plans, rt, key, q, fields, features, pointers, lse_shape):
 _OUT_LIKE, _OUT_CONTIGUOUS, _OUT_CHANNEL_LAST = 0, 1, 2
 
 
+def dense(t):
+    """Whether t's elements fill its span exactly with rows of stride 1 (a permutation of a
+    contiguous tensor, e.g. Mamba's [B, D, L] view of [D, B, L] memory): torch.empty_like
+    then keeps its strides, as mamba-ssm's and causal-conv1d's outputs do."""
+    dims = sorted((st, sz) for st, sz in zip(t.stride(), t.shape) if sz != 1)
+    expect = 1
+    for st, sz in dims:
+        if st != expect:
+            return False
+        expect *= sz
+    return t.dim() == 0 or t.shape[-1] == 1 or t.stride(-1) == 1
+
+
 def conv_out_form(x):
     """Which of the three allocations above out takes for x: channel-last when x's channel
     dimension is the contiguous one and its length dimension is not (the library's rule:
@@ -202,7 +215,7 @@ def conv_out_form(x):
     if (len(shape) == 3 and shape[1] > 1 and shape[2] > 1 and strides[1] == 1 and
             strides[2] != 1):
         return _OUT_CHANNEL_LAST
-    return _OUT_LIKE if x.is_contiguous() else _OUT_CONTIGUOUS
+    return _OUT_LIKE if x.is_contiguous() or dense(x) else _OUT_CONTIGUOUS
 
 
 def conv_out(x, form):
@@ -440,6 +453,15 @@ def _state_update_first(plans, runtime_for, key, state, x, dt, A, B, C, D, z, dt
 
 
 # ---- selective_scan -----------------------------------------------------------------------
+def scan_out(u):
+    """An uninitialised out for u: u's layout where u is dense (Mamba's [B, D, L] view of
+    [D, B, L] memory: u, delta, z and out then share their rows' offsets, which the
+    kernels' ragged=shift reads as whole vectors), else contiguous."""
+    if u.is_contiguous() or dense(u):
+        return _empty_like(u)
+    return _empty_like(u, memory_format=_contiguous)
+
+
 def scan(plans, runtime_for, u, delta, A, B, C, D, z, delta_bias, delta_softplus, with_state,
          copies=None):
     """out (and the last state fp32 [B, D, N] when with_state) of a selective scan call;
@@ -489,8 +511,8 @@ def _scan_first(plans, runtime_for, key, u, delta, A, B, C, D, z, delta_bias, de
     fields_u = tensor_fields(u, "u")
     dev = u.get_device()
     rt = runtime_for(dev, u, "u")
-    contiguous = u.is_contiguous()
-    out = torch.empty_like(u, memory_format=_contiguous)
+    contiguous = u.is_contiguous() or dense(u)
+    out = scan_out(u)
     last = state_shape = None
     if with_state:
         state_shape = last_state_shape(u, A)

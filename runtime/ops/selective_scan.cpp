@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <numeric>
 
 namespace autotune {
 namespace {
@@ -61,7 +62,10 @@ struct Params {
   bool bc_pair = false;       // 16-bit variable B/C staged as packed pairs (state form)
   bool ystore_during = false; // partial y stored per 4 steps during the scan (state form)
   int yred = 0;               // state form: shuffle levels summing the lanes' partial y (0..2)
-  bool ragged_async = false;  // state form, L no multiple of vec: next chunk via cp.async
+  // State form, L no multiple of vec (state_parallel.cuh AT_RAGGED): the element layout
+  // with the next chunk in registers (regs) or copied by cp.async (async), or the vector
+  // layout on each block's own timeline (shift).
+  enum class Ragged { regs = 1, async = 2, shift = 3 } ragged = Ragged::regs;
   ScanForm form;
   bool smem_scan;
   bool state() const { return form == ScanForm::state; }
@@ -91,7 +95,14 @@ Params params(const Config& c) {
       known = true;
     }
     if (k == "ragged") {
-      p.ragged_async = parse_choice("selective_scan", k, v, "regs", "async");
+      if (v != "regs" && v != "async" && v != "shift") {
+        throw Error(ErrorKind::config, "selective_scan: ragged must be 'regs', 'async' or "
+                                       "'shift', not '" +
+                                           v + "'");
+      }
+      p.ragged = v == "regs"    ? Params::Ragged::regs
+                 : v == "async" ? Params::Ragged::async
+                                : Params::Ragged::shift;
       known = true;
     }
     if (k == "yred") {
@@ -223,7 +234,8 @@ bool ragged(const Params& p, const Dims& d) {
 // raw tile the chunk is copied into (Prefetch in state_parallel.cuh): a table of the raw rows'
 // offsets (4 ints per channel, one per variable B/C row) and per raw row (u, delta, z, then the
 // variable B and C rows) ITEMS * element size / 16 + 1 blocks of 16 bytes; the table and the tile
-// each at a 16-byte boundary.
+// each at a 16-byte boundary. ragged=shift lays out the same (its calls whose rows do not
+// share their offsets run as ragged=async).
 long long state_form_smem(const Params& p, long long n, const Dims& d) {
   // bc=pair stages 16-bit variable B/C as packed (B, C) pairs: one row per state.
   const long long bc_rows = p.bc_pair && d.var_b && d.var_c ? n : d.var_rows() * n;
@@ -231,7 +243,7 @@ long long state_form_smem(const Params& p, long long n, const Dims& d) {
   const long long rows = 2LL * p.cpb + bc_rows + part_rows;
   const long long exchange = 2LL * p.tsplit * p.cpb * n * 4;   // slice end states and decays
   long long ragged_extra = ragged(p, d) ? 2LL * p.cpb * 4 : 0; // delta_bias and D
-  if (ragged(p, d) && p.ragged_async) {
+  if (ragged(p, d) && p.ragged != Params::Ragged::regs) {
     const long long raw_rows = p.cpb * (d.has_z ? 3LL : 2LL) + d.var_rows() * n;
     const long long row_bytes = 16 * (p.items * (long long)dtype_size(d.x) / 16 + 1);
     const long long table = 4LL * p.cpb + d.var_rows() * n; // offsets (ints)
@@ -400,9 +412,9 @@ Result<bool> SelectiveScanOp::check(const Config& config, const Problem& problem
     return check_state_form(p, d, arch);
   }
   if (p.tsplit != 1 || p.cpl != 1 || p.bc_pair || p.ystore_during || p.yred != 0 ||
-      p.ragged_async) {
-    return fail("tsplit, cpl, bc=pair, ystore=during, yred and ragged=async apply to scan=state "
-                "only");
+      p.ragged != Params::Ragged::regs) {
+    return fail("tsplit, cpl, bc=pair, ystore=during, yred and ragged=async|shift apply to "
+                "scan=state only");
   }
   if (p.cpb < 1 || p.nsplit < 1 || p.threads % (p.cpb * p.nsplit) != 0 || p.tpc() % 32 != 0) {
     return fail("each (channel, state group) needs whole warps: threads / (cpb * nsplit) % 32 "
@@ -441,9 +453,9 @@ Result<bool> SelectiveScanOp::worth_measuring(const Config& config, const Proble
   Params p = params(config);
   Dims d = dims(problem);
   if (p.state()) {
-    if (p.ragged_async && !ragged(p, d)) {
-      return fail("ragged=async builds the same kernel as ragged=regs where L is a multiple "
-                  "of vec");
+    if (p.ragged != Params::Ragged::regs && !ragged(p, d)) {
+      return fail("ragged=async|shift build the same kernel as ragged=regs where L is a "
+                  "multiple of vec");
     }
     // Registers (measured with ptxas): per channel of the lane, ITEMS partial sums
     // plus as many staged reads in flight and 4 per state (h, A, B, C); the next
@@ -587,20 +599,27 @@ Config SelectiveScanOp::adapt(const Config& config, const Problem& problem) cons
     if (pairs_fit) {
       set_value(c, "bc", "pair");
     }
-    // Ragged rows of at least 1024 steps at up to 6144 channels: the next chunk through
-    // shared memory (ragged=async) won there on the H100 (B=1, D=5120, L=2047: 138
-    // against 157 us; B=2, D=2560, L=8191: 523 against 660) and lost at L=333 (27.5
-    // against 23.2) and with the 64-thread lane shape (bench/notes/selective_scan-ragged.md).
-    constexpr long long k_async_min_length = 1024;
-    if (few && ragged(params(c), d) && d.L >= k_async_min_length) {
-      set_value(c, "ragged", "async");
-    }
     try {
       if (check(c, problem, "sm_80")) {
         current = std::move(c);
       }
     } catch (const Error&) {
       // keep the sized configuration
+    }
+  }
+  // Ragged rows (L no multiple of vec): whole vectors on each block's shifted timeline
+  // (ragged=shift) beat both element layouts on every ragged shape measured on the H100,
+  // B = 1-8, L = 333-8191 (bench/notes/selective_scan-ragged.md: B=1, D=5120, L=2047 110
+  // us against 129 / 134 for regs / async; B=2, D=2560, L=8191 408 against 495 / 507).
+  if (ragged(params(current), d) && params(current).ragged != Params::Ragged::shift) {
+    Config c = current;
+    set_value(c, "ragged", "shift");
+    try {
+      if (check(c, problem, "sm_80")) {
+        current = std::move(c);
+      }
+    } catch (const Error&) {
+      // keep the element layout
     }
   }
   return current;
@@ -636,7 +655,7 @@ std::vector<std::string> SelectiveScanOp::defines(const Config& config,
                                   "-DAT_LAST_STATE=" + flag_of(d.last_state),
                                   std::string("-DAT_X_T=") + template_type(d.x)};
   if (ragged(p, d)) {
-    out.push_back(p.ragged_async ? "-DAT_RAGGED=2" : "-DAT_RAGGED=1");
+    out.push_back("-DAT_RAGGED=" + std::to_string(int(p.ragged)));
   }
   return out;
 }
@@ -646,7 +665,11 @@ LaunchGeometry SelectiveScanOp::geometry(const Config& config, const Problem& pr
   Dims d = dims(problem);
   LaunchGeometry g;
   g.block[0] = unsigned(p.threads);
-  g.grid[0] = unsigned(d.B * ((d.D + p.cpb - 1) / p.cpb));
+  // ragged=shift: room for vec residue classes of channels (state_parallel.cuh); at
+  // least the blocks any smaller class count needs.
+  const bool shift = ragged(p, d) && p.ragged == Params::Ragged::shift;
+  const long long per_class = shift ? (d.D + p.vec - 1) / p.vec : d.D;
+  g.grid[0] = unsigned(d.B * (shift ? p.vec : 1) * ((per_class + p.cpb - 1) / p.cpb));
   long long slice = state_slice(config, problem);
   long long dyn = p.state() ? state_form_smem(p, d.N, d)
                             : d.var_rows() * slice * row_slots(p) * 4 + partial_y_smem(p);
@@ -702,6 +725,34 @@ namespace {
 
 using ScanArgs = SelectiveScanKernelArgs;
 
+// ragged=shift (state_parallel.cuh AT_RAGGED 3): a block takes channels d, d + m, d + 2m,
+// ... whose rows of u, delta, z and out all start at one offset from a vec-element
+// boundary. That holds for every row when the four tensors agree modulo vec in their
+// start (in elements), batch stride and channel stride; m is the least count with m *
+// the channel stride a multiple of vec, and with groups > 1 such a block must stay in
+// one B/C group. Returns m, or 0 where the call does not allow it (the kernel then
+// runs as ragged=async).
+int shift_classes(const Params& p, const Dims& d, const SelectiveScanCall& call) {
+  const long long vec = p.vec, size = (long long)dtype_size(d.x);
+  auto agrees = [&](CUdeviceptr ptr, long long bs, long long ds) {
+    const long long gap = (long long)(ptr - call.u); // bytes, possibly negative
+    return gap % size == 0 && (gap / size) % vec == 0 &&
+           (d.B == 1 || (bs - call.u_batch_stride) % vec == 0) &&
+           (ds - call.u_dim_stride) % vec == 0;
+  };
+  if (call.u % size != 0 || !agrees(call.delta, call.delta_batch_stride, call.delta_dim_stride) ||
+      !agrees(call.out, call.out_batch_stride, call.out_dim_stride) ||
+      (d.has_z && !agrees(call.z, call.z_batch_stride, call.z_dim_stride))) {
+    return 0;
+  }
+  const long long rem = ((call.u_dim_stride % vec) + vec) % vec;
+  const int m = int(vec / std::gcd(rem, vec)); // gcd(0, vec) = vec: one class
+  if (d.any_var() && d.G > 1 && (d.D / d.G) % (m * (long long)p.cpb) != 0) {
+    return 0;
+  }
+  return m;
+}
+
 ScanArgs scan_kernel_args(const Params& p, const Dims& d, const SelectiveScanCall& call) {
   ScanArgs a{};
   a.u = call.u;
@@ -744,6 +795,12 @@ ScanArgs scan_kernel_args(const Params& p, const Dims& d, const SelectiveScanCal
   }
   if (d.var_c) {
     vector_ok = vector_ok && vector.aligned(call.C, {a.c_bs, a.c_gs, a.c_ns});
+  }
+  a.ch_mod = 1;
+  if (ragged(p, d) && p.ragged == Params::Ragged::shift) {
+    const int m = shift_classes(p, d, call);
+    vector_ok = m > 0;
+    a.ch_mod = std::max(m, 1);
   }
   a.vector_ok = vector_ok ? 1 : 0;
   return a;

@@ -37,6 +37,7 @@ struct SelectiveScanKernelArgs {
   long long u_bs, u_ds, delta_bs, delta_ds, z_bs, z_ds, out_bs, out_ds;
   long long b_bs, b_gs, b_ns, c_bs, c_gs, c_ns;
   int vector_ok;
+  int ch_mod;
 };
 
 class SelectiveScanOp final : public Op {

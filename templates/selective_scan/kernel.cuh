@@ -99,6 +99,8 @@ struct ScanArgs {
   long long u_bs, u_ds, delta_bs, delta_ds, z_bs, z_ds, out_bs, out_ds;
   long long b_bs, b_gs, b_ns, c_bs, c_gs, c_ns;
   int vector_ok; // every row and stride allows VEC-element vector accesses, L % VEC == 0
+                 // (ragged=shift: u, delta, z and out share their rows' offsets)
+  int ch_mod;    // ragged=shift: channels d and d + ch_mod share their rows' offset
 };
 
 // 2^x on the FMA-pipe polynomial or on ex2.approx. The choice folds at compile time:

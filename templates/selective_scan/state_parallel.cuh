@@ -68,11 +68,27 @@
 // predicated load each), 2 copies them into a shared-memory tile with cp.async (no
 // registers held, more shared-memory reads in the staging); which is faster depends
 // on the shape, so the tuner measures both (parameter ragged=regs|async).
+// AT_RAGGED 3 (ragged=shift) keeps the vector layout instead: the rows of a block
+// are chosen to share one offset s from a vector boundary (channels d, d + m, d + 2m,
+// ... where m * the channel stride is a whole number of vectors), and the block walks
+// its own timeline tau = t + s, so that every chunk of every row starts at a vector
+// boundary. Steps outside [0, L) of the first and the last chunk are masked (dt and
+// dt*u zero, outputs not stored). The variable B and C rows keep their own offsets
+// and come through the shared-memory tile of AT_RAGGED 2. It needs u, delta, z and
+// out to share their rows' offsets (the op checks it per call and passes ch_mod, the
+// m above); otherwise ch_mod is 1 and vector_ok 0, and the call runs as AT_RAGGED 2.
 #ifndef AT_RAGGED
 #define AT_RAGGED 0
 #endif
-constexpr bool k_ragged = AT_RAGGED != 0;
+constexpr bool k_shift = AT_RAGGED == 3;
+constexpr bool k_ragged = AT_RAGGED == 1 || AT_RAGGED == 2; // element layout
 constexpr bool k_async = AT_RAGGED == 2;
+// The element layout's code of AT_RAGGED 2, compiled (AT_RAGGED 3: for the calls whose
+// rows do not share their offsets), and the shared-memory tile of raw rows: u, delta, z
+// (element layout) and the variable B and C rows (AT_RAGGED 2 and 3).
+constexpr bool k_el_async = k_async || k_shift;
+template <bool B> struct at_bool { static constexpr bool value = B; };
+constexpr bool k_raw = k_el_async;
 constexpr int k_lpc = k_nsplit;           // lanes per channel
 constexpr int k_npl = k_n / k_nsplit;     // states per lane and channel
 constexpr int k_cpl = AT_CPL;             // channels per lane
@@ -127,6 +143,20 @@ static_assert(k_cpl == 1 || k_s == 1, "several channels per lane with one time s
 static_assert(k_ts % 4 == 0, "time slices of whole 4-step groups");
 static_assert(k_vec % 4 == 0 && k_t % k_vec == 0 && k_t % 8 == 0,
               "T must be whole vectors of 4 or 8 and a multiple of 8");
+
+// One VEC-element vector to global memory in one store instruction. (AT_RAGGED 3's
+// out pointer is offset by the row's shift: built from the elements, at_vec::store
+// came out of NVRTC as 4-byte stores.)
+__device__ __forceinline__ void store_vec(x_t* p, const at_vec<x_t, k_vec>& w) {
+  if constexpr (sizeof(w.words) == 16) {
+    const unsigned* v = reinterpret_cast<const unsigned*>(w.words);
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v[0]), "r"(v[1]),
+                 "r"(v[2]), "r"(v[3])
+                 : "memory");
+  } else {
+    w.store(p);
+  }
+}
 
 // VEC floats of a row from step t (swizzled float4 positions).
 __device__ __forceinline__ void store_row(float* row, int t, const float (&v)[k_vec]) {
@@ -274,7 +304,7 @@ struct Prefetch {
   static constexpr int k_tile_x = k_cpb * k_t;
   static constexpr int k_slots_bc = k_iters_bc * k_vec;
   static constexpr int k_tile_bc = k_items_bc / k_tv * k_t;
-  static_assert(!k_ragged || k_t % k_threads == 0 || k_threads % k_t == 0,
+  static_assert(!(k_ragged || k_raw) || k_t % k_threads == 0 || k_threads % k_t == 0,
                 "AT_RAGGED: ITEMS and THREADS must divide one another");
   static __device__ __forceinline__ constexpr int slot_row(int k) {
     return k * k_threads / k_t;
@@ -301,10 +331,10 @@ struct Prefetch {
     asm volatile("" : "+l"(stride));
     return stride;
   }
-  // Raw rows (AT_RAGGED 2): u, delta (and z) of the block's channels, then the variable
-  // B and/or C rows (packed pairs: the B rows, then the C rows), each k_bpr 16-byte
-  // blocks; copy e of a chunk fills block e % k_bpr of raw row e / k_bpr, i.e. the
-  // 16 bytes at 16 * e.
+  // Raw rows (k_raw): u, delta (and z) of the block's channels, then the variable B
+  // and/or C rows (packed pairs: the B rows, then the C rows), each k_bpr
+  // 16-byte blocks; copy e of a chunk fills block e % k_bpr of raw row e / k_bpr, i.e.
+  // the 16 bytes at 16 * e.
   static constexpr int k_e = 16 / int(sizeof(x_t)); // elements per 16-byte block
   static constexpr int k_bpr = k_t / k_e + 1;
   static constexpr int k_raw_row_bytes = 16 * k_bpr;
@@ -326,8 +356,8 @@ struct Prefetch {
   // This thread's copies: the block for chunk 0, and the step (relative to the
   // chunk) of its first element; a block whose first element is at or past L, or of
   // a channel past D, is zero-filled instead of read.
-  [[maybe_unused]] const char* cp_src[k_async ? k_copy_iters : 1];
-  [[maybe_unused]] int cp_first[k_async ? k_copy_iters : 1];
+  [[maybe_unused]] const char* cp_src[k_raw ? k_copy_iters : 1];
+  [[maybe_unused]] int cp_first[k_raw ? k_copy_iters : 1];
   // AT_RAGGED 1: this thread's elements of the next chunk.
   [[maybe_unused]] x_t el_u[k_ragged ? k_slots_x : 1], el_delta[k_ragged ? k_slots_x : 1];
   [[maybe_unused]] x_t el_z[k_ragged && AT_HAS_Z ? k_slots_x : 1];
@@ -370,22 +400,25 @@ struct Prefetch {
   int off_x[k_iters_x]; // the item's first step in a chunk
   [[maybe_unused]] int off_bc[k_iters_bc];
 
-  __device__ __forceinline__ void init(const ScanArgs& args, int b, int d_first, const x_t* b_base,
+  // Block channel c is channel min(d_first + c * d_step, d_last); the rows start
+  // `shift` elements early (AT_RAGGED 3: the block's timeline, 0 otherwise).
+  __device__ __forceinline__ void init(const ScanArgs& args, int b, int d_first, int d_step,
+                                       int d_last, int shift, const x_t* b_base,
                                        const x_t* c_base) {
 #pragma unroll
     for (int i = 0; i < k_iters_x; ++i) {
       const int e = threadIdx.x + i * k_threads;
-      const int d = min(d_first + e / k_tv, args.dim - 1);
+      const int d = min(d_first + e / k_tv * d_step, d_last);
       bias[i] = AT_HAS_BIAS ? args.delta_bias[d] : 0.0f;
       dskip[i] = AT_HAS_D ? args.D[d] : 0.0f;
       off_x[i] = (e % k_tv) * k_vec;
-      row_u[i] = args.u + b * args.u_bs + d * args.u_ds;
-      row_delta[i] = args.delta + b * args.delta_bs + d * args.delta_ds;
-      row_z[i] = AT_HAS_Z ? args.z + b * args.z_bs + d * args.z_ds : nullptr;
+      row_u[i] = args.u + b * args.u_bs + d * args.u_ds - shift;
+      row_delta[i] = args.delta + b * args.delta_bs + d * args.delta_ds - shift;
+      row_z[i] = AT_HAS_Z ? args.z + b * args.z_bs + d * args.z_ds - shift : nullptr;
     }
 #if AT_VAR_ANY
 #pragma unroll
-    for (int i = 0; i < k_iters_bc; ++i) {
+    for (int i = 0; i < (k_raw ? 0 : k_iters_bc); ++i) { // k_raw: B and C via the raw tile
       const int e = threadIdx.x + i * k_threads;
       if constexpr (k_pack_bc) {
         const int n = min(e / k_tv, k_n - 1);
@@ -423,7 +456,7 @@ struct Prefetch {
     }
 #if AT_VAR_ANY
 #pragma unroll
-    for (int i = 0; i < k_iters_bc; ++i) {
+    for (int i = 0; i < (k_raw ? 0 : k_iters_bc); ++i) {
       const int e = threadIdx.x + i * k_threads;
       if (k_items_bc % k_threads == 0 || e < k_items_bc) {
         const int t = chunk_start + off_bc[i];
@@ -443,9 +476,11 @@ struct Prefetch {
   // (channel, step) of an 8-lane channel; in registers, the registers they hold.
   // Past L, u is 0 (the loads zero-fill), so dt*u adds nothing to h; dt is 0 there
   // too (decay 1) only when the final state is stored: otherwise the extra decay
-  // reaches no output.
+  // reaches no output. AT_RAGGED 3 reads whole vectors across the row's ends: in the
+  // first and the last chunk (EDGE) dt and dt*u are zero outside [lo, length).
+  template <bool EDGE>
   __device__ __forceinline__ void stage(row_ptr s_dt, row_ptr s_du, row_ptr s_b, row_ptr s_c,
-                                        int chunk_start, int length) {
+                                        int chunk_start, int length, [[maybe_unused]] int lo) {
 #pragma unroll
     for (int i = 0; i < k_iters_x; ++i) {
       const int e = threadIdx.x + i * k_threads;
@@ -454,6 +489,7 @@ struct Prefetch {
         const int tt = (e % k_tv) * k_vec;
         [[maybe_unused]] const int t = chunk_start + tt; // masks dt past L
         float uv[k_vec], dv[k_vec];
+        [[maybe_unused]] bool in[k_vec];
         u[i].to_float(uv);
         delta[i].to_float(dv);
 #pragma unroll
@@ -462,16 +498,25 @@ struct Prefetch {
 #if AT_SOFTPLUS
           x = softplus(x);
 #endif
+          if constexpr (k_shift && EDGE) {
+            in[j] = t + j >= lo && t + j < length;
+            dv[j] = in[j] ? x : 0.0f;
+          } else {
 #if AT_LAST_STATE
-          dv[j] = t + j < length ? x : 0.0f;
+            dv[j] = t + j < length ? x : 0.0f;
 #else
-          dv[j] = x;
+            dv[j] = x;
 #endif
+          }
         }
         store_row(s_dt[c], tt, dv);
 #pragma unroll
         for (int j = 0; j < k_vec; ++j) {
-          dv[j] *= uv[j];
+          if constexpr (k_shift && EDGE) { // u outside the row may be anything
+            dv[j] = in[j] ? dv[j] * uv[j] : 0.0f;
+          } else {
+            dv[j] *= uv[j];
+          }
         }
         store_row(s_du[c], tt, dv);
 #if AT_HAS_D
@@ -484,7 +529,7 @@ struct Prefetch {
     }
 #if AT_VAR_ANY
 #pragma unroll
-    for (int i = 0; i < k_iters_bc; ++i) {
+    for (int i = 0; i < (k_raw ? 0 : k_iters_bc); ++i) {
       const int e = threadIdx.x + i * k_threads;
       if constexpr (k_pack_bc) {
         if (k_items_bc % k_threads == 0 || e < k_items_bc) {
@@ -666,17 +711,22 @@ struct Prefetch {
     }
   }
 
-  // AT_RAGGED 2: this thread's copies, and the offsets table (s_off, 16-byte
-  // aligned): the byte offset in the raw tile of each raw row's step 0 (its row start
-  // plus its shift in its first block).
+  // k_raw: this thread's copies, and the offsets table (s_off, 16-byte aligned): the
+  // byte offset in the raw tile of each raw row's step 0 (its row start plus its
+  // shift in its first block). The B/C rows start `shift` elements early (the block's
+  // timeline of AT_RAGGED 3).
   __device__ __forceinline__ void init_raw(const ScanArgs& args, int b, int d_first,
-                                           const x_t* b_base, const x_t* c_base, int* s_off) {
+                                           const x_t* b_base, const x_t* c_base, int* s_off,
+                                           int shift) {
 #pragma unroll
     for (int i = 0; i < k_copy_iters; ++i) {
       const int e = threadIdx.x + i * k_threads;
       if (k_copies % k_threads == 0 || e < k_copies) {
         const int r = e / k_bpr, j = e % k_bpr;
         const x_t* row = raw_source(args, b, d_first, b_base, c_base, r);
+        if (r >= k_raw_x) {
+          row -= shift;
+        }
         const unsigned long long at = reinterpret_cast<unsigned long long>(row);
         const int shift = int(at % 16) / int(sizeof(x_t));
         cp_src[i] = reinterpret_cast<const char*>(at - at % 16) + 16 * j;
@@ -688,30 +738,34 @@ struct Prefetch {
     }
   }
 
-  // AT_RAGGED 2: starts the copies of the chunk at chunk_start into the raw tile
-  // (shared-state-space address raw) as one cp.async group, an empty one past L.
-  __device__ __forceinline__ void copy_raw(unsigned raw, int chunk_start, int length) const {
+  // k_raw: starts the copies of the chunk at chunk_start into the raw tile
+  // (shared-state-space address raw) as one cp.async group, an empty one past L. A
+  // block with no step in [lo, length) is zero-filled, not read. Without with_x only
+  // the B/C rows (AT_RAGGED 3 with vectors).
+  __device__ __forceinline__ void copy_raw(unsigned raw, int chunk_start, int length, int lo,
+                                           bool with_x) const {
     const int left = length - chunk_start;
+    const int below = lo - chunk_start - k_e; // a block's first step at or below it: all < lo
     const long long skip = static_cast<long long>(chunk_start) * sizeof(x_t);
     if (left > 0) {
 #pragma unroll
       for (int i = 0; i < k_copy_iters; ++i) {
         const int e = threadIdx.x + i * k_threads;
-        if (k_copies % k_threads == 0 || e < k_copies) {
-          cp_async_16(raw + 16 * e, cp_src[i] + skip, cp_first[i] < left);
+        if ((k_copies % k_threads == 0 || e < k_copies) && (with_x || e >= k_raw_x * k_bpr)) {
+          cp_async_16(raw + 16 * e, cp_src[i] + skip, cp_first[i] < left && cp_first[i] > below);
         }
       }
     }
     cp_async_commit();
   }
 
-  // AT_RAGGED 2: stage() for this thread's elements (see stage()), read from the raw
-  // tile (zero past L; FULL: the chunk is inside L); delta_bias per channel of the
-  // block from s_bias.
-  template <bool FULL>
+  // k_raw: stage() for this thread's elements (see stage()), read from the raw tile
+  // (zero outside [lo, length); FULL: the chunk is inside); delta_bias per channel of
+  // the block from s_bias. Without X only B and C (AT_RAGGED 3 with vectors).
+  template <bool FULL, bool X>
   __device__ __forceinline__ void stage_raw(const float* s_bias, const char* raw, const int* s_off,
                                             row_ptr s_dt, row_ptr s_du, row_ptr s_b, row_ptr s_c,
-                                            int chunk_start, int length) {
+                                            int chunk_start, int length, int lo) {
     const int r0 = first_row(), s0 = first_step();
     const x_t zero = at_from_float<x_t>(0.0f);
     // Element s of the raw row at byte offset off, or zero where `in` is false.
@@ -719,7 +773,7 @@ struct Prefetch {
       return FULL || in ? *reinterpret_cast<const x_t*>(raw + off + s * int(sizeof(x_t))) : zero;
     };
 #pragma unroll
-    for (int k = 0; k < k_slots_x; ++k) {
+    for (int k = 0; k < (X ? k_slots_x : 0); ++k) {
       if (slot_in<k_tile_x, k_items_x>(k)) {
         const int r = r0 + slot_row(k), s = s0 + slot_step(k);
         const bool in = chunk_start + s < length;
@@ -734,7 +788,7 @@ struct Prefetch {
     for (int k = 0; k < k_slots_bc; ++k) {
       if (slot_in<k_tile_bc, k_items_bc>(k)) {
         const int r = r0 + slot_row(k), s = s0 + slot_step(k);
-        const bool in = chunk_start + s < length;
+        const bool in = chunk_start + s >= lo && chunk_start + s < length;
         if constexpr (k_pack_bc) {
           const int2 off = reinterpret_cast<const int2*>(off_bc)[r]; // B, C rows of state r
           stage_bc(s_b, s_c, r, s, at(off.x, s, in), at(off.y, s, in));
@@ -840,129 +894,98 @@ scan_slice(float (*part)[k_row], const row_ptr s_dt, const row_ptr s_du, const r
   }
 }
 
-extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
-    selective_scan_fwd(const ScanArgs args) {
-  // Dynamic shared memory (runtime/ops/selective_scan.cpp sizes it):
-  //   dt, dt*u      fp32 [CPB][row] each
-  //   B, C          fp32 [N][row] each if variable; 16-bit variable B and C with
-  //                 BC_PAIR: one [N][row] of packed (B, C) pairs
-  //   partial y     fp32 [NSPLIT >> YRED][PART_STRIDE][row] (the extra rows stagger banks)
-  extern __shared__ __align__(16) float s_dyn[];
-  float(*s_dt)[k_row] = reinterpret_cast<float(*)[k_row]>(s_dyn);
-  float(*s_du)[k_row] = s_dt + k_cpb;
-  float(*s_b)[k_row] = s_du + k_cpb;                             // or packed B/C pairs
-  float(*s_c)[k_row] = s_b + (AT_VAR_B && !k_pack_bc ? k_n : 0); // unused when packed
-  float(*s_part)[k_part_stride][k_row] =                         // [k_prows] blocks
-      reinterpret_cast<float(*)[k_part_stride][k_row]>(s_b + k_bc_rows);
-  // Slice boundary exchange: end state and decay product per (slice, channel, state).
-  float(*s_xh)[k_cpb][k_n] = reinterpret_cast<float(*)[k_cpb][k_n]>(s_part + k_prows);
-  [[maybe_unused]] float(*s_xp)[k_cpb][k_n] = s_xh + k_s;
-  // AT_RAGGED: delta_bias and D of the block's channels, read per element; the raw
-  // rows' offsets and, at the next 16-byte boundary, the raw tile (Prefetch).
-  [[maybe_unused]] float* s_bias = reinterpret_cast<float*>(s_xh + 2 * k_s);
-  [[maybe_unused]] float* s_dskip = s_bias + k_cpb;
-  // Rounded up by pointer arithmetic on s_dyn (16-byte aligned), not through an
-  // integer: the compiler then still knows these are shared memory and reads them
-  // with LDS (a pointer rebuilt from an integer is read with generic loads, which
-  // wait on the long scoreboard like global ones).
-  auto align16 = [&](const void* p) {
-    const char* base = reinterpret_cast<const char*>(s_dyn);
-    const int off = static_cast<int>(reinterpret_cast<const char*>(p) - base);
-    return base + ((off + 15) & ~15);
-  };
-  [[maybe_unused]] int* s_off = reinterpret_cast<int*>(const_cast<char*>(align16(s_dskip + k_cpb)));
-  [[maybe_unused]] const char* s_raw = align16(s_off + Prefetch::k_table);
-  [[maybe_unused]] const unsigned raw_addr = at_smem_addr(s_raw);
+// What the chunk loop of the kernel below reads and updates (run_chunks).
+struct ScanCtx {
+  const ScanArgs& args;
+  int b, d_first, d_step, d_last, shift, lo, length;
+  bool vector_ok;
+  const x_t *b_base, *c_base;
+  float *s_bias, *s_dskip;
+  int* s_off;
+  const char* s_raw;
+  unsigned raw_addr;
+  row_ptr s_dt, s_du, s_b, s_c;
+  float (*s_part)[k_part_stride][k_row];
+  float (*s_xh)[k_cpb][k_n];
+  float (*s_xp)[k_cpb][k_n];
+  int c_scan, l, slice;
+  const float (&a2)[k_cpl][k_npl];
+  float (&h)[k_cpl][k_npl];
+  const float (&b_fixed)[k_cpl][k_npl];
+  const float (&c_fixed)[k_cpl][k_npl];
+};
 
-  const int blocks_per_batch = (args.dim + k_cpb - 1) / k_cpb;
-  const int b = blockIdx.x / blocks_per_batch;
-  const int d_first = (blockIdx.x % blocks_per_batch) * k_cpb;
-  const int length = args.length;
-  const bool vector_ok = args.vector_ok != 0;
-
-  // This lane's channel and states in the scan phase. Channels past D (the last
-  // block of a batch) compute on the last channel's data and never store.
-  const int lane = threadIdx.x % 32;
-  const int warp = threadIdx.x / 32;
-  const int slice = k_s == 1 ? 0 : warp / k_warps_c; // this lane's time slice
-  // The lane's channels: c_scan .. c_scan + CPL - 1 of the block.
-  const int c_scan = ((warp % k_warps_c) * (32 / k_lpc) + lane / k_lpc) * k_cpl;
-  const int l = lane % k_lpc;
-  float a2[k_cpl][k_npl], h[k_cpl][k_npl];
-  float b_fixed[k_cpl][k_npl], c_fixed[k_cpl][k_npl]; // fixed B/C; unused with variable B/C
-#pragma unroll
-  for (int k = 0; k < k_cpl; ++k) {
-    const long long d_scan = min(d_first + c_scan + k, args.dim - 1);
-#pragma unroll
-    for (int j = 0; j < k_npl; ++j) {
-      const int n = j * k_lpc + l; // states n % NSPLIT == l, as in the time-parallel form
-      a2[k][j] = args.A[d_scan * k_n + n] * k_log2e;
-      h[k][j] = 0.0f;
-#if AT_VAR_B
-      b_fixed[k][j] = 0.0f;
-#else
-      b_fixed[k][j] = args.B[d_scan * k_n + n];
-#endif
-#if AT_VAR_C
-      c_fixed[k][j] = 0.0f;
-#else
-      c_fixed[k][j] = args.C[d_scan * k_n + n];
-#endif
-    }
-  }
-#if AT_VAR_ANY
-  // Every channel of the block is in one group (the op checks (D/G) % CPB == 0).
-  const int bc_group = d_first / (args.dim / args.groups);
-#endif
-#if AT_VAR_B
-  const x_t* b_base = args.B + b * args.b_bs + bc_group * args.b_gs;
-#else
-  const x_t* b_base = nullptr;
-#endif
-#if AT_VAR_C
-  const x_t* c_base = args.C + b * args.c_bs + bc_group * args.c_gs;
-#else
-  const x_t* c_base = nullptr;
-#endif
-
-  // Chunk k+1's global loads are issued before chunk k's recurrence and land while
-  // it runs; they are converted and staged after it (the loads' latency would
-  // otherwise stall every warp of the block at the staging barrier).
+// The kernel's staging of the first chunk and its loop over the chunks, in the element
+// layout (EL) or the vector layout; ctx as the kernel set it up.
+template <bool EL> __device__ __forceinline__ void run_chunks(const ScanCtx& ctx) {
+  const ScanArgs& args = ctx.args;
+  const int b = ctx.b, d_first = ctx.d_first, d_step = ctx.d_step, d_last = ctx.d_last;
+  const int shift = ctx.shift, lo = ctx.lo, length = ctx.length;
+  const bool vector_ok = ctx.vector_ok;
+  const x_t *b_base = ctx.b_base, *c_base = ctx.c_base;
+  float *s_bias = ctx.s_bias, *s_dskip = ctx.s_dskip;
+  int* s_off = ctx.s_off;
+  const char* s_raw = ctx.s_raw;
+  const unsigned raw_addr = ctx.raw_addr;
+  const row_ptr s_dt = ctx.s_dt, s_du = ctx.s_du, s_b = ctx.s_b, s_c = ctx.s_c;
+  float(*s_part)[k_part_stride][k_row] = ctx.s_part;
+  [[maybe_unused]] float(*s_xh)[k_cpb][k_n] = ctx.s_xh;
+  [[maybe_unused]] float(*s_xp)[k_cpb][k_n] = ctx.s_xp;
+  const int c_scan = ctx.c_scan, l = ctx.l;
+  [[maybe_unused]] const int slice = ctx.slice;
+  const float(&a2)[k_cpl][k_npl] = ctx.a2;
+  float(&h)[k_cpl][k_npl] = ctx.h;
+  const float(&b_fixed)[k_cpl][k_npl] = ctx.b_fixed;
+  const float(&c_fixed)[k_cpl][k_npl] = ctx.c_fixed;
+  (void)d_last, (void)shift, (void)b_base, (void)c_base, (void)s_bias, (void)s_dskip;
+  (void)s_off, (void)s_raw, (void)raw_addr;
   Prefetch pf;
-  if constexpr (k_ragged) {
-    for (int c = threadIdx.x; c < k_cpb; c += k_threads) {
-      const int d = min(d_first + c, args.dim - 1);
-      s_bias[c] = AT_HAS_BIAS ? args.delta_bias[d] : 0.0f;
-      s_dskip[c] = AT_HAS_D ? args.D[d] : 0.0f;
-    }
-    if constexpr (k_async) {
-      pf.init_raw(args, b, d_first, b_base, c_base, s_off);
-      pf.copy_raw(raw_addr, 0, length);
-      cp_async_wait<0>();
-      __syncthreads(); // the tables and the raw rows
-      pf.stage_raw<false>(s_bias, s_raw, s_off, s_dt, s_du, s_b, s_c, 0, length);
-    } else {
-      pf.load_el(args, b, d_first, b_base, c_base, 0, length);
-      __syncthreads(); // the table
-      pf.stage_regs(s_bias, s_dt, s_du, s_b, s_c, 0, length);
+  if constexpr (EL) {
+    if constexpr (k_ragged || k_shift) {
+      for (int c = threadIdx.x; c < k_cpb; c += k_threads) {
+        const int d = min(d_first + c, args.dim - 1);
+        s_bias[c] = AT_HAS_BIAS ? args.delta_bias[d] : 0.0f;
+        s_dskip[c] = AT_HAS_D ? args.D[d] : 0.0f;
+      }
+      if constexpr (k_el_async) {
+        pf.init_raw(args, b, d_first, b_base, c_base, s_off, 0);
+        pf.copy_raw(raw_addr, 0, length, 0, true);
+        cp_async_wait<0>();
+        __syncthreads(); // the tables and the raw rows
+        pf.stage_raw<false, true>(s_bias, s_raw, s_off, s_dt, s_du, s_b, s_c, 0, length, 0);
+      } else {
+        pf.load_el(args, b, d_first, b_base, c_base, 0, length);
+        __syncthreads(); // the table
+        pf.stage_regs(s_bias, s_dt, s_du, s_b, s_c, 0, length);
+      }
     }
   } else {
-    pf.init(args, b, d_first, b_base, c_base);
-    if (vector_ok && k_t <= length) {
+    pf.init(args, b, d_first, d_step, d_last, shift, b_base, c_base);
+    if constexpr (k_raw) { // AT_RAGGED 3: B and C through the raw tile
+      pf.init_raw(args, b, d_first, b_base, c_base, s_off, shift);
+      pf.copy_raw(raw_addr, 0, length, lo, false);
+    }
+    if (vector_ok && k_t <= length && lo == 0) {
       pf.load<true>(0, length, vector_ok);
     } else {
       pf.load<false>(0, length, vector_ok);
     }
-    pf.stage(s_dt, s_du, s_b, s_c, 0, length);
+    if constexpr (k_raw) {
+      cp_async_wait<0>();
+      __syncthreads(); // the tables and the raw rows
+      pf.stage_raw<false, false>(s_bias, s_raw, s_off, s_dt, s_du, s_b, s_c, 0, length, lo);
+    }
+    pf.stage<true>(s_dt, s_du, s_b, s_c, 0, length, lo);
   }
   __syncthreads();
 
   for (int chunk_start = 0; chunk_start < length; chunk_start += k_t) {
     const int next = chunk_start + k_t;
-    if constexpr (k_async) {
-      pf.copy_raw(raw_addr, next, length);
-    } else if constexpr (k_ragged) {
-      if (next < length) {
+    if constexpr (k_raw) {
+      pf.copy_raw(raw_addr, next, length, lo, EL);
+    }
+    if constexpr (EL) {
+      if (k_ragged && !k_async && next < length) {
         pf.load_el(args, b, d_first, b_base, c_base, next, length);
       }
     } else if (vector_ok && next + k_t <= length) { // the next chunk, whole
@@ -1039,7 +1062,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
         }
       }
     }
-    if constexpr (k_async) {
+    if constexpr (k_raw) {
       cp_async_wait<0>(); // the next chunk's raw rows, read by its staging below
     }
     __syncthreads();
@@ -1047,8 +1070,8 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
     // 3. y = sum of the partials + D*u, gated, stored. The same (channel, vector)
     // assignment as the staging loop (or the same elements, AT_RAGGED): a thread
     // finishes the items whose u and z it staged and kept (pf.u_cur, pf.z_cur).
-    const bool whole = vector_ok && next <= length; // this chunk is inside L
-    if constexpr (k_ragged) {
+    const bool whole = vector_ok && (!k_shift || chunk_start >= lo) && next <= length;
+    if constexpr (EL) {
       const int r0 = Prefetch::first_row(), s0 = Prefetch::first_step();
       const long long ods = Prefetch::opaque(args.out_ds);
       x_t* po = args.out + b * args.out_bs + (d_first + r0) * ods + chunk_start + s0;
@@ -1074,82 +1097,229 @@ extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
         }
       }
     }
+    if constexpr (!EL) {
 #pragma unroll
-    for (int i = 0; i < (k_ragged ? 0 : Prefetch::k_iters_x); ++i) {
-      const int e = threadIdx.x + i * k_threads;
-      if (Prefetch::k_items_x % k_threads != 0 && e >= Prefetch::k_items_x) {
-        break;
-      }
-      const int c = e / k_tv;
-      const int tt = (e % k_tv) * k_vec;
-      const int d = d_first + c;
-      const int t = chunk_start + tt;
-      float y[k_vec];
-      load_row(s_part[0][c], tt, y);
-#pragma unroll
-      for (int r = 1; r < k_prows; ++r) {
-        float part[k_vec];
-        load_row(s_part[r][c], tt, part);
-#pragma unroll
-        for (int j = 0; j < k_vec; ++j) {
-          y[j] += part[j];
+      for (int i = 0; i < (k_ragged ? 0 : Prefetch::k_iters_x); ++i) {
+        const int e = threadIdx.x + i * k_threads;
+        if (Prefetch::k_items_x % k_threads != 0 && e >= Prefetch::k_items_x) {
+          break;
         }
-      }
-      if (d < args.dim) {
-#if AT_HAS_D
-        float uf[k_vec];
-        pf.u_cur[i].to_float(uf);
+        const int c = e / k_tv;
+        const int tt = (e % k_tv) * k_vec;
+        const int d = d_first + c * d_step;
+        const int t = chunk_start + tt;
+        float y[k_vec];
+        load_row(s_part[0][c], tt, y);
 #pragma unroll
-        for (int j = 0; j < k_vec; ++j) {
-          y[j] = fmaf(pf.dskip[i], uf[j], y[j]);
-        }
-#endif
-#if AT_HAS_Z
-        float zf[k_vec];
-        pf.z_cur[i].to_float(zf);
-#pragma unroll
-        for (int j = 0; j < k_vec; ++j) {
-          y[j] *= silu_gate(zf[j]);
-        }
-#endif
-        x_t* row = args.out + b * args.out_bs + d * args.out_ds;
-        at_vec<x_t, k_vec> w;
-#pragma unroll
-        for (int j = 0; j < k_vec; ++j) {
-          w.elem[j] = at_from_float<x_t>(y[j]);
-        }
-        if (whole || (vector_ok && t < length)) {
-          w.store(row + t);
-        } else if (!vector_ok) {
+        for (int r = 1; r < k_prows; ++r) {
+          float part[k_vec];
+          load_row(s_part[r][c], tt, part);
 #pragma unroll
           for (int j = 0; j < k_vec; ++j) {
-            if (t + j < length) {
-              row[t + j] = w.elem[j];
+            y[j] += part[j];
+          }
+        }
+        if (d < args.dim) {
+#if AT_HAS_D
+          float uf[k_vec];
+          pf.u_cur[i].to_float(uf);
+#pragma unroll
+          for (int j = 0; j < k_vec; ++j) {
+            y[j] = fmaf(pf.dskip[i], uf[j], y[j]);
+          }
+#endif
+#if AT_HAS_Z
+          float zf[k_vec];
+          pf.z_cur[i].to_float(zf);
+#pragma unroll
+          for (int j = 0; j < k_vec; ++j) {
+            y[j] *= silu_gate(zf[j]);
+          }
+#endif
+          x_t* row = args.out + b * args.out_bs + d * args.out_ds - shift;
+          at_vec<x_t, k_vec> w;
+#pragma unroll
+          for (int j = 0; j < k_vec; ++j) {
+            w.elem[j] = at_from_float<x_t>(y[j]);
+          }
+          if (whole || (vector_ok && (k_shift ? t >= lo && t + k_vec <= length : t < length))) {
+            if constexpr (k_shift) {
+              store_vec(row + t, w);
+            } else {
+              w.store(row + t);
+            }
+          } else if (!vector_ok || k_shift) { // AT_RAGGED 3: a vector across a row's end
+#pragma unroll
+            for (int j = 0; j < k_vec; ++j) {
+              if (t + j >= lo && t + j < length) {
+                row[t + j] = w.elem[j];
+              }
             }
           }
         }
       }
     }
     if (next < length) {
-      if constexpr (k_ragged) {
-        if (!k_async) {
+      if constexpr (EL) {
+        if constexpr (k_ragged && !k_async) {
           pf.stage_regs(s_bias, s_dt, s_du, s_b, s_c, next, length);
         } else if (next + k_t <= length) {
-          pf.stage_raw<true>(s_bias, s_raw, s_off, s_dt, s_du, s_b, s_c, next, length);
+          pf.stage_raw<true, true>(s_bias, s_raw, s_off, s_dt, s_du, s_b, s_c, next, length, 0);
         } else {
-          pf.stage_raw<false>(s_bias, s_raw, s_off, s_dt, s_du, s_b, s_c, next, length);
+          pf.stage_raw<false, true>(s_bias, s_raw, s_off, s_dt, s_du, s_b, s_c, next, length, 0);
         }
-      } else {
-        pf.stage(s_dt, s_du, s_b, s_c, next, length);
+      } else if (!k_shift || next + k_t <= length) {
+        if constexpr (k_raw) {
+          pf.stage_raw<true, false>(s_bias, s_raw, s_off, s_dt, s_du, s_b, s_c, next, length, lo);
+        }
+        pf.stage<false>(s_dt, s_du, s_b, s_c, next, length, lo);
+      } else { // AT_RAGGED 3, the last chunk
+        if constexpr (k_raw) {
+          pf.stage_raw<false, false>(s_bias, s_raw, s_off, s_dt, s_du, s_b, s_c, next, length, lo);
+        }
+        pf.stage<true>(s_dt, s_du, s_b, s_c, next, length, lo);
       }
     }
     __syncthreads();
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(k_threads, AT_MINB)
+    selective_scan_fwd(const ScanArgs args) {
+  // Dynamic shared memory (runtime/ops/selective_scan.cpp sizes it):
+  //   dt, dt*u      fp32 [CPB][row] each
+  //   B, C          fp32 [N][row] each if variable; 16-bit variable B and C with
+  //                 BC_PAIR: one [N][row] of packed (B, C) pairs
+  //   partial y     fp32 [NSPLIT >> YRED][PART_STRIDE][row] (the extra rows stagger banks)
+  extern __shared__ __align__(16) float s_dyn[];
+  float(*s_dt)[k_row] = reinterpret_cast<float(*)[k_row]>(s_dyn);
+  float(*s_du)[k_row] = s_dt + k_cpb;
+  float(*s_b)[k_row] = s_du + k_cpb;                             // or packed B/C pairs
+  float(*s_c)[k_row] = s_b + (AT_VAR_B && !k_pack_bc ? k_n : 0); // unused when packed
+  float(*s_part)[k_part_stride][k_row] =                         // [k_prows] blocks
+      reinterpret_cast<float(*)[k_part_stride][k_row]>(s_b + k_bc_rows);
+  // Slice boundary exchange: end state and decay product per (slice, channel, state).
+  float(*s_xh)[k_cpb][k_n] = reinterpret_cast<float(*)[k_cpb][k_n]>(s_part + k_prows);
+  [[maybe_unused]] float(*s_xp)[k_cpb][k_n] = s_xh + k_s;
+  // AT_RAGGED: delta_bias and D of the block's channels, read per element; the raw
+  // rows' offsets and, at the next 16-byte boundary, the raw tile (Prefetch).
+  [[maybe_unused]] float* s_bias = reinterpret_cast<float*>(s_xh + 2 * k_s);
+  [[maybe_unused]] float* s_dskip = s_bias + k_cpb;
+  // Rounded up by pointer arithmetic on s_dyn (16-byte aligned), not through an
+  // integer: the compiler then still knows these are shared memory and reads them
+  // with LDS (a pointer rebuilt from an integer is read with generic loads, which
+  // wait on the long scoreboard like global ones).
+  auto align16 = [&](const void* p) {
+    const char* base = reinterpret_cast<const char*>(s_dyn);
+    const int off = static_cast<int>(reinterpret_cast<const char*>(p) - base);
+    return base + ((off + 15) & ~15);
+  };
+  [[maybe_unused]] int* s_off = reinterpret_cast<int*>(const_cast<char*>(align16(s_dskip + k_cpb)));
+  [[maybe_unused]] const char* s_raw = align16(s_off + Prefetch::k_table);
+  [[maybe_unused]] const unsigned raw_addr = at_smem_addr(s_raw);
+
+  // The block's channels: d_first + c * d_step for c < CPB, those past D computing on
+  // d_last's data and never storing. AT_RAGGED 3 takes every ch_mod-th channel of one
+  // residue class, so that the rows share their offset from a vector boundary; the
+  // grid has room for VEC classes (runtime/ops/selective_scan.cpp, geometry), and a
+  // block with no channel of its class leaves at once.
+  const int per_batch_dim = k_shift ? (args.dim + k_vec - 1) / k_vec : args.dim;
+  const int blocks_per_batch = (k_shift ? k_vec : 1) * ((per_batch_dim + k_cpb - 1) / k_cpb);
+  const int b = blockIdx.x / blocks_per_batch;
+  int d_first = (blockIdx.x % blocks_per_batch) * k_cpb;
+  int d_step = 1, d_last = args.dim - 1;
+  if constexpr (k_shift) {
+    const int m = args.ch_mod;
+    const int groups_per_class = ((args.dim + m - 1) / m + k_cpb - 1) / k_cpb;
+    const int idx = blockIdx.x % blocks_per_batch;
+    const int cls = idx / groups_per_class;
+    d_first = cls + m * (idx % groups_per_class) * k_cpb;
+    if (cls >= m || d_first >= args.dim) {
+      return; // the whole block, before any barrier
+    }
+    d_step = m;
+    d_last = cls + m * ((args.dim - 1 - cls) / m);
+  }
+  const bool vector_ok = args.vector_ok != 0;
+  // AT_RAGGED 3: the rows' offset from a vector boundary; the block's timeline tau = t +
+  // shift runs over [lo, length) (t over [0, L)), every chunk starting on a boundary.
+  const int shift =
+      k_shift && vector_ok
+          ? int(reinterpret_cast<unsigned long long>(args.u + b * args.u_bs + d_first * args.u_ds) %
+                (k_vec * sizeof(x_t)) / sizeof(x_t))
+          : 0;
+  const int lo = shift;
+  const int length = args.length + shift;
+
+  // This lane's channel and states in the scan phase. Channels past D (the last
+  // block of a batch) compute on the last channel's data and never store.
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const int slice = k_s == 1 ? 0 : warp / k_warps_c; // this lane's time slice
+  // The lane's channels: c_scan .. c_scan + CPL - 1 of the block.
+  const int c_scan = ((warp % k_warps_c) * (32 / k_lpc) + lane / k_lpc) * k_cpl;
+  const int l = lane % k_lpc;
+  float a2[k_cpl][k_npl], h[k_cpl][k_npl];
+  float b_fixed[k_cpl][k_npl], c_fixed[k_cpl][k_npl]; // fixed B/C; unused with variable B/C
+#pragma unroll
+  for (int k = 0; k < k_cpl; ++k) {
+    const long long d_scan = min(d_first + (c_scan + k) * d_step, d_last);
+#pragma unroll
+    for (int j = 0; j < k_npl; ++j) {
+      const int n = j * k_lpc + l; // states n % NSPLIT == l, as in the time-parallel form
+      a2[k][j] = args.A[d_scan * k_n + n] * k_log2e;
+      h[k][j] = 0.0f;
+#if AT_VAR_B
+      b_fixed[k][j] = 0.0f;
+#else
+      b_fixed[k][j] = args.B[d_scan * k_n + n];
+#endif
+#if AT_VAR_C
+      c_fixed[k][j] = 0.0f;
+#else
+      c_fixed[k][j] = args.C[d_scan * k_n + n];
+#endif
+    }
+  }
+#if AT_VAR_ANY
+  // Every channel of the block is in one group (the op checks (D/G) % CPB == 0).
+  const int bc_group = d_first / (args.dim / args.groups);
+#endif
+#if AT_VAR_B
+  const x_t* b_base = args.B + b * args.b_bs + bc_group * args.b_gs;
+#else
+  const x_t* b_base = nullptr;
+#endif
+#if AT_VAR_C
+  const x_t* c_base = args.C + b * args.c_bs + bc_group * args.c_gs;
+#else
+  const x_t* c_base = nullptr;
+#endif
+
+  // Chunk k+1's global loads are issued before chunk k's recurrence and land while
+  // it runs; they are converted and staged after it (the loads' latency would
+  // otherwise stall every warp of the block at the staging barrier).
+  // The element layout (AT_RAGGED 1 and 2, and AT_RAGGED 3 where the call's rows do
+  // not share their offsets: it then runs as AT_RAGGED 2). AT_RAGGED 3 builds the
+  // chunk loop once per layout, so that neither carries the other's code.
+  const ScanCtx ctx{args,      b,      d_first, d_step, d_last,  shift,  lo,    length,
+                    vector_ok, b_base, c_base,  s_bias, s_dskip, s_off,  s_raw, raw_addr,
+                    s_dt,      s_du,   s_b,     s_c,    s_part,  s_xh,   s_xp,  c_scan,
+                    l,         slice,  a2,      h,      b_fixed, c_fixed};
+  if constexpr (k_shift) {
+    if (vector_ok) {
+      run_chunks<false>(ctx);
+    } else {
+      run_chunks<true>(ctx);
+    }
+  } else {
+    run_chunks<k_ragged>(ctx);
   }
 
 #if AT_LAST_STATE
 #pragma unroll
   for (int k = 0; k < k_cpl; ++k) {
-    const int d = d_first + c_scan + k;
+    const int d = d_first + (c_scan + k) * d_step;
     if (slice == 0 && d < args.dim) {
       float* dst = args.last_state + (static_cast<long long>(b) * args.dim + d) * k_n;
 #pragma unroll
