@@ -490,6 +490,8 @@ TEST_CASE("a state-form configuration borrowed for a small batch gets more lanes
       CHECK(field(c, "cpb") == "16");
       CHECK(field(c, "nsplit") == "8");
       CHECK(field(c, "bc") == "pair");
+      CHECK(field(c, "yred") == "2");
+      CHECK(field(c, "ystore") == "after");
       CHECK(scan().check(c, p, "sm_90a"));
     }
     // Above, up to 16384: 64 threads of 32 steps, 4 lanes a channel.
@@ -503,6 +505,9 @@ TEST_CASE("a state-form configuration borrowed for a small batch gets more lanes
       CHECK(field(c, "cpb") == "16");
       CHECK(field(c, "nsplit") == "4");
       CHECK(field(c, "bc") == "pair");
+      CHECK(field(c, "yred") == "1");
+      CHECK(field(c, "ystore") == "after");
+      CHECK(field(c, "minblocks") == "1");
       CHECK(scan().check(c, p, "sm_90a"));
     }
     // More channels keep the point's lanes and B/C rows.

@@ -590,12 +590,20 @@ Config SelectiveScanOp::adapt(const Config& config, const Problem& problem) cons
   if (channels <= k_small_channels) {
     const bool f32_rows = (d.var_b || d.var_c) && !pairs_fit;
     const bool few = channels <= k_few_channels && !f32_rows;
+    // The partial y summed over 2 shuffle levels after the recurrence with 8 lanes (1 with
+    // 4), one block an SM by the registers: with ragged=shift the lane shape of 128 threads
+    // ran 112 us with yred=2 and 133 with yred=1 at B=1, D=5120, L=2047, and a grid point's
+    // ystore=during, yred=0 162 against 143 at B=4, D=2048, L=2047 (H100, unseen shapes at
+    // 5df4aed; bench/notes/selective_scan-ragged.md).
     Config c = with_values(current, {{"threads", few ? 128 : 64},
                                      {"items", few ? 64 : 32},
                                      {"cpb", 16},
                                      {"nsplit", few ? 8 : 4},
                                      {"tsplit", 1},
-                                     {"cpl", 1}});
+                                     {"cpl", 1},
+                                     {"minblocks", 1}});
+    set_value(c, "yred", few ? "2" : "1");
+    set_value(c, "ystore", "after");
     if (pairs_fit) {
       set_value(c, "bc", "pair");
     }
