@@ -14,6 +14,7 @@ The args structs' layouts come from the library itself (autotune_describe_args),
 this file holds no copy of the C header to keep in step. torch is imported lazily: the
 module loads (and describes the library) without it.
 """
+import collections
 import ctypes
 import math
 import struct
@@ -408,8 +409,13 @@ class Runtime:
         self.lib = lib = self.library.dll
         self.layouts = self.library.layouts
         self._local = threading.local()
-        # (device, stream, bytes) -> zero-filled tensor, kept for later calls on that stream
+        # (device, stream, bytes) -> zero-filled tensor, kept for later calls on that stream;
+        # made and dropped under a lock (threads' first calls of a size race otherwise: the
+        # loser's buffer was freed while its call still held the pointer), dropped ones kept
+        # a while longer (a call on another thread may hold the pointer, not yet launched).
         self.workspaces = {}
+        self._retired = collections.deque(maxlen=_MAX_WORKSPACES)
+        self._workspace_lock = threading.Lock()
         self._workspace_need = {}  # a call's signature -> the workspace bytes it needs
         self.handle = ctypes.c_void_p()
         policy = policy or ("error" if require_tuned else "nearest")
@@ -510,18 +516,23 @@ class Runtime:
     def _workspace(self, device, stream, need):
         wkey = (device, stream, need)
         buf = self.workspaces.get(wkey)
-        if buf is None:
-            import torch
-            if len(self.workspaces) >= _MAX_WORKSPACES:
-                # The oldest stream's goes (graphs' are kept: graphs hold their pointers).
-                # It was allocated on its stream, so torch's allocator hands its memory
-                # out again only in that stream's order, after the calls that used it.
-                for old in self.workspaces:
-                    if old[1] != _GRAPHS:
-                        del self.workspaces[old]
-                        break
-            buf = self.workspaces[wkey] = torch.zeros(need, device=torch.device("cuda", device),
-                                                      dtype=torch.uint8)
+        if buf is not None:
+            return buf.data_ptr()
+        import torch
+        with self._workspace_lock:
+            buf = self.workspaces.get(wkey)  # another thread's, made meanwhile
+            if buf is None:
+                if len(self.workspaces) >= _MAX_WORKSPACES:
+                    # The oldest stream's goes (graphs' are kept: graphs hold their
+                    # pointers), into the retired queue: a call that read its pointer may
+                    # not have launched yet. Once freed, torch's allocator hands its memory
+                    # out again only in its stream's order, after the calls that used it.
+                    for old in self.workspaces:
+                        if old[1] != _GRAPHS:
+                            self._retired.append(self.workspaces.pop(old))
+                            break
+                buf = torch.zeros(need, device=torch.device("cuda", device), dtype=torch.uint8)
+                self.workspaces[wkey] = buf
         return buf.data_ptr()
 
     def variant(self, op, args):
