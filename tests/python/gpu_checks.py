@@ -17,6 +17,7 @@ test_gpu.py; torch and a CUDA GPU needed):
 import math
 import os
 import sys
+import threading
 
 import torch
 import torch.nn.functional as F
@@ -1606,6 +1607,44 @@ def check_capture_first_call_refused():
 # =====================================================================================
 # The drop-ins' behaviour
 # =====================================================================================
+def check_workspace_threads():
+    """Eight threads each make their first split-KV decoding calls at once, each with
+    shapes of its own (workspace sizes new to the runtime): the stream's workspaces are
+    made under a lock, so none is freed under a call; every output matches its fp32
+    reference."""
+    inputs = []
+    torch.manual_seed(0)
+    for t in range(8):
+        inputs.append(_attn_inputs(B=2, Sq=1, Sk=3000 + 517 * t, Hq=8, Hkv=2,
+                                   D=(64, 128, 256)[t % 3]))
+    refs = [attention_ref(*x)[0] for x in inputs]
+    outs, errors = [None] * 8, []
+    start = threading.Barrier(8)
+
+    def work(t):
+        try:
+            start.wait()
+            with torch.no_grad():
+                outs[t] = [autotune.flash_attn_func(*inputs[t]) for _ in range(4)]
+        except Exception as e:  # reported below, with the thread's index
+            errors.append(f"thread {t}: {e!r}")
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    torch.cuda.synchronize()
+    if errors:
+        raise AssertionError("; ".join(errors))
+    for t in range(8):
+        for r, o in enumerate(outs[t]):
+            err = (o.float() - refs[t].float()).abs().max().item()
+            if not err < 2e-2:
+                raise AssertionError(f"thread {t}, call {r}: {err:.3g} from the reference")
+    return "8 threads x 4 first split-KV calls of their own shapes, every output right"
+
+
 def check_mamba_views():
     """Mamba's layout: x and z are channel halves of one in_proj output laid out
     [batch, channels, length] with the batch stride smaller than the channel stride; dt
@@ -1636,6 +1675,11 @@ def check_mamba_views():
         s_ref, _ = scan_ref(y, dt, A, Bm, Cm, Dv, z=z, delta_bias=dbias, delta_softplus=True)
         if not torch.allclose(s, s_ref, rtol=3e-2, atol=5e-2):
             raise AssertionError(f"scan on the views: {(s - s_ref).abs().max().item():.3g}")
+    # The outputs keep the dense layout they were given, as the peers' do (so that u,
+    # delta, z and out share their rows' offsets: ragged=shift at L=130).
+    if y.stride() != x.stride() or s.stride() != y.stride():
+        raise AssertionError(f"layouts: x {x.stride()}, conv out {y.stride()}, scan out "
+                             f"{s.stride()}")
 
 
 def check_mamba_inner():
@@ -1884,6 +1928,7 @@ OTHER_CHECKS = {
     "cuda graph: KV cache decoding step": check_kvcache_graph,
     "cuda graph: conv update decoding step": check_conv_update_graph,
     "workspace: split-KV calls on two streams at once": check_workspace_per_stream,
+    "workspace: first split-KV calls from eight threads at once": check_workspace_threads,
     "drop-in: Mamba's strided views": check_mamba_views,
     "drop-in: mamba_inner_fn against float32": check_mamba_inner,
     "drop-in: channel-last conv, states": check_conv_layouts,
