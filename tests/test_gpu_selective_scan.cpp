@@ -32,6 +32,15 @@ const SelectiveScanOp& scan_op() {
   return static_cast<const SelectiveScanOp&>(find_op("selective_scan"));
 }
 
+// A runtime that runs `config` for every call (no database).
+RuntimeOptions pinned_options(const std::string& config) {
+  RuntimeOptions ro;
+  ro.database = (fs::temp_directory_path() / "autotune-does-not-exist.db").string();
+  ro.policy = Policy::pin;
+  ro.pinned = config;
+  return ro;
+}
+
 struct ScanReference {
   std::vector<double> out;  // [B, D, L]
   std::vector<double> last; // [B, D, N]
@@ -129,6 +138,9 @@ struct ScanCase {
     }
     return out;
   }
+  void* ptr(const std::string& name) const {
+    return reinterpret_cast<void*>(device[index(name)]->get());
+  }
   size_t index(const std::string& name) const {
     for (size_t i = 0; i < specs.size(); ++i) {
       if (specs[i].name == name) {
@@ -158,6 +170,20 @@ struct ScanCase {
     return err;
   }
 };
+
+// Completes a call of k's problem with its fp32 parameters (A, D, delta_bias) and softplus,
+// runs it through rt's pinned variant and waits for it.
+void run_pinned(const ScanCase& k, Runtime& rt, SelectiveScanArgs& a) {
+  const long long D = k.problem.get_int("D"), N = k.problem.get_int("N");
+  a.A = tensor(k.ptr("A"), ElementType::fp32, {D, N});
+  a.D = tensor(k.ptr("D"), ElementType::fp32, {D});
+  a.delta_bias = tensor(k.ptr("delta_bias"), ElementType::fp32, {D});
+  a.delta_softplus = 1;
+  Selection s = rt.select_selective_scan(a);
+  CHECK(s.source == "pinned");
+  rt.selective_scan(a);
+  AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+}
 
 fs::path temp_db() {
   return fs::temp_directory_path() /
@@ -668,14 +694,8 @@ TEST_CASE("pinned state-form selective_scan variants take ragged and misaligned 
         HostTensor last(DType::f32, size_t(B * D * N));
         last.poison();
         DeviceTensor du(u), dd(delta), dz(z), db(bm), dc(cm), dout(out), dlast(last);
-        RuntimeOptions ro;
-        ro.database = (fs::temp_directory_path() / "autotune-does-not-exist.db").string();
-        ro.policy = Policy::pin;
-        ro.pinned = config;
-        Runtime rt(ro);
-        auto vp = [&](const char* name) {
-          return reinterpret_cast<void*>(k.device[k.index(name)]->get());
-        };
+        Runtime rt(pinned_options(config));
+        auto vp = [&](const char* name) { return k.ptr(name); };
         const size_t esize = dtype_size(dt);
         auto at = [&](const DeviceTensor& t) {
           return reinterpret_cast<void*>(t.get() + shift * esize);
@@ -693,18 +713,11 @@ TEST_CASE("pinned state-form selective_scan variants take ragged and misaligned 
                     : tensor(vp("B"), ElementType::fp32, {D, N});
         a.C = var_c ? tensor(at(dc), et, {B, N, L}, {N * row, row, 1})
                     : tensor(vp("C"), ElementType::fp32, {D, N});
-        a.A = tensor(vp("A"), ElementType::fp32, {D, N});
-        a.D = tensor(vp("D"), ElementType::fp32, {D});
-        a.delta_bias = tensor(vp("delta_bias"), ElementType::fp32, {D});
         a.out = rows(dout);
         if (p.get_int("last_state")) {
           a.last_state = tensor(reinterpret_cast<void*>(dlast.get()), ElementType::fp32, {B, D, N});
         }
-        a.delta_softplus = 1;
-        Selection s = rt.select_selective_scan(a);
-        CHECK(s.source == "pinned");
-        rt.selective_scan(a);
-        AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+        run_pinned(k, rt, a);
         dout.download(out);
         HostTensor dense(dt, size_t(B * D * L));
         bool pad_kept = std::isnan(out.get(0));
@@ -797,14 +810,8 @@ TEST_CASE("ragged=shift takes Mamba's layouts and falls back where rows disagree
         HostTensor out(dt, size_t(lout.size));
         out.poison();
         DeviceTensor du(u), dd(delta), dz(z), dout(out);
-        RuntimeOptions ro;
-        ro.database = (fs::temp_directory_path() / "autotune-does-not-exist.db").string();
-        ro.policy = Policy::pin;
-        ro.pinned = config;
-        Runtime rt(ro);
-        auto vp = [&](const char* name) {
-          return reinterpret_cast<void*>(k.device[k.index(name)]->get());
-        };
+        Runtime rt(pinned_options(config));
+        auto vp = [&](const char* name) { return k.ptr(name); };
         const size_t esize = dtype_size(dt);
         auto view = [&](const DeviceTensor& t, const Layout& at) {
           return tensor(reinterpret_cast<void*>(t.get() + at.base * esize), et, {B, D, L},
@@ -817,17 +824,10 @@ TEST_CASE("ragged=shift takes Mamba's layouts and falls back where rows disagree
         a.out = view(dout, lout);
         a.B = tensor(vp("B"), et, {B, G, N, L});
         a.C = tensor(vp("C"), et, {B, G, N, L});
-        a.A = tensor(vp("A"), ElementType::fp32, {D, N});
-        a.D = tensor(vp("D"), ElementType::fp32, {D});
-        a.delta_bias = tensor(vp("delta_bias"), ElementType::fp32, {D});
         if (p.get_int("last_state")) {
           a.last_state = tensor(vp("last_state"), ElementType::fp32, {B, D, N});
         }
-        a.delta_softplus = 1;
-        Selection s = rt.select_selective_scan(a);
-        CHECK(s.source == "pinned");
-        rt.selective_scan(a);
-        AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+        run_pinned(k, rt, a);
         dout.download(out);
         HostTensor got(dt, size_t(B * D * L));
         std::vector<bool> inside(size_t(lout.size), false);
