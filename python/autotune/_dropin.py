@@ -79,7 +79,9 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None,
     activation: None, "silu" or "swish".
 
     out: (batch, dim, seqlen), x's dtype: channel-last ((batch, seqlen, dim) memory) for
-    channel-last x, as causal-conv1d returns it; else contiguous.
+    channel-last x, as causal-conv1d returns it; x's strides for a dense x (a permutation
+    of a contiguous tensor, such as Mamba's (dim, batch, seqlen) memory: torch.empty_like);
+    else contiguous.
     """
     if activation not in _ACTIVATIONS:
         raise NotImplementedError("activation must be None, silu, or swish")
@@ -334,8 +336,9 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
     D, delta_bias: (dim,) fp32.
     cu_seqlens (newer mamba-ssm): not implemented (NotImplementedError).
 
-    out: (batch, dim, seqlen), u's dtype, y * silu(z) when z is given; with
-    return_last_state also last_state (batch, dim, dstate) fp32.
+    out: (batch, dim, seqlen), u's dtype, y * silu(z) when z is given, in u's layout when u
+    is dense (as mamba-ssm's takes delta's), else contiguous; with return_last_state also
+    last_state (batch, dim, dstate) fp32.
     """
     if cu_seqlens is not None:
         raise NotImplementedError(
