@@ -741,17 +741,20 @@ struct Prefetch {
   // k_raw: starts the copies of the chunk at chunk_start into the raw tile
   // (shared-state-space address raw) as one cp.async group, an empty one past L. A
   // block with no step in [lo, length) is zero-filled, not read. Without with_x only
-  // the B/C rows (AT_RAGGED 3 with vectors).
-  __device__ __forceinline__ void copy_raw(unsigned raw, int chunk_start, int length, int lo,
-                                           bool with_x) const {
+  // the B/C rows (AT_RAGGED 3 with vectors), from the first pass over the copies that
+  // reaches them.
+  template <bool WITH_X>
+  __device__ __forceinline__ void copy_raw(unsigned raw, int chunk_start, int length,
+                                           int lo) const {
     const int left = length - chunk_start;
     const int below = lo - chunk_start - k_e; // a block's first step at or below it: all < lo
     const long long skip = static_cast<long long>(chunk_start) * sizeof(x_t);
+    constexpr int k_first = WITH_X ? 0 : k_raw_x * k_bpr / k_threads;
     if (left > 0) {
 #pragma unroll
-      for (int i = 0; i < k_copy_iters; ++i) {
+      for (int i = k_first; i < k_copy_iters; ++i) {
         const int e = threadIdx.x + i * k_threads;
-        if ((k_copies % k_threads == 0 || e < k_copies) && (with_x || e >= k_raw_x * k_bpr)) {
+        if ((k_copies % k_threads == 0 || e < k_copies) && (WITH_X || e >= k_raw_x * k_bpr)) {
           cp_async_16(raw + 16 * e, cp_src[i] + skip, cp_first[i] < left && cp_first[i] > below);
         }
       }
@@ -949,7 +952,7 @@ template <bool EL> __device__ __forceinline__ void run_chunks(const ScanCtx& ctx
       }
       if constexpr (k_el_async) {
         pf.init_raw(args, b, d_first, b_base, c_base, s_off, 0);
-        pf.copy_raw(raw_addr, 0, length, 0, true);
+        pf.template copy_raw<true>(raw_addr, 0, length, 0);
         cp_async_wait<0>();
         __syncthreads(); // the tables and the raw rows
         pf.stage_raw<false, true>(s_bias, s_raw, s_off, s_dt, s_du, s_b, s_c, 0, length, 0);
@@ -963,7 +966,7 @@ template <bool EL> __device__ __forceinline__ void run_chunks(const ScanCtx& ctx
     pf.init(args, b, d_first, d_step, d_last, shift, b_base, c_base);
     if constexpr (k_raw) { // AT_RAGGED 3: B and C through the raw tile
       pf.init_raw(args, b, d_first, b_base, c_base, s_off, shift);
-      pf.copy_raw(raw_addr, 0, length, lo, false);
+      pf.template copy_raw<false>(raw_addr, 0, length, lo);
     }
     if (vector_ok && k_t <= length && lo == 0) {
       pf.load<true>(0, length, vector_ok);
@@ -982,7 +985,7 @@ template <bool EL> __device__ __forceinline__ void run_chunks(const ScanCtx& ctx
   for (int chunk_start = 0; chunk_start < length; chunk_start += k_t) {
     const int next = chunk_start + k_t;
     if constexpr (k_raw) {
-      pf.copy_raw(raw_addr, next, length, lo, EL);
+      pf.template copy_raw<EL>(raw_addr, next, length, lo);
     }
     if constexpr (EL) {
       if (k_ragged && !k_async && next < length) {
