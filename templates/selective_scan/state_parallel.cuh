@@ -762,6 +762,71 @@ struct Prefetch {
     cp_async_commit();
   }
 
+  // AT_RAGGED 3 with vectors: stage() of the variable B and C rows of a chunk wholly
+  // inside [lo, length), from the raw tile a VEC-element vector at a time, as stage()
+  // stages vectors (the same items): the words that cover it, read aligned, and a funnel
+  // shift by the row's offset in them (2 bytes or none). In place of stage_raw's one
+  // element per access.
+  __device__ __forceinline__ void stage_bc_vec(const char* raw, const int* s_off, row_ptr s_b,
+                                               row_ptr s_c) const {
+#if AT_VAR_ANY
+    constexpr int k_words = k_vec * int(sizeof(x_t)) / 4;
+    static_assert(k_words * 4 == k_vec * int(sizeof(x_t)), "whole words a vector");
+    // The vector at byte offset a of the tile, as words.
+    auto read = [&](int a, unsigned(&out)[k_words]) {
+      const unsigned* w = reinterpret_cast<const unsigned*>(raw + (a & ~3));
+      const unsigned sh = unsigned(a & 3) * 8;
+      unsigned x[k_words + 1];
+#pragma unroll
+      for (int j = 0; j <= k_words; ++j) {
+        x[j] = w[j];
+      }
+#pragma unroll
+      for (int j = 0; j < k_words; ++j) {
+        out[j] = __funnelshift_r(x[j], x[j + 1], sh);
+      }
+    };
+    const int* off_bc = s_off + 4 * k_cpb;
+#pragma unroll
+    for (int i = 0; i < k_iters_bc; ++i) {
+      const int e = threadIdx.x + i * k_threads;
+      if (k_items_bc % k_threads == 0 || e < k_items_bc) {
+        const int tt = (e % k_tv) * k_vec;
+        if constexpr (k_pack_bc) {
+          // Pairs: B of a step in the low half, C in the high half (pack_pair).
+          const int n = e / k_tv;
+          const int2 off = reinterpret_cast<const int2*>(off_bc)[n];
+          unsigned bw[k_words], cw[k_words];
+          read(off.x + tt * int(sizeof(x_t)), bw);
+          read(off.y + tt * int(sizeof(x_t)), cw);
+          unsigned* dst = reinterpret_cast<unsigned*>(s_b[n]);
+#pragma unroll
+          for (int j = 0; j < k_vec; j += 4) {
+            uint4 q;
+            q.x = __byte_perm(bw[j / 2], cw[j / 2], 0x5410);
+            q.y = __byte_perm(bw[j / 2], cw[j / 2], 0x7632);
+            q.z = __byte_perm(bw[j / 2 + 1], cw[j / 2 + 1], 0x5410);
+            q.w = __byte_perm(bw[j / 2 + 1], cw[j / 2 + 1], 0x7632);
+            *reinterpret_cast<uint4*>(dst + swz(tt + j)) = q;
+          }
+        } else {
+          // The B rows (if variable) come first, then the C rows (if variable), in the
+          // items as in the raw rows.
+          const bool is_c = AT_VAR_B ? AT_VAR_C && e >= k_n * k_tv : true;
+          const int r = AT_VAR_B && is_c ? e - k_n * k_tv : e;
+          at_vec<x_t, k_vec> v;
+          read(off_bc[e / k_tv] + tt * int(sizeof(x_t)),
+               *reinterpret_cast<unsigned(*)[k_words]>(v.words));
+          float f[k_vec];
+          v.to_float(f);
+          store_row(is_c ? s_c[r / k_tv] : s_b[r / k_tv], tt, f);
+        }
+      }
+    }
+#endif
+    (void)raw, (void)s_off, (void)s_b, (void)s_c;
+  }
+
   // k_raw: stage() for this thread's elements (see stage()), read from the raw tile
   // (zero outside [lo, length); FULL: the chunk is inside); delta_bias per channel of
   // the block from s_bias. Without X only B and C (AT_RAGGED 3 with vectors).
@@ -1173,7 +1238,7 @@ template <bool EL> __device__ __forceinline__ void run_chunks(const ScanCtx& ctx
         }
       } else if (!k_shift || next + k_t <= length) {
         if constexpr (k_raw) {
-          pf.stage_raw<true, false>(s_bias, s_raw, s_off, s_dt, s_du, s_b, s_c, next, length, lo);
+          pf.stage_bc_vec(s_raw, s_off, s_b, s_c);
         }
         pf.stage<false>(s_dt, s_du, s_b, s_c, next, length, lo);
       } else { // AT_RAGGED 3, the last chunk
