@@ -74,7 +74,8 @@
 // its own timeline tau = t + s, so that every chunk of every row starts at a vector
 // boundary. Steps outside [0, L) of the first and the last chunk are masked (dt and
 // dt*u zero, outputs not stored). The variable B and C rows keep their own offsets
-// and come through the shared-memory tile of AT_RAGGED 2. It needs u, delta, z and
+// and come through the shared-memory tile of AT_RAGGED 2, staged from there a vector
+// at a time (stage_bc_vec) except in the first and the last chunk. It needs u, delta, z and
 // out to share their rows' offsets (the op checks it per call and passes ch_mod, the
 // m above); otherwise ch_mod is 1 and vector_ok 0, and the call runs as AT_RAGGED 2.
 #ifndef AT_RAGGED
