@@ -188,8 +188,8 @@ def _first_call(plans, rt, key, q, fields, features, pointers, lse_shape):
 
 
 # ---- causal_conv1d ------------------------------------------------------------------------
-# How a conv call allocates out: like x (contiguous x), contiguous (any other channel-first
-# x), or channel-last [B, L, C] memory viewed [B, C, L] (channel-last x: the library
+# How a conv call allocates out: like x (a dense x: contiguous, or a permutation of a
+# contiguous tensor), contiguous (any other channel-first x), or channel-last [B, L, C] memory viewed [B, C, L] (channel-last x: the library
 # wants out in x's layout, as causal-conv1d returns it).
 _OUT_LIKE, _OUT_CONTIGUOUS, _OUT_CHANNEL_LAST = 0, 1, 2
 
@@ -483,9 +483,9 @@ def scan(plans, runtime_for, u, delta, A, B, C, D, z, delta_bias, delta_softplus
         return _scan_first(plans, runtime_for, key, u, delta, A, B, C, D, z, delta_bias,
                            delta_softplus, with_state, copies)
     del key  # its tuples go now: a warm call holds few new objects at once
-    (buf, words, fn, handle, lib, dev, contiguous, state_shape, device,
+    (buf, words, fn, handle, lib, dev, like_u, state_shape, device,
      i_u, i_dt, i_a, i_b, i_c, i_d, i_z, i_db, i_o, i_s) = plan
-    out = _empty_like(u) if contiguous else _empty_like(u, memory_format=_contiguous)
+    out = _empty_like(u) if like_u else _empty_like(u, memory_format=_contiguous)
     words[i_u] = u.data_ptr()
     words[i_dt] = delta.data_ptr()
     words[i_a] = A.data_ptr()
@@ -511,7 +511,7 @@ def _scan_first(plans, runtime_for, key, u, delta, A, B, C, D, z, delta_bias, de
     fields_u = tensor_fields(u, "u")
     dev = u.get_device()
     rt = runtime_for(dev, u, "u")
-    contiguous = u.is_contiguous() or dense(u)
+    like_u = u.is_contiguous() or dense(u)  # scan_out's choice, kept for warm calls
     out = scan_out(u)
     last = state_shape = None
     if with_state:
@@ -528,7 +528,7 @@ def _scan_first(plans, runtime_for, key, u, delta, A, B, C, D, z, delta_bias, de
     status = fn(handle, buf, STREAMS[_raw_stream(dev)])
     if status:
         _fail(lib, status)
-    _remember(plans.scan, key, (buf, words, fn, handle, lib, dev, contiguous, state_shape,
+    _remember(plans.scan, key, (buf, words, fn, handle, lib, dev, like_u, state_shape,
                                 u.device, *slots))
     return (out, last) if with_state else out
 
