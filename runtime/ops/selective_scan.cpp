@@ -617,8 +617,9 @@ Config SelectiveScanOp::adapt(const Config& config, const Problem& problem) cons
   }
   // Ragged rows (L no multiple of vec): whole vectors on each block's shifted timeline
   // (ragged=shift) beat both element layouts on every ragged shape measured on the H100,
-  // B = 1-8, L = 333-8191 (bench/notes/selective_scan-ragged.md: B=1, D=5120, L=2047 110
-  // us against 129 / 134 for regs / async; B=2, D=2560, L=8191 408 against 495 / 507).
+  // B = 1-32, L = 333-8191, bf16, fp16 and fp32 (bench/notes/selective_scan-ragged.md: B=1,
+  // D=5120, L=2047 105 us against 129 / 134 for regs / async; B=32, D=2048, L=1001 433
+  // against 630 / 572).
   if (ragged(params(current), d) && params(current).ragged != Params::Ragged::shift) {
     Config c = current;
     set_value(c, "ragged", "shift");
