@@ -4,6 +4,7 @@
 #include "runtime/dispatch/autotune.hpp"
 #include "runtime/ops/call.hpp"
 #include "runtime/ops/op.hpp"
+#include "runtime/ops/selective_scan.hpp"
 
 #include <doctest/doctest.h>
 
@@ -419,5 +420,114 @@ TEST_CASE("selective_scan: B and C as mamba-ssm passes them") {
       a.u.strides[2] = 2;
       refused("selective_scan", &a, "contiguous last dimension");
     }
+  }
+}
+
+namespace {
+
+// The kernel arguments a bf16 selective_scan call packs for `config` (u, delta, z and out as
+// given; A, B, C, D contiguous).
+SelectiveScanKernelArgs scan_kernel_args_of(const autotune_selective_scan_args& a,
+                                            const std::string& config) {
+  BoundCall b;
+  bind_call(desc_of("selective_scan"), &a, b);
+  check_layout(desc_of("selective_scan"), b);
+  const Op& op = find_op("selective_scan");
+  const Problem p = op.make_problem(call_fields(desc_of("selective_scan"), b));
+  auto plan = op.plan(parse_fields(config, "config"), p);
+  alignas(16) unsigned char out[k_kernel_args_capacity];
+  REQUIRE(plan->pack(&a, b, out) == sizeof(SelectiveScanKernelArgs));
+  SelectiveScanKernelArgs k;
+  std::memcpy(&k, out, sizeof k);
+  return k;
+}
+
+// [B, D, L] rows at `base` (bytes) with element strides (bs, ds, 1).
+Tensor rows(uintptr_t base, int64_t B, int64_t D, int64_t L, int64_t bs, int64_t ds) {
+  return make(base, AUTOTUNE_BF16, {B, D, L}, {bs, ds, 1});
+}
+
+// A call with u, delta, z, out contiguous [B, D, L] and variable B/C [B, G, N, L].
+autotune_selective_scan_args ragged_scan_call(int64_t B, int64_t D, int64_t L, int64_t G = 1) {
+  autotune_selective_scan_args a{};
+  const int64_t N = 16;
+  a.u = rows(0x1000000, B, D, L, D * L, L);
+  a.delta = rows(0x2000000, B, D, L, D * L, L);
+  a.z = rows(0x3000000, B, D, L, D * L, L);
+  a.out = rows(0x4000000, B, D, L, D * L, L);
+  a.A = make(0x5000000, AUTOTUNE_FP32, {D, N});
+  a.B = make(0x6000000, AUTOTUNE_BF16, {B, G, N, L});
+  a.C = make(0x7000000, AUTOTUNE_BF16, {B, G, N, L});
+  a.D = make(0x8000000, AUTOTUNE_FP32, {D});
+  a.delta_softplus = 1;
+  return a;
+}
+
+const char* const k_shift_config =
+    "threads=128,items=64,cpb=16,nsplit=8,scan=state,vec=8,poly=0,minblocks=1,tsplit=1,"
+    "bc=pair,cpl=1,ystore=after,yred=2,ragged=shift";
+
+} // namespace
+
+TEST_CASE("ragged=shift: the channel classes and the fallback a call's layout decides") {
+  SUBCASE("contiguous rows of an odd length: 8 classes of channels by their offset") {
+    const SelectiveScanKernelArgs k =
+        scan_kernel_args_of(ragged_scan_call(2, 64, 1001), k_shift_config);
+    CHECK(k.vector_ok == 1);
+    CHECK(k.ch_mod == 8);
+  }
+  SUBCASE("a length of 2 mod 8: 4 classes") {
+    const SelectiveScanKernelArgs k =
+        scan_kernel_args_of(ragged_scan_call(2, 64, 1002), k_shift_config);
+    CHECK(k.vector_ok == 1);
+    CHECK(k.ch_mod == 4);
+  }
+  SUBCASE("Mamba's [D, B, L] memory, z the second half of xz: the rows agree") {
+    const int64_t B = 2, D = 64, L = 1001;
+    autotune_selective_scan_args a = ragged_scan_call(B, D, L);
+    a.u = rows(0x1000000, B, D, L, L, B * L);
+    a.delta = rows(0x2000000, B, D, L, L, B * L);
+    a.z = rows(0x3000000 + uintptr_t(D * B * L * 2), B, D, L, L, B * L);
+    a.out = rows(0x4000000, B, D, L, L, B * L);
+    const SelectiveScanKernelArgs k = scan_kernel_args_of(a, k_shift_config);
+    CHECK(k.vector_ok == 1);
+    CHECK(k.ch_mod == 4); // channel stride 2002: 2 mod 8
+  }
+  SUBCASE("rows that disagree run one element per access, in one class") {
+    const int64_t B = 2, D = 64, L = 1001;
+    autotune_selective_scan_args a = ragged_scan_call(B, D, L);
+    SUBCASE("delta in Mamba's layout, u contiguous") {
+      a.delta = rows(0x2000000, B, D, L, L, B * L);
+    }
+    SUBCASE("z one element off") {
+      a.z = rows(0x3000002, B, D, L, D * L, L);
+    }
+    SUBCASE("out with another pitch") {
+      a.out = rows(0x4000000, B, D, L, D * (L + 1), L + 1);
+    }
+    const SelectiveScanKernelArgs k = scan_kernel_args_of(a, k_shift_config);
+    CHECK(k.vector_ok == 0);
+    CHECK(k.ch_mod == 1);
+  }
+  SUBCASE("one batch: the batch strides need not agree") {
+    const int64_t B = 1, D = 64, L = 1001;
+    autotune_selective_scan_args a = ragged_scan_call(B, D, L);
+    a.delta = rows(0x2000000, B, D, L, 3 * L, L);
+    CHECK(scan_kernel_args_of(a, k_shift_config).vector_ok == 1);
+  }
+  SUBCASE("two B/C groups: a class of 16-channel blocks must stay in one group") {
+    // 128 channels a group hold 8 classes of 16 (one block each); 64 do not.
+    CHECK(scan_kernel_args_of(ragged_scan_call(2, 256, 1001, 2), k_shift_config).vector_ok == 1);
+    const SelectiveScanKernelArgs k =
+        scan_kernel_args_of(ragged_scan_call(2, 128, 1001, 2), k_shift_config);
+    CHECK(k.vector_ok == 0);
+    CHECK(k.ch_mod == 1);
+  }
+  SUBCASE("the element layouts take one class") {
+    std::string async = k_shift_config;
+    async.replace(async.find("ragged=shift"), 12, "ragged=async");
+    const SelectiveScanKernelArgs k = scan_kernel_args_of(ragged_scan_call(2, 64, 1001), async);
+    CHECK(k.vector_ok == 0);
+    CHECK(k.ch_mod == 1);
   }
 }
