@@ -741,7 +741,7 @@ struct Prefetch {
 
   // k_raw: starts the copies of the chunk at chunk_start into the raw tile
   // (shared-state-space address raw) as one cp.async group, an empty one past L. A
-  // block with no step in [lo, length) is zero-filled, not read. Without with_x only
+  // block with no step in [lo, length) is zero-filled, not read. Without WITH_X only
   // the B/C rows (AT_RAGGED 3 with vectors), from the first pass over the copies that
   // reaches them.
   template <bool WITH_X>
