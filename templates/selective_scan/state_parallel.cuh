@@ -87,9 +87,7 @@ constexpr bool k_async = AT_RAGGED == 2;
 // The element layout's code of AT_RAGGED 2, compiled (AT_RAGGED 3: for the calls whose
 // rows do not share their offsets), and the shared-memory tile of raw rows: u, delta, z
 // (element layout) and the variable B and C rows (AT_RAGGED 2 and 3).
-constexpr bool k_el_async = k_async || k_shift;
-template <bool B> struct at_bool { static constexpr bool value = B; };
-constexpr bool k_raw = k_el_async;
+constexpr bool k_raw = k_async || k_shift;
 constexpr int k_lpc = k_nsplit;           // lanes per channel
 constexpr int k_npl = k_n / k_nsplit;     // states per lane and channel
 constexpr int k_cpl = AT_CPL;             // channels per lane
@@ -1016,7 +1014,7 @@ template <bool EL> __device__ __forceinline__ void run_chunks(const ScanCtx& ctx
         s_bias[c] = AT_HAS_BIAS ? args.delta_bias[d] : 0.0f;
         s_dskip[c] = AT_HAS_D ? args.D[d] : 0.0f;
       }
-      if constexpr (k_el_async) {
+      if constexpr (k_raw) {
         pf.init_raw(args, b, d_first, b_base, c_base, s_off, 0);
         pf.template copy_raw<true>(raw_addr, 0, length, 0);
         cp_async_wait<0>();
