@@ -189,8 +189,9 @@ def _first_call(plans, rt, key, q, fields, features, pointers, lse_shape):
 
 # ---- causal_conv1d ------------------------------------------------------------------------
 # How a conv call allocates out: like x (a dense x: contiguous, or a permutation of a
-# contiguous tensor), contiguous (any other channel-first x), or channel-last [B, L, C] memory viewed [B, C, L] (channel-last x: the library
-# wants out in x's layout, as causal-conv1d returns it).
+# contiguous tensor), contiguous (any other channel-first x), or channel-last [B, L, C]
+# memory viewed [B, C, L] (channel-last x: the library wants out in x's layout, as
+# causal-conv1d returns it).
 _OUT_LIKE, _OUT_CONTIGUOUS, _OUT_CHANNEL_LAST = 0, 1, 2
 
 
@@ -198,6 +199,8 @@ def dense(t):
     """Whether t's elements fill its span exactly with rows of stride 1 (a permutation of a
     contiguous tensor, e.g. Mamba's [B, D, L] view of [D, B, L] memory): torch.empty_like
     then keeps its strides, as mamba-ssm's and causal-conv1d's outputs do."""
+    if t.is_contiguous():
+        return True
     dims = sorted((st, sz) for st, sz in zip(t.stride(), t.shape) if sz != 1)
     expect = 1
     for st, sz in dims:
@@ -215,7 +218,7 @@ def conv_out_form(x):
     if (len(shape) == 3 and shape[1] > 1 and shape[2] > 1 and strides[1] == 1 and
             strides[2] != 1):
         return _OUT_CHANNEL_LAST
-    return _OUT_LIKE if x.is_contiguous() or dense(x) else _OUT_CONTIGUOUS
+    return _OUT_LIKE if dense(x) else _OUT_CONTIGUOUS
 
 
 def conv_out(x, form):
@@ -453,13 +456,11 @@ def _state_update_first(plans, runtime_for, key, state, x, dt, A, B, C, D, z, dt
 
 
 # ---- selective_scan -----------------------------------------------------------------------
-def scan_out(u):
-    """An uninitialised out for u: u's layout where u is dense (Mamba's [B, D, L] view of
-    [D, B, L] memory: u, delta, z and out then share their rows' offsets, which the
-    kernels' ragged=shift reads as whole vectors), else contiguous."""
-    if u.is_contiguous() or dense(u):
-        return _empty_like(u)
-    return _empty_like(u, memory_format=_contiguous)
+def scan_out(u, like_u):
+    """An uninitialised out for u: u's layout where u is dense (like_u = dense(u); Mamba's
+    [B, D, L] view of [D, B, L] memory: u, delta, z and out then share their rows' offsets,
+    which the kernels' ragged=shift reads as whole vectors), else contiguous."""
+    return _empty_like(u) if like_u else _empty_like(u, memory_format=_contiguous)
 
 
 def scan(plans, runtime_for, u, delta, A, B, C, D, z, delta_bias, delta_softplus, with_state,
@@ -485,7 +486,7 @@ def scan(plans, runtime_for, u, delta, A, B, C, D, z, delta_bias, delta_softplus
     del key  # its tuples go now: a warm call holds few new objects at once
     (buf, words, fn, handle, lib, dev, like_u, state_shape, device,
      i_u, i_dt, i_a, i_b, i_c, i_d, i_z, i_db, i_o, i_s) = plan
-    out = _empty_like(u) if like_u else _empty_like(u, memory_format=_contiguous)
+    out = _empty_like(u) if like_u else _empty_like(u, memory_format=_contiguous)  # scan_out
     words[i_u] = u.data_ptr()
     words[i_dt] = delta.data_ptr()
     words[i_a] = A.data_ptr()
@@ -511,8 +512,8 @@ def _scan_first(plans, runtime_for, key, u, delta, A, B, C, D, z, delta_bias, de
     fields_u = tensor_fields(u, "u")
     dev = u.get_device()
     rt = runtime_for(dev, u, "u")
-    like_u = u.is_contiguous() or dense(u)  # scan_out's choice, kept for warm calls
-    out = scan_out(u)
+    like_u = dense(u)  # kept for warm calls
+    out = scan_out(u, like_u)
     last = state_shape = None
     if with_state:
         state_shape = last_state_shape(u, A)

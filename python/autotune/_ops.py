@@ -221,7 +221,7 @@ def _conv_states_fake(x, weight, bias=None, initial_states=None, silu=False, seq
 
 def _scan_fake(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False):
     _calls._load_torch()
-    return _calls.scan_out(u)
+    return _calls.scan_out(u, _calls.dense(u))
 
 
 def _scan_state_fake(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False):
