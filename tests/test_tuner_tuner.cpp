@@ -539,12 +539,70 @@ TEST_CASE("a problem's first batch holds no more compile waves than the budget h
   search.measure(first, pending(64, {5}), report);
   REQUIRE(first.prepared.size() == 2);
   CHECK(first.prepared[1].size() == 16);
+  // It overran its budget, which the session owes (the next test); a problem with
+  // nothing to measure, which spends none of its (cold) budget, pays that back.
+  CHECK(search.owed_s() > 0);
+  FakeBench empty(0);
+  on = &empty;
+  search.measure(empty, pending(0), report);
+  CHECK(search.owed_s() == 0);
   // The second: 2.5 s left after its seed hold one 1.6 s wave, 8 candidates.
   on = &second;
   search.measure(second, pending(64, {5}), report);
   REQUIRE(second.prepared.size() >= 2);
   CHECK(second.prepared[1].size() == 8);
   CHECK(second.clock < first.clock);
+}
+
+TEST_CASE("a session keeps to the sum of its problems' budgets: what one overran is cut from "
+          "the next ones' budgets, down to a share of each, until they have paid it back") {
+  // Every problem: a seed (0.2 + 0.3 s), then batches of 16 compiled at 0.2 s each.
+  std::vector<std::unique_ptr<FakeBench>> benches;
+  FakeBench* on = nullptr;
+  HalvingSearch search(std::make_unique<ExhaustiveSearch>(TimingProtocol{}, k_max_exhaustive, 1),
+                       TimingProtocol{}, 3.0, 16, 1, [&on] { return on->clock; });
+  auto tune = [&](SearchInput in) {
+    benches.push_back(std::make_unique<FakeBench>(64));
+    on = benches.back().get();
+    on->compile_s = 0.2;
+    ProblemReport report;
+    search.measure(*on, in, report);
+    return report;
+  };
+  // The first runs past its 3 s: the first batch's compile wave and timings run whatever
+  // the budget (3.2 + 1.6 s).
+  ProblemReport first = tune(pending(64, {5}));
+  CHECK(first.budget_s == doctest::Approx(3.0));
+  const double owed = benches.back()->clock - 3.0;
+  REQUIRE(owed > 3.0 * (1 - k_budget_floor_share));
+  CHECK(search.owed_s() == doctest::Approx(owed));
+  // The second's budget is cut to its floor; it spends less than its planned 3 s, and
+  // what it left pays part of the debt.
+  ProblemReport second = tune(pending(64, {5}));
+  CHECK(second.budget_s == doctest::Approx(3.0 * k_budget_floor_share));
+  const double second_s = benches.back()->clock;
+  CHECK(second_s < 3.0);
+  CHECK(search.owed_s() == doctest::Approx(owed + second_s - 3.0));
+  // Cut by what is still owed, while it is less than the floor allows.
+  const double left = search.owed_s();
+  REQUIRE(left < 3.0 * (1 - k_budget_floor_share));
+  ProblemReport third = tune(pending(64, {5}));
+  CHECK(third.budget_s == doctest::Approx(3.0 - left));
+  // The session as a whole: within one problem's overrun of its plan.
+  double total = 0;
+  for (const auto& b : benches) {
+    total += b->clock;
+  }
+  CHECK(total <= 3 * 3.0 + search.owed_s() + 1e-9);
+  // A cold problem's budget (10x) is cut the same way; finishing well inside it pays
+  // everything back, and the next problem has its whole budget again, no more.
+  const double before_cold = search.owed_s();
+  ProblemReport cold = tune(pending(64));
+  CHECK(cold.budget_s == doctest::Approx(30.0 - before_cold));
+  REQUIRE(benches.back()->clock < 30.0 - before_cold);
+  CHECK(search.owed_s() == 0);
+  ProblemReport fresh = tune(pending(64, {5}));
+  CHECK(fresh.budget_s == doctest::Approx(3.0));
 }
 
 TEST_CASE("a problem with tuned neighbours is warm even when none of their winners fits it") {

@@ -224,9 +224,11 @@ public:
 
   // The budget the run is under: warm, or cold when it had nothing to start from.
   double budget() const { return m_budget; }
+  bool cold() const { return m_cold; }
+  // Seconds of the search so far (with those the session spent on it before: spent_s).
+  double spent() const { return m_clock() - m_t0; }
 
 private:
-  double spent() const { return m_clock() - m_t0; }
 
   bool ok(size_t i) {
     const VariantReport& v = m_bench.variant(i);
@@ -706,12 +708,18 @@ private:
 } // namespace
 
 void HalvingSearch::measure(Bench& bench, const SearchInput& input, ProblemReport& report) const {
-  HalvingRun run(bench, input, m_protocol, budget_s(true), budget_s(false), m_batch, m_seed,
-                 m_clock, m_waves);
+  const double owed = m_owed_s;
+  auto less_owed = [owed](double budget) {
+    return budget - std::min(owed, (1 - k_budget_floor_share) * budget);
+  };
+  HalvingRun run(bench, input, m_protocol, less_owed(budget_s(true)), less_owed(budget_s(false)),
+                 m_batch, m_seed, m_clock, m_waves);
   if (run.run()) {
     report.budget_exhausted = true;
   }
   report.budget_s = run.budget();
+  const double planned = budget_s(!run.cold());
+  m_owed_s = std::max(0.0, owed + run.spent() - planned);
 }
 
 // ---- choosing one -------------------------------------------------------------------

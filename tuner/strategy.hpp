@@ -152,7 +152,10 @@ public:
 // much. The seeds, the final round, the first eta cheap measurements of a cold
 // problem, exploration until something is correct and the cheap timings of the first
 // batch compiled (up to k_sunk_compile_share of its compile time) always run: a budget
-// spent by them is overrun.
+// spent by them is overrun. One search tunes a session's problems one after another,
+// and the session keeps to the sum of their budgets (the plan its ETA shows): what a
+// problem overran is owed, and the next problems' budgets are cut by it, each down to
+// k_budget_floor_share of its own, until what they leave unspent has paid it back.
 class HalvingSearch final : public Strategy {
 public:
   using Clock = std::function<double()>; // seconds, monotonic
@@ -183,6 +186,11 @@ public:
     double waves = 0;
   };
 
+  // Seconds the problems measured so far took past their budgets, less what later ones
+  // left unspent (never below zero: an early finish gives no later problem more than
+  // its budget).
+  double owed_s() const { return m_owed_s; }
+
 private:
   std::unique_ptr<Strategy> m_selection;
   TimingProtocol m_protocol;
@@ -195,6 +203,10 @@ private:
   // is left of its budget. Without it, the headline command's 2 s searches compiled a
   // first batch of two waves (26-37 wgmma variants, 2.1-3.9 s) on 25 of 51 shapes.
   mutable Waves m_waves;
+  // Without it the headline command's 51 attention searches (2 s budgets, 20 s for the
+  // first) ran 23-45 s past their 120 s: a D=128 Hopper seed's compile wave alone takes
+  // up to 3.4 s.
+  mutable double m_owed_s = 0;
 };
 
 // The final round measures each finalist in this many passes, the finalists in
@@ -206,6 +218,11 @@ private:
 // (pool_passes: of four, the mean of the middle two) alike. Four rather than two, so
 // that the median also leaves out a pass thrown off by a clock step.
 constexpr int k_final_passes = 4;
+
+// A problem's budget is cut by what earlier problems of the session overran down to
+// this share of it, no further: a quarter of the default 2 s still measures the seeds
+// and, after a fast seed, a first batch; the rest of the debt waits for later problems.
+constexpr double k_budget_floor_share = 0.25;
 
 // The seeds (two or more) are measured the same way, in this many passes in alternating
 // order (A B, B A): they are measured first, right after the problem's first compile
