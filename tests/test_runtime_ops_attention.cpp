@@ -196,8 +196,9 @@ TEST_CASE("attention configuration constraints drop what cannot run") {
     CHECK(adapted("B=8,Hq=32,Hkv=4,Sq=1,Sk=1500,D=64") == "4/2");  // 32 x 4, 3 tiles each
     // One key tile: one stage.
     CHECK(adapted("B=2,Hq=8,Hkv=8,Sq=1,Sk=100,D=128") == "1/1");
-    // A few new queries a head (speculative decoding): their rows in one block too.
-    CHECK(adapted("B=4,Hq=32,Hkv=8,Sq=4,Sk=1500,D=128") == "2/1"); // 128 blocks
+    // A few new queries a head (speculative decoding): the group's 4 x 4 rows in one
+    // block too, 32 blocks split 4 ways, two stages.
+    CHECK(adapted("B=4,Hq=32,Hkv=8,Sq=4,Sk=1500,D=128") == "4/2");
     // A longer problem: a warp per 16 rows, the point's splits up to the fill (256 query
     // blocks of 64 rows fill the GPU twice: none).
     CHECK(attn().adapt(point, problem("B=1,H=8,Sq=2048,Sk=2048,D=128")) ==
@@ -294,14 +295,44 @@ TEST_CASE("decoding with grouped heads runs each group's query heads as rows of 
     CHECK(t[0].elements == size_t(3 * 32 * 128));
     CHECK(t[4].elements == size_t(3 * 32));
   }
-  SUBCASE("not with more query rows, a window, ALiBi or one query head per K/V head") {
+  SUBCASE("several queries a head, or a window: rows of the group's heads in turn") {
+    // 4 heads x 5 queries: 20 rows of each of the 8 K/V heads, still causal (each row
+    // masked at its own query's diagonal), AT_GROUPED; the Hopper family refuses it.
+    const Problem p = problem("B=3,Hq=32,Hkv=8,Sq=5,Sk=4096,D=128,causal=1,lse=1");
+    const LaunchGeometry g = attn().geometry(c, p);
+    CHECK(g.grid[0] == 1);
+    CHECK(g.grid[1] == 8);
+    CHECK(has(attn().defines(c, p), "-DAT_CAUSAL=1"));
+    CHECK(has(attn().defines(c, p), "-DAT_GROUPED=1"));
+    const auto t = attn().tensors(p);
+    CHECK(t[0].elements == size_t(3 * 32 * 5 * 128));
+    CHECK(t[4].elements == size_t(3 * 32 * 5));
+    // The work counted is the described problem's: 32 heads of 5 queries, causal.
+    const double pairs = 4092 + 4093 + 4094 + 4095 + 4096;
+    CHECK(attn().flops(p) == doctest::Approx(4.0 * 3 * 32 * pairs * 128));
+    const Config wgmma = config("block_m=64,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,"
+                                "splits=1,family=wgmma");
+    const Result<bool> refused = attn().check(wgmma, p, "sm_90a");
+    REQUIRE_FALSE(refused.ok());
+    CHECK_MESSAGE(refused.failure().message.find("as rows") != std::string::npos,
+                  refused.failure().message);
+    // One query under a window: the same form (the window is the row's query's).
+    const Problem w = problem("B=3,Hq=32,Hkv=8,Sq=1,Sk=4096,D=128,window=1");
+    CHECK(attn().geometry(c, w).grid[1] == 8);
+    CHECK(has(attn().defines(c, w), "-DAT_GROUPED=1"));
+    // The single-query form needs no AT_GROUPED: its rows are one stride apart.
+    CHECK_FALSE(
+        has(attn().defines(c, problem("B=3,Hq=32,Hkv=8,Sq=1,Sk=4096,D=128")), "-DAT_GROUPED=1"));
+  }
+  SUBCASE("not past 16 queries, with ALiBi or with one query head per K/V head") {
     for (const auto& [shape, heads] :
-         {std::pair{"B=3,Hq=32,Hkv=8,Sq=2,Sk=4096,D=128", 32u},
-          std::pair{"B=3,Hq=32,Hkv=8,Sq=1,Sk=4096,D=128,window=1", 32u},
+         {std::pair{"B=3,Hq=32,Hkv=8,Sq=17,Sk=4096,D=128", 32u},
           std::pair{"B=3,Hq=32,Hkv=8,Sq=1,Sk=4096,D=128,alibi=1", 32u},
+          std::pair{"B=3,Hq=32,Hkv=8,Sq=4,Sk=4096,D=128,alibi=1", 32u},
           std::pair{"B=3,Hq=8,Hkv=8,Sq=1,Sk=4096,D=128,causal=1", 8u}}) {
       CAPTURE(shape);
       CHECK(attn().geometry(c, problem(shape)).grid[1] == heads);
+      CHECK_FALSE(has(attn().defines(c, problem(shape)), "-DAT_GROUPED=1"));
     }
     CHECK(has(attn().defines(c, problem("B=3,Hq=8,Hkv=8,Sq=1,Sk=4096,D=128,causal=1")),
               "-DAT_CAUSAL=1"));

@@ -135,6 +135,9 @@ TEST_CASE("the portable attention kernel's AttnArgs is AttentionKernelArgs, fiel
       HOST_FIELD(A, vn_head_stride),
       HOST_FIELD(A, vn_seq_stride),
       HOST_FIELD(A, cache_leftpad),
+      HOST_FIELD(A, q_group_stride),
+      HOST_FIELD(A, o_group_stride),
+      HOST_FIELD(A, group_sq),
   };
   // Plain, split keys, every feature on, and a KV cache: the struct is the same in each.
   check_layout("attention", "B=2,H=4,S=256,D=128,dtype=bf16",

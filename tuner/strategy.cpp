@@ -229,7 +229,6 @@ public:
   double spent() const { return m_clock() - m_t0; }
 
 private:
-
   bool ok(size_t i) {
     const VariantReport& v = m_bench.variant(i);
     return v.outcome == cache::Outcome::ok && v.timing.median_us > 0;

@@ -39,6 +39,9 @@ struct Dims {
   // rows of that head (see dims()): g, or 0 when the problem runs as it is described.
   // Hq, Sq and causal then describe what the kernel runs (Hkv heads of g rows).
   long long heads_as_rows = 0;
+  // With several queries per head (or a window): the described Sq, each of the g heads'
+  // queries being rows of the K/V head (kernel.cuh's AT_GROUPED); 0 otherwise.
+  long long grouped_sq = 0;
 };
 
 // The head dim kernel.cuh computes on: D rounded up to whole k=16 MMA steps.
@@ -76,22 +79,37 @@ Dims described_dims(const Problem& p) {
   return d;
 }
 
+// Decoding steps of up to this many queries a head run their GQA/MQA groups' heads as
+// rows (dims()): 16 is the most new queries flash_attn_with_kvcache's callers pass
+// (speculative decoding's drafts); past it a head's own rows fill 16-row tiles.
+constexpr long long k_grouped_max_sq = 16;
+
 // The problem as the kernel runs it. One query row per head and g = Hq / Hkv > 1 query
 // heads per K/V head (decoding with GQA/MQA): the group's heads become g rows of one head
 // (flash-attn's seqlenq_ngroups_swapped), so that one block reads each K/V tile once for
 // all g of them instead of g blocks reading it, and there are B * Hkv query blocks to
 // split the keys of instead of B * Hq. Exact: q head h * g + i is row i of head h, at the
 // same address (rows_from_heads rewrites the call's strides), the LSE [B, Hq, 1] is
-// [B, Hkv, g], and a single row sees every key when causal (bottom-right aligned). Not
-// with a window or ALiBi (they depend on the row or the q head) or varlen.
+// [B, Hkv, g], and a single row sees every key when causal (bottom-right aligned).
+// With 2..k_grouped_max_sq queries a head (speculative decoding's check of its drafts,
+// a few queries of chunked prefill), or one under a sliding window, the group's g * Sq
+// queries become rows of the K/V head the same way, query s of head i being row
+// i * Sq + s (AT_GROUPED: their addresses are not one stride apart, and the masks take
+// each row's query index): the LSE [B, Hq, Sq] is [B, Hkv, g * Sq] again. Not with
+// ALiBi (its slope depends on the q head) or varlen.
 Dims dims(const Problem& p) {
   Dims d = described_dims(p);
-  if (d.Sq == 1 && d.Hq > d.Hkv && !d.window && !d.alibi && !d.varlen) {
-    d.heads_as_rows = d.Hq / d.Hkv;
-    d.Sq = d.heads_as_rows;
-    d.Hq = d.Hkv;
-    d.causal = false;
+  if (d.Hq == d.Hkv || d.alibi || d.varlen || d.Sq > k_grouped_max_sq) {
+    return d;
   }
+  d.heads_as_rows = d.Hq / d.Hkv;
+  if (d.Sq == 1 && !d.window) {
+    d.causal = false;
+  } else {
+    d.grouped_sq = d.Sq;
+  }
+  d.Sq *= d.heads_as_rows;
+  d.Hq = d.Hkv;
   return d;
 }
 
@@ -755,6 +773,10 @@ Result<bool> AttentionOp::check(const Config& config, const Problem& problem,
   if (p.wgmma && d.kvcache) {
     return fail("family=wgmma reads no KV cache (family=mma does)");
   }
+  if (p.wgmma && d.grouped_sq > 0) {
+    return fail("family=wgmma runs no query heads as rows of their K/V head with several "
+                "queries or a window (family=mma does)");
+  }
   if (p.wgmma) {
     return check_wgmma(p, d, arch);
   }
@@ -1001,7 +1023,7 @@ std::vector<std::string> AttentionOp::defines(const Config& config, const Proble
   for (const auto& [on, define] :
        {std::pair{d.window, "-DAT_WINDOW=1"}, std::pair{d.softcap, "-DAT_SOFTCAP=1"},
         std::pair{d.alibi, "-DAT_ALIBI=1"}, std::pair{d.varlen, "-DAT_VARLEN=1"},
-        std::pair{d.kvcache, "-DAT_KVCACHE=1"}}) {
+        std::pair{d.kvcache, "-DAT_KVCACHE=1"}, std::pair{d.grouped_sq > 0, "-DAT_GROUPED=1"}}) {
     if (on) {
       out.push_back(define);
     }
@@ -1206,6 +1228,9 @@ AttnArgs attention_kernel_args(const Params& p, const Dims& d, const Config& con
     a.ws_lse = a.ws_o + CUdeviceptr(p.splits * rows * d.D * 4);
   }
   a.batch = int(d.B);
+  a.group_sq = int(d.grouped_sq);
+  a.q_group_stride = call.q_group_stride;
+  a.o_group_stride = call.o_group_stride;
   // The softmax scale folded into scale_log2 by fill_output_and_sizes: softcap's tanh
   // takes scale / softcap per score and the logits are softcap times it.
   const double scale = call.scale > 0 ? call.scale : 1.0 / std::sqrt(double(d.D));
@@ -1365,12 +1390,21 @@ HopperArgs hopper_kernel_args(const Params& p, const Dims& d, const AttentionCal
 }
 
 // A call of a problem whose query heads run as rows (Dims::heads_as_rows = g): q and o
-// [B, Hq, 1, D] seen as [B, Hkv, g, D], row i of head h being q head h * g + i.
-void rows_from_heads(AttentionCall& c, long long g) {
-  c.q_seq_stride = c.q_head_stride;
-  c.q_head_stride *= g;
-  c.o_seq_stride = c.o_head_stride;
-  c.o_head_stride *= g;
+// [B, Hq, 1, D] seen as [B, Hkv, g, D], row i of head h being q head h * g + i; with
+// several queries (Dims::grouped_sq), a head steps g q heads and the group stride one.
+void rows_from_heads(AttentionCall& c, const Dims& d) {
+  if (d.heads_as_rows == 0) {
+    return;
+  }
+  if (d.grouped_sq > 0) {
+    c.q_group_stride = c.q_head_stride;
+    c.o_group_stride = c.o_head_stride;
+  } else {
+    c.q_seq_stride = c.q_head_stride;
+    c.o_seq_stride = c.o_head_stride;
+  }
+  c.q_head_stride *= d.heads_as_rows;
+  c.o_head_stride *= d.heads_as_rows;
 }
 
 struct AttentionPlan final : CallPlan {
@@ -1447,9 +1481,7 @@ struct AttentionPlan final : CallPlan {
         strides(a.v_new, c.vn_batch_stride, c.vn_head_stride, c.vn_seq_stride);
       }
     }
-    if (dims.heads_as_rows > 0) {
-      rows_from_heads(c, dims.heads_as_rows);
-    }
+    rows_from_heads(c, dims);
     if (params.wgmma) {
       std::lock_guard<std::mutex> lock(maps_mutex);
       HopperArgs k = hopper_kernel_args(params, dims, c, maps);
@@ -1738,9 +1770,7 @@ void AttentionOp::pack_call(const Config& config, const Problem& problem,
   const Params p = params(config);
   const Dims d = dims(problem);
   AttentionCall call = described;
-  if (d.heads_as_rows > 0) {
-    rows_from_heads(call, d.heads_as_rows);
-  }
+  rows_from_heads(call, d);
   if (p.wgmma) {
     MapCache maps;
     args.add(hopper_kernel_args(p, d, call, maps));
@@ -1890,7 +1920,7 @@ double AttentionOp::tolerance(const Problem& problem) const {
 }
 
 double AttentionOp::bytes(const Problem& problem) const {
-  Dims d = dims(problem);
+  Dims d = described_dims(problem);
   double e = double(dtype_size(d.dtype));
   const long long rows_q = d.varlen ? varlen_tokens(d.Tq, d.B, d.Sq) : d.B * d.Sq;
   long long rows_k = d.varlen ? varlen_tokens(d.Tk, d.B, d.Sk) : d.B * d.Sk;
@@ -1908,7 +1938,7 @@ double AttentionOp::bytes(const Problem& problem) const {
 }
 
 double AttentionOp::flops(const Problem& problem) const {
-  Dims d = dims(problem);
+  Dims d = described_dims(problem);
   if (d.kvcache) {
     // The tuner's cache lengths, each sequence as a problem of its own Sk.
     double total = 0;

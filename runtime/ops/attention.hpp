@@ -131,6 +131,10 @@ struct AttentionCall {
   // A contiguous KV cache only: int32 [B], the first cache row of each sequence's keys
   // (flash-attn's cache_leftpad; 0: none).
   CUdeviceptr cache_leftpad = 0;
+  // Problems whose query heads run as rows of their K/V head with several queries each
+  // (AT_GROUPED; set when the call is packed): the stride between two query heads of a
+  // group in q and in o.
+  long long q_group_stride = 0, o_group_stride = 0;
 };
 
 // The portable kernel's by-value argument: struct AttnArgs of templates/attention/kernel.cuh,
@@ -159,6 +163,8 @@ struct AttentionKernelArgs {
   long long kn_batch_stride, kn_head_stride, kn_seq_stride;
   long long vn_batch_stride, vn_head_stride, vn_seq_stride;
   CUdeviceptr cache_leftpad;
+  long long q_group_stride, o_group_stride;
+  int group_sq;
 };
 
 // The Hopper kernel's by-value argument: struct AttnArgs of templates/attention/hopper.cuh

@@ -78,6 +78,14 @@
 //                cache_leftpad[b] .. cache_seqlens[b] - 1: key j is row cache_leftpad[b] + j,
 //                the key count is cache_seqlens[b] - cache_leftpad[b] + seq_new, and the
 //                new rows still go to cache_seqlens[b]..
+//   AT_GROUPED   1: the G = Hq / Hkv query heads of a K/V head run as G * group_sq query
+//                rows of that head (several new queries a step, decoding with GQA/MQA):
+//                one block reads each K/V tile once for all G heads, not G blocks each.
+//                Row r is query r % group_sq of the group's head r / group_sq (head-major,
+//                so the LSE index and the split workspace of the rows are those of
+//                [B, Hq, Sq]); heads_q is Hkv and seq_q G * group_sq, q_head_stride and
+//                o_head_stride step a group, q_group_stride and o_group_stride one head in
+//                it, and masks and the diagonal take the row's query index.
 //   AT_CAUSAL, AT_LSE, AT_WINDOW, AT_SOFTCAP, AT_ALIBI: 0/1; AT_T: at_bf16 or at_f16.
 #include "attention/mma.cuh"
 #include "common/numeric.cuh"
@@ -112,6 +120,9 @@ typedef AT_T elem_t;
 #ifndef AT_KVCACHE
 #define AT_KVCACHE 0
 #endif
+#ifndef AT_GROUPED
+#define AT_GROUPED 0
+#endif
 
 constexpr int k_dim = AT_HEAD_DIM;                 // the tensors' head dim D
 constexpr int k_head_dim = (k_dim + 15) / 16 * 16; // the head dim computed on
@@ -128,6 +139,7 @@ constexpr bool k_softcap = AT_SOFTCAP != 0;
 constexpr bool k_alibi = AT_ALIBI != 0;
 constexpr bool k_varlen = AT_VARLEN != 0;
 constexpr bool k_kvcache = AT_KVCACHE != 0;
+constexpr bool k_grouped = AT_GROUPED != 0;
 #ifndef AT_SPLITS
 #define AT_SPLITS 1
 #endif
@@ -231,7 +243,27 @@ struct AttnArgs {
   // keys (flash-attn's cache_leftpad), clamped into [0, its clamped cache length]; null:
   // 0. Ignored with a block table.
   const int* cache_leftpad;
+  // AT_GROUPED: the stride between two query heads of a group, and the queries of each.
+  long long q_group_stride, o_group_stride;
+  int group_sq;
 };
+
+// The query index of row `row` (AT_GROUPED: the rows hold group_sq queries of each head).
+__device__ __forceinline__ int query_of(const AttnArgs& args, int row) {
+  return k_grouped ? row % args.group_sq : row;
+}
+
+// Element offset of row `row` of a query block's head in q or o (seq and group strides).
+__device__ __forceinline__ long long row_offset(const AttnArgs& args, int row, long long seq_stride,
+                                                long long group_stride) {
+  if (k_grouped) {
+    return (row / args.group_sq) * group_stride + (row % args.group_sq) * seq_stride;
+  }
+  return row * seq_stride;
+}
+__device__ __forceinline__ long long o_row_offset(const AttnArgs& args, int row) {
+  return row_offset(args, row, args.o_seq_stride, args.o_group_stride);
+}
 
 // AT_KVCACHE: element offset of cache row `key` of sequence `batch` in the cache (head
 // 0): through the block table when there is one (a contiguous cache's row is the key's
@@ -316,6 +348,27 @@ __device__ __forceinline__ void load_tile(unsigned tile, const elem_t* src, long
   }
 }
 
+// load_tile of Q's rows m0.. with AT_GROUPED: each row at its own offset from the
+// group's first head (row_offset), not one stride apart.
+__device__ __forceinline__ void load_q_grouped(unsigned tile, const elem_t* q_head,
+                                               const AttnArgs& args, int m0, int rows_valid) {
+  constexpr int k_row_step = k_threads / k_load_chunks;
+  const int chunk = static_cast<int>(threadIdx.x) % k_load_chunks;
+  const int row0 = static_cast<int>(threadIdx.x) / k_load_chunks;
+  if (k_load_chunks != k_chunks && chunk >= k_chunks) {
+    return; // no such column in the tile
+  }
+  const bool column_valid = k_valid_chunks == k_chunks || chunk < k_valid_chunks;
+#pragma unroll
+  for (int row = row0; row < k_block_m; row += k_row_step) {
+    const bool valid = column_valid && row < rows_valid;
+    const long long at =
+        valid ? row_offset(args, m0 + row, args.q_seq_stride, args.q_group_stride) : 0;
+    cp_async_16(tile + tile_offset(row, chunk) * static_cast<int>(sizeof(elem_t)),
+                q_head + at + chunk * 8, valid);
+  }
+}
+
 // load_tile from two sources (AT_KVCACHE with append): rows before rows_first from src,
 // the rest from src2 (its own row stride; src2 points where row 0 would be).
 template <int ROWS>
@@ -379,7 +432,7 @@ __device__ __forceinline__ void store_rows_without_keys(const AttnArgs& args, in
   for (int i = static_cast<int>(threadIdx.x); i < k_block_m * k_valid_chunks; i += k_threads) {
     const int row = m0 + i / k_valid_chunks;
     if (row < seq_q) {
-      *reinterpret_cast<uint4*>(o_g + row * args.o_seq_stride + (i % k_valid_chunks) * 8) =
+      *reinterpret_cast<uint4*>(o_g + o_row_offset(args, row) + (i % k_valid_chunks) * 8) =
           make_uint4(0u, 0u, 0u, 0u);
     }
   }
@@ -484,7 +537,7 @@ store_split_and_merge(const AttnArgs& args, const float (&o)[k_m_tiles][k_d_tile
       }
     }
     const float inv = wsum > 0.0f ? 1.0f / wsum : 0.0f;
-    elem_t* dst = o_g + row * args.o_seq_stride;
+    elem_t* dst = o_g + o_row_offset(args, row);
 #pragma unroll
     for (int c = 0; c < k_cols; ++c) {
       if (k_dim % 32 == 0 || c * 32 + lane < k_dim) {
@@ -624,7 +677,11 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
       append_new_kv(args, batch, kv_head, cached);
     }
   }
-  const int diag = seq_k - seq_q; // query i's diagonal key is i + diag
+  // Query i's diagonal key is i + diag. The block's rows hold queries q_lo..q_hi (with
+  // AT_GROUPED every query of the group's heads may be there: 0..group_sq - 1).
+  const int diag = seq_k - (k_grouped ? args.group_sq : seq_q);
+  const int q_lo = k_grouped ? 0 : m0;
+  const int q_hi = k_grouped ? args.group_sq - 1 : m0 + k_block_m - 1;
   // The window around it: keys [i + diag - left, i + diag + right]; -1 is unbounded.
   const int right = k_causal ? 0 : (k_window ? args.window_right : -1);
   const int left = k_window ? args.window_left : -1;
@@ -633,7 +690,7 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
   int n_start = 0;
   if (k_causal || k_window) {
     if (right >= 0) {
-      const int last_key = m0 + k_block_m - 1 + diag + right; // the last key any row sees
+      const int last_key = q_hi + diag + right; // the last key any row sees
       if (last_key < 0) {
         // Sq > Sk and no row of this block sees a key: no key loop, no workspace, no
         // arrival counter (with key splits, split 0 alone writes the rows).
@@ -647,7 +704,7 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
     if (left >= 0) {
       // The first key any row sees; at most Sk - 1 (m0 < Sq) and at most the last one
       // (left, right >= 0), so the range is never empty.
-      const int first_key = m0 + diag - left;
+      const int first_key = q_lo + diag - left;
       n_start = first_key > 0 ? first_key / k_block_n : 0;
     }
   }
@@ -668,8 +725,9 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
     alibi_slope = args.alibi_slopes[batch * args.alibi_batch_stride + head] * args.alibi_scale;
   }
 
+  // Q's rows of this block (AT_GROUPED: of the group's first head, rows at row_offset).
   const elem_t* q_g = args.q + batch * args.q_batch_stride + head * args.q_head_stride +
-                      (q_row0 + m0) * args.q_seq_stride;
+                      (q_row0 + (k_grouped ? 0 : m0)) * args.q_seq_stride;
   const elem_t* k_g = args.k + batch * args.k_batch_stride + kv_head * args.k_head_stride +
                       k_row0 * args.k_seq_stride;
   const elem_t* v_g = args.v + batch * args.v_batch_stride + kv_head * args.v_head_stride +
@@ -713,7 +771,11 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
   };
 
   // Prologue: Q, then the first key tiles (the last ones in key order).
-  load_tile<k_block_m>(q_base, q_g, args.q_seq_stride, seq_q - m0);
+  if (k_grouped) {
+    load_q_grouped(q_base, q_g, args, m0, seq_q - m0);
+  } else {
+    load_tile<k_block_m>(q_base, q_g, args.q_seq_stride, seq_q - m0);
+  }
   if (k_stages == 1) {
     if (n_blocks > 0) {
       load_k(n_first + n_blocks - 1, 0);
@@ -840,7 +902,7 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
               s[mt][nt][e] = at_tanh_approx(s[mt][nt][e] * args.softcap_scale);
             }
             if (k_alibi) {
-              const int row = m0 + warp_row0 + mt * 16 + g + (e >> 1) * 8;
+              const int row = query_of(args, m0 + warp_row0 + mt * 16 + g + (e >> 1) * 8);
               const int col = n0 + warp_key0 + nt * 8 + 2 * t + (e & 1);
               s[mt][nt][e] -= alibi_slope * static_cast<float>(abs(row + diag - col));
             }
@@ -853,8 +915,8 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
     // diagonal). Only tiles that cross a bound pay for the mask.
     const bool need_mask =
         n0 + k_block_n > seq_k ||
-        ((k_causal || k_window) && right >= 0 && n0 + k_block_n - 1 > m0 + diag + right) ||
-        (k_window && left >= 0 && n0 < m0 + k_block_m - 1 + diag - left);
+        ((k_causal || k_window) && right >= 0 && n0 + k_block_n - 1 > q_lo + diag + right) ||
+        (k_window && left >= 0 && n0 < q_hi + diag - left);
     if (need_mask) {
 #pragma unroll
       for (int mt = 0; mt < k_m_tiles; ++mt) {
@@ -862,7 +924,7 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
         for (int nt = 0; nt < k_n_tiles; ++nt) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const int row = m0 + warp_row0 + mt * 16 + g + (e >> 1) * 8;
+            const int row = query_of(args, m0 + warp_row0 + mt * 16 + g + (e >> 1) * 8);
             const int col = n0 + warp_key0 + nt * 8 + 2 * t + (e & 1);
             if (col >= seq_k ||
                 ((k_causal || k_window) && right >= 0 && col > row + diag + right) ||
@@ -1026,7 +1088,7 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
     const int chunk = i % k_valid_chunks;
     const int row = m0 + local_row;
     if (row < seq_q) {
-      *reinterpret_cast<uint4*>(o_g + row * args.o_seq_stride + chunk * 8) =
+      *reinterpret_cast<uint4*>(o_g + o_row_offset(args, row) + chunk * 8) =
           *reinterpret_cast<const uint4*>(q_s + tile_offset(local_row, chunk));
     }
   }
