@@ -244,8 +244,9 @@ def _slopes_key(alibi_slopes):
 
 # The stream key of the workspaces that calls captured in CUDA graphs use (no stream's).
 _GRAPHS = -1
-# Workspaces kept per Runtime (streams x sizes; a program making a stream per request
-# would otherwise keep one per stream it ever used).
+# Streams' workspaces kept per Runtime (streams x sizes; a program making a stream per
+# request would otherwise keep one per stream it ever used). The graphs' are apart and all
+# kept: captured graphs hold their pointers.
 _MAX_WORKSPACES = 64
 NO_KVCACHE = _ABSENT * 5
 
@@ -413,7 +414,12 @@ class Runtime:
         # made and dropped under a lock (threads' first calls of a size race otherwise: the
         # loser's buffer was freed while its call still held the pointer), dropped ones kept
         # a while longer (a call on another thread may hold the pointer, not yet launched).
+        # The graphs' ((device, _GRAPHS, bytes)) in their own dict, never dropped: among the
+        # streams', each new size a graph might capture (every split-KV signature's first
+        # call makes one) took the place of a stream's, and past 64 sizes every stream's
+        # workspace was dropped and made again on its next call.
         self.workspaces = {}
+        self.graph_workspaces = {}
         self._retired = collections.deque(maxlen=_MAX_WORKSPACES)
         self._workspace_lock = threading.Lock()
         self._workspace_need = {}  # a call's signature -> the workspace bytes it needs
@@ -515,24 +521,22 @@ class Runtime:
 
     def _workspace(self, device, stream, need):
         wkey = (device, stream, need)
-        buf = self.workspaces.get(wkey)
+        kept = self.graph_workspaces if stream == _GRAPHS else self.workspaces
+        buf = kept.get(wkey)
         if buf is not None:
             return buf.data_ptr()
         import torch
         with self._workspace_lock:
-            buf = self.workspaces.get(wkey)  # another thread's, made meanwhile
+            buf = kept.get(wkey)  # another thread's, made meanwhile
             if buf is None:
-                if len(self.workspaces) >= _MAX_WORKSPACES:
-                    # The oldest stream's goes (graphs' are kept: graphs hold their
-                    # pointers), into the retired queue: a call that read its pointer may
-                    # not have launched yet. Once freed, torch's allocator hands its memory
-                    # out again only in its stream's order, after the calls that used it.
-                    for old in self.workspaces:
-                        if old[1] != _GRAPHS:
-                            self._retired.append(self.workspaces.pop(old))
-                            break
+                if kept is self.workspaces and len(kept) >= _MAX_WORKSPACES:
+                    # The oldest stream's goes into the retired queue: a call that read its
+                    # pointer may not have launched yet. Once freed, torch's allocator hands
+                    # its memory out again only in its stream's order, after the calls that
+                    # used it.
+                    self._retired.append(kept.pop(next(iter(kept))))
                 buf = torch.zeros(need, device=torch.device("cuda", device), dtype=torch.uint8)
-                self.workspaces[wkey] = buf
+                kept[wkey] = buf
         return buf.data_ptr()
 
     def variant(self, op, args):

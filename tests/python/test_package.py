@@ -8,6 +8,7 @@ What needs torch is skipped with a message when torch does not import; what need
 GPU lives in test_gpu.py / run_gpu.py.
 """
 import ast
+import collections
 import contextlib
 import ctypes
 import gc
@@ -656,13 +657,17 @@ class TestHarness(unittest.TestCase):
 
 @unittest.skipIf(torch is None, NO_TORCH)
 class TestStreamWorkspaces(unittest.TestCase):
-    """Runtime's split-KV workspaces: one per device, stream and size, the graphs' apart,
-    the oldest stream's dropped past _MAX_WORKSPACES (torch.zeros on the CPU here)."""
+    """Runtime's split-KV workspaces: one per device, stream and size, the graphs' apart
+    and all kept, the oldest stream's dropped past _MAX_WORKSPACES (torch.zeros on the CPU
+    here)."""
 
     def setUp(self):
         from unittest import mock
         self.rt = object.__new__(_runtime.Runtime)
         self.rt.workspaces = {}
+        self.rt.graph_workspaces = {}
+        self.rt._workspace_lock = threading.Lock()
+        self.rt._retired = collections.deque(maxlen=_runtime._MAX_WORKSPACES)
         self.made = []
         cpu_zeros = torch.zeros
 
@@ -685,10 +690,22 @@ class TestStreamWorkspaces(unittest.TestCase):
         for stream in range(0x100, 0x100 + 2 * _runtime._MAX_WORKSPACES):
             rt._workspace(0, stream, 4096)
         self.assertEqual(len(rt.workspaces), _runtime._MAX_WORKSPACES)
-        self.assertIn((0, _runtime._GRAPHS, 4096), rt.workspaces)
+        self.assertIn((0, _runtime._GRAPHS, 4096), rt.graph_workspaces)
         self.assertEqual(rt._workspace(0, _runtime._GRAPHS, 4096), graphs)
         self.assertNotIn((0, 0x10, 4096), rt.workspaces)  # the oldest streams' went
         self.assertIn((0, 0x100 + 2 * _runtime._MAX_WORKSPACES - 1, 4096), rt.workspaces)
+
+    def test_graph_sizes_do_not_push_out_a_streams_workspace(self):
+        # Every split-KV signature's first call makes the graphs' buffer of its size: many
+        # sizes (a conformance grid, a server's batch sizes) must not drop the workspace
+        # of the stream the calls run on.
+        rt = self.rt
+        mine = rt._workspace(0, 0x10, 4096)
+        for size in range(1, 3 * _runtime._MAX_WORKSPACES):
+            rt._workspace(0, _runtime._GRAPHS, 4096 + 16 * size)
+        self.assertEqual(rt._workspace(0, 0x10, 4096), mine)
+        self.assertEqual(len(rt.graph_workspaces), 3 * _runtime._MAX_WORKSPACES - 1)
+        self.assertEqual(self.made.count(4096), 1)
 
 
 @unittest.skipIf(torch is None, NO_TORCH)
