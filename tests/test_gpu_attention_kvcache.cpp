@@ -103,11 +103,16 @@ struct PinnedCall {
     a.workspace = reinterpret_cast<void*>(ws.get());
     a.workspace_bytes = bytes;
   }
-  // One launch; returns when it has finished.
+  // One launch; returns when it has finished, the workspace all zero again (a split
+  // call's merge clears the partials it read as well as the counters).
   void launch() {
     rt.attention(a);
     AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+    std::vector<unsigned char> after(ws_size());
+    ws.download(after.data(), after.size());
+    CHECK(std::count(after.begin(), after.end(), 0) == long(after.size()));
   }
+  size_t ws_size() const { return size_t(std::max<uint64_t>(bytes, 16)); }
   AttentionArgs& a;
   Runtime rt;
   uint64_t bytes;

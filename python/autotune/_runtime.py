@@ -410,16 +410,17 @@ class Runtime:
         self.lib = lib = self.library.dll
         self.layouts = self.library.layouts
         self._local = threading.local()
-        # (device, stream, bytes) -> zero-filled tensor, kept for later calls on that stream;
-        # made and dropped under a lock (threads' first calls of a size race otherwise: the
-        # loser's buffer was freed while its call still held the pointer), dropped ones kept
-        # a while longer (a call on another thread may hold the pointer, not yet launched).
-        # The graphs' ((device, _GRAPHS, bytes)) in their own dict, never dropped: among the
-        # streams', each new size a graph might capture (every split-KV signature's first
-        # call makes one) took the place of a stream's, and past 64 sizes every stream's
-        # workspace was dropped and made again on its next call.
+        # (device, stream) -> zero-filled tensor, kept for later calls on that stream (a
+        # split-KV call leaves all of it zero, so calls of any shape that need no more share
+        # it; one that needs more replaces it with one twice as large, or as large as it
+        # asks); made and replaced under a lock (threads' first calls race otherwise: the
+        # loser's buffer was freed while its call still held the pointer), replaced and
+        # dropped ones kept a while longer (a call on another thread may hold the pointer,
+        # not yet launched). The graphs' ((device, _GRAPHS)) in their own dict, the ones
+        # they outgrew kept for good (a captured graph holds its pointer).
         self.workspaces = {}
         self.graph_workspaces = {}
+        self._graphs_outgrown = []
         self._retired = collections.deque(maxlen=_MAX_WORKSPACES)
         self._workspace_lock = threading.Lock()
         self._workspace_need = {}  # a call's signature -> the workspace bytes it needs
@@ -508,33 +509,37 @@ class Runtime:
         return (self.stream_workspace(q.get_device(), need), need)
 
     def stream_workspace(self, device, need):
-        """The pointer of the current stream's zero-filled workspace of need bytes. A
-        split-KV call counts its blocks in it and leaves it zeroed: calls on one stream run
-        one after another and share it; calls on different streams may overlap, so each
-        stream has its own. Calls captured in CUDA graphs share one per size, made when its
-        size was first asked (eagerly): replays of graphs that both hold split-KV calls must
-        not overlap (on one stream they do not)."""
+        """The pointer of the current stream's zero-filled workspace of at least need
+        bytes. A split-KV call counts its blocks in it and leaves all of it zero: calls on
+        one stream run one after another and share it, whatever their shapes; calls on
+        different streams may overlap, so each stream has its own. Calls captured in CUDA
+        graphs share one, made or grown when a size was first asked (eagerly): replays of
+        graphs that both hold split-KV calls must not overlap (on one stream they do not)."""
         import torch
         if torch._C._cuda_isCurrentStreamCapturing():
             return self._workspace(device, _GRAPHS, need)
         return self._workspace(device, torch._C._cuda_getCurrentRawStream(device), need)
 
     def _workspace(self, device, stream, need):
-        wkey = (device, stream, need)
-        kept = self.graph_workspaces if stream == _GRAPHS else self.workspaces
+        wkey = (device, stream)
+        graphs = stream == _GRAPHS
+        kept = self.graph_workspaces if graphs else self.workspaces
         buf = kept.get(wkey)
-        if buf is not None:
+        if buf is not None and buf.numel() >= need:
             return buf.data_ptr()
         import torch
         with self._workspace_lock:
             buf = kept.get(wkey)  # another thread's, made meanwhile
-            if buf is None:
-                if kept is self.workspaces and len(kept) >= _MAX_WORKSPACES:
-                    # The oldest stream's goes into the retired queue: a call that read its
-                    # pointer may not have launched yet. Once freed, torch's allocator hands
-                    # its memory out again only in its stream's order, after the calls that
-                    # used it.
-                    self._retired.append(kept.pop(next(iter(kept))))
+            if buf is None or buf.numel() < need:
+                if buf is not None:
+                    # Outgrown: into the retired queue (the graphs': kept for good). A call
+                    # that read its pointer may not have launched yet; once freed, torch's
+                    # allocator hands its memory out again only in its stream's order,
+                    # after the calls that used it.
+                    (self._graphs_outgrown if graphs else self._retired).append(buf)
+                    need = max(need, 2 * buf.numel())
+                elif not graphs and len(kept) >= _MAX_WORKSPACES:
+                    self._retired.append(kept.pop(next(iter(kept))))  # the oldest stream's
                 buf = torch.zeros(need, device=torch.device("cuda", device), dtype=torch.uint8)
                 kept[wkey] = buf
         return buf.data_ptr()

@@ -198,7 +198,9 @@ typedef struct autotune_attention_args {
   int32_t causal;      /* bottom-right aligned when Sq != Sk */
   double scale;        /* 0: 1/sqrt(D); negative or not finite: refused */
   /* split-KV variants only: zero-filled once before first use, at least
-     autotune_attention_workspace_size bytes; NULL/0 otherwise */
+     autotune_attention_workspace_size bytes; NULL/0 otherwise. Every call leaves
+     it all zero, so one buffer of the largest size serves the calls of any shape
+     that run one after another (calls that may overlap need one each). */
   void* workspace;
   uint64_t workspace_bytes;
   /* The fields below came later; a zero-filled struct leaves every one of them off.

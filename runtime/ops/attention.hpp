@@ -109,8 +109,8 @@ struct AttentionCall {
   // Problems with alibi=1: fp32 slopes, [B, Hq] (batch stride Hq) or [Hq] (stride 0).
   CUdeviceptr alibi_slopes = 0;
   long long alibi_batch_stride = 0;
-  // Split-KV variants only: zero-filled before the first call (each call leaves it
-  // zero-filled where the counters live); AttentionOp::workspace_bytes says how much.
+  // Split-KV variants only: zero-filled before the first call (each call leaves all of
+  // it zero-filled); AttentionOp::workspace_bytes says how much.
   CUdeviceptr workspace = 0;
   size_t workspace_bytes = 0;
   // Problems with varlen=1: int32 offsets [B + 1] (the batch strides are then 0 and the

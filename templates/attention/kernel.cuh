@@ -200,9 +200,10 @@ struct AttnArgs {
   // scale, or softcap with AT_SOFTCAP (the scores are then tanh(scale * q.k / softcap)).
   float scale_log2;
   // AT_SPLITS > 1: the workspace (runtime/ops/attention.cpp lays it out): arrival
-  // counters, one per (batch, head, query block), zero before the first launch and
-  // left zero by every launch; partial O [splits][B][Hq][Sq][D] and LSE
-  // [splits][B][Hq][Sq] in fp32.
+  // counters, one per (batch, head, query block), then partial O [splits][B][Hq][Sq][D]
+  // and LSE [splits][B][Hq][Sq] in fp32; all zero before a launch, and every launch
+  // leaves all of it zero (the merge clears what it read), so one buffer serves calls of
+  // any shape that need no more.
   float* ws_o;
   float* ws_lse;
   unsigned* ws_count;
@@ -528,13 +529,18 @@ store_split_and_merge(const AttnArgs& args, const float (&o)[k_m_tiles][k_d_tile
     for (int s = 0; s < k_splits; ++s) {
       const float w = lse_max == at_neg_inf() ? 0.0f : at_exp(lse_s[s] - lse_max);
       wsum += w;
-      const float* src = args.ws_o + (s * rows + bh_row + row) * k_dim;
+      float* src = args.ws_o + (s * rows + bh_row + row) * k_dim;
 #pragma unroll
       for (int c = 0; c < k_cols; ++c) {
         if (k_dim % 32 == 0 || c * 32 + lane < k_dim) {
           acc[c] = fmaf(w, __ldcg(src + c * 32 + lane), acc[c]);
+          __stcg(src + c * 32 + lane, 0.0f); // read: the workspace is left all zero
         }
       }
+    }
+    __syncwarp(); // every lane read the splits' LSE
+    if (lane < k_splits) {
+      __stcg(args.ws_lse + lane * rows + bh_row + row, 0.0f);
     }
     const float inv = wsum > 0.0f ? 1.0f / wsum : 0.0f;
     elem_t* dst = o_g + o_row_offset(args, row);

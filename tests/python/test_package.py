@@ -657,15 +657,16 @@ class TestHarness(unittest.TestCase):
 
 @unittest.skipIf(torch is None, NO_TORCH)
 class TestStreamWorkspaces(unittest.TestCase):
-    """Runtime's split-KV workspaces: one per device, stream and size, the graphs' apart
-    and all kept, the oldest stream's dropped past _MAX_WORKSPACES (torch.zeros on the CPU
-    here)."""
+    """Runtime's split-KV workspaces: one per device and stream, replaced by a larger one
+    when a call needs more, the graphs' apart and never freed, the oldest stream's dropped
+    past _MAX_WORKSPACES (torch.zeros on the CPU here)."""
 
     def setUp(self):
         from unittest import mock
         self.rt = object.__new__(_runtime.Runtime)
         self.rt.workspaces = {}
         self.rt.graph_workspaces = {}
+        self.rt._graphs_outgrown = []
         self.rt._workspace_lock = threading.Lock()
         self.rt._retired = collections.deque(maxlen=_runtime._MAX_WORKSPACES)
         self.made = []
@@ -679,33 +680,41 @@ class TestStreamWorkspaces(unittest.TestCase):
         patcher.start()
         self.addCleanup(patcher.stop)
 
-    def test_one_per_stream_and_size_graphs_kept(self):
+    def test_one_per_stream_grown_when_a_call_needs_more(self):
         rt = self.rt
-        graphs = rt._workspace(0, _runtime._GRAPHS, 4096)
         first = rt._workspace(0, 0x10, 4096)
         self.assertEqual(rt._workspace(0, 0x10, 4096), first)  # kept, not made again
+        self.assertEqual(rt._workspace(0, 0x10, 1000), first)  # a smaller call shares it
         self.assertNotEqual(rt._workspace(0, 0x20, 4096), first)  # another stream
-        self.assertNotEqual(rt._workspace(0, 0x10, 8192), first)  # another size
-        self.assertEqual(len(self.made), 4)
+        grown = rt._workspace(0, 0x10, 5000)  # more: twice as large
+        self.assertNotEqual(grown, first)
+        self.assertEqual(rt._workspace(0, 0x10, 8192), grown)
+        self.assertEqual(rt._workspace(0, 0x10, 100), grown)
+        self.assertEqual(rt._workspace(0, 0x10, 20000), rt._workspace(0, 0x10, 20000))
+        self.assertEqual(self.made, [4096, 4096, 8192, 20000])
+        self.assertEqual(len(rt._retired), 2)  # the outgrown ones, kept a while
         for stream in range(0x100, 0x100 + 2 * _runtime._MAX_WORKSPACES):
             rt._workspace(0, stream, 4096)
         self.assertEqual(len(rt.workspaces), _runtime._MAX_WORKSPACES)
-        self.assertIn((0, _runtime._GRAPHS, 4096), rt.graph_workspaces)
-        self.assertEqual(rt._workspace(0, _runtime._GRAPHS, 4096), graphs)
-        self.assertNotIn((0, 0x10, 4096), rt.workspaces)  # the oldest streams' went
-        self.assertIn((0, 0x100 + 2 * _runtime._MAX_WORKSPACES - 1, 4096), rt.workspaces)
+        self.assertNotIn((0, 0x10), rt.workspaces)  # the oldest streams' went
+        self.assertIn((0, 0x100 + 2 * _runtime._MAX_WORKSPACES - 1), rt.workspaces)
 
-    def test_graph_sizes_do_not_push_out_a_streams_workspace(self):
-        # Every split-KV signature's first call makes the graphs' buffer of its size: many
+    def test_graphs_share_one_kept_apart_and_outgrown_ones_never_freed(self):
+        # Every split-KV signature's first call makes or grows the graphs' buffer: many
         # sizes (a conformance grid, a server's batch sizes) must not drop the workspace
-        # of the stream the calls run on.
+        # of the stream the calls run on, and a graph captured with an outgrown buffer
+        # still holds it.
         rt = self.rt
         mine = rt._workspace(0, 0x10, 4096)
+        graphs = rt._workspace(0, _runtime._GRAPHS, 4096)
         for size in range(1, 3 * _runtime._MAX_WORKSPACES):
-            rt._workspace(0, _runtime._GRAPHS, 4096 + 16 * size)
+            rt._workspace(0, _runtime._GRAPHS, 4096 + 64 * size)
         self.assertEqual(rt._workspace(0, 0x10, 4096), mine)
-        self.assertEqual(len(rt.graph_workspaces), 3 * _runtime._MAX_WORKSPACES - 1)
-        self.assertEqual(self.made.count(4096), 1)
+        self.assertEqual(len(rt.graph_workspaces), 1)
+        self.assertNotEqual(rt._workspace(0, _runtime._GRAPHS, 4096), graphs)
+        self.assertEqual(self.made.count(4096), 2)
+        self.assertIn(graphs, [b.data_ptr() for b in rt._graphs_outgrown])
+        self.assertLessEqual(len(rt._graphs_outgrown), 3)  # doubling: few replacements
 
 
 @unittest.skipIf(torch is None, NO_TORCH)
