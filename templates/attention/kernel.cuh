@@ -321,6 +321,21 @@ __device__ __forceinline__ int tile_offset(int row, int chunk) {
   return row * k_row_elems + (chunk << 3);
 }
 
+// This thread's part of a tile load: chunk column `chunk`, rows row0, row0 + k_row_step,
+// ...; `active` false when the tile has no such column, `column_valid` false for a
+// padding column past D (zero-filled).
+constexpr int k_row_step = k_threads / k_load_chunks;
+struct LoadLane {
+  int chunk, row0;
+  bool active, column_valid;
+};
+__device__ __forceinline__ LoadLane load_lane() {
+  const int chunk = static_cast<int>(threadIdx.x) % k_load_chunks;
+  return {chunk, static_cast<int>(threadIdx.x) / k_load_chunks,
+          k_load_chunks == k_chunks || chunk < k_chunks,
+          k_valid_chunks == k_chunks || chunk < k_valid_chunks};
+}
+
 // ROWS x head_dim elements from global (row stride in elements) into a tile, as
 // cp.async 16-byte chunks; rows at or past rows_valid and the padding columns from D
 // on are zero-filled. Each thread keeps one chunk column and steps down the rows, so
@@ -329,14 +344,11 @@ __device__ __forceinline__ int tile_offset(int row, int chunk) {
 template <int ROWS>
 __device__ __forceinline__ void load_tile(unsigned tile, const elem_t* src, long long row_stride,
                                           int rows_valid) {
-  constexpr int k_row_step = k_threads / k_load_chunks;
   constexpr int k_per_thread = ROWS / k_row_step;
-  const int chunk = static_cast<int>(threadIdx.x) % k_load_chunks;
-  const int row0 = static_cast<int>(threadIdx.x) / k_load_chunks;
-  if (k_load_chunks != k_chunks && chunk >= k_chunks) {
+  const auto [chunk, row0, active, column_valid] = load_lane();
+  if (!active) {
     return; // no such column in the tile
   }
-  const bool column_valid = k_valid_chunks == k_chunks || chunk < k_valid_chunks;
   const elem_t* p = src + row0 * row_stride + chunk * 8;
   const long long step = k_row_step * row_stride;
 #pragma unroll
@@ -353,13 +365,10 @@ __device__ __forceinline__ void load_tile(unsigned tile, const elem_t* src, long
 // group's first head (row_offset), not one stride apart.
 __device__ __forceinline__ void load_q_grouped(unsigned tile, const elem_t* q_head,
                                                const AttnArgs& args, int m0, int rows_valid) {
-  constexpr int k_row_step = k_threads / k_load_chunks;
-  const int chunk = static_cast<int>(threadIdx.x) % k_load_chunks;
-  const int row0 = static_cast<int>(threadIdx.x) / k_load_chunks;
-  if (k_load_chunks != k_chunks && chunk >= k_chunks) {
+  const auto [chunk, row0, active, column_valid] = load_lane();
+  if (!active) {
     return; // no such column in the tile
   }
-  const bool column_valid = k_valid_chunks == k_chunks || chunk < k_valid_chunks;
 #pragma unroll
   for (int row = row0; row < k_block_m; row += k_row_step) {
     const bool valid = column_valid && row < rows_valid;
@@ -376,14 +385,11 @@ template <int ROWS>
 __device__ __forceinline__ void load_tile2(unsigned tile, const elem_t* src, long long row_stride,
                                            int rows_first, const elem_t* src2,
                                            long long row_stride2, int rows_valid) {
-  constexpr int k_row_step = k_threads / k_load_chunks;
   constexpr int k_per_thread = ROWS / k_row_step;
-  const int chunk = static_cast<int>(threadIdx.x) % k_load_chunks;
-  const int row0 = static_cast<int>(threadIdx.x) / k_load_chunks;
-  if (k_load_chunks != k_chunks && chunk >= k_chunks) {
+  const auto [chunk, row0, active, column_valid] = load_lane();
+  if (!active) {
     return; // no such column in the tile
   }
-  const bool column_valid = k_valid_chunks == k_chunks || chunk < k_valid_chunks;
   const elem_t* p = src + row0 * row_stride + chunk * 8;
   const elem_t* p2 = src2 + row0 * row_stride2 + chunk * 8;
   const long long step = k_row_step * row_stride;
