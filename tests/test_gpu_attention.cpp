@@ -168,6 +168,14 @@ size_t nonzero_counters(const DeviceTensor& ws, HostTensor& ws_host, const Probl
   return nonzero;
 }
 
+// Nonzero bytes anywhere in a split-KV workspace (every launch leaves all of it zero: the
+// merge clears the partials it read as well as the counters).
+size_t nonzero_bytes(const DeviceTensor& ws, HostTensor& ws_host) {
+  ws.download(ws_host);
+  return size_t(std::count_if(ws_host.bytes.begin(), ws_host.bytes.end(),
+                              [](unsigned char b) { return b != 0; }));
+}
+
 fs::path temp_db() {
   return fs::temp_directory_path() /
          ("autotune-gpu-attn-" + std::to_string(::getpid()) + "-" + std::to_string(rand()) + ".db");
@@ -211,6 +219,8 @@ TEST_CASE("attention variants match a float64 reference over every feature") {
        8}, // one key: only the last row sees it
       {"B=2,H=2,Sq=200,Sk=199,D=64,causal=1,dtype=bf16,lse=1", Family::single,
        4}, // only row 0 sees no key, inside a block whose other rows do
+      {"B=2,Hq=8,Hkv=2,Sq=5,Sk=700,D=64,causal=1,dtype=fp16,lse=1", Family::both,
+       8}, // several queries, GQA: 4 heads x 5 queries as 20 rows of each K/V head
   };
   constexpr size_t k_ramp_shape = 7;
   std::vector<Config> all = space.enumerate();
@@ -282,9 +292,10 @@ TEST_CASE("attention variants match a float64 reference over every feature") {
       const std::vector<double> got_o = k.logical(out);
       double err = rel_err(got_o, k.ref.o);
       if (const std::string* sp = find_field(configs[i], "splits"); sp && *sp != "1") {
-        // Every split-KV launch leaves the arrival counters (the workspace's first
-        // words, shared by all variants) at zero for the next one.
+        // Every split-KV launch leaves the workspace (shared by all variants) all zero
+        // for the next one: the arrival counters and the partials.
         CHECK(nonzero_counters(ws, ws_host, k.problem) == 0);
+        CHECK(nonzero_bytes(ws, ws_host) == 0);
       }
       CHECK(err <= attn().tolerance(k.problem));
       worst = std::max(worst, err);
@@ -812,6 +823,9 @@ TEST_CASE("attention with sliding windows, softcap, ALiBi and head dims off 64/1
       {"B=1,H=2,Sq=100,Sk=130,D=64,window=1,dtype=bf16,lse=1", 0, 0, 0, 0, 36},
       // decoding with a window: split-KV variants among them, D=80
       {"B=2,Hq=4,Hkv=2,Sq=1,Sk=1000,D=80,window=1,dtype=bf16,lse=1", 100, -1, 0, 0, 64},
+      // several queries a head with a window, GQA as rows, [B, H, S, D]
+      {"B=2,Hq=6,Hkv=2,Sq=3,Sk=500,D=128,causal=1,window=1,dtype=bf16,lse=1,layout=bhsd", 40, -1, 0,
+       0, 48},
       // softcap + causal, a cap small enough to bend the logits
       {"B=1,H=2,S=200,D=128,causal=1,softcap=1,dtype=bf16,lse=1", -1, -1, 3.0, 0, 48},
       {"B=1,H=2,Sq=150,Sk=250,D=64,softcap=1,dtype=fp16", -1, -1, 30.0, 0, 36},
@@ -919,6 +933,7 @@ TEST_CASE("attention with sliding windows, softcap, ALiBi and head dims off 64/1
       CHECK(err <= attn().tolerance(k.problem));
       worst = std::max(worst, err);
       CHECK(k.empty_rows_nonzero(got_o) == 0);
+      CHECK(nonzero_bytes(ws, ws_host) == 0); // the workspace all zero again
       if (k.lse) {
         l.download(lse);
         std::vector<double> got = values(lse);
