@@ -711,8 +711,9 @@ void HalvingSearch::measure(Bench& bench, const SearchInput& input, ProblemRepor
   auto less_owed = [owed](double budget) {
     return budget - std::min(owed, (1 - k_budget_floor_share) * budget);
   };
-  HalvingRun run(bench, input, m_protocol, less_owed(budget_s(true)), less_owed(budget_s(false)),
-                 m_batch, m_seed, m_clock, m_waves);
+  // A cold problem keeps its whole budget: it has only the built-in point to start from.
+  HalvingRun run(bench, input, m_protocol, less_owed(budget_s(true)), budget_s(false), m_batch,
+                 m_seed, m_clock, m_waves);
   if (run.run()) {
     report.budget_exhausted = true;
   }

@@ -154,8 +154,10 @@ public:
 // batch compiled (up to k_sunk_compile_share of its compile time) always run: a budget
 // spent by them is overrun. One search tunes a session's problems one after another,
 // and the session keeps to the sum of their budgets (the plan its ETA shows): what a
-// problem overran is owed, and the next problems' budgets are cut by it, each down to
-// k_budget_floor_share of its own, until what they leave unspent has paid it back.
+// problem overran is owed, and the next warm problems' budgets are cut by it, each down
+// to k_budget_floor_share of its own, until what they leave unspent has paid it back (a
+// cold problem keeps its whole budget: it has nothing but the built-in point to start
+// from).
 class HalvingSearch final : public Strategy {
 public:
   using Clock = std::function<double()>; // seconds, monotonic
