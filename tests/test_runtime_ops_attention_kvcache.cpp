@@ -235,6 +235,59 @@ TEST_CASE("cache_leftpad: a contiguous cache binds it, the key unchanged, and pa
   CHECK(k.cache_leftpad == 0);
 }
 
+TEST_CASE("a decoding step of several queries packs its GQA group's query heads as rows") {
+  // B=3, Hq=8, Hkv=2, Sq=2, q and o [B, Sq, Hq, D] in memory: each K/V head runs the
+  // 4 x 2 queries of its group as 8 rows, row i * 2 + s being query s of head i.
+  autotune_attention_args a = leftpad_call();
+  a.cache_leftpad = Tensor{};
+  const BoundCall b = bind(a);
+  const Problem p = attn().make_problem(call_fields(attn().args_desc(), b));
+  const Config c = config("block_m=64,block_n=64,warps=4,stages=1,swizzle=xor,q=smem");
+  const std::vector<std::string> defines = attn().defines(c, p);
+  CHECK(std::find(defines.begin(), defines.end(), "-DAT_GROUPED=1") != defines.end());
+  CHECK(std::find(defines.begin(), defines.end(), "-DAT_CAUSAL=1") != defines.end());
+  auto plan = attn().plan(c, p);
+  alignas(16) unsigned char out[k_kernel_args_capacity];
+  REQUIRE(plan->pack(&a, b, out) == sizeof(AttentionKernelArgs));
+  AttentionKernelArgs k;
+  std::memcpy(&k, out, sizeof k);
+  CHECK(k.heads_q == 2);
+  CHECK(k.heads_kv == 2);
+  CHECK(k.seq_q == 8);
+  CHECK(k.group_sq == 2);
+  for (const auto& [head, group, seq] :
+       {std::tuple{k.q_head_stride, k.q_group_stride, k.q_seq_stride},
+        std::tuple{k.o_head_stride, k.o_group_stride, k.o_seq_stride}}) {
+    CHECK(head == 4 * 64); // a K/V head's group: 4 query heads of D=64
+    CHECK(group == 64);    // one query head
+    CHECK(seq == 8 * 64);  // one query: Hq heads
+  }
+  CHECK(k.q_batch_stride == 2 * 8 * 64);
+  // The tuner's own call of the problem: its contiguous q and o get the same strides.
+  const std::vector<CUdeviceptr> tensors(attn().tensors(p).size(), CUdeviceptr(0x1000));
+  ArgPack args;
+  attn().pack(c, p, tensors, args);
+  REQUIRE(args.size() == 1);
+  std::memcpy(&k, args.pointers()[0], sizeof k);
+  CHECK(k.q_head_stride == 4 * 64);
+  CHECK(k.q_group_stride == 64);
+  CHECK(k.q_seq_stride == 8 * 64);
+  CHECK(k.group_sq == 2);
+  // One query (no window): rows one stride apart, no AT_GROUPED, group_sq 0.
+  autotune_attention_args one = paged_call();
+  const int64_t D = 64, Hq = 8;
+  one.q = make(0x100000, AUTOTUNE_BF16, {3, Hq, 1, D}, {Hq * D, D, Hq * D, 1});
+  one.o = make(0x400000, AUTOTUNE_BF16, {3, Hq, 1, D}, {Hq * D, D, Hq * D, 1});
+  const BoundCall b1 = bind(one);
+  const Problem p1 = attn().make_problem(call_fields(attn().args_desc(), b1));
+  REQUIRE(attn().plan(c, p1)->pack(&one, b1, out) == sizeof(AttentionKernelArgs));
+  std::memcpy(&k, out, sizeof k);
+  CHECK(k.seq_q == 4);
+  CHECK(k.group_sq == 0);
+  CHECK(k.q_seq_stride == D);
+  CHECK(k.q_head_stride == 4 * D);
+}
+
 TEST_CASE("cache_leftpad is refused with the argument named") {
   autotune_attention_args a = leftpad_call();
   a.cache_leftpad.dtype = AUTOTUNE_FP32;
