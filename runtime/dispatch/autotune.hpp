@@ -157,7 +157,9 @@ public:
   void attention(const AttentionArgs& args, CUstream stream = nullptr);
   Selection select_attention(const AttentionArgs& args);
   // Bytes of workspace the variant `args` resolve to needs (0 unless it splits the
-  // keys); ask once per shape, before the first call.
+  // keys); ask once per shape, before the first call. Zero-filled once, the workspace is
+  // left all zero by every call, so one buffer of the largest size serves every shape
+  // whose calls run one after another (one stream).
   uint64_t attention_workspace_size(const AttentionArgs& args);
   void selective_scan(const SelectiveScanArgs& args, CUstream stream = nullptr);
   Selection select_selective_scan(const SelectiveScanArgs& args);
