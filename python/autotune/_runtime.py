@@ -410,7 +410,7 @@ class Runtime:
         self.lib = lib = self.library.dll
         self.layouts = self.library.layouts
         self._local = threading.local()
-        # (device, stream) -> zero-filled tensor, kept for later calls on that stream (a
+        # (device, stream) -> zero-filled buffer, kept for later calls on that stream (a
         # split-KV call leaves all of it zero, so calls of any shape that need no more share
         # it; one that needs more replaces it with one twice as large, or as large as it
         # asks); made and replaced under a lock (threads' first calls race otherwise: the
@@ -521,28 +521,29 @@ class Runtime:
         return self._workspace(device, torch._C._cuda_getCurrentRawStream(device), need)
 
     def _workspace(self, device, stream, need):
+        # Entries are (pointer, bytes, tensor): a warm call reads two ints, no tensor.
         wkey = (device, stream)
         graphs = stream == _GRAPHS
         kept = self.graph_workspaces if graphs else self.workspaces
-        buf = kept.get(wkey)
-        if buf is not None and buf.numel() >= need:
-            return buf.data_ptr()
+        entry = kept.get(wkey)
+        if entry is not None and entry[1] >= need:
+            return entry[0]
         import torch
         with self._workspace_lock:
-            buf = kept.get(wkey)  # another thread's, made meanwhile
-            if buf is None or buf.numel() < need:
-                if buf is not None:
+            entry = kept.get(wkey)  # another thread's, made meanwhile
+            if entry is None or entry[1] < need:
+                if entry is not None:
                     # Outgrown: into the retired queue (the graphs': kept for good). A call
                     # that read its pointer may not have launched yet; once freed, torch's
                     # allocator hands its memory out again only in its stream's order,
                     # after the calls that used it.
-                    (self._graphs_outgrown if graphs else self._retired).append(buf)
-                    need = max(need, 2 * buf.numel())
+                    (self._graphs_outgrown if graphs else self._retired).append(entry[2])
+                    need = max(need, 2 * entry[1])
                 elif not graphs and len(kept) >= _MAX_WORKSPACES:
-                    self._retired.append(kept.pop(next(iter(kept))))  # the oldest stream's
+                    self._retired.append(kept.pop(next(iter(kept)))[2])  # the oldest stream's
                 buf = torch.zeros(need, device=torch.device("cuda", device), dtype=torch.uint8)
-                kept[wkey] = buf
-        return buf.data_ptr()
+                entry = kept[wkey] = (buf.data_ptr(), need, buf)
+        return entry[0]
 
     def variant(self, op, args):
         """'SOURCE VARIANT' of what a call of op with args runs (SOURCE: tuned,
