@@ -3,6 +3,7 @@
 // size admits, and binding a call of the C ABI with a paged or contiguous cache and
 // appended keys, with its refusals. No GPU.
 #include "attention_call_support.hpp"
+#include "call_support.hpp"
 
 #include <doctest/doctest.h>
 
@@ -185,6 +186,18 @@ namespace {
 
 // paged_call's sequences with a contiguous cache [B, Scache=1000, Hkv, D] and
 // cache_leftpad [B].
+// The kernel arguments the tuner packs for its own call of problem p (every tensor at
+// 0x1000).
+AttentionKernelArgs tuner_args(const Config& c, const Problem& p) {
+  const std::vector<CUdeviceptr> tensors(attn().tensors(p).size(), CUdeviceptr(0x1000));
+  ArgPack args;
+  attn().pack(c, p, tensors, args);
+  REQUIRE(args.size() == 1);
+  AttentionKernelArgs k;
+  std::memcpy(&k, args.pointers()[0], sizeof k);
+  return k;
+}
+
 autotune_attention_args leftpad_call() {
   autotune_attention_args a = paged_call();
   a.block_table = Tensor{};
@@ -211,26 +224,17 @@ TEST_CASE("cache_leftpad: a contiguous cache binds it, the key unchanged, and pa
   const Problem p = attn().make_problem(call_fields(attn().args_desc(), b));
   const Config c = config("block_m=64,block_n=64,warps=4,stages=1,swizzle=xor,q=smem");
   auto plan = attn().plan(c, p);
-  alignas(16) unsigned char out[k_kernel_args_capacity];
-  REQUIRE(plan->pack(&a, b, out) == sizeof(AttentionKernelArgs));
-  AttentionKernelArgs k;
-  std::memcpy(&k, out, sizeof k);
+  AttentionKernelArgs k = packed_args<AttentionKernelArgs>(*plan, &a, b);
   CHECK(k.cache_leftpad == CUdeviceptr(0x900000));
   CHECK(k.cache_seqlens == CUdeviceptr(0x500000));
   CHECK(k.block_table == 0);
   CHECK(k.seq_new == 2);
   CHECK(k.kv_capacity == 1000);
   // Without it, the kernel reads none.
-  const BoundCall bn = bind(none);
-  REQUIRE(plan->pack(&none, bn, out) == sizeof(AttentionKernelArgs));
-  std::memcpy(&k, out, sizeof k);
+  k = packed_args<AttentionKernelArgs>(*plan, &none, bind(none));
   CHECK(k.cache_leftpad == 0);
   // The tuner's own calls have none.
-  const std::vector<CUdeviceptr> tensors(attn().tensors(p).size(), CUdeviceptr(0x1000));
-  ArgPack args;
-  attn().pack(c, p, tensors, args);
-  REQUIRE(args.size() == 1);
-  std::memcpy(&k, args.pointers()[0], sizeof k);
+  k = tuner_args(c, p);
   CHECK(k.cache_seqlens == CUdeviceptr(0x1000));
   CHECK(k.cache_leftpad == 0);
 }
@@ -246,11 +250,7 @@ TEST_CASE("a decoding step of several queries packs its GQA group's query heads 
   const std::vector<std::string> defines = attn().defines(c, p);
   CHECK(std::find(defines.begin(), defines.end(), "-DAT_GROUPED=1") != defines.end());
   CHECK(std::find(defines.begin(), defines.end(), "-DAT_CAUSAL=1") != defines.end());
-  auto plan = attn().plan(c, p);
-  alignas(16) unsigned char out[k_kernel_args_capacity];
-  REQUIRE(plan->pack(&a, b, out) == sizeof(AttentionKernelArgs));
-  AttentionKernelArgs k;
-  std::memcpy(&k, out, sizeof k);
+  AttentionKernelArgs k = packed_args<AttentionKernelArgs>(*attn().plan(c, p), &a, b);
   CHECK(k.heads_q == 2);
   CHECK(k.heads_kv == 2);
   CHECK(k.seq_q == 8);
@@ -264,11 +264,7 @@ TEST_CASE("a decoding step of several queries packs its GQA group's query heads 
   }
   CHECK(k.q_batch_stride == 2 * 8 * 64);
   // The tuner's own call of the problem: its contiguous q and o get the same strides.
-  const std::vector<CUdeviceptr> tensors(attn().tensors(p).size(), CUdeviceptr(0x1000));
-  ArgPack args;
-  attn().pack(c, p, tensors, args);
-  REQUIRE(args.size() == 1);
-  std::memcpy(&k, args.pointers()[0], sizeof k);
+  k = tuner_args(c, p);
   CHECK(k.q_head_stride == 4 * 64);
   CHECK(k.q_group_stride == 64);
   CHECK(k.q_seq_stride == 8 * 64);
@@ -280,8 +276,7 @@ TEST_CASE("a decoding step of several queries packs its GQA group's query heads 
   one.o = make(0x400000, AUTOTUNE_BF16, {3, Hq, 1, D}, {Hq * D, D, Hq * D, 1});
   const BoundCall b1 = bind(one);
   const Problem p1 = attn().make_problem(call_fields(attn().args_desc(), b1));
-  REQUIRE(attn().plan(c, p1)->pack(&one, b1, out) == sizeof(AttentionKernelArgs));
-  std::memcpy(&k, out, sizeof k);
+  k = packed_args<AttentionKernelArgs>(*attn().plan(c, p1), &one, b1);
   CHECK(k.seq_q == 4);
   CHECK(k.group_sq == 0);
   CHECK(k.q_seq_stride == D);
@@ -335,16 +330,12 @@ TEST_CASE("the C struct's scale: 0 is 1/sqrt(D), a positive one is used, a negat
   const Problem p = attn().make_problem(call_fields(attn().args_desc(), b));
   auto plan = attn().plan(config("block_m=64,block_n=64,warps=4,stages=1,swizzle=xor,q=smem"), p);
   alignas(16) unsigned char out[k_kernel_args_capacity];
-  AttentionKernelArgs k;
   const double log2e = 1.4426950408889634;
   a.scale = 0;
-  REQUIRE(plan->pack(&a, b, out) == sizeof(AttentionKernelArgs));
-  std::memcpy(&k, out, sizeof k);
-  CHECK(k.scale_log2 == doctest::Approx(log2e / 8.0)); // D = 64
+  CHECK(packed_args<AttentionKernelArgs>(*plan, &a, b).scale_log2 ==
+        doctest::Approx(log2e / 8.0)); // D = 64
   a.scale = 0.5;
-  REQUIRE(plan->pack(&a, b, out) == sizeof(AttentionKernelArgs));
-  std::memcpy(&k, out, sizeof k);
-  CHECK(k.scale_log2 == doctest::Approx(0.5 * log2e));
+  CHECK(packed_args<AttentionKernelArgs>(*plan, &a, b).scale_log2 == doctest::Approx(0.5 * log2e));
   for (double bad : {-0.125, std::nan(""), HUGE_VAL}) {
     CAPTURE(bad);
     a.scale = bad;

@@ -1,6 +1,7 @@
 // The op descriptions of runtime/ops/call.hpp: binding a call of the C ABI reads the
 // problem off the tensors and refuses every inconsistent size, dtype, form and
 // layout with a message naming the argument. No GPU: addresses are never touched.
+#include "call_support.hpp"
 #include "runtime/dispatch/autotune.hpp"
 #include "runtime/ops/call.hpp"
 #include "runtime/ops/op.hpp"
@@ -12,6 +13,7 @@
 #include <string>
 
 using namespace autotune;
+using namespace autotune::testing;
 
 namespace {
 
@@ -435,11 +437,7 @@ SelectiveScanKernelArgs scan_kernel_args_of(const autotune_selective_scan_args& 
   const Op& op = find_op("selective_scan");
   const Problem p = op.make_problem(call_fields(desc_of("selective_scan"), b));
   auto plan = op.plan(parse_fields(config, "config"), p);
-  alignas(16) unsigned char out[k_kernel_args_capacity];
-  REQUIRE(plan->pack(&a, b, out) == sizeof(SelectiveScanKernelArgs));
-  SelectiveScanKernelArgs k;
-  std::memcpy(&k, out, sizeof k);
-  return k;
+  return packed_args<SelectiveScanKernelArgs>(*plan, &a, b);
 }
 
 // [B, D, L] rows at `base` (bytes) with element strides (bs, ds, 1).

@@ -1,6 +1,7 @@
 // runtime/ops/causal_conv1d_update: the decoding step's problem read off its call (states
 // of mamba-ssm's and vLLM's lengths, channel-last views, gathered rows), every mistake
 // refused by name, and the kernel's argument packed for an in-place update. No GPU.
+#include "call_support.hpp"
 #include "runtime/dispatch/autotune.hpp"
 #include "runtime/ops/call.hpp"
 #include "runtime/ops/causal_conv1d_update.hpp"
@@ -13,6 +14,7 @@
 #include <string>
 
 using namespace autotune;
+using namespace autotune::testing;
 
 namespace {
 
@@ -160,10 +162,7 @@ TEST_CASE("causal_conv1d_update: the kernel's argument updates the state in plac
   CHECK(plan->geometry.grid[1] == 2);
   CHECK(plan->geometry.block[0] == 32);
   CHECK(plan->workspace_bytes == 0);
-  alignas(16) unsigned char buffer[k_kernel_args_capacity];
-  REQUIRE(plan->pack(&a, b, buffer) == sizeof(CausalConv1dUpdateKernelArgs));
-  CausalConv1dUpdateKernelArgs k;
-  std::memcpy(&k, buffer, sizeof k);
+  const auto k = packed_args<CausalConv1dUpdateKernelArgs>(*plan, &a, b);
   CHECK(k.state_in == 0x20000);
   CHECK(k.state_out == 0x20000);
   CHECK(k.cache_seqlens == 0x70000);

@@ -2,6 +2,7 @@
 // off its call in both of mamba-ssm's forms (Mamba-1 without heads, Mamba-2 with heads,
 // groups and broadcast views of stride 0), every mistake refused by name, and the kernel's
 // argument packed for an in-place update. No GPU.
+#include "call_support.hpp"
 #include "runtime/dispatch/autotune.hpp"
 #include "runtime/ops/call.hpp"
 #include "runtime/ops/op.hpp"
@@ -13,6 +14,7 @@
 #include <string>
 
 using namespace autotune;
+using namespace autotune::testing;
 
 namespace {
 
@@ -174,10 +176,7 @@ TEST_CASE("selective_state_update: the kernel's argument indexes both forms the 
     REQUIRE(bool(state_update_op().check(config, p, "sm_80")));
     const auto plan = state_update_op().plan(config, p);
     CHECK(plan->geometry.grid[0] == 4); // 128 rows, 32 a block
-    alignas(16) unsigned char buffer[k_kernel_args_capacity];
-    REQUIRE(plan->pack(&a, b, buffer) == sizeof(SelectiveStateUpdateKernelArgs));
-    SelectiveStateUpdateKernelArgs k;
-    std::memcpy(&k, buffer, sizeof k);
+    const auto k = packed_args<SelectiveStateUpdateKernelArgs>(*plan, &a, b);
     CHECK(k.state_in == k.state_out);
     CHECK(k.heads == 1);
     CHECK(k.dim == 64);
@@ -202,10 +201,7 @@ TEST_CASE("selective_state_update: the kernel's argument indexes both forms the 
     bind_call(d, &a, b);
     const Problem p = state_update_op().make_problem(call_fields(d, b));
     const auto plan = state_update_op().plan({{"threads", "256"}, {"lanes", "32"}}, p);
-    alignas(16) unsigned char buffer[k_kernel_args_capacity];
-    plan->pack(&a, b, buffer);
-    SelectiveStateUpdateKernelArgs k;
-    std::memcpy(&k, buffer, sizeof k);
+    const auto k = packed_args<SelectiveStateUpdateKernelArgs>(*plan, &a, b);
     CHECK(k.heads == 8);
     CHECK(k.groups == 2);
     CHECK(k.dt_stride[2] == 0);
