@@ -281,6 +281,18 @@ TEST_CASE("selective_scan configuration constraints drop what cannot run") {
                                         p, "sm_90a"),
                            doctest::Contains("ystore must be 'after' or 'during', not 'early'"),
                            Error);
+      // Three-valued parameters name all three.
+      CHECK_THROWS_WITH_AS(scan().check(config("threads=64,items=64,cpb=8,nsplit=8,scan=state,"
+                                               "vec=8,poly=0,minblocks=1,ragged=late"),
+                                        p, "sm_90a"),
+                           doctest::Contains("ragged must be 'regs', 'async' or 'shift', not "
+                                             "'late'"),
+                           Error);
+      CHECK_THROWS_WITH_AS(scan().check(config("threads=64,items=64,cpb=8,nsplit=8,scan=tree,"
+                                               "vec=8,poly=0,minblocks=1"),
+                                        p, "sm_90a"),
+                           doctest::Contains("scan must be 'shfl', 'smem' or 'state', not 'tree'"),
+                           Error);
       // with one channel per lane only on the H100: a search prior (space.toml), not the op's
       CHECK(scan().worth_measuring(config("threads=64,items=32,cpb=32,nsplit=4,scan=state,"
                                           "vec=8,poly=0,minblocks=1,cpl=2,ystore=during"),

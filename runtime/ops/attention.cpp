@@ -292,12 +292,9 @@ size_t tuner_workspace_bytes(const Dims& d) {
 Params params(const Config& c) {
   Params p;
   bool have[6] = {};
-  auto pick = [&](const std::string& key, const std::string& v, const char* a, const char* b) {
-    if (v != a && v != b) {
-      throw Error(ErrorKind::config,
-                  "attention: " + key + " must be '" + a + "' or '" + b + "', not '" + v + "'");
-    }
-    return v == a;
+  // Whether v is the first of a two-valued parameter's values.
+  auto pick = [](const std::string& key, const std::string& v, const char* a, const char* b) {
+    return !parse_choice("attention", key, v, a, b);
   };
   for (const auto& [k, v] : c) {
     if (k == "block_m") {

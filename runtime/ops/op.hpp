@@ -126,9 +126,12 @@ std::string config_id(const Config& config);
 
 // Helpers the op descriptors share.
 
-// A two-valued string parameter of an op's configuration: whether `value` is `second`.
-// Throws Error(config) "OP: NAME must be 'FIRST' or 'SECOND', not 'VALUE'" for any
-// other value.
+// A string parameter of an op's configuration with a fixed set of values: the index of
+// `value` in `choices`. Throws Error(config) "OP: NAME must be 'A', 'B' or 'C', not
+// 'VALUE'" for any other value.
+size_t parse_one_of(const char* op, const std::string& name, const std::string& value,
+                    std::initializer_list<const char*> choices);
+// A two-valued one: whether `value` is `second` (parse_one_of of the two).
 bool parse_choice(const char* op, const std::string& name, const std::string& value,
                   const char* first, const char* second);
 

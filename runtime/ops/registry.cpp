@@ -75,13 +75,24 @@ std::string config_id(const Config& config) {
   return format_fields(config);
 }
 
+size_t parse_one_of(const char* op, const std::string& name, const std::string& value,
+                    std::initializer_list<const char*> choices) {
+  std::string listed;
+  size_t i = 0;
+  for (const char* c : choices) {
+    if (value == c) {
+      return i;
+    }
+    listed += std::string(i == 0 ? "'" : i + 1 == choices.size() ? " or '" : ", '") + c + "'";
+    ++i;
+  }
+  throw Error(ErrorKind::config,
+              std::string(op) + ": " + name + " must be " + listed + ", not '" + value + "'");
+}
+
 bool parse_choice(const char* op, const std::string& name, const std::string& value,
                   const char* first, const char* second) {
-  if (value != first && value != second) {
-    throw Error(ErrorKind::config, std::string(op) + ": " + name + " must be '" + first + "' or '" +
-                                       second + "', not '" + value + "'");
-  }
-  return value == second;
+  return parse_one_of(op, name, value, {first, second}) == 1;
 }
 
 Result<bool> check_block_threads(int threads) {

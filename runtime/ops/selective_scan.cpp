@@ -95,14 +95,9 @@ Params params(const Config& c) {
       known = true;
     }
     if (k == "ragged") {
-      if (v != "regs" && v != "async" && v != "shift") {
-        throw Error(ErrorKind::config, "selective_scan: ragged must be 'regs', 'async' or "
-                                       "'shift', not '" +
-                                           v + "'");
-      }
-      p.ragged = v == "regs"    ? Params::Ragged::regs
-                 : v == "async" ? Params::Ragged::async
-                                : Params::Ragged::shift;
+      // regs, async, shift: Ragged 1, 2, 3.
+      p.ragged =
+          Params::Ragged(1 + parse_one_of("selective_scan", k, v, {"regs", "async", "shift"}));
       known = true;
     }
     if (k == "yred") {
@@ -118,11 +113,8 @@ Params params(const Config& c) {
       known = true;
     }
     if (k == "scan") {
-      if (v != "shfl" && v != "smem" && v != "state") {
-        throw Error(ErrorKind::config,
-                    "selective_scan: scan must be 'shfl', 'smem' or 'state', not '" + v + "'");
-      }
-      p.form = v == "state" ? ScanForm::state : v == "smem" ? ScanForm::smem : ScanForm::shfl;
+      const ScanForm forms[] = {ScanForm::shfl, ScanForm::smem, ScanForm::state};
+      p.form = forms[parse_one_of("selective_scan", k, v, {"shfl", "smem", "state"})];
       p.smem_scan = p.form == ScanForm::smem;
       have[7] = known = true;
     }
