@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """attention's flash-attn 2 features side by side with their peers, on the GPU machine.
 
-Four sections (bench/shapes.toml [attention_features], bf16, flash-attn's layout
+Five sections (bench/shapes.toml [attention_features], bf16, flash-attn's layout
 [.., S, H, D]); --only picks some, by letter or name:
   a  head_dim  the [attention] grid (S = 512 .. 16384, B = 16384 // S, causal 0/1) at
                D = 96 and 256, Hq = Hkv = 2048 // D (21 at D = 96, 8 at D = 256: Hq*D as
@@ -28,6 +28,10 @@ Four sections (bench/shapes.toml [attention_features], bf16, flash-attn's layout
                copy moving as many bytes: K cache into the gather buffer, read + written).
                Skipped with a note when cache + gathered copy exceed max_gb (20 GB; none
                does: the largest, B=64 at 32768, is 17.2 GB).              GB/s
+  e  score_mod softcap (Gemma 2's 50; D = 128 and 256) and ALiBi (BLOOM's slopes) on causal
+               problems of 16384 tokens, beside flex with the same score_mod and
+               sdpa_efficient with ALiBi as a dense additive mask (no SDPA backend has
+               softcap).                                                   TFLOP/s
   ours is the tuned winner, launched through the C ABI (libautotune.so, ctypes): the args
   struct (with the split-KV workspace the variant needs, attention_workspace) is packed
   once per shape and each timed call is autotune_attention(handle, args, stream), as in
@@ -90,12 +94,13 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-SECTIONS = {"a": "head_dim", "b": "window", "c": "varlen", "d": "decode"}
+SECTIONS = {"a": "head_dim", "b": "window", "c": "varlen", "d": "decode", "e": "score_mod"}
 PEERS = {
     "head_dim": ("sdpa_flash", "sdpa_cudnn"),
     "window": ("flex", "sdpa_efficient"),
     "varlen": ("sdpa_flash", "sdpa_cudnn", "sdpa_flash_loop", "flex"),
     "decode": ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_flash_gather", "copy"),
+    "score_mod": ("flex", "sdpa_efficient"),
 }
 COPY_TBPS = 2.97  # the H100's device-to-device copy ceiling (RESULTS.md)
 CEILINGS = {"copy_TBps": COPY_TBPS, "bf16_mm_TFLOPs": 691}
@@ -109,6 +114,8 @@ SECTION_INFO = {
                "tokens only)", "peers": list(PEERS["varlen"])},
     "decode": {"metric": "GBps", "bytes": "K/V read: 2*B*context*Hkv*D*2",
                "peers": list(PEERS["decode"])},
+    "score_mod": {"metric": "TFLOPs", "flops": "4*B*Hq*Sq*Sk*D, halved when causal",
+                  "peers": list(PEERS["score_mod"])},
 }
 
 
@@ -161,6 +168,10 @@ def cli_shape(s):
         t += f",varlen=1,Tq={s['Tq']},Tk={s['Tk']}"
     if s["paged"]:
         t += f",paged=1,page={s['page']}"
+    if s["softcap"]:
+        t += ",softcap=1"
+    if s["alibi"]:
+        t += ",alibi=1"
     return t
 
 
@@ -233,6 +244,18 @@ def cases_of(path, sections, head_dims=None):
                             f"(> max_gb = {dc['max_gb']})")
                 out.append(dict(section="decode", shape=s, kv_bytes=kv, mem_bytes=mem,
                                 skip=skip, seed=dc["seed"]))
+    if "score_mod" in sections:
+        for m in spec["score_mod"]:
+            h = m["H"]
+            for S in m["S"]:
+                B = m["tokens"] // S
+                s = shape_fields(B, h, h, S, S, m["D"], m["causal"], dtype,
+                                 softcap=float(m.get("softcap", 0.0)),
+                                 alibi=bool(m.get("alibi", False)))
+                out.append(dict(section="score_mod", shape=s,
+                                flops=4 * B * h * S * S * m["D"] // (2 if m["causal"] else 1),
+                                mem_bytes=4 * B * S * h * m["D"] * 2 + 3 * B * S * h * m["D"] * 4
+                                + (h * S * S * 2 if m.get("alibi") else 0)))
     for c in out:
         c["cli"] = cli_shape(c["shape"])
         c.setdefault("skip", None)
@@ -537,6 +560,74 @@ def run_window(b, c, row):
         row["vs_flex"] = round(row["ours"] / row["peers"]["flex"], 3)
 
 
+def alibi_slopes(H):
+    """ALiBi's slopes for H heads as its paper and BLOOM draw them: 2^(-8 (h + 1) / H)."""
+    return torch.tensor([2.0 ** (-8.0 * (h + 1) / H) for h in range(H)], device="cuda",
+                        dtype=torch.float32)
+
+
+def run_score_mod(b, c, row):
+    """Softcap or ALiBi (flash-attn's: logits c * tanh(s / c), bias -slope * |i - j|) on a
+    dense problem; flex with the same score_mod (and the causal block mask), sdpa_efficient
+    with the bias as a dense additive [H, S, S] mask (ALiBi only: no backend has tanh)."""
+    s = c["shape"]
+    B, H, S, D, causal = s["B"], s["Hq"], s["Sq"], s["D"], s["causal"]
+    cap, alibi = s["softcap"], s["alibi"]
+    q, k, v, o = bshd(B, S, H, D), bshd(B, S, H, D), bshd(B, S, H, D), bshd(B, S, H, D)
+    slopes = alibi_slopes(H) if alibi else None
+
+    def metric(ms):
+        return c["flops"] / (ms * 1e-3) / 1e12
+
+    def reference():
+        # float32, in chunks of query rows: the logits, capped, biased, masked.
+        qf, kf, vf = q.float(), k.float(), v.float()
+        ref = torch.empty_like(qf)
+        rows = max(1, min(S, (1 << 28) // (B * H * S)))
+        j = torch.arange(S, device="cuda")
+        for i0 in range(0, S, rows):
+            i = torch.arange(i0, min(S, i0 + rows), device="cuda")
+            sc = torch.matmul(qf[:, :, i0:i0 + rows], kf.transpose(-1, -2)) * D ** -0.5
+            if cap:
+                sc = cap * torch.tanh(sc / cap)
+            if alibi:
+                sc = sc - slopes[None, :, None, None] * (i[:, None] - j[None, :]).abs()
+            if causal:
+                sc.masked_fill_(j[None, :] > i[:, None], float("-inf"))
+            ref[:, :, i0:i0 + rows] = torch.matmul(torch.softmax(sc, -1), vf)
+        return rel_err(o, ref)
+    b.ours(row, dense_fields(q, k, v, o, causal), q,
+           attention_features(softcap=cap, alibi_slopes=slopes), o, reference, metric)
+    fns = {}
+    try:
+        flex, create_block_mask = b.flex()
+        if cap:
+            def score_mod(score, bi, hi, qi, ki):
+                return cap * torch.tanh(score / cap)
+        else:
+            def score_mod(score, bi, hi, qi, ki):
+                return score - slopes[hi] * (qi - ki).abs()
+        mask = None
+        if causal:
+            mask = create_block_mask(lambda bi, hi, qi, ki: ki <= qi, None, None, S, S,
+                                     device="cuda")
+        fns["flex"] = lambda: flex(q, k, v, score_mod=score_mod, block_mask=mask)
+    except Exception as e:
+        row["peers"]["flex"], row["notes"]["flex"] = None, short(e)
+    if alibi:
+        i = torch.arange(S, device="cuda")
+        bias = (-slopes[:, None, None] * (i[:, None] - i[None, :]).abs()).to(q.dtype)
+        if causal:
+            bias.masked_fill_(i[None, :] > i[:, None], float("-inf"))
+        fns["sdpa_efficient"] = sdpa(SDPBackend.EFFICIENT_ATTENTION, q, k, v, attn_mask=bias[None])
+    else:
+        row["peers"]["sdpa_efficient"] = None
+        row["notes"]["sdpa_efficient"] = "no SDPA backend applies a softcap (tanh) to the logits"
+    b.peers(row, fns, metric)
+    if row["ours"] and row["peers"].get("flex"):
+        row["vs_flex"] = round(row["ours"] / row["peers"]["flex"], 3)
+
+
 def run_varlen(b, c, row):
     s = c["shape"]
     H, Hkv, D, causal, lengths = s["Hq"], s["Hkv"], s["D"], s["causal"], s["seqlens"]
@@ -669,7 +760,7 @@ def run_decode(b, c, row):
 
 
 RUN = {"head_dim": run_head_dim, "window": run_window, "varlen": run_varlen,
-       "decode": run_decode}
+       "decode": run_decode, "score_mod": run_score_mod}
 
 
 # ---- the result files --------------------------------------------------------------------------
@@ -712,6 +803,12 @@ def table_writer(rows, runs=None):
                         "[B, max_len] (their padding costs them); sdpa_flash_loop: one call "
                         "per sequence; flex: a document mask over the packed tokens.\n\n")
                 head, cols = "| causal | B | T | max_len | lengths |", 5
+            elif sec == "score_mod":
+                f.write("TFLOP/s = 4*B*Hq*Sq*Sk*D / time, halved when causal. softcap: "
+                        "logits c * tanh(s / c); alibi: slopes 2^(-8 (h + 1) / H), bias "
+                        "-slope * |i - j|. flex: the same score_mod (and the causal block "
+                        "mask); sdpa_efficient: ALiBi as a dense additive [H, S, S] mask.\n\n")
+                head, cols = "| mod | D | causal | B | Hq | S |", 6
             else:
                 s = sel[0]["shape"]
                 f.write(f"GB/s of K/V bytes read (2*B*context*Hkv*D*2) / time; % of the "
@@ -738,6 +835,10 @@ def table_writer(rows, runs=None):
                 elif sec == "window":
                     lead = (f"| {s['Sq']} | {s['Hq']} | {int(s['causal'])} | "
                             f"({s['window'][0]}, {s['window'][1]}) | {r.get('pairs')} |")
+                elif sec == "score_mod":
+                    mod = f"softcap {s['softcap']:g}" if s["softcap"] else "alibi"
+                    lead = (f"| {mod} | {s['D']} | {int(s['causal'])} | {s['B']} | {s['Hq']} | "
+                            f"{s['Sq']} |")
                 elif sec == "varlen":
                     lead = (f"| {int(s['causal'])} | {s['B']} | {s['Tq']} | {s['Sq']} | "
                             f"{' '.join(map(str, s['seqlens']))} |")

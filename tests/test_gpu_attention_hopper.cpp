@@ -123,6 +123,13 @@ TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference ov
       {"B=2,Hq=6,Hkv=2,Sq=300,Sk=333,D=96,causal=1,dtype=bf16,lse=1", 2},
       {"B=1,H=3,S=257,D=72,dtype=fp16,layout=bhsd", 2}, // the last k-step half past D
       {"B=4,H=10,S=400,D=112,causal=1,window=1,dtype=bf16", 4},
+      // Softcap (the tuner's cap, 5: it bends the logits) and ALiBi (slopes [Hq]) on the
+      // scores before the mask, alone, together, with GQA, a window, Sq != Sk, persistent.
+      {"B=1,H=2,S=333,D=128,causal=1,softcap=1,dtype=bf16,lse=1", 2},
+      {"B=2,Hq=4,Hkv=2,Sq=150,Sk=301,D=64,alibi=1,dtype=fp16,lse=1,layout=bhsd", 2},
+      {"B=2,Hq=6,Hkv=2,Sq=300,Sk=200,D=96,causal=1,softcap=1,alibi=1,dtype=bf16,lse=1", 2},
+      {"B=8,H=20,S=300,D=64,causal=1,window=1,softcap=1,alibi=1,dtype=fp16", 4},
+      {"B=1,H=2,S=300,D=256,causal=1,softcap=1,alibi=1,dtype=bf16,lse=1", 1},
   };
   size_t shape_index = 0;
   for (const Shape& sh : shapes) {
@@ -154,13 +161,28 @@ TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference ov
         }
       }
     }
-    Features window; // the tuner's window (AttentionOp's tuning_features)
-    if (problem.fields.index("window") >= 0 && problem.get_int("window") != 0) {
-      window.left = (Sk + 3) / 4;
-      window.right = causal ? 0 : (Sk + 7) / 8;
+    // The tuner's window and softcap (AttentionOp's tuning_features), slopes drawn here.
+    auto flag = [&](const char* name) {
+      return problem.fields.index(name) >= 0 && problem.get_int(name) != 0;
+    };
+    Features features;
+    if (flag("window")) {
+      features.left = (Sk + 3) / 4;
+      features.right = causal ? 0 : (Sk + 7) / 8;
+    }
+    features.softcap = flag("softcap") ? 5.0 : 0.0;
+    std::vector<float> slopes;
+    HostTensor slopes_host(DType::f32, size_t(Hq));
+    if (flag("alibi")) {
+      std::uniform_real_distribution<float> slope(0.01f, 0.1f);
+      for (int h = 0; h < Hq; ++h) {
+        slopes.push_back(slope(rng));
+        slopes_host.set(size_t(h), slopes.back());
+      }
+      features.slopes = &slopes;
     }
     const Reference ref = attention_reference(q, k, v, q3, k3, k3, B, Hq, Hkv, Sq, Sk, D, causal,
-                                              1.0 / std::sqrt(double(D)), window);
+                                              1.0 / std::sqrt(double(D)), features);
     const std::vector<double>& ref_o = ref.o;
     const std::vector<double>& ref_lse = ref.lse;
 
@@ -184,10 +206,16 @@ TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference ov
       jobs.push_back({&s});
     }
     compile_all(jobs, default_jobs(), [](CompileJob&, size_t) {});
-    DeviceTensor qd(q), kd(k), vd(v);
+    DeviceTensor qd(q), kd(k), vd(v), slopes_d(slopes_host);
     HostTensor out(dtype, q.n), lse(DType::f32, size_t(B) * Hq * Sq);
     std::vector<TensorSpec> specs = attn().tensors(problem);
-    HostTensor ws_host(DType::f32, specs.back().name == "workspace" ? specs.back().elements : 1);
+    size_t ws_elements = 1;
+    for (const TensorSpec& spec : specs) {
+      if (spec.name == "workspace") {
+        ws_elements = spec.elements;
+      }
+    }
+    HostTensor ws_host(DType::f32, ws_elements);
     DeviceTensor ws(ws_host);
     double worst = 0;
     for (size_t i = 0; i < configs.size(); ++i) {
@@ -206,8 +234,12 @@ TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference ov
         if (has_lse) {
           ptrs.push_back(l.get());
         }
-        if (specs.back().name == "workspace") {
-          ptrs.push_back(ws.get());
+        for (const TensorSpec& spec : specs) { // after q, k, v, o and lse, as tensors() orders
+          if (spec.name == "workspace") {
+            ptrs.push_back(ws.get());
+          } else if (spec.name == "alibi_slopes") {
+            ptrs.push_back(slopes_d.get());
+          }
         }
         ArgPack args;
         attn().pack(configs[i], problem, ptrs, args);
@@ -238,7 +270,8 @@ TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference ov
         if (has_lse) {
           l.download(lse);
           std::vector<double> got_lse = values(lse);
-          CHECK(rel_err(got_lse, ref_lse) <= 1e-4);
+          // tanh.approx (softcap) moves each logit by up to 2^-11 of itself.
+          CHECK(rel_err(got_lse, ref_lse) <= (features.softcap > 0 ? 1e-3 : 1e-4));
         }
       }
     }

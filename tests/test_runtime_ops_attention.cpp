@@ -502,10 +502,16 @@ TEST_CASE("the Hopper attention family (family=wgmma) is valid on sm_90a only, f
     REQUIRE(h128);
     const std::string* fam128 = find_field(h128->first, "family");
     CHECK((fam128 == nullptr || *fam128 == "mma"));
-    if (const auto soft =
-            heuristic_config(attn(), problem("B=2,H=8,S=4096,D=256,softcap=1"), "sm_90a")) {
-      const std::string* fam = find_field(soft->first, "family");
-      CHECK((fam == nullptr || *fam == "mma"));
+    // Softcap and ALiBi are built by both families: such a problem takes the Hopper point.
+    for (const char* shape :
+         {"B=2,H=8,S=4096,D=256,softcap=1", "B=4,H=16,S=4096,D=128,causal=1,alibi=1"}) {
+      CAPTURE(shape);
+      const auto h = heuristic_config(attn(), problem(shape), "sm_90a");
+      REQUIRE(h);
+      const std::string* fam = find_field(h->first, "family");
+      REQUIRE(fam != nullptr);
+      CHECK(fam->rfind("wgmma", 0) == 0);
+      CHECK(attn().check(h->first, problem(shape), "sm_90a"));
     }
   }
   SUBCASE("one canonical value for the portable family's parameters") {
@@ -798,12 +804,13 @@ TEST_CASE("the Hopper family runs sliding windows; it refuses softcap and ALiBi,
   const Problem window = problem("B=8,H=16,S=2048,D=128,causal=1,window=1");
   CHECK(attn().check(config(k_wg), window, "sm_90a"));
   CHECK(has(attn().defines(config(k_wg), window), "-DAT_WINDOW=1"));
-  for (const char* feature : {"softcap=1", "alibi=1"}) {
+  for (const auto& [feature, define] :
+       {std::pair{"softcap=1", "-DAT_SOFTCAP=1"}, std::pair{"alibi=1", "-DAT_ALIBI=1"}}) {
     CAPTURE(feature);
     Problem p = problem(std::string("B=8,H=16,S=2048,D=128,causal=1,") + feature);
-    auto r = attn().check(config(k_wg), p, "sm_90a");
-    REQUIRE_FALSE(r);
-    CHECK(r.failure().message.find("no softcap or ALiBi") != std::string::npos);
+    CHECK(attn().check(config(k_wg), p, "sm_90a"));
+    CHECK(has(attn().defines(config(k_wg), p), define));
+    CHECK_FALSE(has(attn().defines(config(k_wg), plain), define));
     CHECK(attn().check(config(k_fa2), p, "sm_90a"));
   }
 }

@@ -154,21 +154,40 @@ TEST_CASE("the portable attention kernel's AttnArgs is AttentionKernelArgs, fiel
 TEST_CASE("the Hopper attention kernel's AttnArgs is AttentionHopperKernelArgs, field for field") {
   using A = AttentionHopperKernelArgs;
   const std::vector<Field> fields = {
-      HOST_FIELD(A, q_map),         HOST_FIELD(A, k_map),
-      HOST_FIELD(A, v_map),         HOST_FIELD(A, o),
-      HOST_FIELD(A, lse),           HOST_FIELD(A, o_batch_stride),
-      HOST_FIELD(A, o_head_stride), HOST_FIELD(A, o_seq_stride),
-      HOST_FIELD(A, heads_q),       HOST_FIELD(A, heads_kv),
-      HOST_FIELD(A, seq_q),         HOST_FIELD(A, seq_k),
-      HOST_FIELD(A, scale_log2),    HOST_FIELD(A, batch),
-      HOST_FIELD(A, q_seq_inner),   HOST_FIELD(A, k_seq_inner),
-      HOST_FIELD(A, v_seq_inner),   HOST_FIELD(A, window_left),
-      HOST_FIELD(A, window_right),  HOST_FIELD(A, sched_slot),
+      HOST_FIELD(A, q_map),
+      HOST_FIELD(A, k_map),
+      HOST_FIELD(A, v_map),
+      HOST_FIELD(A, o),
+      HOST_FIELD(A, lse),
+      HOST_FIELD(A, o_batch_stride),
+      HOST_FIELD(A, o_head_stride),
+      HOST_FIELD(A, o_seq_stride),
+      HOST_FIELD(A, heads_q),
+      HOST_FIELD(A, heads_kv),
+      HOST_FIELD(A, seq_q),
+      HOST_FIELD(A, seq_k),
+      HOST_FIELD(A, scale_log2),
+      HOST_FIELD(A, batch),
+      HOST_FIELD(A, q_seq_inner),
+      HOST_FIELD(A, k_seq_inner),
+      HOST_FIELD(A, v_seq_inner),
+      HOST_FIELD(A, window_left),
+      HOST_FIELD(A, window_right),
+      HOST_FIELD(A, sched_slot),
       HOST_FIELD(A, sched_group),
+      HOST_FIELD(A, softcap_scale),
+      HOST_FIELD(A, alibi_scale),
+      HOST_FIELD(A, alibi_slopes),
+      HOST_FIELD(A, alibi_batch_stride),
   };
+  // Plain, and every feature on: the struct is the same in each.
   check_layout("attention", "B=4,H=16,S=4096,D=128,dtype=bf16",
                "block_m=128,block_n=96,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
                "family=wgmma_persistent",
+               "AttnArgs", sizeof(A), fields);
+  check_layout("attention", "B=2,Hq=8,Hkv=2,S=1000,D=96,causal=1,window=1,softcap=1,alibi=1",
+               "block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+               "family=wgmma_overlap_persistent",
                "AttnArgs", sizeof(A), fields);
 }
 

@@ -519,9 +519,6 @@ Result<bool> check_wgmma(const Params& p, const Dims& d, const std::string& arch
   if (p.splits != 1) {
     return fail("family=wgmma does not split the keys (splits=1)");
   }
-  if (d.softcap || d.alibi) {
-    return fail("family=wgmma builds no softcap or ALiBi (family=mma does)");
-  }
   if (d.bcast) {
     return fail("family=wgmma loads q, k and v with tensor maps, which cannot step a stride of "
                 "0 (bcast=1: a tensor broadcast with expand; family=mma reads it)");
@@ -999,8 +996,13 @@ std::vector<std::string> AttentionOp::defines(const Config& config, const Proble
     if (p.cluster > 1) { // only when on: the other variants compile what they did before
       out.push_back("-DAT_CLUSTER=" + std::to_string(p.cluster));
     }
-    if (d.window) { // only when on, as below
-      out.push_back("-DAT_WINDOW=1");
+    // The features' flags only when on, as below.
+    for (const auto& [on, define] :
+         {std::pair{d.window, "-DAT_WINDOW=1"}, std::pair{d.softcap, "-DAT_SOFTCAP=1"},
+          std::pair{d.alibi, "-DAT_ALIBI=1"}}) {
+      if (on) {
+        out.push_back(define);
+      }
     }
     return out;
   }
@@ -1129,6 +1131,29 @@ void fill_output_and_sizes(Args& a, const Dims& d, const AttentionCall& call) {
   a.scale_log2 = float(scale * 1.4426950408889634);
 }
 
+// The window, softcap and ALiBi fields both families' argument structs share (after
+// fill_output_and_sizes, whose scale_log2 softcap replaces): softcap's tanh takes scale /
+// softcap per score and the logits are softcap times it.
+template <typename Args> void fill_features(Args& a, const Dims& d, const AttentionCall& call) {
+  const double scale = call.scale > 0 ? call.scale : 1.0 / std::sqrt(double(d.D));
+  double logit_factor = scale;
+  a.window_left = a.window_right = -1;
+  if (d.window) {
+    a.window_left = call.window_left;
+    a.window_right = call.window_right;
+  }
+  if (d.softcap) {
+    a.softcap_scale = float(scale / call.softcap);
+    logit_factor = call.softcap;
+    a.scale_log2 = float(call.softcap * 1.4426950408889634);
+  }
+  if (d.alibi) {
+    a.alibi_slopes = call.alibi_slopes;
+    a.alibi_batch_stride = call.alibi_batch_stride;
+    a.alibi_scale = float(1.0 / logit_factor);
+  }
+}
+
 using AttnArgs = AttentionKernelArgs;
 static_assert(sizeof(AttnArgs) <= k_kernel_args_capacity, "AttnArgs fits CallPlan::pack");
 
@@ -1228,25 +1253,7 @@ AttnArgs attention_kernel_args(const Params& p, const Dims& d, const Config& con
   a.group_sq = int(d.grouped_sq);
   a.q_group_stride = call.q_group_stride;
   a.o_group_stride = call.o_group_stride;
-  // The softmax scale folded into scale_log2 by fill_output_and_sizes: softcap's tanh
-  // takes scale / softcap per score and the logits are softcap times it.
-  const double scale = call.scale > 0 ? call.scale : 1.0 / std::sqrt(double(d.D));
-  double logit_factor = scale;
-  a.window_left = a.window_right = -1;
-  if (d.window) {
-    a.window_left = call.window_left;
-    a.window_right = call.window_right;
-  }
-  if (d.softcap) {
-    a.softcap_scale = float(scale / call.softcap);
-    logit_factor = call.softcap;
-    a.scale_log2 = float(call.softcap * 1.4426950408889634);
-  }
-  if (d.alibi) {
-    a.alibi_slopes = call.alibi_slopes;
-    a.alibi_batch_stride = call.alibi_batch_stride;
-    a.alibi_scale = float(1.0 / logit_factor);
-  }
+  fill_features(a, d, call);
   if (d.varlen) {
     a.cu_seqlens_q = call.cu_seqlens_q;
     a.cu_seqlens_k = call.cu_seqlens_k;
@@ -1357,10 +1364,6 @@ HopperArgs hopper_kernel_args(const Params& p, const Dims& d, const AttentionCal
   if (!(call.scale >= 0) || !std::isfinite(call.scale)) {
     throw Error(ErrorKind::usage, "attention: scale must be positive and finite (0: 1/sqrt(D))");
   }
-  if (d.softcap || d.alibi) {
-    throw Error(ErrorKind::config,
-                "attention: family=wgmma builds no softcap or ALiBi (family=mma does)");
-  }
   check_features(d, call);
   HopperArgs a{};
   const TensorMap& q = maps.get(0, "q", call.q, d, d.Hq, d.Sq, call.q_batch_stride,
@@ -1379,9 +1382,8 @@ HopperArgs hopper_kernel_args(const Params& p, const Dims& d, const AttentionCal
   a.o = call.o;
   a.lse = call.lse;
   fill_output_and_sizes(a, d, call);
+  fill_features(a, d, call);
   a.batch = int(d.B);
-  a.window_left = d.window ? call.window_left : -1;
-  a.window_right = d.window ? call.window_right : -1;
   a.sched_group = causal_sched_group(d);
   return a;
 }

@@ -179,7 +179,11 @@ struct AttentionHopperKernelArgs {
   int q_seq_inner, k_seq_inner, v_seq_inner;
   int window_left, window_right; // keys before / after the diagonal (-1 unbounded)
   int sched_slot;                // causal persistent variants: the launch's tile counters (0..63)
-  int sched_group; // causal persistent variants: (batch, head) pairs per group of tiles
+  int sched_group;     // causal persistent variants: (batch, head) pairs per group of tiles
+  float softcap_scale; // softcap problems: scale / softcap
+  float alibi_scale;   // ALiBi problems: the slopes times this are in units of the scores
+  CUdeviceptr alibi_slopes;
+  long long alibi_batch_stride;
 };
 
 class AttentionOp final : public Op {

@@ -1,7 +1,9 @@
 // Attention forward for Hopper (sm_90a; FlashAttention-3 structure), the `family=wgmma`
 // variants of templates/attention/kernel.cuh. Same semantics as the portable kernel:
 //   O = softmax(scale * Q K^T + mask) V,  LSE = log sum_j exp(scale * q.k_j)  (optional)
-// causal masks bottom-right aligned (query i sees keys j <= i + Sk - Sq); a row that
+// causal masks bottom-right aligned (query i sees keys j <= i + Sk - Sq); with AT_SOFTCAP
+// the logits become softcap * tanh(scale * q.k / softcap), then with AT_ALIBI lose
+// slope_h * |i + Sk - Sq - j| (flash-attn's order, as the portable kernel); a row that
 // sees no key gets O = 0 and LSE = -inf; GQA/MQA (query head h reads kv head
 // h / (Hq / Hkv)); any strides the tensor maps accept (16-byte multiples).
 //
@@ -72,8 +74,8 @@
 //                consumer thread, so the tiles are FlashAttention-3's: 1-2 consumers,
 //                block_n <= 96, 1-2 stages (Q 64 KiB + 512 bytes per key and stage),
 //                one block per SM.
-//   AT_CAUSAL, AT_LSE: 0/1; AT_T: at_bf16 or at_f16 (AT_BF16 says which to the wgmma
-//                instruction).
+//   AT_CAUSAL, AT_LSE, AT_SOFTCAP, AT_ALIBI: 0/1; AT_T: at_bf16 or at_f16 (AT_BF16 says
+//                which to the wgmma instruction).
 #pragma once
 
 #include "common/hopper.cuh"
@@ -102,6 +104,17 @@ constexpr bool k_lse = AT_LSE != 0;
 // unbounded): key tiles wholly outside every row's window are neither loaded nor
 // computed, those crossing its edges are masked.
 constexpr bool k_window = AT_WINDOW != 0;
+// Softcap and ALiBi act on each score before the mask and the max, in the softmax's
+// registers: one more tanh (the exp unit's) per score with softcap, two integer and one
+// FMA-pipe operation per score with ALiBi; the products and the loads do not change.
+#ifndef AT_SOFTCAP
+#define AT_SOFTCAP 0
+#endif
+#ifndef AT_ALIBI
+#define AT_ALIBI 0
+#endif
+constexpr bool k_softcap = AT_SOFTCAP != 0;
+constexpr bool k_alibi = AT_ALIBI != 0;
 #ifndef AT_PINGPONG
 #define AT_PINGPONG 0
 #endif
@@ -215,6 +228,14 @@ struct AttnArgs {
   int window_left, window_right; // AT_WINDOW: keys before / after the diagonal, -1 unbounded
   int sched_slot;                // k_dynamic: this launch's pair of at_sched counters
   int sched_group;               // persistent causal: (batch, head) pairs per tile group
+  // log2(e) times scale_log2's factor is scale, or softcap with AT_SOFTCAP: S then holds
+  // tanh(scale * q.k / softcap), scale / softcap being softcap_scale.
+  float softcap_scale;
+  // AT_ALIBI: slopes[batch * alibi_batch_stride + head] times alibi_scale (1 / the
+  // factor of scale_log2) is the slope in units of S.
+  float alibi_scale;
+  const float* alibi_slopes;
+  long long alibi_batch_stride;
 };
 
 // One box of `rows` rows from sequence position `seq` of (head, batch), all 64-column
@@ -339,7 +360,8 @@ __device__ __forceinline__ float move_max(float& row_max, float mx, float& alpha
   return max_scaled;
 }
 
-// One consumer thread's part of a key tile's softmax: masks S where the tile crosses
+// One consumer thread's part of a key tile's softmax: applies softcap and ALiBi (`slope`,
+// in units of S) to S, masks it where the tile crosses
 // the end of the keys, (causal) the diagonal or (window) an edge of the window, turns S
 // into exponentials against each row's reference max and adds them to the row's running
 // sum. With k_lazy_rescale the reference max moves only when some row of the warp saw a
@@ -350,8 +372,8 @@ __device__ __forceinline__ float move_max(float& row_max, float mx, float& alpha
 // key always moves it (from -inf).
 __device__ __forceinline__ bool softmax_tile(float (&sc)[k_s_regs], float (&row_max)[2],
                                              float (&row_sum)[2], float (&alpha)[2],
-                                             const AttnArgs& args, int n0, int m0, int row0,
-                                             int t) {
+                                             const AttnArgs& args, int n0, int m0, int row0, int t,
+                                             float slope) {
   // Lazy rescaling pays where O is large: 64+ registers a thread (tiles of 128 or 256
   // columns). At 64 columns O is rescaled on every tile, in one pass per row, which
   // measured faster there (bench/notes/attention-hopper.md).
@@ -363,6 +385,19 @@ __device__ __forceinline__ bool softmax_tile(float (&sc)[k_s_regs], float (&row_
   // The window around the diagonal: keys [i + diag - left, i + diag + right].
   const int right = k_causal ? 0 : (k_window ? args.window_right : -1);
   const int left = k_window ? args.window_left : -1;
+  if constexpr (k_softcap || k_alibi) {
+#pragma unroll
+    for (int i = 0; i < k_s_regs; ++i) {
+      if (k_softcap) {
+        sc[i] = at_tanh_approx(sc[i] * args.softcap_scale);
+      }
+      if (k_alibi) {
+        const int col = n0 + (i / 4) * 8 + 2 * t + (i % 2);
+        const int row = row0 + ((i / 2) % 2) * 8;
+        sc[i] -= slope * static_cast<float>(abs(row + diag - col));
+      }
+    }
+  }
   const bool past_end = n0 + k_block_n > args.seq_k;
   const bool crosses_right = right >= 0 && n0 + k_block_n - 1 > m0 + diag + right;
   const bool crosses_left = left >= 0 && n0 < m0 + k_block_m - 1 + diag - left;
@@ -799,6 +834,9 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER
       }
       const Tile w = tile_at(index);
       const int m0 = w.m0;
+      const float slope =
+          k_alibi ? args.alibi_slopes[w.batch * args.alibi_batch_stride + w.head] * args.alibi_scale
+                  : 0.0f;
       // Key tiles n_first .. n_first + n_count - 1, counted from 0 for the ring.
       const int n_first = w.n_begin;
       const int n_count = w.n_end - w.n_begin;
@@ -858,7 +896,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER
             wgmma_pin(s0);
             release_k(it0, true);
           }
-          softmax_tile(s0, row_max, row_sum, alpha, args, n_first * k_block_n, m0, row0, t);
+          softmax_tile(s0, row_max, row_sum, alpha, args, n_first * k_block_n, m0, row0, t, slope);
           pack_p(p, s0);
         }
         if constexpr (k_one_p) {
@@ -885,7 +923,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER
             wgmma_pin(sc);
             release_k(i, true);
             const bool moved = softmax_tile(sc, row_max, row_sum, alpha, args,
-                                            (n_first + n) * k_block_n, m0, row0, t);
+                                            (n_first + n) * k_block_n, m0, row0, t, slope);
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
               alpha[h] = moved ? alpha[h] : 1.0f;
@@ -924,7 +962,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER
             release_k(i, true);
             float alpha[2];
             const bool rescale = softmax_tile(sc, row_max, row_sum, alpha, args,
-                                              (n_first + n) * k_block_n, m0, row0, t);
+                                              (n_first + n) * k_block_n, m0, row0, t, slope);
             pack_p(p_new, sc);
             wgmma_wait<0>();
             wgmma_pin(o);
@@ -963,7 +1001,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER
         // A persistent block's first key tile: its S was issued above.
         if (k_persistent && n_count > 0) {
           float alpha[2];
-          softmax_tile(s0, row_max, row_sum, alpha, args, n_first * k_block_n, m0, row0, t);
+          softmax_tile(s0, row_max, row_sum, alpha, args, n_first * k_block_n, m0, row0, t, slope);
           pack_p(p, s0);
         }
         for (int n = k_persistent ? 1 : 0; n < n_count; ++n) {
@@ -1008,7 +1046,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER
           // O already holds the previous tile's P V, so its rescale comes after it.
           float alpha[2];
           if (softmax_tile(sc, row_max, row_sum, alpha, args, (n_first + n) * k_block_n, m0, row0,
-                           t)) {
+                           t, slope)) {
             rescale_o(o, alpha);
           }
           pack_p(p, sc);
