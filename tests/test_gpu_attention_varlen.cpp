@@ -87,6 +87,8 @@ struct VarlenCase {
     c.cu_seqlens_q = cu_q_dev.get();
     c.cu_seqlens_k = cu_k_dev.get();
     c.lse_head_stride = Tq;
+    c.tokens_q = Tq;
+    c.tokens_k = Tk;
     return c;
   }
 
@@ -175,6 +177,18 @@ std::vector<Config> varlen_configs() {
                            "block_m=64,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1",
                            "block_m=64,block_n=64,warps=4,stages=1,swizzle=xor,q=smem,splits=2",
                            "block_m=64,block_n=32,warps=4,stages=2,swizzle=xor,q=smem,splits=4"}) {
+    out.push_back(parse_fields(text, "config"));
+  }
+  // The Hopper family's schedules (check() keeps them to sm_90a; block_n 80 and 64 leave
+  // key tiles past a sequence's end inside the packed tensor).
+  for (const char* text :
+       {"block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma",
+        "block_m=64,block_n=80,warps=4,stages=3,swizzle=xor,q=smem,splits=1,family=wgmma",
+        "block_m=128,block_n=64,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma_overlap",
+        "block_m=192,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+        "family=wgmma_overlap",
+        "block_m=128,block_n=96,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+        "family=wgmma_pingpong"}) {
     out.push_back(parse_fields(text, "config"));
   }
   return out;

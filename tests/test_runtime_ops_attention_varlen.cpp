@@ -54,7 +54,8 @@ TEST_CASE("varlen attention problems bucket the longest sequences and the totals
                        doctest::Contains("varlen=2 must be 0 or 1"), Error);
 }
 
-TEST_CASE("varlen attention: the portable family only, AT_VARLEN compiled in, packed inputs") {
+TEST_CASE("varlen attention: AT_VARLEN compiled in, packed inputs; the Hopper family one query "
+          "block a block") {
   const Problem p = problem("B=5,Hq=4,Hkv=2,S=300,D=72,causal=1,lse=1,varlen=1,Tq=1000,Tk=900");
   const Config mma = config("block_m=64,block_n=64,warps=4,stages=2,swizzle=xor,q=smem,splits=1");
   CHECK(attn().check(mma, p, "sm_90a"));
@@ -62,9 +63,32 @@ TEST_CASE("varlen attention: the portable family only, AT_VARLEN compiled in, pa
   CHECK(std::find(defs.begin(), defs.end(), "-DAT_VARLEN=1") != defs.end());
   const auto plain = attn().defines(mma, problem("B=5,Hq=4,Hkv=2,S=300,D=72"));
   CHECK(std::find(plain.begin(), plain.end(), "-DAT_VARLEN=1") == plain.end());
+  // The Hopper family: its plain, overlapped and ping-pong schedules (a block per query
+  // block, the grid as the portable one's); not persistent, no clusters.
+  for (const char* family : {"wgmma", "wgmma_overlap", "wgmma_pingpong"}) {
+    CAPTURE(family);
+    const Config wg = config(std::string("block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,"
+                                         "q=smem,splits=1,family=") +
+                             family);
+    CHECK(attn().check(wg, p, "sm_90a"));
+    const auto wd = attn().defines(wg, p);
+    CHECK(std::find(wd.begin(), wd.end(), "-DAT_VARLEN=1") != wd.end());
+    const LaunchGeometry wgeo = attn().geometry(wg, p);
+    CHECK(wgeo.grid[0] == 512 / 128);
+    CHECK(wgeo.grid[2] == 5);
+  }
+  for (const char* family : {"wgmma_persistent", "wgmma_overlap_persistent", "wgmma_multicast"}) {
+    CAPTURE(family);
+    const auto r = attn().check(config(std::string("block_m=128,block_n=128,warps=4,stages=2,"
+                                                   "swizzle=xor,q=smem,splits=1,family=") +
+                                       family),
+                                p, "sm_90a");
+    REQUIRE_FALSE(r);
+    CHECK(r.failure().message.find("not persistent, no clusters") != std::string::npos);
+  }
   CHECK_FALSE(attn().check(config("block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,"
                                   "splits=1,family=wgmma"),
-                           p, "sm_90a"));
+                           p, "sm_80"));
   // The grid covers the bucketed longest sequence (512 rows) for every batch and head.
   const LaunchGeometry g = attn().geometry(mma, p);
   CHECK(g.grid[0] == 512 / 64);

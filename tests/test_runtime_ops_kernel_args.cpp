@@ -179,8 +179,11 @@ TEST_CASE("the Hopper attention kernel's AttnArgs is AttentionHopperKernelArgs, 
       HOST_FIELD(A, alibi_scale),
       HOST_FIELD(A, alibi_slopes),
       HOST_FIELD(A, alibi_batch_stride),
+      HOST_FIELD(A, cu_seqlens_q),
+      HOST_FIELD(A, cu_seqlens_k),
+      HOST_FIELD(A, lse_head_stride),
   };
-  // Plain, and every feature on: the struct is the same in each.
+  // Plain, every feature on, and packed sequences: the struct is the same in each.
   check_layout("attention", "B=4,H=16,S=4096,D=128,dtype=bf16",
                "block_m=128,block_n=96,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
                "family=wgmma_persistent",
@@ -188,6 +191,10 @@ TEST_CASE("the Hopper attention kernel's AttnArgs is AttentionHopperKernelArgs, 
   check_layout("attention", "B=2,Hq=8,Hkv=2,S=1000,D=96,causal=1,window=1,softcap=1,alibi=1",
                "block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
                "family=wgmma_overlap_persistent",
+               "AttnArgs", sizeof(A), fields);
+  check_layout("attention", "B=3,Hq=8,Hkv=2,S=1000,D=128,causal=1,varlen=1,Tq=2000,Tk=2000,lse=1",
+               "block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+               "family=wgmma_overlap",
                "AttnArgs", sizeof(A), fields);
 }
 

@@ -761,8 +761,9 @@ Result<bool> AttentionOp::check(const Config& config, const Problem& problem,
                                 const std::string& arch) const {
   Params p = params(config);
   Dims d = dims(problem);
-  if (p.wgmma && d.varlen) {
-    return fail("family=wgmma takes no variable-length batches (family=mma does)");
+  if (p.wgmma && d.varlen && (p.persistent || p.cluster > 1)) {
+    return fail("family=wgmma runs variable-length batches one query block per block: not "
+                "persistent, no clusters (family=wgmma, wgmma_overlap, wgmma_pingpong do)");
   }
   if (p.wgmma && d.kvcache) {
     return fail("family=wgmma reads no KV cache (family=mma does)");
@@ -999,7 +1000,7 @@ std::vector<std::string> AttentionOp::defines(const Config& config, const Proble
     // The features' flags only when on, as below.
     for (const auto& [on, define] :
          {std::pair{d.window, "-DAT_WINDOW=1"}, std::pair{d.softcap, "-DAT_SOFTCAP=1"},
-          std::pair{d.alibi, "-DAT_ALIBI=1"}}) {
+          std::pair{d.alibi, "-DAT_ALIBI=1"}, std::pair{d.varlen, "-DAT_VARLEN=1"}}) {
       if (on) {
         out.push_back(define);
       }
@@ -1366,16 +1367,29 @@ HopperArgs hopper_kernel_args(const Params& p, const Dims& d, const AttentionCal
   }
   check_features(d, call);
   HopperArgs a{};
-  const TensorMap& q = maps.get(0, "q", call.q, d, d.Hq, d.Sq, call.q_batch_stride,
+  // Packed sequences: maps over all the tokens of one batch (the rows a tile loads count
+  // from its sequence's first token).
+  Dims md = d;
+  long long rows_q = d.Sq, rows_k = d.Sk;
+  if (d.varlen) {
+    if (call.tokens_q <= 0 || call.tokens_k <= 0) {
+      throw Error(ErrorKind::usage, "attention: a varlen call of family=wgmma needs the packed "
+                                    "token counts of q and k (AttentionCall::tokens_q/tokens_k)");
+    }
+    md.B = 1;
+    rows_q = call.tokens_q;
+    rows_k = call.tokens_k;
+  }
+  const TensorMap& q = maps.get(0, "q", call.q, md, d.Hq, rows_q, call.q_batch_stride,
                                 call.q_head_stride, call.q_seq_stride, p.block_m);
   a.q_map = q.map;
   a.q_seq_inner = q.seq_inner;
   // A cluster's blocks each load 1 / cluster of every K and V tile.
-  const TensorMap& k = maps.get(1, "k", call.k, d, d.Hkv, d.Sk, call.k_batch_stride,
+  const TensorMap& k = maps.get(1, "k", call.k, md, d.Hkv, rows_k, call.k_batch_stride,
                                 call.k_head_stride, call.k_seq_stride, p.block_n / p.cluster);
   a.k_map = k.map;
   a.k_seq_inner = k.seq_inner;
-  const TensorMap& v = maps.get(2, "v", call.v, d, d.Hkv, d.Sk, call.v_batch_stride,
+  const TensorMap& v = maps.get(2, "v", call.v, md, d.Hkv, rows_k, call.v_batch_stride,
                                 call.v_head_stride, call.v_seq_stride, p.block_n / p.cluster);
   a.v_map = v.map;
   a.v_seq_inner = v.seq_inner;
@@ -1385,6 +1399,11 @@ HopperArgs hopper_kernel_args(const Params& p, const Dims& d, const AttentionCal
   fill_features(a, d, call);
   a.batch = int(d.B);
   a.sched_group = causal_sched_group(d);
+  if (d.varlen) {
+    a.cu_seqlens_q = call.cu_seqlens_q;
+    a.cu_seqlens_k = call.cu_seqlens_k;
+    a.lse_head_stride = call.lse_head_stride;
+  }
   return a;
 }
 
@@ -1456,6 +1475,8 @@ struct AttentionPlan final : CallPlan {
       c.cu_seqlens_q = device_ptr(a.cu_seqlens_q);
       c.cu_seqlens_k = device_ptr(a.cu_seqlens_k);
       c.lse_head_stride = a.lse.data ? a.lse.shape[1] : 0;
+      c.tokens_q = a.q.shape[0];
+      c.tokens_k = a.k.shape[0];
     }
     if (dims.kvcache) {
       // k, v: [num_blocks, Hkv, page, D] with a block table (the batch strides step
@@ -1818,6 +1839,8 @@ void AttentionOp::pack(const Config& config, const Problem& problem,
     call.cu_seqlens_q = t.at(next++);
     call.cu_seqlens_k = t.at(next++);
     call.lse_head_stride = varlen_tokens(d.Tq, d.B, d.Sq);
+    call.tokens_q = call.lse_head_stride;
+    call.tokens_k = varlen_tokens(d.Tk, d.B, d.Sk);
     call.q_batch_stride = call.o_batch_stride = call.k_batch_stride = call.v_batch_stride = 0;
     call.q_head_stride = call.o_head_stride = call.k_head_stride = call.v_head_stride = d.D;
     call.q_seq_stride = call.o_seq_stride = d.Hq * d.D;

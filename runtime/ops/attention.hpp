@@ -117,6 +117,9 @@ struct AttentionCall {
   // sequence strides step over packed tokens), and lse's head stride (Tq).
   CUdeviceptr cu_seqlens_q = 0, cu_seqlens_k = 0;
   long long lse_head_stride = 0;
+  // ... and the packed tokens q (and o) and k (and v) hold: the Hopper family's tensor
+  // maps span them (a map past a tensor's end would read what is not its memory).
+  long long tokens_q = 0, tokens_k = 0;
   // Problems with paged=1 or kvcache=1: int32 cache lengths [B]; the block table (int32
   // [B, blocks per sequence], row stride block_table_stride; 0 for a contiguous cache,
   // whose batch strides then step sequences, else they step pages) and its page size;
@@ -184,6 +187,8 @@ struct AttentionHopperKernelArgs {
   float alibi_scale;   // ALiBi problems: the slopes times this are in units of the scores
   CUdeviceptr alibi_slopes;
   long long alibi_batch_stride;
+  CUdeviceptr cu_seqlens_q, cu_seqlens_k; // varlen problems: int32 [B + 1]
+  long long lse_head_stride;              // varlen problems: LSE [Hq, Tq], Tq
 };
 
 class AttentionOp final : public Op {

@@ -14,8 +14,10 @@
 
 namespace autotune {
 
-// Room for a kernel's by-value argument struct (CallPlan::pack).
-constexpr size_t k_kernel_args_capacity = 512;
+// Room for a kernel's by-value argument struct (CallPlan::pack): the largest is the Hopper
+// attention kernel's, three 128-byte tensor maps and the call's fields (about 530 bytes);
+// the driver takes up to 4 KiB of parameters.
+constexpr size_t k_kernel_args_capacity = 640;
 
 // One variant's launch for one problem, built once per call signature by the
 // runtime: everything a call needs besides its pointers and strides.

@@ -74,6 +74,13 @@
 //                consumer thread, so the tiles are FlashAttention-3's: 1-2 consumers,
 //                block_n <= 96, 1-2 stages (Q 64 KiB + 512 bytes per key and stage),
 //                one block per SM.
+//   AT_VARLEN    1: packed sequences (flash-attn's varlen): q, o [Tq, Hq, D], k, v [Tk,
+//                Hkv, D], sequence b's tokens from cu_seqlens_q/k[b] to [b + 1]. The tensor
+//                maps span the packed tokens (batch extent 1); a tile loads rows from its
+//                sequence's first token on (rows past the sequence belong to the next one
+//                or, past the tensor, read zeros: its own length masks them), and a block
+//                whose query rows all lie past its sequence's end exits at once. Not
+//                persistent, no clusters.
 //   AT_CAUSAL, AT_LSE, AT_SOFTCAP, AT_ALIBI: 0/1; AT_T: at_bf16 or at_f16 (AT_BF16 says
 //                which to the wgmma instruction).
 #pragma once
@@ -115,6 +122,10 @@ constexpr bool k_window = AT_WINDOW != 0;
 #endif
 constexpr bool k_softcap = AT_SOFTCAP != 0;
 constexpr bool k_alibi = AT_ALIBI != 0;
+#ifndef AT_VARLEN
+#define AT_VARLEN 0
+#endif
+constexpr bool k_varlen = AT_VARLEN != 0;
 #ifndef AT_PINGPONG
 #define AT_PINGPONG 0
 #endif
@@ -236,6 +247,11 @@ struct AttnArgs {
   float alibi_scale;
   const float* alibi_slopes;
   long long alibi_batch_stride;
+  // AT_VARLEN: the sequences' first tokens, int32 [B + 1] (o_batch_stride is 0); LSE is
+  // [Hq, Tq] with this head stride.
+  const int* cu_seqlens_q;
+  const int* cu_seqlens_k;
+  long long lse_head_stride;
 };
 
 // One box of `rows` rows from sequence position `seq` of (head, batch), all 64-column
@@ -360,8 +376,9 @@ __device__ __forceinline__ float move_max(float& row_max, float mx, float& alpha
   return max_scaled;
 }
 
-// One consumer thread's part of a key tile's softmax: applies softcap and ALiBi (`slope`,
-// in units of S) to S, masks it where the tile crosses
+// One consumer thread's part of a key tile's softmax (of a sequence of seq_q queries and
+// seq_k keys): applies softcap and ALiBi (`slope`, in units of S) to S, masks it where the
+// tile crosses
 // the end of the keys, (causal) the diagonal or (window) an edge of the window, turns S
 // into exponentials against each row's reference max and adds them to the row's running
 // sum. With k_lazy_rescale the reference max moves only when some row of the warp saw a
@@ -373,7 +390,7 @@ __device__ __forceinline__ float move_max(float& row_max, float mx, float& alpha
 __device__ __forceinline__ bool softmax_tile(float (&sc)[k_s_regs], float (&row_max)[2],
                                              float (&row_sum)[2], float (&alpha)[2],
                                              const AttnArgs& args, int n0, int m0, int row0, int t,
-                                             float slope) {
+                                             float slope, int seq_q, int seq_k) {
   // Lazy rescaling pays where O is large: 64+ registers a thread (tiles of 128 or 256
   // columns). At 64 columns O is rescaled on every tile, in one pass per row, which
   // measured faster there (bench/notes/attention-hopper.md).
@@ -381,7 +398,7 @@ __device__ __forceinline__ bool softmax_tile(float (&sc)[k_s_regs], float (&row_
   // How far (log2 units) a row's scores may rise above its reference max before O is
   // rescaled: P stays below 2^8 (fine in fp32 sums and 16-bit P).
   constexpr float k_rescale_log2 = 8.0f;
-  const int diag = args.seq_k - args.seq_q; // query i sees keys j <= i + diag
+  const int diag = seq_k - seq_q; // query i sees keys j <= i + diag
   // The window around the diagonal: keys [i + diag - left, i + diag + right].
   const int right = k_causal ? 0 : (k_window ? args.window_right : -1);
   const int left = k_window ? args.window_left : -1;
@@ -398,7 +415,7 @@ __device__ __forceinline__ bool softmax_tile(float (&sc)[k_s_regs], float (&row_
       }
     }
   }
-  const bool past_end = n0 + k_block_n > args.seq_k;
+  const bool past_end = n0 + k_block_n > seq_k;
   const bool crosses_right = right >= 0 && n0 + k_block_n - 1 > m0 + diag + right;
   const bool crosses_left = left >= 0 && n0 < m0 + k_block_m - 1 + diag - left;
   if (past_end || crosses_right || crosses_left) {
@@ -406,7 +423,7 @@ __device__ __forceinline__ bool softmax_tile(float (&sc)[k_s_regs], float (&row_
     for (int i = 0; i < k_s_regs; ++i) {
       const int col = n0 + (i / 4) * 8 + 2 * t + (i % 2);
       const int row = row0 + ((i / 2) % 2) * 8;
-      if (col >= args.seq_k || (right >= 0 && col > row + diag + right) ||
+      if (col >= seq_k || (right >= 0 && col > row + diag + right) ||
           (left >= 0 && col < row + diag - left)) {
         sc[i] = at_neg_inf();
       }
@@ -520,10 +537,12 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER
   const unsigned tile_slot = v_empty + 8 * k_stages; // [k_q_bufs] ints, persistent
 
   const int m_blocks = (args.seq_q + k_block_m - 1) / k_block_m;
-  const int n_tiles = (args.seq_k + k_block_n - 1) / k_block_n;
   // The work of one tile: its query block, head, batch, and how many key tiles it reads.
+  // (AT_VARLEN: its sequence's lengths and the packed rows where its queries and keys
+  // start; else the problem's lengths, rows from 0.)
   struct Tile {
     int m0, head, batch, n_begin, n_end; // key tiles [n_begin, n_end)
+    int seq_q, seq_k, q_start, k_start;
   };
   auto tile_at = [&](int index) {
     Tile w;
@@ -559,18 +578,30 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER
       w.batch = static_cast<int>(blockIdx.z);
     }
     w.m0 = m_block * k_block_m;
+    w.seq_q = args.seq_q;
+    w.seq_k = args.seq_k;
+    w.q_start = w.k_start = 0;
+    if (k_varlen) {
+      w.q_start = args.cu_seqlens_q[w.batch];
+      w.seq_q = args.cu_seqlens_q[w.batch + 1] - w.q_start;
+      w.k_start = args.cu_seqlens_k[w.batch];
+      w.seq_k = args.cu_seqlens_k[w.batch + 1] - w.k_start;
+    }
     // Causal (right = 0) or a window's right edge: the last key any row of this block
     // sees is (m0 + block_m - 1) + Sk - Sq + right; a window's left edge: the first is
     // m0 + Sk - Sq - left.
-    const long long diag = static_cast<long long>(args.seq_k) - args.seq_q;
+    const long long diag = static_cast<long long>(w.seq_k) - w.seq_q;
     const int right = k_causal ? 0 : (k_window ? args.window_right : -1);
     const int left = k_window ? args.window_left : -1;
-    w.n_end = n_tiles;
+    w.n_end = (w.seq_k + k_block_n - 1) / k_block_n;
+    if (k_varlen && w.m0 >= w.seq_q) {
+      w.n_end = 0; // no query row of the sequence here
+    }
     if (right >= 0) {
       const long long last = static_cast<long long>(w.m0) + k_block_m - 1 + diag + right;
       w.n_end = last < 0
                     ? 0
-                    : static_cast<int>(min(static_cast<long long>(n_tiles), last / k_block_n + 1));
+                    : static_cast<int>(min(static_cast<long long>(w.n_end), last / k_block_n + 1));
     }
     w.n_begin = 0;
     if (left >= 0) {
@@ -588,6 +619,15 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER
   const int tiles = k_persistent ? m_blocks * args.heads_q * args.batch : 1;
   const int first_tile = k_persistent ? static_cast<int>(blockIdx.x) : 0;
   const int tile_step = k_persistent ? static_cast<int>(gridDim.x) : 1;
+
+  if (k_varlen && !k_persistent) {
+    // A block past its sequence's last query: nothing to load, compute or store (every
+    // thread reads the same offsets and leaves before any barrier).
+    const Tile w = tile_at(0);
+    if (w.m0 >= w.seq_q) {
+      return;
+    }
+  }
 
   const int warpgroup = static_cast<int>(threadIdx.x) / 128;
   const unsigned rank = k_cluster > 1 ? cluster_rank() : 0u; // in this block's cluster
@@ -636,8 +676,11 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER
         const Tile w = tile_at(index);
         const int kv_head = w.head / (args.heads_q / args.heads_kv);
         mbar_arrive_expect_tx(q_full + 8 * qb, k_q_bytes);
+        // The maps' batch coordinate (0 for packed sequences, whose rows count from the
+        // sequence's first token).
+        const int map_batch = k_varlen ? 0 : w.batch;
         load_rows(base + qb * k_q_bytes, k_q_slab_bytes, &args.q_map, args.q_seq_inner,
-                  q_full + 8 * qb, w.m0, w.head, w.batch);
+                  q_full + 8 * qb, w.q_start + w.m0, w.head, map_batch);
 #pragma unroll 1
         for (int n = w.n_begin; n < w.n_end; ++n, ++it) {
           const int s = it % k_stages;
@@ -650,13 +693,13 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER
             mbar_wait(k_free, parity ^ 1u);
             mbar_arrive_expect_tx(k_full + 8 * s, k_kv_bytes);
             load_rows(k_tile, k_kv_slab_bytes, &args.k_map, args.k_seq_inner, k_full + 8 * s,
-                      n * k_block_n, kv_head, w.batch);
+                      w.k_start + n * k_block_n, kv_head, map_batch);
             if (k_split_release) {
               mbar_wait(v_empty + 8 * s, parity ^ 1u);
             }
             mbar_arrive_expect_tx(v_full + 8 * s, k_kv_bytes);
             load_rows(v_tile, k_kv_slab_bytes, &args.v_map, args.v_seq_inner, v_full + 8 * s,
-                      n * k_block_n, kv_head, w.batch);
+                      w.k_start + n * k_block_n, kv_head, map_batch);
           } else {
             // This block's part of the tile into every block of the cluster; its own
             // barriers expect the whole tile (the other parts come from the others).
@@ -726,6 +769,9 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER
                         : at_neg_inf();
     };
     auto lse_at = [&](const Tile& w, int row) {
+      if (k_varlen) {
+        return args.lse + w.head * args.lse_head_stride + w.q_start + row;
+      }
       return args.lse + (static_cast<long long>(w.batch) * args.heads_q + w.head) * args.seq_q +
              row;
     };
@@ -751,12 +797,13 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER
                         at_pack2(o[4 * i + 2 * h] * inv, o[4 * i + 2 * h + 1] * inv, elem_t{}));
         }
         const int row = row0 + 8 * h;
-        if (k_lse && t == 0 && row < args.seq_q) {
+        if (k_lse && t == 0 && row < w.seq_q) {
           *lse_at(w, row) = row_lse(row_max[h], sum);
         }
       }
       named_barrier_sync(1 + k_consumers + consumer, 128);
-      elem_t* o_g = args.o + w.batch * args.o_batch_stride + w.head * args.o_head_stride;
+      elem_t* o_g = args.o + w.batch * args.o_batch_stride + w.head * args.o_head_stride +
+                    w.q_start * args.o_seq_stride;
       constexpr int k_chunks = k_head_dim / 8; // 16-byte chunks per row
       const int tid = static_cast<int>(threadIdx.x) % 128;
 #pragma unroll
@@ -764,7 +811,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER
         const int r = i / k_chunks;
         const int c = i % k_chunks;
         const int row = w.m0 + consumer * 64 + r;
-        if (row < args.seq_q) {
+        if (row < w.seq_q) {
           const unsigned addr = my_q + static_cast<unsigned>(c / 8) * k_q_slab_bytes +
                                 static_cast<unsigned>(r * 128 + (((c % 8) ^ (r % 8)) * 16));
           st_global_16(o_g + row * args.o_seq_stride + c * 8, ld_shared_16(addr));
@@ -781,14 +828,15 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER
     // butterfly exchanges (lanes ^1, then ^2) give each thread whole chunks (chunk 4 j + t
     // of each group of 4), stored as 16-byte writes.
     auto store_o = [&](const Tile& w, bool valid) {
-      elem_t* o_g = args.o + w.batch * args.o_batch_stride + w.head * args.o_head_stride;
+      elem_t* o_g = args.o + w.batch * args.o_batch_stride + w.head * args.o_head_stride +
+                    w.q_start * args.o_seq_stride;
       const bool bit0 = (t & 1) != 0, bit1 = (t & 2) != 0;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float sum = quad_sum(row_sum[h]);
         const float inv = sum > 0.0f ? at_rcp_approx(sum) : 0.0f;
         const int row = w.m0 + consumer * 64 + warp * 16 + g + 8 * h;
-        const bool in = valid && row < args.seq_q;
+        const bool in = valid && row < w.seq_q;
         if (k_lse) {
           st_global_u32_if(lse_at(w, row), __float_as_uint(row_lse(row_max[h], sum)), in && t == 0);
         }
@@ -896,7 +944,8 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER
             wgmma_pin(s0);
             release_k(it0, true);
           }
-          softmax_tile(s0, row_max, row_sum, alpha, args, n_first * k_block_n, m0, row0, t, slope);
+          softmax_tile(s0, row_max, row_sum, alpha, args, n_first * k_block_n, m0, row0, t, slope,
+                       w.seq_q, w.seq_k);
           pack_p(p, s0);
         }
         if constexpr (k_one_p) {
@@ -922,8 +971,9 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER
             wgmma_wait<1>();
             wgmma_pin(sc);
             release_k(i, true);
-            const bool moved = softmax_tile(sc, row_max, row_sum, alpha, args,
-                                            (n_first + n) * k_block_n, m0, row0, t, slope);
+            const bool moved =
+                softmax_tile(sc, row_max, row_sum, alpha, args, (n_first + n) * k_block_n, m0, row0,
+                             t, slope, w.seq_q, w.seq_k);
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
               alpha[h] = moved ? alpha[h] : 1.0f;
@@ -961,8 +1011,9 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER
             wgmma_pin(sc);
             release_k(i, true);
             float alpha[2];
-            const bool rescale = softmax_tile(sc, row_max, row_sum, alpha, args,
-                                              (n_first + n) * k_block_n, m0, row0, t, slope);
+            const bool rescale =
+                softmax_tile(sc, row_max, row_sum, alpha, args, (n_first + n) * k_block_n, m0, row0,
+                             t, slope, w.seq_q, w.seq_k);
             pack_p(p_new, sc);
             wgmma_wait<0>();
             wgmma_pin(o);
@@ -1001,7 +1052,8 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER
         // A persistent block's first key tile: its S was issued above.
         if (k_persistent && n_count > 0) {
           float alpha[2];
-          softmax_tile(s0, row_max, row_sum, alpha, args, n_first * k_block_n, m0, row0, t, slope);
+          softmax_tile(s0, row_max, row_sum, alpha, args, n_first * k_block_n, m0, row0, t, slope,
+                       w.seq_q, w.seq_k);
           pack_p(p, s0);
         }
         for (int n = k_persistent ? 1 : 0; n < n_count; ++n) {
@@ -1046,7 +1098,7 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER
           // O already holds the previous tile's P V, so its rescale comes after it.
           float alpha[2];
           if (softmax_tile(sc, row_max, row_sum, alpha, args, (n_first + n) * k_block_n, m0, row0,
-                           t, slope)) {
+                           t, slope, w.seq_q, w.seq_k)) {
             rescale_o(o, alpha);
           }
           pack_p(p, sc);

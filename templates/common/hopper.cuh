@@ -6,10 +6,11 @@
 
 #include "common/async.cuh"
 
-// The driver's CUtensorMap (cuda.h): 128 opaque bytes, 64-byte aligned, built on the
+// The driver's CUtensorMap (cuda.h): 128 opaque bytes, 128-byte aligned as cuda.h declares
+// it (so that an argument struct ends where the host's does), built on the
 // host by cuTensorMapEncodeTiled and passed as (part of) a __grid_constant__
 // parameter, so TMA instructions may take its address in parameter space.
-struct __align__(64) at_tensor_map {
+struct __align__(128) at_tensor_map {
   unsigned long long opaque[16];
 };
 
