@@ -3,6 +3,8 @@
 // the C ABI with packed q/k/v and int32 cu_seqlens. No GPU.
 #include "attention_call_support.hpp"
 
+#include "runtime/ops/heuristic.hpp"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -123,6 +125,26 @@ TEST_CASE("varlen attention: AT_VARLEN compiled in, packed inputs; the Hopper fa
   CHECK(attn().flops(p) > 0);
   // Deterministic from the shape.
   CHECK(attn().tensors(p)[t.size() - 2].values == cq.values);
+}
+
+TEST_CASE("varlen attention on sm_90a takes a Hopper point's tile, one query block a block") {
+  // The nearest sm_90a points are persistent tiles, which packed sequences refuse: adapt
+  // gives the plain schedule of the same tile (not the portable family).
+  for (const char* shape :
+       {"B=6,Hq=16,Hkv=16,Sq=3710,Sk=3710,D=128,causal=1,varlen=1,Tq=16384,Tk=16384",
+        "B=2,Hq=32,Hkv=8,Sq=1000,Sk=1000,D=128,varlen=1,Tq=1500,Tk=1500",
+        "B=4,H=8,S=4096,D=256,causal=1,varlen=1,Tq=8000,Tk=8000"}) {
+    CAPTURE(shape);
+    const Problem p = problem(shape);
+    const auto h = heuristic_config(attn(), p, "sm_90a");
+    REQUIRE(h);
+    const std::string* family = find_field(h->first, "family");
+    REQUIRE(family != nullptr);
+    CHECK(family->rfind("wgmma", 0) == 0);
+    CHECK(family->find("persistent") == std::string::npos);
+    CHECK(family->find("multicast") == std::string::npos);
+    CHECK(attn().check(h->first, p, "sm_90a"));
+  }
 }
 
 TEST_CASE("varlen attention calls bind packed tensors and int32 offsets, bucketed") {

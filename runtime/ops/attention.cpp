@@ -910,14 +910,15 @@ Config AttentionOp::adapt(const Config& config, const Problem& problem) const {
       }
     }
     out = short_ring(out);
-    // A persistent grid that is the plain one (what worth_measuring leaves out): the
-    // plain family of the same schedule.
+    // A persistent grid that is the plain one (what worth_measuring leaves out), or a
+    // persistent or cluster tile borrowed by packed sequences (which take one query block
+    // a block): the plain family of the same schedule.
     const Params a = params(out);
-    if (persistent_is_plain(a, d)) {
+    if (persistent_is_plain(a, d) || (d.varlen && (a.persistent || a.cluster > 1))) {
       for (size_t i = 1; i < std::size(k_families); ++i) { // [0] is the portable kernel
         const Family& f = k_families[i];
         if (!f.persistent && f.pingpong == a.pingpong && f.overlap == a.overlap &&
-            f.cluster == a.cluster) {
+            f.cluster == (d.varlen ? 1 : a.cluster)) {
           set_value(out, "family", f.name);
           break;
         }
