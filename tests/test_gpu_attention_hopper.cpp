@@ -123,6 +123,12 @@ TEST_CASE("Hopper attention variants (family=wgmma) match a float64 reference ov
       {"B=2,Hq=6,Hkv=2,Sq=300,Sk=333,D=96,causal=1,dtype=bf16,lse=1", 2},
       {"B=1,H=3,S=257,D=72,dtype=fp16,layout=bhsd", 2}, // the last k-step half past D
       {"B=4,H=10,S=400,D=112,causal=1,window=1,dtype=bf16", 4},
+      // Head dims under 64 (tiles of 64 columns) and between 128 and 256 (tiles of 256):
+      // the columns past D zero-filled by TMA, whole slabs of them at D=136..192.
+      {"B=2,H=3,S=200,D=32,causal=1,dtype=bf16,lse=1", 4},
+      {"B=1,Hq=4,Hkv=2,Sq=150,Sk=301,D=40,dtype=fp16,layout=bhsd", 4},
+      {"B=1,H=2,S=257,D=160,causal=1,dtype=bf16,lse=1", 1},
+      {"B=2,Hq=4,Hkv=1,Sq=100,Sk=333,D=200,dtype=fp16,lse=1", 1},
       // Softcap (the tuner's cap, 5: it bends the logits) and ALiBi (slopes [Hq]) on the
       // scores before the mask, alone, together, with GQA, a window, Sq != Sk, persistent.
       {"B=1,H=2,S=333,D=128,causal=1,softcap=1,dtype=bf16,lse=1", 2},

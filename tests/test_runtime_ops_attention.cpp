@@ -410,11 +410,28 @@ TEST_CASE("the Hopper attention family (family=wgmma) is valid on sm_90a only, f
       refused(k_wg, d128, arch, "needs sm_90a");
     }
   }
-  SUBCASE("head dims it lacks") {
-    const char* why = "head dims 64 to 128 (multiples of 8) and 256";
-    refused(k_wg, problem("B=1,H=2,S=256,D=56"), "sm_90a", why);
-    refused(k_wg, problem("B=1,H=2,S=256,D=136"), "sm_90a", why);
-    refused(k_wg, problem("B=1,H=2,S=256,D=192"), "sm_90a", why);
+  SUBCASE("head dims under 64 take tiles of 64 columns, over 128 those of 256") {
+    // (the columns past D zero-filled by TMA): the same shared memory as D=64 / D=256,
+    // and at D over 128 the D=256 limits (a 128 x 128 tile of 2 stages does not fit).
+    for (int D : {32, 40, 48, 56}) {
+      CAPTURE(D);
+      const Problem pd = problem("B=1,H=2,S=256,D=" + std::to_string(D));
+      CHECK(attn().check(config(k_wg), pd, "sm_90a"));
+      CHECK(attn().geometry(config(k_wg), pd).dynamic_smem ==
+            attn().geometry(config(k_wg), problem("B=1,H=2,S=256,D=64")).dynamic_smem);
+    }
+    const char* fa3 = "block_m=128,block_n=80,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+                      "family=wgmma";
+    for (int D : {136, 160, 192, 248}) {
+      CAPTURE(D);
+      const Problem pd = problem("B=1,H=2,S=256,D=" + std::to_string(D));
+      CHECK(attn().check(config(fa3), pd, "sm_90a"));
+      CHECK(attn().geometry(config(fa3), pd).dynamic_smem ==
+            attn().geometry(config(fa3), problem("B=1,H=2,S=256,D=256")).dynamic_smem);
+      CHECK_FALSE(attn().check(config(k_wg), pd, "sm_90a"));
+      const auto defs = attn().defines(config(fa3), pd);
+      CHECK(std::find(defs.begin(), defs.end(), "-DAT_ONE_P=0") != defs.end());
+    }
   }
   SUBCASE("head dims between 64 and 128 take the tiles of 128 (the columns past D zero)") {
     for (int D : {72, 80, 96, 112}) {

@@ -483,7 +483,7 @@ TEST_CASE("every decoding step the sm_90 points serve runs a variant the tuner w
 
 TEST_CASE("every prefill problem the sm_90 points serve runs a variant the tuner would measure") {
   // Problems nobody tuned over batch, heads (MHA, GQA, MQA), 16 to 4095 query rows (keys
-  // as many or twice), head dims 64 to 256, causal, fp16, window, softcap, ALiBi and
+  // as many or twice), head dims 40 to 256, causal, fp16, window, softcap, ALiBi and
   // packed sequences: the
   // heuristic's adapted configuration is one the tuner itself would measure (no 128-row
   // block over at most 64 rows, no persistent grid that is the plain one).
@@ -493,7 +493,7 @@ TEST_CASE("every prefill problem the sm_90 points serve runs a variant the tuner
     for (auto [hq, hkv] : {std::pair{32, 32}, {32, 8}, {16, 1}, {12, 12}}) {
       for (int sq : {16, 100, 333, 1000, 4095}) {
         for (int sk : {sq, 2 * sq}) {
-          for (int d : {64, 96, 128, 256}) {
+          for (int d : {40, 64, 96, 128, 160, 256}) {
             for (const char* extra : {"", ",causal=1", ",dtype=fp16,causal=1", ",window=1",
                                       ",softcap=1", ",alibi=1,causal=1", ",varlen=1,causal=1"}) {
               const std::string shape = "B=" + std::to_string(b) + ",Hq=" + std::to_string(hq) +

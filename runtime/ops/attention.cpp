@@ -346,7 +346,7 @@ Params params(const Config& c) {
 // family=wgmma (templates/attention/hopper.cuh) holds the head dim in whole 64-column
 // slabs (the columns past D zero-filled).
 long long wgmma_pad_dim(const Dims& d) {
-  return (d.D + 63) / 64 * 64;
+  return d.D <= 64 ? 64 : d.D <= 128 ? 128 : 256; // hopper.cuh's k_pad_dim
 }
 
 // What its tiles and barriers take, plus 1 KiB to align the 128-byte-swizzled tiles to
@@ -389,7 +389,7 @@ int next_sched_slot() {
 // more; every tile that spilled with them is over this). At D=256 every persistent tile
 // spilled (block_n 64-112, 68-156 bytes; 232 by the rule without this term).
 long long wgmma_loop_regs(const Params& p, const Dims& d) {
-  return p.persistent ? (d.D == 256 ? 48 : 24) : 0;
+  return p.persistent ? (wgmma_pad_dim(d) == 256 ? 48 : 24) : 0;
 }
 
 // What a consumer thread keeps live: O (padded D/2 floats), S (block_n/2), P as 16-bit pairs
@@ -406,9 +406,10 @@ long long wgmma_two_set_regs(const Params& p, const Dims& d) {
 
 // The overlapped schedule keeps one P set (hopper.cuh's AT_ONE_P) where two exceed the
 // registers the consumers get (240 with 1-2 consumer warpgroups, 160 with 3), and at
-// D=256 always.
+// D over 128 (tiles of 256 columns) always.
 bool wgmma_one_p(const Params& p, const Dims& d) {
-  return p.overlap && (d.D == 256 || wgmma_two_set_regs(p, d) > (p.block_m / 64 == 3 ? 160 : 240));
+  return p.overlap &&
+         (wgmma_pad_dim(d) == 256 || wgmma_two_set_regs(p, d) > (p.block_m / 64 == 3 ? 160 : 240));
 }
 
 long long wgmma_register_estimate(const Params& p, const Dims& d) {
@@ -522,10 +523,6 @@ Result<bool> check_wgmma(const Params& p, const Dims& d, const std::string& arch
   if (d.bcast) {
     return fail("family=wgmma loads q, k and v with tensor maps, which cannot step a stride of "
                 "0 (bcast=1: a tensor broadcast with expand; family=mma reads it)");
-  }
-  if (!(d.D >= 64 && d.D <= 128) && d.D != 256) {
-    return fail("family=wgmma handles head dims 64 to 128 (multiples of 8) and 256, not " +
-                std::to_string(d.D));
   }
   if (p.block_m != 64 && p.block_m != 128 && p.block_m != 192) {
     return fail("family=wgmma: block_m is 64 per consumer warpgroup (64, 128 or 192)");
@@ -903,6 +900,17 @@ Config AttentionOp::adapt(const Config& config, const Problem& problem) const {
     // worth_measuring leaves out: a 128-row block over half idle). Ping-pong alternates
     // two consumers: with one, the plain schedule.
     Config out = config;
+    if (wgmma_pad_dim(d) == 256 && d.D != 256 &&
+        (p.block_m > 128 || p.block_n > 96 || p.stages > 2)) {
+      // A tile tuned at a head dim up to 128 borrowed by one between 128 and 256, which no
+      // built-in point names (O then takes 128 registers a thread, as at 256):
+      // FlashAttention-3's D=256 tile, 128 x 80 in 2 stages, which the D=256 grid's winners
+      // are (bench/notes/attention-hopper.md), the schedule kept. (D=256 itself has points
+      // of its own, which stay nearer.)
+      out = with_values(out, {{"block_m", std::min(p.block_m, 128)},
+                              {"block_n", 80},
+                              {"stages", std::min(p.stages, 2)}});
+    }
     if (p.block_m > 64 && (d.Sq <= 64 || query_tiles(p, d) < k_fill_blocks)) {
       out = with_values(out, {{"block_m", 64}});
       if (p.pingpong) {
@@ -910,11 +918,15 @@ Config AttentionOp::adapt(const Config& config, const Problem& problem) const {
       }
     }
     out = short_ring(out);
-    // A persistent grid that is the plain one (what worth_measuring leaves out), or a
+    // A persistent grid that is the plain one (what worth_measuring leaves out), a
     // persistent or cluster tile borrowed by packed sequences (which take one query block
-    // a block): the plain family of the same schedule.
+    // a block), or a persistent tile whose loop registers do not fit beside O: the plain
+    // family of the same schedule.
     const Params a = params(out);
-    if (persistent_is_plain(a, d) || (d.varlen && (a.persistent || a.cluster > 1))) {
+    const bool loop_too_big = a.persistent && wgmma_register_estimate(a, d) >
+                                                  wgmma_consumer_regs(a, wgmma_min_blocks(a, d));
+    if (persistent_is_plain(a, d) || (d.varlen && (a.persistent || a.cluster > 1)) ||
+        loop_too_big) {
       for (size_t i = 1; i < std::size(k_families); ++i) { // [0] is the portable kernel
         const Family& f = k_families[i];
         if (!f.persistent && f.pingpong == a.pingpong && f.overlap == a.overlap &&
