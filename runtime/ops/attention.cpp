@@ -392,12 +392,21 @@ long long wgmma_loop_regs(const Params& p, const Dims& d) {
   return p.persistent ? (wgmma_pad_dim(d) == 256 ? 48 : 24) : 0;
 }
 
+// Softcap's factor and ALiBi's slope, row and diagonal, live through the key loop: at 3
+// consumers (160 registers) the overlapped 192 x 64-80 tiles spilled 4-60 bytes with them
+// (ptxas, CUDA 13.0, D=96 with both and a window); with 16 more counted (24 overlapped,
+// whose softmax runs beside a product in flight) no tile that fits spills.
+long long wgmma_feature_regs(const Params& p, const Dims& d) {
+  return d.softcap || d.alibi ? (p.overlap ? 24 : 16) : 0;
+}
+
 // What a consumer thread keeps live: O (padded D/2 floats), S (block_n/2), P as 16-bit pairs
 // (block_n/4), plus softmax state and addressing. Overlapped, two P sets may be live (the
 // next is built while the last is read) and the softmax temporaries overlap them: 32
 // more is the margin below which ptxas did not spill on sm_90a (CUDA 13.0, every tile).
 long long wgmma_one_set_regs(const Params& p, const Dims& d) {
-  return wgmma_pad_dim(d) / 2 + p.block_n / 2 + p.block_n / 4 + 32 + wgmma_loop_regs(p, d);
+  return wgmma_pad_dim(d) / 2 + p.block_n / 2 + p.block_n / 4 + 32 + wgmma_loop_regs(p, d) +
+         wgmma_feature_regs(p, d);
 }
 
 long long wgmma_two_set_regs(const Params& p, const Dims& d) {
