@@ -212,6 +212,26 @@ TEST_CASE("varlen attention: causal GQA sequences of lengths off the tiles, an e
       check_variants(c, varlen_configs());
     }
   }
+  SUBCASE("head dims over 128 (the Hopper family's tiles of 256 columns)") {
+    std::vector<Config> wide;
+    for (const char* text :
+         {"block_m=64,block_n=64,warps=4,stages=1,swizzle=xor,q=smem,splits=1",
+          "block_m=128,block_n=80,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma",
+          "block_m=128,block_n=80,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+          "family=wgmma_overlap",
+          "block_m=128,block_n=80,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+          "family=wgmma_pingpong",
+          "block_m=64,block_n=96,warps=4,stages=2,swizzle=xor,q=smem,splits=1,family=wgmma"}) {
+      wide.push_back(parse_fields(text, "config"));
+    }
+    for (int d : {192, 224, 256}) {
+      CAPTURE(d);
+      VarlenCase c({113, 60, 7, 100}, {203, 150, 190, 3}, 4, 4, d, false, DType::f16, rng);
+      check_variants(c, wide);
+      VarlenCase cc({1024, 700}, {1024, 900}, 2, 2, d, true, DType::f16, rng);
+      check_variants(cc, wide);
+    }
+  }
   SUBCASE("head dim 128, MQA") {
     VarlenCase c({65, 64, 1, 129}, {65, 200, 17, 129}, 4, 1, 128, true, DType::bf16, rng);
     check_variants(c, varlen_configs());
@@ -329,5 +349,61 @@ TEST_CASE("the runtime runs varlen attention from the C struct; calls of one buc
     bad.cu_seqlens_k = Tensor{};
     CHECK_THROWS_WITH_AS(rt.attention(bad), doctest::Contains("cu_seqlens_k implies varlen=0"),
                          Error);
+  }
+}
+
+TEST_CASE("a Hopper varlen plan reads each call's own token count: one buffer, two totals in "
+          "one bucket") {
+  // The plan of a bucket keeps its tensor maps while the pointer and strides stay: a buffer
+  // the caching allocator hands out again may hold another number of tokens, whose rows
+  // past the first call's extent a stale map would read as zeros.
+  context();
+  if (cuda::query_device(0).arch() != "sm_90a") {
+    MESSAGE("skipped: not a Hopper GPU (the family=wgmma kernels need sm_90a)");
+    return;
+  }
+  std::mt19937_64 rng(std::random_device{}());
+  // Both in the bucket B = 3, Sq = Sk = 256, Tq = Tk = 512 (totals 300 and 460 tokens).
+  VarlenCase small({100, 200, 0}, {100, 200, 0}, 4, 4, 128, false, DType::bf16, rng);
+  VarlenCase large({200, 230, 30}, {200, 230, 30}, 4, 4, 128, false, DType::bf16, rng);
+  REQUIRE(small.problem.key() == large.problem.key());
+  // One set of buffers, sized for the larger call.
+  DeviceTensor q(large.q), k(large.k), v(large.v);
+  HostTensor out(large.dtype, large.q.n), lse(DType::f32, size_t(large.Hq) * large.Tq);
+  DeviceTensor o(out), l(lse);
+  RuntimeOptions ro;
+  ro.database = (fs::temp_directory_path() / "autotune-does-not-exist.db").string();
+  ro.policy = Policy::pin;
+  ro.pinned = "block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+              "family=wgmma_overlap";
+  Runtime rt(ro);
+  for (VarlenCase* c : {&small, &large, &small, &large}) {
+    CAPTURE(c->Tq);
+    // This call's inputs into the shared buffers' first rows.
+    q.buffer.upload(c->q.bytes.data(), c->q.bytes.size());
+    k.buffer.upload(c->k.bytes.data(), c->k.bytes.size());
+    v.buffer.upload(c->v.bytes.data(), c->v.bytes.size());
+    auto packed = [&](CUdeviceptr p, int64_t tokens, int64_t heads) {
+      return tensor(reinterpret_cast<const void*>(p), ElementType::bf16, {tokens, heads, c->D});
+    };
+    AttentionArgs a{};
+    a.q = packed(q.get(), c->Tq, c->Hq);
+    a.k = packed(k.get(), c->Tk, c->Hkv);
+    a.v = packed(v.get(), c->Tk, c->Hkv);
+    a.o = packed(o.get(), c->Tq, c->Hq);
+    a.cu_seqlens_q = tensor(reinterpret_cast<const void*>(c->cu_q_dev.get()), ElementType::int32,
+                            {int64_t(c->cu_q.size())});
+    a.cu_seqlens_k = tensor(reinterpret_cast<const void*>(c->cu_k_dev.get()), ElementType::int32,
+                            {int64_t(c->cu_k.size())});
+    a.max_seqlen_q = c->max_q;
+    a.max_seqlen_k = c->max_k;
+    rt.attention(a);
+    AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+    HostTensor got(c->dtype, c->q.n);
+    o.download(out);
+    for (size_t i = 0; i < got.n; ++i) {
+      got.set(i, out.get(i));
+    }
+    CHECK(rel_err(values(got), c->ref.o) <= attn().tolerance(c->problem));
   }
 }

@@ -1310,6 +1310,7 @@ static_assert(sizeof(HopperArgs) <= k_kernel_args_capacity, "HopperArgs fits Cal
 struct TensorMap {
   CUdeviceptr ptr = 0;
   long long batch = 0, head = 0, seq = 0;
+  long long seq_len = 0; // the rows it spans (a varlen plan serves several token counts)
   CUtensorMap map{};
   int seq_inner = 1;
 };
@@ -1322,6 +1323,7 @@ TensorMap encode_map(const char* name, CUdeviceptr ptr, const Dims& d, long long
                      long long seq_stride, int rows) {
   TensorMap t;
   t.ptr = ptr;
+  t.seq_len = seq_len;
   t.batch = batch_stride;
   t.head = head_stride;
   t.seq = seq_stride;
@@ -1363,14 +1365,18 @@ TensorMap encode_map(const char* name, CUdeviceptr ptr, const Dims& d, long long
   return t;
 }
 
-// The last tensor maps a plan built, per tensor: a warm call with the same pointer
-// and strides reuses them (encoding costs about a microsecond of host time).
+// The last tensor maps a plan built, per tensor: a warm call with the same pointer,
+// strides and rows reuses them (encoding costs about a microsecond of host time). The rows
+// count: calls of one varlen bucket share a plan, and a buffer the caching allocator hands
+// out again at the same address may hold another number of tokens (a map of the old
+// extent would read the new rows past it as zeros).
 class MapCache {
 public:
   const TensorMap& get(int slot, const char* name, CUdeviceptr ptr, const Dims& d, long long heads,
                        long long seq_len, long long sb, long long sh, long long ss, int rows) {
     TensorMap& t = m_maps[slot];
-    if (!m_valid[slot] || t.ptr != ptr || t.batch != sb || t.head != sh || t.seq != ss) {
+    if (!m_valid[slot] || t.ptr != ptr || t.batch != sb || t.head != sh || t.seq != ss ||
+        t.seq_len != seq_len) {
       t = encode_map(name, ptr, d, heads, seq_len, sb, sh, ss, rows);
       m_valid[slot] = true;
     }
