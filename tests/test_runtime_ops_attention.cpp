@@ -410,9 +410,9 @@ TEST_CASE("the Hopper attention family (family=wgmma) is valid on sm_90a only, f
       refused(k_wg, d128, arch, "needs sm_90a");
     }
   }
-  SUBCASE("head dims under 64 take tiles of 64 columns, over 128 those of 256") {
-    // (the columns past D zero-filled by TMA): the same shared memory as D=64 / D=256,
-    // and at D over 128 the D=256 limits (a 128 x 128 tile of 2 stages does not fit).
+  SUBCASE("head dims under 64 take tiles of 64 columns, over 128 those of 192 or 256") {
+    // (the columns past D zero-filled by TMA): the same shared memory as D=64 / 192 / 256,
+    // and at D over 128 one block an SM (a 128 x 128 tile of 2 stages does not fit).
     for (int D : {32, 40, 48, 56}) {
       CAPTURE(D);
       const Problem pd = problem("B=1,H=2,S=256,D=" + std::to_string(D));
@@ -422,12 +422,13 @@ TEST_CASE("the Hopper attention family (family=wgmma) is valid on sm_90a only, f
     }
     const char* fa3 = "block_m=128,block_n=80,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
                       "family=wgmma";
-    for (int D : {136, 160, 192, 248}) {
+    for (int D : {136, 160, 192, 200, 248}) {
       CAPTURE(D);
       const Problem pd = problem("B=1,H=2,S=256,D=" + std::to_string(D));
       CHECK(attn().check(config(fa3), pd, "sm_90a"));
+      const long long cols = D <= 192 ? 192 : 256;
       CHECK(attn().geometry(config(fa3), pd).dynamic_smem ==
-            attn().geometry(config(fa3), problem("B=1,H=2,S=256,D=256")).dynamic_smem);
+            (128 + 2 * 2 * 80) * cols * 2 + 8 * (2 + 4 * 2) + 1024);
       CHECK_FALSE(attn().check(config(k_wg), pd, "sm_90a"));
       const auto defs = attn().defines(config(fa3), pd);
       CHECK(std::find(defs.begin(), defs.end(), "-DAT_ONE_P=0") != defs.end());

@@ -346,7 +346,7 @@ Params params(const Config& c) {
 // family=wgmma (templates/attention/hopper.cuh) holds the head dim in whole 64-column
 // slabs (the columns past D zero-filled).
 long long wgmma_pad_dim(const Dims& d) {
-  return d.D <= 64 ? 64 : d.D <= 128 ? 128 : 256; // hopper.cuh's k_pad_dim
+  return (d.D + 63) / 64 * 64; // hopper.cuh's k_pad_dim: whole 64-column slabs
 }
 
 // What its tiles and barriers take, plus 1 KiB to align the 128-byte-swizzled tiles to
@@ -389,7 +389,7 @@ int next_sched_slot() {
 // more; every tile that spilled with them is over this). At D=256 every persistent tile
 // spilled (block_n 64-112, 68-156 bytes; 232 by the rule without this term).
 long long wgmma_loop_regs(const Params& p, const Dims& d) {
-  return p.persistent ? (wgmma_pad_dim(d) == 256 ? 48 : 24) : 0;
+  return p.persistent ? (wgmma_pad_dim(d) > 128 ? 48 : 24) : 0;
 }
 
 // Softcap's factor and ALiBi's slope, row and diagonal, live through the key loop: at 3
@@ -415,7 +415,7 @@ long long wgmma_two_set_regs(const Params& p, const Dims& d) {
 
 // The overlapped schedule keeps one P set (hopper.cuh's AT_ONE_P) where two exceed the
 // registers the consumers get (240 with 1-2 consumer warpgroups, 160 with 3), and at
-// D over 128 (tiles of 256 columns) always.
+// D over 192 (tiles of 256 columns) always.
 bool wgmma_one_p(const Params& p, const Dims& d) {
   return p.overlap &&
          (wgmma_pad_dim(d) == 256 || wgmma_two_set_regs(p, d) > (p.block_m / 64 == 3 ? 160 : 240));
@@ -909,13 +909,13 @@ Config AttentionOp::adapt(const Config& config, const Problem& problem) const {
     // worth_measuring leaves out: a 128-row block over half idle). Ping-pong alternates
     // two consumers: with one, the plain schedule.
     Config out = config;
-    if (wgmma_pad_dim(d) == 256 && d.D != 256 &&
+    if (wgmma_pad_dim(d) > 128 && d.D != 256 &&
         (p.block_m > 128 || p.block_n > 96 || p.stages > 2)) {
       // A tile tuned at a head dim up to 128 borrowed by one between 128 and 256, which no
-      // built-in point names (O then takes 128 registers a thread, as at 256):
-      // FlashAttention-3's D=256 tile, 128 x 80 in 2 stages, which the D=256 grid's winners
-      // are (bench/notes/attention-hopper.md), the schedule kept. (D=256 itself has points
-      // of its own, which stay nearer.)
+      // built-in point names (O then takes 96-128 registers a thread): FlashAttention-3's
+      // D=256 tile, 128 x 80 in 2 stages, which the D=256 grid's winners are
+      // (bench/notes/attention-hopper.md), the schedule kept. (D=256 itself has points of
+      // its own, which stay nearer.)
       out = with_values(out, {{"block_m", std::min(p.block_m, 128)},
                               {"block_n", 80},
                               {"stages", std::min(p.stages, 2)}});

@@ -63,16 +63,15 @@
 //                multicasting them into both blocks' rings (half the L2-to-SM traffic for
 //                K and V); a buffer is refilled once both blocks' consumers released it.
 //                1: every block loads its own tiles.
-//   AT_HEAD_DIM  D: a multiple of 8 in 32..256. Tiles hold D rounded up to 64, 128 or
-//                256 columns (k_pad_dim: whole 64-column slabs, and the m64nNk16 shapes
-//                O += P V has: N = 64, 128, 256); the tensor maps' inner extent is D, so
-//                TMA fills the columns from D on with zeros (whole slabs past D: a box
-//                wholly out of bounds reads zeros).
+//   AT_HEAD_DIM  D: a multiple of 8 in 32..256. Tiles hold D rounded up to 64, 128, 192
+//                or 256 columns (k_pad_dim: whole 64-column slabs, and the m64nNk16 shapes
+//                O += P V uses: N = 64, 128, 192, 256); the tensor maps' inner extent is
+//                D, so TMA fills the columns from D on with zeros.
 //                S = Q K^T takes ceil(D / 16) k=16 steps (the zero columns of the last
 //                one add nothing); O += P V is one m64nPk16 per 16 keys with N = P =
 //                k_pad_dim (V is read MN-major, whose 128-byte swizzle atom is 64
 //                columns wide: N must be whole slabs, k_kv_slab_bytes apart), and the
-//                epilogue stores D columns. Past 128, O alone takes 128 registers a
+//                epilogue stores D columns. At 256, O alone takes 128 registers a
 //                consumer thread, so the tiles are FlashAttention-3's: 1-2 consumers,
 //                block_n <= 96, 1-2 stages (Q 64 KiB + 512 bytes per key and stage),
 //                one block per SM.
@@ -100,7 +99,7 @@
 typedef AT_T elem_t;
 
 constexpr int k_head_dim = AT_HEAD_DIM;
-constexpr int k_pad_dim = k_head_dim <= 64 ? 64 : k_head_dim <= 128 ? 128 : 256;
+constexpr int k_pad_dim = (k_head_dim + 63) / 64 * 64; // whole 64-column slabs
 constexpr int k_block_m = AT_BLOCK_M;
 constexpr int k_block_n = AT_BLOCK_N;
 constexpr int k_stages = AT_STAGES;
@@ -139,7 +138,7 @@ constexpr bool k_overlap = AT_OVERLAP != 0;
 // The overlapped schedule keeps one P register set where two do not fit beside O (at
 // D=256 always; runtime/ops/attention.cpp's wgmma_one_p decides and passes AT_ONE_P).
 #ifndef AT_ONE_P
-#define AT_ONE_P (AT_HEAD_DIM > 128)
+#define AT_ONE_P (AT_HEAD_DIM > 192)
 #endif
 constexpr bool k_one_p = k_overlap && AT_ONE_P != 0;
 // With 1-2 stages a K buffer is released once S = Q K^T has read it, apart from its V
@@ -187,7 +186,7 @@ static_assert(k_min_blocks == 1 || (k_min_blocks == 2 && k_consumers == 1),
               "two blocks per SM only with one consumer");
 // m64n256k16 (D=256) needs ~158 registers at the entry cap: 256 threads x 2 blocks and
 // 512 threads leave 128.
-static_assert(k_pad_dim != 256 || (k_min_blocks == 1 && k_consumers <= 2),
+static_assert(k_pad_dim <= 128 || (k_min_blocks == 1 && k_consumers <= 2),
               "D over 128: one block per SM, 1-2 consumers");
 
 // Shared memory: tiles as 64-column slabs (128 bytes per row, the TMA 128-byte swizzle
@@ -326,6 +325,8 @@ pv_product(float (&o)[k_o_regs], const unsigned (&p)[k_block_n / 16][4], unsigne
     wgmma_rs_n64(o, p[kk], b, 1);
 #elif AT_HEAD_DIM <= 128
     wgmma_rs_n128(o, p[kk], b, 1);
+#elif AT_HEAD_DIM <= 192
+    wgmma_rs_n192(o, p[kk], b, 1); // 3 slabs of V, k_kv_slab_bytes apart (the lbo)
 #else
     wgmma_rs_n256(o, p[kk], b, 1); // 4 slabs of V, k_kv_slab_bytes apart (the lbo)
 #endif
