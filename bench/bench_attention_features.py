@@ -376,9 +376,11 @@ def rel_err(o, ref):
     return float(f"{((o.float() - ref).norm() / ref.norm()).item():.3g}")
 
 
-def ref_masked(q, k, v, allowed):
+def ref_masked(q, k, v, allowed, mod=None):
     """float32 softmax(q k^T / sqrt(D)) v over [B, H, S, D] tensors, keys where allowed(i, j)
-    (index tensors; None: all), in chunks of query rows (about 1 GB of scores each)."""
+    (index tensors; None: all), in chunks of query rows (about 1 GB of scores each). mod(s,
+    i, j): the logits s of query rows i (aligned to the keys: i + Sk - Sq) and keys j
+    changed before the mask (softcap, ALiBi)."""
     B, H, Sq, D = q.shape
     Sk = k.shape[2]
     q, k, v = q.float(), k.float(), v.float()
@@ -388,6 +390,8 @@ def ref_masked(q, k, v, allowed):
     for i0 in range(0, Sq, rows):
         i = torch.arange(i0, min(Sq, i0 + rows), device=q.device)
         s = torch.matmul(q[:, :, i0:i0 + rows], k.transpose(-1, -2)) * D ** -0.5
+        if mod is not None:
+            s = mod(s, i[:, None] + Sk - Sq, j[None, :])
         if allowed is not None:
             s.masked_fill_(~allowed(i[:, None] + Sk - Sq, j[None, :]), float("-inf"))
         out[:, :, i0:i0 + rows] = torch.matmul(torch.softmax(s, -1), v)
@@ -579,23 +583,16 @@ def run_score_mod(b, c, row):
     def metric(ms):
         return c["flops"] / (ms * 1e-3) / 1e12
 
+    def mod(sc, i, j):  # the logits capped, then biased
+        if cap:
+            sc = cap * torch.tanh(sc / cap)
+        if alibi:
+            sc = sc - slopes[None, :, None, None] * (i - j).abs()
+        return sc
+
     def reference():
-        # float32, in chunks of query rows: the logits, capped, biased, masked.
-        qf, kf, vf = q.float(), k.float(), v.float()
-        ref = torch.empty_like(qf)
-        rows = max(1, min(S, (1 << 28) // (B * H * S)))
-        j = torch.arange(S, device="cuda")
-        for i0 in range(0, S, rows):
-            i = torch.arange(i0, min(S, i0 + rows), device="cuda")
-            sc = torch.matmul(qf[:, :, i0:i0 + rows], kf.transpose(-1, -2)) * D ** -0.5
-            if cap:
-                sc = cap * torch.tanh(sc / cap)
-            if alibi:
-                sc = sc - slopes[None, :, None, None] * (i[:, None] - j[None, :]).abs()
-            if causal:
-                sc.masked_fill_(j[None, :] > i[:, None], float("-inf"))
-            ref[:, :, i0:i0 + rows] = torch.matmul(torch.softmax(sc, -1), vf)
-        return rel_err(o, ref)
+        allowed = (lambda i, j: j <= i) if causal else None
+        return rel_err(o, ref_masked(q, k, v, allowed, mod))
     b.ours(row, dense_fields(q, k, v, o, causal), q,
            attention_features(softcap=cap, alibi_slopes=slopes), o, reference, metric)
     fns = {}

@@ -135,8 +135,8 @@ constexpr bool k_pingpong = AT_PINGPONG != 0;
 #define AT_OVERLAP 0
 #endif
 constexpr bool k_overlap = AT_OVERLAP != 0;
-// The overlapped schedule keeps one P register set where two do not fit beside O (at
-// D=256 always; runtime/ops/attention.cpp's wgmma_one_p decides and passes AT_ONE_P).
+// The overlapped schedule keeps one P register set where two do not fit beside O (over
+// 192 columns always; runtime/ops/attention.cpp's wgmma_one_p decides and passes AT_ONE_P).
 #ifndef AT_ONE_P
 #define AT_ONE_P (AT_HEAD_DIM > 192)
 #endif
@@ -405,6 +405,9 @@ __device__ __forceinline__ bool softmax_tile(float (&sc)[k_s_regs], float (&row_
   // The window around the diagonal: keys [i + diag - left, i + diag + right].
   const int right = k_causal ? 0 : (k_window ? args.window_right : -1);
   const int left = k_window ? args.window_left : -1;
+  // The key column and query row of this thread's accumulator i (the wgmma D layout).
+  auto col_of = [&](int i) { return n0 + (i / 4) * 8 + 2 * t + (i % 2); };
+  auto row_of = [&](int i) { return row0 + ((i / 2) % 2) * 8; };
   if constexpr (k_softcap || k_alibi) {
 #pragma unroll
     for (int i = 0; i < k_s_regs; ++i) {
@@ -412,9 +415,7 @@ __device__ __forceinline__ bool softmax_tile(float (&sc)[k_s_regs], float (&row_
         sc[i] = at_tanh_approx(sc[i] * args.softcap_scale);
       }
       if (k_alibi) {
-        const int col = n0 + (i / 4) * 8 + 2 * t + (i % 2);
-        const int row = row0 + ((i / 2) % 2) * 8;
-        sc[i] -= slope * static_cast<float>(abs(row + diag - col));
+        sc[i] -= slope * static_cast<float>(abs(row_of(i) + diag - col_of(i)));
       }
     }
   }
@@ -424,8 +425,8 @@ __device__ __forceinline__ bool softmax_tile(float (&sc)[k_s_regs], float (&row_
   if (past_end || crosses_right || crosses_left) {
 #pragma unroll
     for (int i = 0; i < k_s_regs; ++i) {
-      const int col = n0 + (i / 4) * 8 + 2 * t + (i % 2);
-      const int row = row0 + ((i / 2) % 2) * 8;
+      const int col = col_of(i);
+      const int row = row_of(i);
       if (col >= seq_k || (right >= 0 && col > row + diag + right) ||
           (left >= 0 && col < row + diag - left)) {
         sc[i] = at_neg_inf();
