@@ -382,6 +382,61 @@ TEST_CASE("the runtime's default variant handles strided inputs") {
   }
 }
 
+TEST_CASE("memory freed and re-allocated smaller at its address: views past the new allocation "
+          "are refused") {
+  // The runtime remembers each allocation it checked a tensor against; a view reaching
+  // further than the views checked before asks the driver again, and
+  // forget_device_memory() drops what was remembered.
+  context();
+  std::mt19937_64 rng(std::random_device{}());
+  const int B = 2, C = 256, L = 4096, W = 4;
+  HostTensor xs(DType::bf16, size_t(B) * C * L);
+  xs.randomize(rng, -1, 1);
+  HostTensor w(DType::f32, size_t(C) * W);
+  w.randomize(rng, -0.5, 0.5);
+  RuntimeOptions ro;
+  ro.database = (fs::temp_directory_path() / "autotune-does-not-exist.db").string();
+  ro.policy = Policy::default_variant;
+  Runtime rt(ro);
+  DeviceTensor x(xs), wd(w);
+  CausalConv1dArgs a{};
+  a.x = tensor(reinterpret_cast<const void*>(x.get()), ElementType::bf16, {B, C, L});
+  a.weight = tensor(reinterpret_cast<const void*>(wd.get()), ElementType::fp32, {C, W});
+  a.silu = 1;
+  const size_t out_bytes = size_t(B) * C * L * 2;
+  // Batch 1 of the output `spread` batches' worth of elements after batch 0.
+  auto out_view = [&](CUdeviceptr p, long long spread) {
+    return tensor(reinterpret_cast<const void*>(p), ElementType::bf16, {B, C, L},
+                  {spread * C * L, L, 1});
+  };
+  CUdeviceptr old_address = 0;
+  {
+    cuda::DeviceBuffer big(out_bytes * 8); // holds views of spread 4 and 8
+    a.out = out_view(big.get(), 4);
+    rt.causal_conv1d(a);
+    AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+    old_address = big.get();
+  }
+  cuda::DeviceBuffer small(out_bytes);
+  if (small.get() != old_address) {
+    MESSAGE("skipped: the driver placed the new allocation elsewhere");
+    return;
+  }
+  a.out = out_view(small.get(), 8); // further than the view checked in `big` reached
+  CHECK_THROWS_WITH_AS(rt.causal_conv1d(a), doctest::Contains("into its allocation"), Error);
+  forget_device_memory();
+  a.out = out_view(small.get(), 4); // as far as the view checked in `big`
+  CHECK_THROWS_WITH_AS(rt.causal_conv1d(a), doctest::Contains("into its allocation"), Error);
+  // The allocation's own view runs, and right.
+  a.out = out_view(small.get(), 1);
+  rt.causal_conv1d(a);
+  AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
+  HostTensor out(DType::bf16, size_t(B) * C * L);
+  small.download(out.bytes.data(), out_bytes);
+  CHECK(relative_error(out, causal_conv1d_reference(xs, w, nullptr, B, C, L, W, true,
+                                                    (long long)C * L, L)) <= 1e-2);
+}
+
 TEST_CASE("causal_conv1d reads x as mamba-ssm's mixer passes it: a view of the in_proj output") {
   // xz = in_proj(...) laid out [2C, B, L] and viewed as [B, 2C, L]: x = xz[:, :C] has
   // batch stride L, below its channel stride B*L.

@@ -84,6 +84,16 @@ int autotune_runtime_create_tuning(const char* database, const char* policy, int
                                    autotune_runtime** out);
 void autotune_runtime_destroy(autotune_runtime* rt);
 const char* autotune_last_error(void);
+/* Every call checks that its tensors are device memory of the runtime's GPU and lie
+ * inside their allocations. The allocations' ranges are remembered per thread, and a
+ * view is taken on trust up to the furthest byte a view of its allocation reached
+ * before; further, the driver is asked again. Memory freed and re-allocated smaller at
+ * the same address is therefore still trusted up to what views of the old allocation
+ * reached: after freeing device memory a later call may pass again at its old address,
+ * call this (any thread, for all runtimes of the process; cheap, the next call of each
+ * thread asks the driver again). Not needed for PyTorch tensors, which never reach past
+ * their storage. */
+void autotune_forget_device_memory(void);
 
 /* The layout of an op's args struct as text, one field per line,
  * "NAME KIND OFFSET" (KIND: tensor, i32, f64, ptr, u64), then "size BYTES"; and

@@ -176,6 +176,11 @@ private:
   std::unique_ptr<Impl> m_impl;
 };
 
+// Forget the device allocations every thread's calls have checked their tensors against:
+// call after freeing device memory whose address a later call may pass again, re-allocated
+// smaller (autotune_forget_device_memory says when it matters).
+void forget_device_memory();
+
 // The layout and rules of an op's args struct as text (autotune_describe_args).
 std::string describe_args(const std::string& op);
 

@@ -130,6 +130,10 @@ const char* autotune_last_error(void) {
   return autotune::c_api::last_error();
 }
 
+void autotune_forget_device_memory(void) {
+  autotune::forget_device_memory();
+}
+
 int autotune_describe_args(const char* op, char* buffer, uint64_t size) {
   return guarded([&] {
     if (!op) {

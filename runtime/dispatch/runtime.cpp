@@ -11,7 +11,9 @@
 #include "tune.hpp"
 #include "variant.hpp"
 
+#include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -386,21 +388,37 @@ void Runtime::Impl::call(const Op& op, const void* args, CUstream stream) {
 
 namespace {
 
-// Allocations whose memory was checked, per thread: a pointer inside one needs no
-// driver query. A range is kept until newer ones push it out; one freed and
-// re-allocated by the same process stays device memory of the same GPU.
+// Allocations whose memory was checked, per thread: a view inside one up to the
+// furthest byte the driver has confirmed for it needs no driver query. A range is kept
+// until newer ones push it out, or until forget_device_memory() is called (any thread).
+// Memory freed and re-allocated smaller at the same address keeps its old entry, so a
+// view is taken on trust only as far as views of that range already reached: one that
+// reaches further is checked against the driver's current allocation.
 struct KnownRange {
-  uintptr_t start = 0, end = 0;
+  uintptr_t start = 0;     // the allocation's first byte
+  uintptr_t end = 0;       // one past its last byte, when the driver was last asked
+  uintptr_t confirmed = 0; // one past the furthest byte of a view checked against it
   int device = -1;
 };
 constexpr size_t k_known_ranges = 16;
 thread_local std::array<KnownRange, k_known_ranges> t_known;
 thread_local size_t t_known_next = 0;
+thread_local uint64_t t_known_epoch = 0;
+std::atomic<uint64_t> g_memory_epoch{0};
 
 } // namespace
 
+void forget_device_memory() {
+  g_memory_epoch.fetch_add(1, std::memory_order_relaxed);
+}
+
 void Runtime::Impl::check_memory(const ArgsDesc& desc, const BoundCall& bound) const {
   std::array<KnownRange, k_known_ranges>& known_ranges = t_known; // one TLS lookup per call
+  if (const uint64_t epoch = g_memory_epoch.load(std::memory_order_relaxed);
+      epoch != t_known_epoch) {
+    known_ranges.fill(KnownRange{});
+    t_known_epoch = epoch;
+  }
   for (int s = 0; s < bound.slots; ++s) {
     const TensorArg* t = bound.tensors[size_t(s)];
     if (!t) {
@@ -410,7 +428,7 @@ void Runtime::Impl::check_memory(const ArgsDesc& desc, const BoundCall& bound) c
     const uintptr_t last = first + tensor_extent_bytes(*t);
     bool known = false;
     for (const KnownRange& r : known_ranges) {
-      if (r.device == device.ordinal && first >= r.start && last <= r.end) {
+      if (r.device == device.ordinal && first >= r.start && last <= r.confirmed) {
         known = true;
         break;
       }
@@ -452,8 +470,23 @@ void Runtime::Impl::check_memory(const ArgsDesc& desc, const BoundCall& bound) c
                                         " (is the tensor smaller than its shape and strides say?)");
     }
     if (size > 0) {
-      known_ranges[t_known_next] = {uintptr_t(start), uintptr_t(start) + size, device.ordinal};
-      t_known_next = (t_known_next + 1) % k_known_ranges;
+      const uintptr_t begin = uintptr_t(start), end = begin + size;
+      KnownRange* slot = nullptr;
+      for (KnownRange& k : known_ranges) {
+        if (k.device == device.ordinal && k.start == begin) {
+          slot = &k; // this allocation, or an older one at its address
+          break;
+        }
+      }
+      if (slot && slot->end == end) {
+        slot->confirmed = std::max(slot->confirmed, last);
+      } else {
+        if (!slot) {
+          slot = &known_ranges[t_known_next];
+          t_known_next = (t_known_next + 1) % k_known_ranges;
+        }
+        *slot = {begin, end, last, device.ordinal};
+      }
     }
   }
 }
