@@ -16,7 +16,9 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <functional>
 #include <limits>
+#include <numeric>
 
 using namespace autotune;
 using namespace autotune::test;
@@ -108,8 +110,10 @@ struct VarlenCase {
   }
 };
 
-// Runs every config on the case and checks O (rows without keys exactly 0) and LSE.
-void check_variants(VarlenCase& c, const std::vector<Config>& configs) {
+// Runs every config on the case and checks O (rows without keys exactly 0) and LSE;
+// `adjust` edits each call (another K/V source) before it is packed.
+void check_variants(VarlenCase& c, const std::vector<Config>& configs,
+                    const std::function<void(AttentionCall&)>& adjust = {}) {
   cuda::DeviceInfo dev = cuda::query_device(0);
   std::vector<Config> valid;
   std::vector<VariantSource> sources;
@@ -155,6 +159,9 @@ void check_variants(VarlenCase& c, const std::vector<Config>& configs) {
       }
       call.workspace = ws.get();
       call.workspace_bytes = ws_bytes;
+      if (adjust) {
+        adjust(call);
+      }
       ArgPack args;
       attn().pack_call(valid[i], c.problem, call, args);
       launch_and_wait(f, attn().geometry(valid[i], c.problem), args,
@@ -235,6 +242,65 @@ TEST_CASE("varlen attention: causal GQA sequences of lengths off the tiles, an e
   SUBCASE("head dim 128, MQA") {
     VarlenCase c({65, 64, 1, 129}, {65, 200, 17, 129}, 4, 1, 128, true, DType::bf16, rng);
     check_variants(c, varlen_configs());
+  }
+}
+
+TEST_CASE("varlen attention reading a paged KV cache (flash_attn_varlen_func's block_table): "
+          "shuffled pages, GQA, causal and not, split-KV") {
+  context();
+  std::mt19937_64 rng(std::random_device{}());
+  // Sequence 1 has no queries, 3 more keys than a page holds and queries off the tiles;
+  // sequence 2 has a single key.
+  const std::vector<int> len_q = {100, 0, 1, 257, 33};
+  const std::vector<int> len_k = {300, 17, 1, 600, 33};
+  for (int page : {256, 128}) {
+    for (bool causal : {true, false}) {
+      CAPTURE(page);
+      CAPTURE(causal);
+      VarlenCase c(len_q, len_k, 8, 2, 128, causal, DType::bf16, rng);
+      c.problem = attn().make_problem(parse_fields(
+          "B=5,Hq=8,Hkv=2,Sq=" + std::to_string(c.max_q) + ",Sk=" + std::to_string(c.max_k) +
+              ",D=128,causal=" + (causal ? "1" : "0") + ",dtype=bf16,lse=1,varlen=1,Tq=" +
+              std::to_string(c.Tq) + ",paged=1,page=" + std::to_string(page),
+          "shape"));
+      // Each sequence's keys dealt into pages out of order (3 spare pages hold noise).
+      const int per_seq = (c.max_k + page - 1) / page;
+      const int pages = c.B * per_seq + 3;
+      std::vector<int> order(static_cast<size_t>(pages));
+      std::iota(order.begin(), order.end(), 0);
+      std::shuffle(order.begin(), order.end(), rng);
+      const std::vector<int> table(order.begin(), order.begin() + c.B * per_seq);
+      const size_t row = size_t(c.Hkv) * c.D;
+      HostTensor kp(c.dtype, size_t(pages) * page * row), vp(c.dtype, size_t(pages) * page * row);
+      kp.randomize(rng, -1, 1);
+      vp.randomize(rng, -1, 1);
+      for (int b = 0; b < c.B; ++b) {
+        for (int j = 0; j < len_k[size_t(b)]; ++j) {
+          const size_t to =
+              (size_t(table[size_t(b * per_seq + j / page)]) * page + size_t(j % page)) * row;
+          const size_t from = size_t(c.cu_k[size_t(b)] + j) * row;
+          for (size_t e = 0; e < row; ++e) {
+            kp.set(to + e, c.k.get(from + e));
+            vp.set(to + e, c.v.get(from + e));
+          }
+        }
+      }
+      DeviceTensor kd(kp), vd(vp);
+      cuda::DeviceBuffer table_dev = int_buffer(table);
+      check_variants(c, varlen_configs(), [&](AttentionCall& call) {
+        call.k = kd.get();
+        call.v = vd.get();
+        call.k_batch_stride = call.v_batch_stride = (long long)page * (long long)row;
+        call.k_seq_stride = call.v_seq_stride = (long long)row;
+        call.k_head_stride = call.v_head_stride = c.D;
+        call.tokens_k = 0;
+        call.block_table = table_dev.get();
+        call.block_table_stride = per_seq;
+        call.page_size = page;
+        call.num_pages = pages;
+        call.kv_capacity = per_seq * page;
+      });
+    }
   }
 }
 

@@ -52,8 +52,19 @@ TEST_CASE("KV cache problems: paged=1 with its page, kvcache=1, Sk bucketed, onl
                        doctest::Contains("page=40 is not supported"), Error);
   CHECK_THROWS_WITH_AS(problem("B=2,H=4,S=64,D=64,page=64"),
                        doctest::Contains("page (a block size) is a field of paged=1"), Error);
-  CHECK_THROWS_WITH_AS(problem("B=2,H=4,S=64,D=64,paged=1,varlen=1"),
-                       doctest::Contains("is not built"), Error);
+  // Variable-length batches read a paged cache (flash_attn_varlen_func's block_table):
+  // no Tk, no contiguous cache, no cache_seqlens, nothing appended.
+  CHECK(problem("B=2,H=4,Sq=100,Sk=300,D=64,paged=1,varlen=1,Tq=150").key() ==
+        "B=2,Hq=4,Hkv=4,Sq=128,Sk=512,D=64,causal=0,dtype=bf16,lse=0,layout=bshd,varlen=1,"
+        "Tq=256,paged=1,page=256");
+  CHECK_THROWS_WITH_AS(problem("B=2,H=4,S=64,D=64,kvcache=1,varlen=1"),
+                       doctest::Contains("is not built: pass the cache as pages"), Error);
+  CHECK_THROWS_WITH_AS(problem("B=2,H=4,S=64,D=64,paged=1,varlen=1,Tk=64"),
+                       doctest::Contains("Tk (total keys) is not a field"), Error);
+  CHECK_THROWS_WITH_AS(problem("B=2,H=4,S=64,D=64,paged=1,kvcache=1,varlen=1"),
+                       doctest::Contains("cache_seqlens is given with cu_seqlens"), Error);
+  CHECK_THROWS_WITH_AS(problem("B=2,H=4,S=64,D=64,paged=1,varlen=1,append=1"),
+                       doctest::Contains("not taken with variable-length"), Error);
   CHECK_THROWS_WITH_AS(problem("B=2,H=4,S=64,D=64,paged=1,layout=bhsd"),
                        doctest::Contains("layout bshd"), Error);
 }
@@ -208,6 +219,71 @@ autotune_attention_args leftpad_call() {
 }
 
 } // namespace
+
+namespace {
+
+// paged_call's cache read by 3 packed sequences of 300 query tokens in all
+// (flash_attn_varlen_func with block_table): q, o [300, Hq, D], cu_seqlens_q/k [4].
+autotune_attention_args varlen_paged_call() {
+  autotune_attention_args a = paged_call();
+  const int64_t T = 300, Hq = 8, D = 64;
+  a.q = make(0x100000, AUTOTUNE_BF16, {T, Hq, D}, {Hq * D, D, 1});
+  a.o = make(0x400000, AUTOTUNE_BF16, {T, Hq, D}, {Hq * D, D, 1});
+  a.cache_seqlens = Tensor{};
+  a.cu_seqlens_q = make(0x500000, AUTOTUNE_INT32, {4});
+  a.cu_seqlens_k = make(0x580000, AUTOTUNE_INT32, {4});
+  a.max_seqlen_q = 200;
+  a.max_seqlen_k = 900;
+  return a;
+}
+
+} // namespace
+
+TEST_CASE("a varlen call with a paged cache keys varlen=1 and paged=1 and packs both") {
+  autotune_attention_args a = varlen_paged_call();
+  CHECK(problem_of(a) == "B=3,Hq=8,Hkv=2,Sq=256,Sk=1024,D=64,causal=1,dtype=bf16,lse=0,"
+                         "layout=bshd,varlen=1,Tq=512,paged=1,page=256");
+  const BoundCall b = bind(a);
+  const Problem p = attn().make_problem(call_fields(attn().args_desc(), b));
+  const Config c = config("block_m=64,block_n=64,warps=4,stages=1,swizzle=xor,q=smem");
+  auto plan = attn().plan(c, p);
+  alignas(16) unsigned char out[k_kernel_args_capacity];
+  REQUIRE(plan->pack(&a, b, out) == sizeof(AttentionKernelArgs));
+  AttentionKernelArgs k;
+  std::memcpy(&k, out, sizeof k);
+  // Packed queries: token and head strides; the cache's pages: page, head, row strides.
+  CHECK(k.q_batch_stride == 0);
+  CHECK(k.q_seq_stride == 8 * 64);
+  CHECK(k.q_head_stride == 64);
+  CHECK(k.k_batch_stride == 256 * 2 * 64);
+  CHECK(k.k_seq_stride == 2 * 64);
+  CHECK(k.k_head_stride == 64);
+  CHECK(k.cu_seqlens_q == 0x500000u);
+  CHECK(k.cu_seqlens_k == 0x580000u);
+  CHECK(k.cache_seqlens == 0u);
+  CHECK(k.block_table == 0x600000u);
+  CHECK(k.page_size == 256);
+  CHECK(k.kv_capacity == 5 * 256);
+  // The tuner's call of the same problem: its offsets, then its block table.
+  const AttentionKernelArgs t = tuner_args(c, p);
+  CHECK(t.cache_seqlens == 0u);
+  CHECK(t.block_table != 0u);
+  CHECK(t.page_size == 256);
+  CHECK(t.k_batch_stride == 256 * 2 * 64);
+  // Refused: a contiguous cache, cache_seqlens beside cu_seqlens, appended keys.
+  autotune_attention_args r = varlen_paged_call();
+  r.block_table = Tensor{};
+  r.k = make(0x200000, AUTOTUNE_BF16, {3, 2, 1000, 64}, {1000 * 2 * 64, 64, 2 * 64, 1});
+  r.v = make(0x300000, AUTOTUNE_BF16, {3, 2, 1000, 64}, {1000 * 2 * 64, 64, 2 * 64, 1});
+  CHECK_THROWS_AS(problem_of(r), Error);
+  r = varlen_paged_call();
+  r.cache_seqlens = make(0x500000, AUTOTUNE_INT32, {3});
+  refused(r, "cache_seqlens is given with cu_seqlens");
+  r = varlen_paged_call();
+  r.k_new = make(0x700000, AUTOTUNE_BF16, {3, 2, 2, 64}, {2 * 2 * 64, 64, 2 * 64, 1});
+  r.v_new = make(0x800000, AUTOTUNE_BF16, {3, 2, 2, 64}, {2 * 2 * 64, 64, 2 * 64, 1});
+  refused(r, "not taken with variable-length");
+}
 
 TEST_CASE("cache_leftpad: a contiguous cache binds it, the key unchanged, and packs it") {
   autotune_attention_args a = leftpad_call();

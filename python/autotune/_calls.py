@@ -33,8 +33,8 @@ import threading
 import weakref
 
 from ._runtime import (NO_VARLEN, NO_WINDOW, attention_features, attention_fields,
-                       check_varlen_tensors, kvcache_fields, scale_field, seq_idx_fields,
-                       sequence_index_fields, tensor_fields, varlen_fields)
+                       check_varlen_tensors, kvcache_fields, paged_fields, scale_field,
+                       seq_idx_fields, sequence_index_fields, tensor_fields, varlen_fields)
 
 # A thread's plans stop growing here (shapes that change every call, such as a serving
 # loop's sequence lengths, would otherwise keep one plan per length forever): the cache
@@ -134,7 +134,7 @@ POINTERS = {
 }
 # A variable-length attention call also rewrites its offsets; one against a KV cache its
 # index tensors and new rows.
-VARLEN_POINTERS = POINTERS["attention"] + ("cu_seqlens_q", "cu_seqlens_k")
+VARLEN_POINTERS = POINTERS["attention"] + ("cu_seqlens_q", "cu_seqlens_k", "block_table")
 KVCACHE_POINTERS = POINTERS["attention"] + ("cache_seqlens", "block_table", "k_new", "v_new",
                                             "cache_leftpad")
 
@@ -692,11 +692,11 @@ def _kvcache_first(plans, runtime_for, key, q, k_cache, v_cache, cache_seqlens, 
 
 # ---- variable-length attention (flash_attn_varlen_func) ------------------------------------
 def varlen(plans, runtime_for, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-           causal, scale, with_lse, window, softcap, alibi_slopes):
+           causal, scale, with_lse, window, softcap, alibi_slopes, block_table=None):
     """out (total_q, Hq, D) (and the fp32 log-sum-exp (Hq, total_q) when with_lse) of a
     variable-length call, as Runtime.attention_varlen describes it. The longest lengths are
-    part of the signature (they are packed, and they pick the variant); the offsets are
-    rewritten by pointer like the tensors."""
+    part of the signature (they are packed, and they pick the variant); the offsets (and a
+    paged cache's block table) are rewritten by pointer like the tensors."""
     try:
         key = ("varlen", q.get_device(), q.shape, q.stride(), q.dtype, k.shape, k.stride(),
                k.dtype, v.shape, v.stride(), v.dtype, cu_seqlens_q.shape, cu_seqlens_q.stride(),
@@ -706,17 +706,21 @@ def varlen(plans, runtime_for, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
                None if alibi_slopes is None else alibi_slopes.shape,
                None if alibi_slopes is None else alibi_slopes.stride(),
                None if alibi_slopes is None else alibi_slopes.dtype,
-               None if alibi_slopes is None else alibi_slopes.get_device())
+               None if alibi_slopes is None else alibi_slopes.get_device(),
+               None if block_table is None else block_table.shape,
+               None if block_table is None else block_table.stride(),
+               None if block_table is None else block_table.dtype,
+               None if block_table is None else block_table.get_device())
         plan = plans.attn.get(key)
     except (AttributeError, TypeError):
         key = plan = None
     if plan is None:
         return _varlen_first(plans, runtime_for, key, q, k, v, cu_seqlens_q, cu_seqlens_k,
                              max_seqlen_q, max_seqlen_k, causal, scale, with_lse, window,
-                             softcap, alibi_slopes)
+                             softcap, alibi_slopes, block_table)
     del key
     (buf, words, fn, handle, lib, dev, lse_shape, device, runtime, i_ws, ws_bytes, i_q, i_k, i_v,
-     i_o, i_l, i_a, i_cq, i_ck) = plan
+     i_o, i_l, i_a, i_cq, i_ck, i_bt) = plan
     out = _empty_like(q, memory_format=_contiguous)
     words[i_q] = q.data_ptr()
     words[i_k] = k.data_ptr()
@@ -726,15 +730,18 @@ def varlen(plans, runtime_for, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
     words[i_ck] = cu_seqlens_k.data_ptr()
     if alibi_slopes is not None:
         words[i_a] = alibi_slopes.data_ptr()
+    if block_table is not None:
+        words[i_bt] = block_table.data_ptr()
     if ws_bytes:  # a split-KV variant: this stream's workspace
         words[i_ws] = runtime().stream_workspace(dev, ws_bytes)
     return _launch(fn, handle, buf, lib, dev, words, i_l, lse_shape, device, out)
 
 
 def _varlen_first(plans, runtime_for, key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                  max_seqlen_k, causal, scale, with_lse, window, softcap, alibi_slopes):
+                  max_seqlen_k, causal, scale, with_lse, window, softcap, alibi_slopes,
+                  block_table):
     torch = _load_torch()
-    check_varlen_tensors(q, k, v)
+    check_varlen_tensors(q, k, v, block_table is not None)
     varlen_args = varlen_fields(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     dev = q.get_device()
     rt = runtime_for(dev, q, "q")
@@ -743,10 +750,14 @@ def _varlen_first(plans, runtime_for, key, q, k, v, cu_seqlens_q, cu_seqlens_k, 
     if with_lse:
         lse_shape = (q.shape[1], q.shape[0])
         lse = torch.empty(lse_shape, dtype=_f32, device=q.device)
-    fields = (*tensor_fields(q, "q"), *tensor_fields(k, "k"), *tensor_fields(v, "v"),
+    # A paged cache (num_blocks, page_block_size, nheads_k, headdim) is indexed [B, H, S, D]
+    # as flash_attn_with_kvcache's.
+    kv_fields = tensor_fields if block_table is None else attention_fields
+    fields = (*tensor_fields(q, "q"), *kv_fields(k, "k"), *kv_fields(v, "v"),
               *tensor_fields(out, "o"), *tensor_fields(lse, "lse"), 1 if causal else 0,
               scale_field(scale))
-    features = attention_features(window, softcap, alibi_slopes, varlen_args)
+    features = attention_features(window, softcap, alibi_slopes, varlen_args,
+                                  paged_fields(block_table))
     _first_call(plans, rt, key, q, fields, features, VARLEN_POINTERS, lse_shape)
     return (out, lse) if with_lse else out
 

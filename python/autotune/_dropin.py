@@ -805,20 +805,21 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     totals to powers of two.
     causal (bottom-right aligned per sequence), window_size, softcap, alibi_slopes
     ((nheads,) or (batch_size, nheads) fp32), softmax_scale, deterministic: as
-    flash_attn_func, per sequence. dropout_p != 0 and block_table (paged KV) raise
-    NotImplementedError.
+    flash_attn_func, per sequence. dropout_p != 0 raises NotImplementedError.
+    block_table: (batch_size, max_num_blocks_per_seq) torch.int32 on q's device, k and v
+    then a paged KV cache (num_blocks, page_block_size, nheads_k, headdim), as in
+    flash-attn: sequence b's keys are the first cu_seqlens_k[b + 1] - cu_seqlens_k[b]
+    keys of its pages block_table[b] (read in place; page_block_size a multiple of 16
+    that a variant's block_n divides, as flash_attn_with_kvcache's).
 
     out: (total_q, nheads, headdim); with return_attn_probs, (out, softmax_lse (nheads,
     total_q) fp32, an empty S_dmask). Rows that see no key: O = 0 and LSE +inf, as
     flash-attn 2 returns them; with ALiBi under causal (no left bound) the LSE carries
     flash-attn 2's offset slope * (i + Sk - Sq), as in flash_attn_func.
     """
-    if block_table is not None:
-        raise NotImplementedError("autotune.flash_attn_varlen_func: block_table (a paged KV "
-                                  "cache) is not implemented")
     return _attend_varlen("flash_attn_varlen_func", q, k, v, cu_seqlens_q, cu_seqlens_k,
                           max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
-                          window_size, softcap, alibi_slopes, return_attn_probs)
+                          window_size, softcap, alibi_slopes, return_attn_probs, block_table)
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
@@ -861,15 +862,28 @@ def _describe(x):
 
 def _attend_varlen(name, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                    dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-                   return_attn_probs):
-    """flash_attn_varlen_func and its packed forms, name naming the one called."""
+                   return_attn_probs, block_table=None):
+    """flash_attn_varlen_func and its packed forms, name naming the one called; with
+    block_table, k and v are a paged cache."""
     for what, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, _Tensor):
             raise TypeError(f"autotune.{name}: {what} must be a torch.Tensor, not "
                             f"{type(t).__name__}")
-        if t.dim() != 3:
+        if block_table is not None and what != "q":
+            if t.dim() != 4:
+                raise ValueError(f"autotune.{name}: {what} must be (num_blocks, page_block_size, "
+                                 f"nheads_k, headdim) with a block_table, not {list(t.shape)}")
+        elif t.dim() != 3:
             raise ValueError(f"autotune.{name}: {what} must be (total_tokens, nheads, headdim), "
                              f"not {list(t.shape)}")
+    if block_table is not None:
+        if not isinstance(block_table, _Tensor) or block_table.dtype != torch.int32:
+            raise TypeError(f"autotune.{name}: block_table must be a torch.int32 tensor "
+                            "(batch_size, max_num_blocks_per_seq), not "
+                            f"{getattr(block_table, 'dtype', type(block_table).__name__)}")
+        if block_table.device != q.device:
+            raise ValueError(f"autotune.{name}: block_table is on {block_table.device}, q on "
+                             f"{q.device}; both must be on the same CUDA device")
     for what, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
         if not isinstance(t, _Tensor):
             raise TypeError(f"autotune.{name}: {what} must be a torch.int32 tensor, not "
@@ -902,11 +916,11 @@ def _attend_varlen(name, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
     if type(q) is _Tensor and not _is_compiling():
         fn = _varlen_warm
         args = (q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
-                causal, softmax_scale, with_lse, window, softcap, alibi_slopes)
+                causal, softmax_scale, with_lse, window, softcap, alibi_slopes, block_table)
     else:  # traced (torch.compile): the registered operator, one node of the graph
         fn = _VARLEN_LSE if with_lse else _VARLEN
         args = (q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
-                causal, softmax_scale, window[0], window[1], softcap, alibi_slopes)
+                causal, softmax_scale, window[0], window[1], softcap, alibi_slopes, block_table)
     result = _attention_forward(name, fn, args, q, k, v, head_dim, with_lse)
     if not return_attn_probs:
         return result

@@ -166,18 +166,18 @@ def attention_with_lse(q, k, v, causal=False, softmax_scale=None, window_left=-1
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                      causal=False, softmax_scale=None, window_left=-1, window_right=-1,
-                     softcap=0.0, alibi_slopes=None):
+                     softcap=0.0, alibi_slopes=None, block_table=None):
     return _device(q.get_device(), q, "q").attention_varlen(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
-        False, None, (window_left, window_right), softcap, alibi_slopes)
+        False, None, (window_left, window_right), softcap, alibi_slopes, block_table)
 
 
 def attention_varlen_with_lse(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                               causal=False, softmax_scale=None, window_left=-1, window_right=-1,
-                              softcap=0.0, alibi_slopes=None):
+                              softcap=0.0, alibi_slopes=None, block_table=None):
     return _device(q.get_device(), q, "q").attention_varlen(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
-        True, None, (window_left, window_right), softcap, alibi_slopes)
+        True, None, (window_left, window_right), softcap, alibi_slopes, block_table)
 
 
 def attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, k_new=None,
@@ -242,13 +242,14 @@ def _attention_lse_fake(q, k, v, causal=False, softmax_scale=None, window_left=-
 
 def _attention_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            causal=False, softmax_scale=None, window_left=-1, window_right=-1,
-                           softcap=0.0, alibi_slopes=None):
+                           softcap=0.0, alibi_slopes=None, block_table=None):
     return torch.empty_like(q, memory_format=_contiguous)
 
 
 def _attention_varlen_lse_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                causal=False, softmax_scale=None, window_left=-1,
-                               window_right=-1, softcap=0.0, alibi_slopes=None):
+                               window_right=-1, softcap=0.0, alibi_slopes=None,
+                               block_table=None):
     return (torch.empty_like(q, memory_format=_contiguous),
             q.new_empty((q.shape[1], q.shape[0]), dtype=_f32))
 
@@ -290,7 +291,7 @@ _ATTN_ARGS = "Tensor q, Tensor k, Tensor v, bool causal=False, float? softmax_sc
 _VARLEN_ARGS = "Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, " \
                "int max_seqlen_q, int max_seqlen_k, bool causal=False, " \
                "float? softmax_scale=None, int window_left=-1, int window_right=-1, " \
-               "float softcap=0.0, Tensor? alibi_slopes=None"
+               "float softcap=0.0, Tensor? alibi_slopes=None, Tensor? block_table=None"
 
 # The caches are written (the new rows appended): declared mutated, so that functionalization
 # (torch.compile) orders them and keeps the writes.

@@ -224,13 +224,18 @@ def varlen_fields(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
             int(max_seqlen_q), int(max_seqlen_k))
 
 
-def check_varlen_tensors(q, k, v):
-    """q, k, v of a variable-length call: 3-d (total_tokens, nheads, headdim) CUDA tensors."""
+def check_varlen_tensors(q, k, v, paged=False):
+    """q, k, v of a variable-length call: 3-d (total_tokens, nheads, headdim) CUDA tensors;
+    paged: k, v 4-d (num_blocks, page_block_size, nheads_k, headdim), a paged KV cache."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         shape = getattr(t, "shape", None)
         if shape is None:
             raise TypeError(f"autotune: {name} must be a torch.Tensor, not {type(t).__name__}")
-        if len(shape) != 3:
+        if paged and name != "q":
+            if len(shape) != 4:
+                raise ValueError(f"autotune: {name} must be (num_blocks, page_block_size, "
+                                 f"nheads_k, headdim) with a block_table, not {list(shape)}")
+        elif len(shape) != 3:
             raise ValueError(f"autotune: {name} must be (total_tokens, nheads, headdim) for "
                              f"variable-length batches, not {list(shape)}")
         if not t.is_cuda:
@@ -273,6 +278,14 @@ def kvcache_fields(cache_seqlens, block_table=None, k_new=None, v_new=None, cach
     if cache_leftpad is not None:
         leftpad = index_fields(cache_leftpad, "cache_leftpad", "cache_leftpad")
     return (*lengths, *table, *new, *leftpad)
+
+
+def paged_fields(block_table):
+    """The KV-cache fields of a variable-length call reading a paged cache (flash-attn's
+    varlen block_table; each sequence's key count comes from cu_seqlens_k), or none."""
+    if block_table is None:
+        return NO_KVCACHE
+    return (*_ABSENT, *table_fields(block_table, "block_table"), *(_ABSENT * 3))
 
 
 def table_fields(t, what, dims="(batch_size, max_num_blocks_per_seq)"):
@@ -676,33 +689,39 @@ class Runtime:
 
     def attention_varlen(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                          causal=False, scale=None, return_lse=False, out=None, window=NO_WINDOW,
-                         softcap=0.0, alibi_slopes=None):
+                         softcap=0.0, alibi_slopes=None, block_table=None):
         """Variable-length batches (flash-attn's varlen): q, out (total_q, nheads, headdim),
         k, v (total_k, nheads_k, headdim), packed sequences; cu_seqlens_q/k int32
         (batch_size + 1,) CUDA offsets; max_seqlen_q/k the longest sequences (ints). With
-        return_lse also the fp32 log-sum-exp (nheads, total_q). The offsets are read on the
-        GPU, not checked: they must start at 0, not decrease and stay within the tensors,
-        and no sequence may be longer than its max_seqlen."""
+        block_table int32 (batch_size, max_num_blocks_per_seq), k and v are a paged KV cache
+        (num_blocks, page_block_size, nheads_k, headdim) and sequence b's keys are the first
+        cu_seqlens_k[b + 1] - cu_seqlens_k[b] keys of its pages (block_table[b]), as in
+        flash-attn. With return_lse also the fp32 log-sum-exp (nheads, total_q). The offsets
+        are read on the GPU, not checked: they must start at 0, not decrease and stay within
+        the tensors (and the pages), and no sequence may be longer than its max_seqlen."""
         if out is None:
             return self._calls.varlen(self.plans, self._served_by, q, k, v, cu_seqlens_q,
                                       cu_seqlens_k, max_seqlen_q, max_seqlen_k, bool(causal),
                                       scale, bool(return_lse), tuple(window), softcap,
-                                      alibi_slopes)
-        check_varlen_tensors(q, k, v)
+                                      alibi_slopes, block_table)
+        check_varlen_tensors(q, k, v, block_table is not None)
         varlen = varlen_fields(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
         import torch
         lse = None
         if return_lse:
             lse = torch.empty((q.shape[1], q.shape[0]), device=q.device, dtype=torch.float32)
-        fields = (*tensor_fields(q, "q"), *tensor_fields(k, "k"), *tensor_fields(v, "v"),
+        kv_fields = tensor_fields if block_table is None else attention_fields
+        fields = (*tensor_fields(q, "q"), *kv_fields(k, "k"), *kv_fields(v, "v"),
                   *tensor_fields(out, "o"), *tensor_fields(lse, "lse"), int(causal),
                   scale_field(scale))
-        features = attention_features(tuple(window), softcap, alibi_slopes, varlen)
+        features = attention_features(tuple(window), softcap, alibi_slopes, varlen,
+                                      paged_fields(block_table))
         # What the variant (and so the workspace) depends on; not the offsets' values.
         key = ("varlen", q.get_device(), q.shape, q.stride(), q.dtype, k.shape, k.stride(),
                k.dtype, v.shape, v.stride(), v.dtype, tuple(cu_seqlens_q.shape),
                int(max_seqlen_q), int(max_seqlen_k), bool(causal), scale, return_lse,
-               tuple(window), softcap, _slopes_key(alibi_slopes))
+               tuple(window), softcap, _slopes_key(alibi_slopes),
+               None if block_table is None else tuple(block_table.shape))
         ws = self.attention_workspace(key, fields, q, features)
         args = self._pack_call("attention", *fields, *ws, *features)
         self.check(self.lib.autotune_attention(self.handle, args, self.stream(q)))

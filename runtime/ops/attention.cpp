@@ -27,7 +27,9 @@ struct Dims {
   bool bcast = false;
   long long Dp = 0; // the head dim the portable kernel computes on (kernel.cuh)
   // varlen=1: packed sequences; Sq and Sk are then the (bucketed) longest ones and Tq,
-  // Tk the (bucketed) totals of tokens.
+  // Tk the (bucketed) totals of tokens. With paged=1 too (flash_attn_varlen_func's
+  // block_table), the keys are pages of a KV cache, each sequence's count from
+  // cu_seqlens_k; Tk is then not part of the problem (the tuner draws Sk * B / 2 keys).
   bool varlen = false;
   long long Tq = 0, Tk = 0;
   // paged=1 or kvcache=1: decoding against a KV cache (flash_attn_with_kvcache); Sk is
@@ -49,6 +51,8 @@ long long padded_dim(long long D) {
   return (D + 15) / 16 * 16;
 }
 
+long long varlen_bucket(long long v);
+
 // The problem as described: the shapes of the call's tensors.
 Dims described_dims(const Problem& p) {
   Dims d{p.get_int("B"),
@@ -67,15 +71,15 @@ Dims described_dims(const Problem& p) {
   d.bcast = p.optional_flag("bcast");
   d.Dp = padded_dim(d.D);
   d.varlen = p.optional_flag("varlen");
-  if (d.varlen) {
-    d.Tq = p.get_int("Tq");
-    d.Tk = p.get_int("Tk");
-  }
   if (p.optional_flag("paged")) {
     d.kvcache = true;
     d.page = p.get_int("page");
   }
   d.kvcache = d.kvcache || p.optional_flag("kvcache");
+  if (d.varlen) {
+    d.Tq = p.get_int("Tq");
+    d.Tk = d.kvcache ? varlen_bucket(std::max(1LL, d.B * d.Sk / 2)) : p.get_int("Tk");
+  }
   return d;
 }
 
@@ -651,14 +655,21 @@ Problem AttentionOp::make_problem(const Fields& shape) const {
   // Variable-length batches: Sq, Sk the longest sequences and Tq, Tk the totals, each
   // bucketed (the next power of two, at least 16); Tq defaults to half of B * Sq.
   const bool varlen = r.flag("varlen", "0") == "1";
+  const bool paged = r.flag("paged", "0") == "1";
   long long Tq = 0, Tk = 0;
   if (varlen) {
     Sq = varlen_bucket(Sq);
     Sk = varlen_bucket(Sk);
     Tq =
         varlen_bucket(r.has("Tq") ? r.ranged("Tq", nullptr, 1LL << 31) : std::max(1LL, B * Sq / 2));
-    Tk =
-        varlen_bucket(r.has("Tk") ? r.ranged("Tk", nullptr, 1LL << 31) : std::max(1LL, B * Sk / 2));
+    // With a paged cache the keys are pages, not packed tokens: no Tk (0 is "not given").
+    if (!paged) {
+      Tk = varlen_bucket(r.has("Tk") ? r.ranged("Tk", nullptr, 1LL << 31)
+                                     : std::max(1LL, B * Sk / 2));
+    } else if (r.has("Tk") && r.get("Tk", nullptr) != "0") {
+      r.fail("Tk (total keys) is not a field of varlen=1 problems with a paged KV cache "
+             "(paged=1): each sequence's keys are pages of the cache");
+    }
   } else {
     for (const char* key : {"Tq", "Tk"}) {
       if (r.has(key) && r.get(key, nullptr) != "0") {
@@ -670,7 +681,6 @@ Problem AttentionOp::make_problem(const Fields& shape) const {
   // 256); Sk, one sequence's cache, is bucketed like varlen's lengths. A runtime call
   // also gives num_blocks, blocks_per_seq, append, Snew and leftpad (cache_leftpad
   // given), which are not part of the problem (the kernel reads them at run time).
-  const bool paged = r.flag("paged", "0") == "1";
   const bool kvcache = paged || r.flag("kvcache", "0") == "1";
   long long page = 0;
   if (paged) {
@@ -693,10 +703,24 @@ Problem AttentionOp::make_problem(const Fields& shape) const {
       r.fail("k_new / v_new (append) are given without cache_seqlens");
     }
   }
-  if (kvcache && varlen) {
-    r.fail("a KV cache (cache_seqlens) with variable-length batches (cu_seqlens) is not built");
+  // Variable-length batches read a paged cache as flash_attn_varlen_func's block_table
+  // does: sequence b's keys are the first cu_seqlens_k[b + 1] - cu_seqlens_k[b] keys of
+  // its pages; no cache_seqlens, rows to append or cache_leftpad.
+  if (varlen && kvcache) {
+    if (!paged) {
+      r.fail("a contiguous KV cache (cache_seqlens without block_table) with variable-length "
+             "batches (cu_seqlens) is not built: pass the cache as pages with a block_table");
+    }
+    if (r.flag("kvcache", "0") == "1") {
+      r.fail("cache_seqlens is given with cu_seqlens: a varlen batch with a paged cache takes "
+             "each sequence's key count from cu_seqlens_k");
+    }
+    if (r.flag("append", "0") == "1" || r.flag("leftpad", "0") == "1") {
+      r.fail("k_new / v_new (append) and cache_leftpad are not taken with variable-length "
+             "batches (cu_seqlens)");
+    }
   }
-  if (paged && r.has("kvcache") && r.flag("kvcache", "0") == "0") {
+  if (paged && !varlen && r.has("kvcache") && r.flag("kvcache", "0") == "0") {
     r.fail("block_table is given without cache_seqlens");
   }
   if (r.flag("leftpad", "0") == "1") {
@@ -751,7 +775,9 @@ Problem AttentionOp::make_problem(const Fields& shape) const {
   if (varlen) {
     f.emplace_back("varlen", "1");
     f.emplace_back("Tq", std::to_string(Tq));
-    f.emplace_back("Tk", std::to_string(Tk));
+    if (!paged) {
+      f.emplace_back("Tk", std::to_string(Tk));
+    }
   }
   if (paged) {
     f.emplace_back("paged", "1");
@@ -1086,9 +1112,9 @@ std::vector<TensorSpec> AttentionOp::tensors(const Problem& problem) const {
   // varlen: q, o [Tq, Hq, D], k, v [Tk, Hkv, D], lse [Hq, Tq] over the packed tokens.
   const long long rows_q = d.varlen ? varlen_tokens(d.Tq, d.B, d.Sq) : d.B * d.Sq;
   // kvcache: the cache, B * ceil(Sk / page) pages of page keys (paged), else B * Sk keys.
-  const long long rows_k = d.varlen     ? varlen_tokens(d.Tk, d.B, d.Sk)
-                           : d.page > 0 ? d.B * kvcache_pages_per_seq(d) * d.page
-                                        : d.B * d.Sk;
+  const long long rows_k = d.page > 0 ? d.B * kvcache_pages_per_seq(d) * d.page
+                           : d.varlen ? varlen_tokens(d.Tk, d.B, d.Sk)
+                                      : d.B * d.Sk;
   size_t nq = size_t(rows_q * d.Hq * d.D);
   size_t nk = size_t(rows_k * d.Hkv * d.D);
   // Q drawn wider than K so that the softmax is far from flat (a check that
@@ -1108,18 +1134,22 @@ std::vector<TensorSpec> AttentionOp::tensors(const Problem& problem) const {
     t.push_back({"alibi_slopes", DType::f32, size_t(d.Hq), false, 0.01f, 0.1f});
   }
   if (d.varlen) {
-    // int32 offsets in 4-byte elements (TensorSpec::values).
+    // int32 offsets in 4-byte elements (TensorSpec::values); with a paged cache the keys'
+    // count each sequence's keys in its pages.
+    const long long keys = varlen_tokens(d.Tk, d.B, d.Sk);
     for (const auto& [name, rows, longest] :
-         {std::tuple{"cu_seqlens_q", rows_q, d.Sq}, std::tuple{"cu_seqlens_k", rows_k, d.Sk}}) {
+         {std::tuple{"cu_seqlens_q", rows_q, d.Sq}, std::tuple{"cu_seqlens_k", keys, d.Sk}}) {
       TensorSpec s{name, DType::f32, size_t(d.B + 1), false};
       s.values = cumulative(varlen_lengths(d.B, longest, rows));
       t.push_back(std::move(s));
     }
   }
   if (d.kvcache) {
-    TensorSpec lengths{"cache_seqlens", DType::f32, size_t(d.B), false};
-    lengths.values = kvcache_lengths(d.B, d.Sk);
-    t.push_back(std::move(lengths));
+    if (!d.varlen) {
+      TensorSpec lengths{"cache_seqlens", DType::f32, size_t(d.B), false};
+      lengths.values = kvcache_lengths(d.B, d.Sk);
+      t.push_back(std::move(lengths));
+    }
     if (d.page > 0) {
       TensorSpec table{"block_table", DType::f32, size_t(d.B * kvcache_pages_per_seq(d)), false};
       table.values = kvcache_block_table(d);
@@ -1206,7 +1236,7 @@ void check_features(const Dims& d, const AttentionCall& call) {
                 "attention: the problem has varlen=1 but cu_seqlens_q or cu_seqlens_k is NULL");
   }
   if (d.kvcache) {
-    if (!call.cache_seqlens) {
+    if (!call.cache_seqlens && !d.varlen) {
       throw Error(ErrorKind::usage, "attention: a KV cache problem needs cache_seqlens");
     }
     if (d.page > 0 && !call.block_table) {
@@ -1491,20 +1521,23 @@ struct AttentionPlan final : CallPlan {
     if (dims.varlen) {
       // Packed [T, H, D] tensors: token and head strides; the sequences' offsets say where
       // each batch starts. lse [Hq, Tq]: its head stride is Tq.
+      // (K and V of a paged cache keep their page strides, below.)
       for (auto [t, batch, head, seq] :
            {std::tuple{&a.q, &c.q_batch_stride, &c.q_head_stride, &c.q_seq_stride},
             std::tuple{&a.k, &c.k_batch_stride, &c.k_head_stride, &c.k_seq_stride},
             std::tuple{&a.v, &c.v_batch_stride, &c.v_head_stride, &c.v_seq_stride},
             std::tuple{&a.o, &c.o_batch_stride, &c.o_head_stride, &c.o_seq_stride}}) {
-        *batch = 0;
-        *seq = t->strides[0];
-        *head = t->strides[1];
+        if (t->ndim == 3) {
+          *batch = 0;
+          *seq = t->strides[0];
+          *head = t->strides[1];
+        }
       }
       c.cu_seqlens_q = device_ptr(a.cu_seqlens_q);
       c.cu_seqlens_k = device_ptr(a.cu_seqlens_k);
       c.lse_head_stride = a.lse.data ? a.lse.shape[1] : 0;
       c.tokens_q = a.q.shape[0];
-      c.tokens_k = a.k.shape[0];
+      c.tokens_k = dims.kvcache ? 0 : a.k.shape[0];
     }
     if (dims.kvcache) {
       // k, v: [num_blocks, Hkv, page, D] with a block table (the batch strides step
@@ -1583,8 +1616,10 @@ void derive_layout(const void* args, CallValues& values) {
       }
     }
   }
-  if (values[k_paged_field] == 1 && values[k_page_field] > 0 &&
-      values[k_blocks_per_seq_field] > 0) {
+  if (values[k_varlen_field] == 1) {
+    // A paged cache's keys per sequence come from cu_seqlens_k (bucketed with Sk above).
+  } else if (values[k_paged_field] == 1 && values[k_page_field] > 0 &&
+             values[k_blocks_per_seq_field] > 0) {
     values[k_sk_field] = varlen_bucket(values[k_blocks_per_seq_field] * values[k_page_field]);
   } else if (values[k_kvcache_field] == 1 && values[k_sk_field] > 0) {
     values[k_sk_field] = varlen_bucket(values[k_sk_field]);
@@ -1839,6 +1874,16 @@ AttentionOp::Strides kvcache_strides(const Problem& problem) {
   return AttentionOp::contiguous_strides(problem, d.Hkv, d.Sk);
 }
 
+// The tuner's block table (paged problems): B * ceil(Sk / page) pages of page keys, each
+// sequence's row of the table ceil(Sk / page) long.
+void tuner_pages(AttentionCall& call, const Dims& d, CUdeviceptr table) {
+  call.block_table = table;
+  call.block_table_stride = kvcache_pages_per_seq(d);
+  call.page_size = int(d.page);
+  call.num_pages = int(d.B * kvcache_pages_per_seq(d));
+  call.kv_capacity = int(kvcache_pages_per_seq(d) * d.page);
+}
+
 } // namespace
 
 void AttentionOp::pack(const Config& config, const Problem& problem,
@@ -1873,6 +1918,15 @@ void AttentionOp::pack(const Config& config, const Problem& problem,
     call.q_head_stride = call.o_head_stride = call.k_head_stride = call.v_head_stride = d.D;
     call.q_seq_stride = call.o_seq_stride = d.Hq * d.D;
     call.k_seq_stride = call.v_seq_stride = d.Hkv * d.D;
+    if (d.page > 0) {
+      // K and V are pages of a cache (flash_attn_varlen_func's block_table).
+      const Strides ks = kvcache_strides(problem);
+      call.k_batch_stride = call.v_batch_stride = ks.batch;
+      call.k_head_stride = call.v_head_stride = ks.head;
+      call.k_seq_stride = call.v_seq_stride = ks.seq;
+      call.tokens_k = 0;
+      tuner_pages(call, d, t.at(next++));
+    }
     pack_call(config, problem, call, args);
     return;
   }
@@ -1886,11 +1940,7 @@ void AttentionOp::pack(const Config& config, const Problem& problem,
     call.num_pages = int(d.B);
     call.kv_capacity = int(d.Sk);
     if (d.page > 0) {
-      call.block_table = t.at(next++);
-      call.block_table_stride = kvcache_pages_per_seq(d);
-      call.page_size = int(d.page);
-      call.num_pages = int(d.B * kvcache_pages_per_seq(d));
-      call.kv_capacity = int(kvcache_pages_per_seq(d) * d.page);
+      tuner_pages(call, d, t.at(next++));
     }
   }
   call.q_batch_stride = call.o_batch_stride = qs.batch;
@@ -1924,7 +1974,9 @@ void AttentionOp::pack_reference(const Problem& problem, const std::vector<CUdev
   Strides ks = kvcache_strides(problem);
   if (d.varlen) {
     qs = {0, d.D, d.Hq * d.D};
-    ks = {0, d.D, d.Hkv * d.D};
+    if (d.page == 0) {
+      ks = {0, d.D, d.Hkv * d.D};
+    }
   }
   args.add(t.at(0));
   args.add(t.at(1));
@@ -1955,10 +2007,12 @@ void AttentionOp::pack_reference(const Problem& problem, const std::vector<CUdev
   args.add(d.varlen ? t.at(cu) : CUdeviceptr(0));
   args.add(d.varlen ? t.at(cu + 1) : CUdeviceptr(0));
   args.add(d.varlen ? varlen_tokens(d.Tq, d.B, d.Sq) : 0LL); // lse [Hq, Tq]: head stride
-  // A KV cache: its lengths, then (paged) the block table, after the offsets' place.
+  // A KV cache: its lengths (none with varlen: cu_seqlens_k counts the keys), then
+  // (paged) the block table, after the offsets' place.
   const size_t cache = cu + (d.varlen ? 2 : 0);
-  args.add(d.kvcache ? t.at(cache) : CUdeviceptr(0));
-  args.add(d.page > 0 ? t.at(cache + 1) : CUdeviceptr(0));
+  const bool lengths = d.kvcache && !d.varlen;
+  args.add(lengths ? t.at(cache) : CUdeviceptr(0));
+  args.add(d.page > 0 ? t.at(cache + (lengths ? 1 : 0)) : CUdeviceptr(0));
   args.add(d.page > 0 ? kvcache_pages_per_seq(d) : 0LL);
   args.add(int(d.page));
 }
@@ -1974,7 +2028,7 @@ double AttentionOp::bytes(const Problem& problem) const {
   double e = double(dtype_size(d.dtype));
   const long long rows_q = d.varlen ? varlen_tokens(d.Tq, d.B, d.Sq) : d.B * d.Sq;
   long long rows_k = d.varlen ? varlen_tokens(d.Tk, d.B, d.Sk) : d.B * d.Sk;
-  if (d.kvcache) {
+  if (d.kvcache && !d.varlen) {
     // The keys the tuner's cache lengths cover, each read once.
     rows_k = 0;
     for (int len : kvcache_lengths(d.B, d.Sk)) {
@@ -1989,7 +2043,7 @@ double AttentionOp::bytes(const Problem& problem) const {
 
 double AttentionOp::flops(const Problem& problem) const {
   Dims d = described_dims(problem);
-  if (d.kvcache) {
+  if (d.kvcache && !d.varlen) {
     // The tuner's cache lengths, each sequence as a problem of its own Sk.
     double total = 0;
     for (int len : kvcache_lengths(d.B, d.Sk)) {
@@ -2025,7 +2079,7 @@ double AttentionOp::flops(const Problem& problem) const {
           f.emplace_back(k, "1");
         } else if (k == "Sq" || k == "Sk") {
           f.emplace_back(k, std::to_string(k == "Sq" ? lq[b] : lk[b]));
-        } else if (k != "varlen" && k != "Tq" && k != "Tk") {
+        } else if (k != "varlen" && k != "Tq" && k != "Tk" && k != "paged" && k != "page") {
           f.emplace_back(k, v);
         }
       }

@@ -78,6 +78,10 @@
 //                cache_leftpad[b] .. cache_seqlens[b] - 1: key j is row cache_leftpad[b] + j,
 //                the key count is cache_seqlens[b] - cache_leftpad[b] + seq_new, and the
 //                new rows still go to cache_seqlens[b]..
+//                With AT_VARLEN (flash_attn_varlen_func's block_table): packed queries as
+//                above against a paged cache whose sequence b holds the first
+//                cu_seqlens_k[b + 1] - cu_seqlens_k[b] keys of its pages (no
+//                cache_seqlens, nothing appended).
 //   AT_GROUPED   1: the G = Hq / Hkv query heads of a K/V head run as G * group_sq query
 //                rows of that head (several new queries a step, decoding with GQA/MQA):
 //                one block reads each K/V tile once for all G heads, not G blocks each.
@@ -678,7 +682,9 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
   int cache_len = 0;
   int cache_first = 0; // cache_leftpad[batch], clamped (contiguous caches only)
   if (k_kvcache) {
-    const int cached = min(max(args.cache_seqlens[batch], 0), args.kv_capacity - args.seq_new);
+    // With AT_VARLEN the cache is paged and cu_seqlens_k counts each sequence's keys.
+    const int listed = k_varlen ? seq_k : args.cache_seqlens[batch];
+    const int cached = min(max(listed, 0), args.kv_capacity - args.seq_new);
     if (args.cache_leftpad != nullptr && args.block_table == nullptr) {
       cache_first = min(max(args.cache_leftpad[batch], 0), cached);
     }

@@ -21,7 +21,8 @@
 // A KV cache (cache_len non-null): sequence b's keys are its first cache_len[b] cache
 // rows (its length replaces Sk); with a block table (table non-null, row stride
 // table_stride), key j is row j % page of page table[b][j / page] (the batch strides
-// step pages), else row j of sequence b's own cache.
+// step pages), else row j of sequence b's own cache. Variable-length batches may read
+// pages too (table non-null, cache_len null): sequence b's cu_k[b + 1] - cu_k[b] keys.
 #include "common/numeric.cuh"
 
 constexpr int k_ref_warps = 8;     // query rows per block

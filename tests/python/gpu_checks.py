@@ -858,6 +858,62 @@ def attn_varlen_run(c):
     return _attn_judge_seqs(seqs, causal, window, softcap)
 
 
+# tests/test_flash_attn.py::test_flash_attn_varlen_causal: causal varlen batches, the keys
+# packed or (paged_kv_block_size) pages of a cache read through a block table.
+ATTN_VARLEN_CAUSAL_GRID = dict(
+    dtype=[torch.float16, torch.bfloat16], local=[False, True],
+    d=[32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 224, 256], swap_sq_sk=[False, True],
+    seqlens=[(1, 239), (3, 799), (127, 512), (127, 513), (113, 203), (128, 217), (113, 211),
+             (108, 256), (256, 512), (1023, 1024)],
+    paged_kv_block_size=[None, 256, 512])
+
+
+def attn_varlen_causal_run(c):
+    seqlen_q, seqlen_k = c["seqlens"]
+    if c["swap_sq_sk"]:
+        seqlen_q, seqlen_k = seqlen_k, seqlen_q
+    d, dtype, page = c["d"], c["dtype"], c["paged_kv_block_size"]
+    torch.random.manual_seed(0)
+    batch_size, nheads = 8, 9
+    window_size = (-1, -1) if not c["local"] else tuple(
+        int(w) for w in torch.randint(0, seqlen_k, (2,)))
+    q = torch.randn(batch_size, seqlen_q, nheads, d, device=DEV, dtype=dtype)
+    block_table = None
+    if page is None:
+        k, v = (torch.randn(batch_size, seqlen_k, nheads, d, device=DEV, dtype=dtype)
+                for _ in range(2))
+    else:
+        # The peer's _generate_block_kvcache: 3x the pages the batch needs, dealt out by a
+        # random permutation; k, v [batch, seqlen_k, ...] are what the pages hold.
+        num_blocks = math.ceil(seqlen_k / page) * batch_size * 3
+        k_pages, v_pages = (torch.randn(num_blocks, page, nheads, d, device=DEV, dtype=dtype)
+                            for _ in range(2))
+        block_table = torch.randperm(num_blocks, dtype=torch.int32, device=DEV).view(
+            batch_size, -1)
+        k, v = (x[block_table.long().flatten()].view(batch_size, -1, nheads, d)[:, :seqlen_k]
+                for x in (k_pages, v_pages))
+    lens_q, lens_k = _random_lengths(seqlen_q, batch_size), _random_lengths(seqlen_k, batch_size)
+
+    def unpad(x, lens):
+        return torch.cat([x[b, :n] for b, n in enumerate(lens)])
+
+    cu_q, cu_k = _cu_seqlens(lens_q), _cu_seqlens(lens_k)
+    out, lse, _ = autotune.flash_attn_varlen_func(
+        unpad(q, lens_q), unpad(k, lens_k) if page is None else k_pages,
+        unpad(v, lens_k) if page is None else v_pages, cu_q, cu_k, max(lens_q), max(lens_k),
+        0.0, causal=True, window_size=window_size, block_table=block_table,
+        return_attn_probs=True)
+    window = tuple(-1 if w >= max(lens_k) else w for w in window_size)
+    seqs = [(o, lse_b, q[b:b + 1, :lens_q[b]], k[b:b + 1, :lens_k[b]], v[b:b + 1, :lens_k[b]],
+             None)
+            for b, (o, lse_b) in enumerate(zip(out.split(lens_q), lse.split(lens_q, dim=1)))]
+    return _attn_judge_seqs(seqs, True, window, slack=1e-5)
+
+
+def attn_varlen_causal_key(c):
+    return (str(c["dtype"]), c["d"], c["seqlens"], c["swap_sq_sk"], c["paged_kv_block_size"])
+
+
 ATTN_KVCACHE_GRID = dict(
     dtype=[torch.float16], num_splits=[1, 0], mha_type=["mha", "mqa", "gqa"],
     new_kv=[False, True], alibi=[False, True], local=[False, True], causal=[False, True],
@@ -1105,6 +1161,18 @@ GRIDS = {
         "each, q scaled by softcap); reference per sequence; criterion, unsupported "
         "features and the LSE (flash-attn 2's, its causal-ALiBi offset included) as "
         "test_flash_attn_output."),
+    "attention_varlen_causal": (
+        "attention", "flash-attn tests/test_flash_attn.py::test_flash_attn_varlen_causal",
+        lambda: product(**ATTN_VARLEN_CAUSAL_GRID),
+        lambda c: "head_dim" if c["d"] not in SUPPORTED_HEAD_DIMS else None,
+        attn_varlen_causal_key, attn_varlen_causal_run, 0.06,
+        "autotune.flash_attn_varlen_func, causal, on the peer's lists and inputs (batch 8, "
+        "nheads 9, max(1, seqlen - 20) .. seqlen tokens a sequence, a random window when "
+        "local); the keys packed, or pages of 256 or 512 rows read through a shuffled "
+        "block_table (the peer's _generate_block_kvcache: 3x the pages needed); pass: the "
+        "peer's criterion (max error <= 2x PyTorch's + 1e-5, reference per sequence) and "
+        "flash-attn 2's LSE on rows with a key; head dims that are not a multiple of 8 on "
+        "zero-padded copies (of the whole cache when paged), as flash-attn runs them."),
     "attention_kvcache": (
         "attention", "flash-attn tests/test_flash_attn.py::test_flash_attn_kvcache",
         attn_kvcache_cases, attn_kvcache_unsupported, attn_kvcache_key, attn_kvcache_run, 0.12,

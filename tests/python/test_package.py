@@ -901,6 +901,22 @@ class TestTorchRegistration(unittest.TestCase):
                 with self.assertRaisesRegex(error, message):
                     autotune.mamba_inner_fn(*call_args, **kwargs)
 
+    def test_varlen_block_table_is_checked_before_anything_runs(self):
+        q = torch.zeros(10, 4, 64, dtype=torch.bfloat16)
+        pages = torch.zeros(6, 256, 2, 64, dtype=torch.bfloat16)
+        cu = torch.tensor([0, 4, 10], dtype=torch.int32)
+        table = torch.zeros(2, 3, dtype=torch.int32)
+        fn = autotune.flash_attn_varlen_func
+        with self.assertRaisesRegex(ValueError, r"k must be \(num_blocks, page_block_size"):
+            fn(q, q, q, cu, cu, 6, 6, block_table=table)
+        with self.assertRaisesRegex(TypeError, "block_table must be a torch.int32 tensor"):
+            fn(q, pages, pages, cu, cu, 6, 300, block_table=table.long())
+        with self.assertRaisesRegex(ValueError, r"v must be \(total_tokens"):
+            fn(q, q, pages, cu, cu, 6, 300)
+        # A good one passes its checks (and these CPU tensors are then refused).
+        with self.assertRaisesRegex(ValueError, "q is on cpu"):
+            fn(q, pages, pages, cu, cu, 6, 300, block_table=table)
+
     def test_kvcache_leftpad_is_checked_before_anything_runs(self):
         q = torch.zeros(2, 1, 4, 64, dtype=torch.bfloat16)
         cache = torch.zeros(2, 128, 2, 64, dtype=torch.bfloat16)
