@@ -234,7 +234,10 @@ typedef struct autotune_attention_args {
      window and ALiBi are aligned to each sequence's own bottom-right corner. The
      offsets live on the GPU and are read, not checked: they must start at 0, never
      decrease, end at most at Tq (Tk), and no sequence may be longer than max_seqlen_q
-     (max_seqlen_k) -- rows past max_seqlen_q are not computed. A sequence may be empty. */
+     (max_seqlen_k) -- rows past max_seqlen_q are not computed. A sequence may be empty.
+     With block_table given (and no cache_seqlens; flash_attn_varlen_func's block_table),
+     k and v are a paged KV cache as described below and sequence b's keys are the first
+     cu_seqlens_k[b+1] - cu_seqlens_k[b] keys of its pages (clamped into them). */
   autotune_tensor cu_seqlens_q; /* int32 [B + 1] contiguous; optional (varlen iff given) */
   autotune_tensor cu_seqlens_k; /* int32 [B + 1] contiguous; given iff cu_seqlens_q is */
   int32_t max_seqlen_q;         /* varlen: the longest query sequence, >= 1; else 0 (or Sq) */
@@ -256,7 +259,8 @@ typedef struct autotune_attention_args {
      clamped into [0, num_blocks)). The cache is written only by the append. */
   autotune_tensor cache_seqlens; /* int32 [B] contiguous; optional (a KV cache iff given) */
   autotune_tensor block_table;   /* int32 [B, blocks_per_seq], contiguous last dimension;
-                                    optional (paged cache), only with cache_seqlens */
+                                    optional (paged cache), with cache_seqlens or with
+                                    cu_seqlens (varlen) */
   autotune_tensor k_new;         /* [B, Hkv, Snew, D], q's dtype; optional, only with
                                     cache_seqlens; Snew <= the cache's size per sequence */
   autotune_tensor v_new;         /* [B, Hkv, Snew, D], q's dtype; given iff k_new is */
