@@ -182,6 +182,9 @@ TEST_CASE("the Hopper attention kernel's AttnArgs is AttentionHopperKernelArgs, 
       HOST_FIELD(A, cu_seqlens_q),
       HOST_FIELD(A, cu_seqlens_k),
       HOST_FIELD(A, lse_head_stride),
+      HOST_FIELD(A, block_table),
+      HOST_FIELD(A, block_table_stride),
+      HOST_FIELD(A, page_size),
   };
   // Plain, every feature on, and packed sequences: the struct is the same in each.
   check_layout("attention", "B=4,H=16,S=4096,D=128,dtype=bf16",
@@ -195,6 +198,10 @@ TEST_CASE("the Hopper attention kernel's AttnArgs is AttentionHopperKernelArgs, 
   check_layout("attention", "B=3,Hq=8,Hkv=2,S=1000,D=128,causal=1,varlen=1,Tq=2000,Tk=2000,lse=1",
                "block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
                "family=wgmma_overlap",
+               "AttnArgs", sizeof(A), fields);
+  check_layout("attention", "B=3,Hq=8,Hkv=2,S=1000,D=128,causal=1,varlen=1,Tq=2000,paged=1",
+               "block_m=128,block_n=128,warps=4,stages=2,swizzle=xor,q=smem,splits=1,"
+               "family=wgmma",
                "AttnArgs", sizeof(A), fields);
 }
 

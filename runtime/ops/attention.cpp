@@ -797,8 +797,14 @@ Result<bool> AttentionOp::check(const Config& config, const Problem& problem,
     return fail("family=wgmma runs variable-length batches one query block per block: not "
                 "persistent, no clusters (family=wgmma, wgmma_overlap, wgmma_pingpong do)");
   }
-  if (p.wgmma && d.kvcache) {
-    return fail("family=wgmma reads no KV cache (family=mma does)");
+  if (p.wgmma && d.kvcache && !d.varlen) {
+    return fail("family=wgmma reads no KV cache but a varlen batch's paged one (family=mma "
+                "does)");
+  }
+  if (p.wgmma && d.page > 0 && d.page % p.block_n != 0) {
+    return fail("block_n=" + std::to_string(p.block_n) +
+                " does not divide the KV cache's block size " + std::to_string(d.page) +
+                " (a key tile must lie in one page)");
   }
   if (p.wgmma && d.grouped_sq > 0) {
     return fail("family=wgmma runs no query heads as rows of their K/V head with several "
@@ -1048,7 +1054,8 @@ std::vector<std::string> AttentionOp::defines(const Config& config, const Proble
     // The features' flags only when on, as below.
     for (const auto& [on, define] :
          {std::pair{d.window, "-DAT_WINDOW=1"}, std::pair{d.softcap, "-DAT_SOFTCAP=1"},
-          std::pair{d.alibi, "-DAT_ALIBI=1"}, std::pair{d.varlen, "-DAT_VARLEN=1"}}) {
+          std::pair{d.alibi, "-DAT_ALIBI=1"}, std::pair{d.varlen, "-DAT_VARLEN=1"},
+          std::pair{d.page > 0, "-DAT_PAGED=1"}}) {
       if (on) {
         out.push_back(define);
       }
@@ -1341,6 +1348,7 @@ struct TensorMap {
   CUdeviceptr ptr = 0;
   long long batch = 0, head = 0, seq = 0;
   long long seq_len = 0; // the rows it spans (a varlen plan serves several token counts)
+  long long batches = 0; // its batch extent (a paged cache's pages)
   CUtensorMap map{};
   int seq_inner = 1;
 };
@@ -1354,6 +1362,7 @@ TensorMap encode_map(const char* name, CUdeviceptr ptr, const Dims& d, long long
   TensorMap t;
   t.ptr = ptr;
   t.seq_len = seq_len;
+  t.batches = d.B;
   t.batch = batch_stride;
   t.head = head_stride;
   t.seq = seq_stride;
@@ -1406,7 +1415,7 @@ public:
                        long long seq_len, long long sb, long long sh, long long ss, int rows) {
     TensorMap& t = m_maps[slot];
     if (!m_valid[slot] || t.ptr != ptr || t.batch != sb || t.head != sh || t.seq != ss ||
-        t.seq_len != seq_len) {
+        t.seq_len != seq_len || t.batches != d.B) {
       t = encode_map(name, ptr, d, heads, seq_len, sb, sh, ss, rows);
       m_valid[slot] = true;
     }
@@ -1429,25 +1438,37 @@ HopperArgs hopper_kernel_args(const Params& p, const Dims& d, const AttentionCal
   // from its sequence's first token).
   Dims md = d;
   long long rows_q = d.Sq, rows_k = d.Sk;
+  // K and V's maps: as q's, or (a paged cache) pages of page_size rows, the page the batch.
+  Dims kd = md;
   if (d.varlen) {
-    if (call.tokens_q <= 0 || call.tokens_k <= 0) {
+    if (call.tokens_q <= 0 || (call.tokens_k <= 0 && d.page == 0)) {
       throw Error(ErrorKind::usage, "attention: a varlen call of family=wgmma needs the packed "
                                     "token counts of q and k (AttentionCall::tokens_q/tokens_k)");
     }
     md.B = 1;
+    kd.B = 1;
     rows_q = call.tokens_q;
     rows_k = call.tokens_k;
+    if (d.page > 0) {
+      if (call.page_size != d.page || call.num_pages < 1 || !call.block_table) {
+        throw Error(ErrorKind::usage, "attention: a paged varlen call of family=wgmma needs its "
+                                      "block table, pages and page size " +
+                                          std::to_string(d.page));
+      }
+      kd.B = call.num_pages;
+      rows_k = call.page_size;
+    }
   }
   const TensorMap& q = maps.get(0, "q", call.q, md, d.Hq, rows_q, call.q_batch_stride,
                                 call.q_head_stride, call.q_seq_stride, p.block_m);
   a.q_map = q.map;
   a.q_seq_inner = q.seq_inner;
   // A cluster's blocks each load 1 / cluster of every K and V tile.
-  const TensorMap& k = maps.get(1, "k", call.k, md, d.Hkv, rows_k, call.k_batch_stride,
+  const TensorMap& k = maps.get(1, "k", call.k, kd, d.Hkv, rows_k, call.k_batch_stride,
                                 call.k_head_stride, call.k_seq_stride, p.block_n / p.cluster);
   a.k_map = k.map;
   a.k_seq_inner = k.seq_inner;
-  const TensorMap& v = maps.get(2, "v", call.v, md, d.Hkv, rows_k, call.v_batch_stride,
+  const TensorMap& v = maps.get(2, "v", call.v, kd, d.Hkv, rows_k, call.v_batch_stride,
                                 call.v_head_stride, call.v_seq_stride, p.block_n / p.cluster);
   a.v_map = v.map;
   a.v_seq_inner = v.seq_inner;
@@ -1461,6 +1482,11 @@ HopperArgs hopper_kernel_args(const Params& p, const Dims& d, const AttentionCal
     a.cu_seqlens_q = call.cu_seqlens_q;
     a.cu_seqlens_k = call.cu_seqlens_k;
     a.lse_head_stride = call.lse_head_stride;
+  }
+  if (d.varlen && d.page > 0) {
+    a.block_table = call.block_table;
+    a.block_table_stride = call.block_table_stride;
+    a.page_size = call.page_size;
   }
   return a;
 }

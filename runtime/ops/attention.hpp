@@ -189,6 +189,9 @@ struct AttentionHopperKernelArgs {
   long long alibi_batch_stride;
   CUdeviceptr cu_seqlens_q, cu_seqlens_k; // varlen problems: int32 [B + 1]
   long long lse_head_stride;              // varlen problems: LSE [Hq, Tq], Tq
+  CUdeviceptr block_table;                // varlen problems with a paged cache: int32
+  long long block_table_stride;           // [B, block_table_stride]
+  int page_size;                          // keys a page
 };
 
 class AttentionOp final : public Op {

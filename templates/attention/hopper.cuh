@@ -82,6 +82,12 @@
 //                or, past the tensor, read zeros: its own length masks them), and a block
 //                whose query rows all lie past its sequence's end exits at once. Not
 //                persistent, no clusters.
+//   AT_PAGED     1 (with AT_VARLEN; flash_attn_varlen_func's block_table): K and V are a
+//                paged cache [num_blocks, page, Hkv, D]; the maps' batch coordinate is the
+//                page and the sequence coordinate the row in it: key tile n of sequence b
+//                is rows (n * block_n) % page of page block_table[b][n * block_n / page]
+//                (page a multiple of block_n, so a tile lies in one page). Its keys count
+//                from cu_seqlens_k as packed ones do.
 //   AT_CAUSAL, AT_LSE, AT_SOFTCAP, AT_ALIBI: 0/1; AT_T: at_bf16 or at_f16 (AT_BF16 says
 //                which to the wgmma instruction).
 #pragma once
@@ -127,6 +133,11 @@ constexpr bool k_alibi = AT_ALIBI != 0;
 #define AT_VARLEN 0
 #endif
 constexpr bool k_varlen = AT_VARLEN != 0;
+#ifndef AT_PAGED
+#define AT_PAGED 0
+#endif
+constexpr bool k_paged = AT_PAGED != 0;
+static_assert(!k_paged || k_varlen, "a paged cache with packed sequences only");
 #ifndef AT_PINGPONG
 #define AT_PINGPONG 0
 #endif
@@ -253,6 +264,10 @@ struct AttnArgs {
   const int* cu_seqlens_q;
   const int* cu_seqlens_k;
   long long lse_head_stride;
+  // AT_PAGED: int32 [B, block_table_stride] pages of page_size keys.
+  const int* block_table;
+  long long block_table_stride;
+  int page_size;
 };
 
 // One box of `rows` rows from sequence position `seq` of (head, batch), all 64-column
@@ -694,16 +709,24 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER
           // Without the split, V's release frees the whole stage.
           const unsigned k_free = (k_split_release ? k_empty : v_empty) + 8 * s;
           if (k_cluster == 1) {
+            // The tile's rows: packed from the sequence's first key, or a page's.
+            int kv_row = w.k_start + n * k_block_n;
+            int kv_batch = map_batch;
+            if (k_paged) {
+              kv_batch = args.block_table[w.batch * args.block_table_stride +
+                                          n * k_block_n / args.page_size];
+              kv_row = n * k_block_n % args.page_size;
+            }
             mbar_wait(k_free, parity ^ 1u);
             mbar_arrive_expect_tx(k_full + 8 * s, k_kv_bytes);
             load_rows(k_tile, k_kv_slab_bytes, &args.k_map, args.k_seq_inner, k_full + 8 * s,
-                      w.k_start + n * k_block_n, kv_head, map_batch);
+                      kv_row, kv_head, kv_batch);
             if (k_split_release) {
               mbar_wait(v_empty + 8 * s, parity ^ 1u);
             }
             mbar_arrive_expect_tx(v_full + 8 * s, k_kv_bytes);
             load_rows(v_tile, k_kv_slab_bytes, &args.v_map, args.v_seq_inner, v_full + 8 * s,
-                      w.k_start + n * k_block_n, kv_head, map_batch);
+                      kv_row, kv_head, kv_batch);
           } else {
             // This block's part of the tile into every block of the cluster; its own
             // barriers expect the whole tile (the other parts come from the others).
