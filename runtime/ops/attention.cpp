@@ -522,6 +522,16 @@ int wgmma_consumer_regs(const Params& p, int min_blocks) {
   return wgmma_consumers(p) == 3 ? 160 : 240;
 }
 
+// A paged cache's key tiles each lie in one page: block_n divides the page.
+Result<bool> key_tiles_fit_pages(const Params& p, const Dims& d) {
+  if (d.page > 0 && d.page % p.block_n != 0) {
+    return fail("block_n=" + std::to_string(p.block_n) +
+                " does not divide the KV cache's block size " + std::to_string(d.page) +
+                " (a key tile must lie in one page)");
+  }
+  return true;
+}
+
 Result<bool> check_wgmma(const Params& p, const Dims& d, const std::string& arch) {
   if (arch != "sm_90a") {
     return fail("family=wgmma needs sm_90a (wgmma, setmaxnreg), not " + arch);
@@ -801,10 +811,10 @@ Result<bool> AttentionOp::check(const Config& config, const Problem& problem,
     return fail("family=wgmma reads no KV cache but a varlen batch's paged one (family=mma "
                 "does)");
   }
-  if (p.wgmma && d.page > 0 && d.page % p.block_n != 0) {
-    return fail("block_n=" + std::to_string(p.block_n) +
-                " does not divide the KV cache's block size " + std::to_string(d.page) +
-                " (a key tile must lie in one page)");
+  if (p.wgmma && d.page > 0) {
+    if (Result<bool> fits = key_tiles_fit_pages(p, d); !fits.ok()) {
+      return fits;
+    }
   }
   if (p.wgmma && d.grouped_sq > 0) {
     return fail("family=wgmma runs no query heads as rows of their K/V head with several "
@@ -835,10 +845,8 @@ Result<bool> AttentionOp::check(const Config& config, const Problem& problem,
     return fail("block_n=" + std::to_string(p.block_n) + " does not split into whole 16-key " +
                 "steps over the " + std::to_string(key_warps(p)) + " warps sharing each row");
   }
-  if (d.page > 0 && d.page % p.block_n != 0) {
-    return fail("block_n=" + std::to_string(p.block_n) +
-                " does not divide the KV cache's block size " + std::to_string(d.page) +
-                " (a key tile must lie in one page)");
+  if (Result<bool> fits = key_tiles_fit_pages(p, d); !fits.ok()) {
+    return fits;
   }
   if (p.stages < 1 || p.stages > 3) {
     return fail("stages must be 1, 2 or 3");
@@ -1438,26 +1446,25 @@ HopperArgs hopper_kernel_args(const Params& p, const Dims& d, const AttentionCal
   // from its sequence's first token).
   Dims md = d;
   long long rows_q = d.Sq, rows_k = d.Sk;
-  // K and V's maps: as q's, or (a paged cache) pages of page_size rows, the page the batch.
-  Dims kd = md;
   if (d.varlen) {
     if (call.tokens_q <= 0 || (call.tokens_k <= 0 && d.page == 0)) {
       throw Error(ErrorKind::usage, "attention: a varlen call of family=wgmma needs the packed "
                                     "token counts of q and k (AttentionCall::tokens_q/tokens_k)");
     }
     md.B = 1;
-    kd.B = 1;
     rows_q = call.tokens_q;
     rows_k = call.tokens_k;
-    if (d.page > 0) {
-      if (call.page_size != d.page || call.num_pages < 1 || !call.block_table) {
-        throw Error(ErrorKind::usage, "attention: a paged varlen call of family=wgmma needs its "
-                                      "block table, pages and page size " +
-                                          std::to_string(d.page));
-      }
-      kd.B = call.num_pages;
-      rows_k = call.page_size;
+  }
+  // K and V's maps: as q's, or (a paged cache) pages of page_size rows, the page the batch.
+  Dims kd = md;
+  if (d.varlen && d.page > 0) {
+    if (call.page_size != d.page || call.num_pages < 1 || !call.block_table) {
+      throw Error(ErrorKind::usage, "attention: a paged varlen call of family=wgmma needs its "
+                                    "block table, pages and page size " +
+                                        std::to_string(d.page));
     }
+    kd.B = call.num_pages;
+    rows_k = call.page_size;
   }
   const TensorMap& q = maps.get(0, "q", call.q, md, d.Hq, rows_q, call.q_batch_stride,
                                 call.q_head_stride, call.q_seq_stride, p.block_m);
