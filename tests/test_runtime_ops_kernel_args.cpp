@@ -185,6 +185,7 @@ TEST_CASE("the Hopper attention kernel's AttnArgs is AttentionHopperKernelArgs, 
       HOST_FIELD(A, block_table),
       HOST_FIELD(A, block_table_stride),
       HOST_FIELD(A, page_size),
+      HOST_FIELD(A, kv_capacity),
   };
   // Plain, every feature on, and packed sequences: the struct is the same in each.
   check_layout("attention", "B=4,H=16,S=4096,D=128,dtype=bf16",

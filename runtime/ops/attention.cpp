@@ -1494,6 +1494,7 @@ HopperArgs hopper_kernel_args(const Params& p, const Dims& d, const AttentionCal
     a.block_table = call.block_table;
     a.block_table_stride = call.block_table_stride;
     a.page_size = call.page_size;
+    a.kv_capacity = call.kv_capacity;
   }
   return a;
 }

@@ -192,6 +192,7 @@ struct AttentionHopperKernelArgs {
   CUdeviceptr block_table;                // varlen problems with a paged cache: int32
   long long block_table_stride;           // [B, block_table_stride]
   int page_size;                          // keys a page
+  int kv_capacity;                        // keys a row of the table holds
 };
 
 class AttentionOp final : public Op {

@@ -264,10 +264,12 @@ struct AttnArgs {
   const int* cu_seqlens_q;
   const int* cu_seqlens_k;
   long long lse_head_stride;
-  // AT_PAGED: int32 [B, block_table_stride] pages of page_size keys.
+  // AT_PAGED: int32 [B, block_table_stride] pages of page_size keys, kv_capacity keys a
+  // sequence's row of the table holds (its key count is clamped to it).
   const int* block_table;
   long long block_table_stride;
   int page_size;
+  int kv_capacity;
 };
 
 // One box of `rows` rows from sequence position `seq` of (head, batch), all 64-column
@@ -605,6 +607,9 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER
       w.seq_q = args.cu_seqlens_q[w.batch + 1] - w.q_start;
       w.k_start = args.cu_seqlens_k[w.batch];
       w.seq_k = args.cu_seqlens_k[w.batch + 1] - w.k_start;
+      if (k_paged) {
+        w.seq_k = min(w.seq_k, args.kv_capacity); // never past its row of the table
+      }
     }
     // Causal (right = 0) or a window's right edge: the last key any row of this block
     // sees is (m0 + block_m - 1) + Sk - Sq + right; a window's left edge: the first is
