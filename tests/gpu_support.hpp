@@ -178,7 +178,8 @@ inline double relative_error(const HostTensor& out, const std::vector<double>& r
 // and position stride xls (elements; channel-last x: xcs = 1); inputs before t = 0 come
 // from `init` ([B, C, W-1]) or are zero. `final_states`, when given, receives the last
 // W-1 inputs of each row. `seq` ([B, L] sequence ids, when given): the input at s counts
-// for the output at t only when seq[b][s] == seq[b][t].
+// for the output at t only when seq[b][s] == seq[b][t], and the output is 0 where
+// seq[b][t] < 0 (padding).
 inline std::vector<double> causal_conv1d_reference(const HostTensor& x, const HostTensor& w,
                                                    const HostTensor* bias, int B, int C, int L,
                                                    int W, bool silu, long long xbs, long long xcs,
@@ -216,6 +217,9 @@ inline std::vector<double> causal_conv1d_reference(const HostTensor& x, const Ho
         }
         if (silu) {
           acc = acc / (1.0 + std::exp(-acc));
+        }
+        if (seq && (*seq)[size_t(b) * L + t] < 0) {
+          acc = 0.0;
         }
         out[(size_t(b) * C + c) * L + t] = acc;
       }

@@ -122,7 +122,8 @@ typedef struct autotune_causal_conv1d_args {
                                      channel-last x only, without states (as
                                      causal-conv1d): packed sequences, x at position s
                                      counts for out at t only when seq_idx[b, s] ==
-                                     seq_idx[b, t] */
+                                     seq_idx[b, t]; a negative id marks padding, whose
+                                     out is 0 (as causal-conv1d's) */
 } autotune_causal_conv1d_args;
 
 int autotune_causal_conv1d(autotune_runtime* rt, const autotune_causal_conv1d_args* args,

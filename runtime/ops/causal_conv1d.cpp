@@ -615,15 +615,17 @@ std::vector<TensorSpec> CausalConv1dOp::tensors(const Problem& problem) const {
   }
   if (d.seq_idx) {
     // int32 ids (TensorSpec::values), per row four packed sequences, one of them 1-2
-    // positions long (shorter than the filter), their boundaries moving with b.
+    // positions long (shorter than the filter), their boundaries moving with b; odd rows
+    // end in padding (id -1, whose outputs are 0) over their last eighth.
     TensorSpec seq{"seq_idx", DType::f32, size_t(d.B * d.L), false};
     seq.values.reserve(seq.elements);
     for (long long b = 0; b < d.B; ++b) {
       const long long p1 = std::min(d.L, d.L / 5 + b % 3 + 1);
       const long long p2 = std::min(d.L, p1 + 1 + b % 2);
       const long long p3 = std::max(p2, 3 * d.L / 4);
+      const long long pad = b % 2 == 1 ? std::max(p3, d.L - d.L / 8) : d.L;
       for (long long t2 = 0; t2 < d.L; ++t2) {
-        seq.values.push_back(t2 < p1 ? 0 : t2 < p2 ? 1 : t2 < p3 ? 2 : 3);
+        seq.values.push_back(t2 < p1 ? 0 : t2 < p2 ? 1 : t2 < p3 ? 2 : t2 < pad ? 3 : -1);
       }
     }
     t.push_back(std::move(seq));

@@ -27,6 +27,7 @@
 //   AT_SEQ_IDX   1: args.seq_idx holds packed sequences' ids; the input at s counts for
 //                the output at t only when seq_idx[b, s] == seq_idx[b, t] (each position's
 //                id is read once per thread, and the window keeps the ids of its inputs).
+//                A negative id marks padding: the output there is 0 (causal-conv1d's).
 //
 // vector_mode: 1 when x's and out's addresses and batch and length strides are
 // multiples of a vector (each position's channels then start aligned); a last vector
@@ -115,7 +116,11 @@ compute_steps(ChannelLastThread& s, const at_vec<x_t, k_vec> (&v)[N], x_t* out_p
 #endif
       }
       point[k_halo] = cur[j];
+#if AT_SEQ_IDX
+      o.elem[j] = at_from_float<x_t>(ids[i] < 0 ? 0.0f : conv_point(point, s.w[j], s.bias[j]));
+#else
       o.elem[j] = at_from_float<x_t>(conv_point(point, s.w[j], s.bias[j]));
+#endif
 #pragma unroll
       for (int h = 0; h + 1 < k_halo; ++h) {
         s.win[h][j] = s.win[h + 1][j];

@@ -2,7 +2,8 @@
 // stored (rounded) inputs, written as fp32. Deliberately simple: it shares no code
 // with kernel.cuh, so a bug there cannot hide in both. x and out share the strides
 // xbs, xcs, xls (batch, channel, position): channel-first or channel-last. seq (int32,
-// batch stride sbs) or null: x at s counts for the output at t only when seq[s] == seq[t].
+// batch stride sbs) or null: x at s counts for the output at t only when seq[s] == seq[t],
+// and the output at t is 0 where seq[t] < 0 (padding).
 #include "common/numeric.cuh"
 
 #define AT_DEFINE_CONV_REF(XT, WT, NAME)                                                           \
@@ -30,6 +31,9 @@
       }                                                                                            \
       if (silu) {                                                                                  \
         acc = acc / (1.0 + exp(-acc));                                                             \
+      }                                                                                            \
+      if (seq && seq[b * sbs + t] < 0) {                                                           \
+        acc = 0.0;                                                                                 \
       }                                                                                            \
       out[b * xbs + c * xcs + t * xls] = static_cast<float>(acc);                                  \
       if (final_out && t >= length - (width - 1)) {                                                \

@@ -140,6 +140,72 @@ def conv_key(c):
     return tuple(v for k, v in sorted(c.items()))
 
 
+# causal-conv1d: tests/test_causal_conv1d.py::test_causal_conv1d_varlen (packed sequences in
+# each row, seq_idx) and ::test_causal_conv1d_varlen_padding (rows ending in padding, seq_idx
+# -1, whose outputs must be 0); channel-last x, as the peer supports it.
+CONV_VARLEN_GRID = dict(
+    padding=[False, True], itype=[torch.float32, torch.float16, torch.bfloat16],
+    silu_activation=[False, True], has_bias=[False, True], width=[2, 3, 4],
+    seqlen=[8, 16, 32, 63, 64, 65, 127, 128, 129, 151, 256, 257, 372, 512, 784, 1024, 1134,
+            2048, 4096],
+    dim=[64, 4096 + 32])
+
+
+def conv_varlen_cases():
+    # The padding test's own seqlen list.
+    return [c for c in product(**CONV_VARLEN_GRID)
+            if not c["padding"] or c["seqlen"] in (128, 256, 512, 1024)]
+
+
+def conv_varlen_run(c):
+    itype, dim, seqlen, width = c["itype"], c["dim"], c["seqlen"], c["width"]
+    rtol, atol = conv_tolerance(itype)
+    torch.random.manual_seed(seqlen + dim + width)
+    batch = 3
+    # Per row: the peer's sub-sequence lengths (1-4 splits at random positions) over the
+    # whole row, or (padding) over a random true length in [seqlen / 2, seqlen], the rest -1.
+    true_lens = ([torch.randint(seqlen // 2, seqlen + 1, (1,)).item() for _ in range(batch)]
+                 if c["padding"] else [seqlen] * batch)
+    seqlens = []
+    for n in true_lens:
+        nsplits = torch.randint(1, 4 if c["padding"] else 5, (1,)).item()
+        eos = torch.randperm(n - 1)[:nsplits].sort().values
+        seqlens.append(torch.diff(torch.cat([torch.tensor([-1]), eos,
+                                             torch.tensor([n - 1])])).tolist())
+    x = torch.randn(batch, seqlen, 4096 + dim + 64, device=DEV,
+                    dtype=itype)[:, :, 4096:4096 + dim].transpose(1, 2)
+    weight = torch.randn(dim, width, device=DEV, dtype=torch.float32)
+    bias = torch.randn(dim, device=DEV, dtype=torch.float32) if c["has_bias"] else None
+    rows, next_id = [], 0
+    for b, sl in enumerate(seqlens):
+        ids = []
+        for s in sl:
+            ids.append(torch.full((s,), next_id if c["padding"] else len(ids), dtype=torch.int32,
+                                  device=DEV))
+            next_id += 1
+        ids.append(torch.full((seqlen - true_lens[b],), -1, dtype=torch.int32, device=DEV))
+        rows.append(torch.cat(ids))
+    seq_idx = torch.stack(rows)
+    activation = "silu" if c["silu_activation"] else None
+    out = autotune.causal_conv1d_fn(x, weight, bias, seq_idx=seq_idx, activation=activation)
+    out_ref = torch.zeros_like(x)
+    for b in range(batch):
+        parts = [conv_ref(x_s, weight, bias, activation=activation)[0]
+                 for x_s in torch.split(x[[b], :, :true_lens[b]], seqlens[b], dim=2)]
+        out_ref[b, :, :true_lens[b]] = torch.cat(parts, dim=2)[0]
+    if not torch.allclose(out, out_ref, rtol=rtol, atol=atol):
+        return False, f"output max diff {(out.float() - out_ref.float()).abs().max().item():.3g}"
+    if c["padding"] and bool((out[:, :, min(true_lens):] * (seq_idx[:, None, min(true_lens):] < 0)
+                              ).abs().max() != 0):
+        return False, "padding positions (seq_idx -1) are not 0"
+    return True, ""
+
+
+def conv_varlen_key(c):
+    return (str(c["itype"]), c["silu_activation"], c["has_bias"], c["width"], c["dim"],
+            c["seqlen"])
+
+
 # =====================================================================================
 # causal-conv1d: tests/test_causal_conv1d.py::test_causal_conv1d_update,
 # ::test_causal_conv1d_update_with_batch_gather, ::test_causal_conv1d_update_with_padding
@@ -1093,6 +1159,15 @@ GRIDS = {
         "the peer's lists (channel-first x with states skipped, as the peer skips them), "
         "tolerances and fp32 weights; x is a channel slice of a wider tensor (channel-first) "
         "or a transposed view (channel-last, read in place); reference in float32."),
+    "causal_conv1d_varlen": (
+        "causal_conv1d", "causal-conv1d tests/test_causal_conv1d.py::test_causal_conv1d_varlen, "
+        "_varlen_padding",
+        conv_varlen_cases, lambda c: None, conv_varlen_key, conv_varlen_run, 0.04,
+        "autotune.causal_conv1d_fn with seq_idx on the peer's two packed-sequence tests "
+        "(batch 3, channel-last x sliced from a wider tensor, 1-4 sequences a row; padding: "
+        "rows of a random true length in [seqlen / 2, seqlen], the rest seq_idx -1); pass: "
+        "the peer's tolerances against a float32 reference per sequence, and padding "
+        "positions exactly 0."),
     "causal_conv1d_update": (
         "causal_conv1d", "causal-conv1d tests/test_causal_conv1d.py::test_causal_conv1d_update, "
         "_with_batch_gather, _with_padding",
