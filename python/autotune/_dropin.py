@@ -70,8 +70,9 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None,
     weight: (dim, width), width 2..4, fp32/fp16/bf16 (x's dtype or another one).
     bias: (dim,), weight's dtype.
     seq_idx: (batch, seqlen) torch.int32 ids of packed sequences (x at s counts for the
-        output at t only when their ids are equal), with channel-last x and without
-        states, as causal-conv1d accepts it; copied when its last dimension is strided.
+        output at t only when their ids are equal; a negative id marks padding, whose
+        output is 0), with channel-last x and without states, as causal-conv1d accepts
+        it; copied when its last dimension is strided.
     initial_states: (batch, dim, width - 1), x's dtype, any layout (copied when not
         contiguous); unlike causal-conv1d, channel-first x may have them too.
     return_final_states: also return the last width - 1 inputs, (batch, dim, width - 1),
