@@ -32,7 +32,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AutotuneError", "LibraryNotFoundError", "POLICIES", "Runtime", "causal_conv1d_fn",
-    "causal_conv1d_update",
+    "causal_conv1d_update", "causal_conv1d_varlen_states",
     "find_library", "flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func",
     "flash_attn_varlen_func", "flash_attn_varlen_kvpacked_func",
     "flash_attn_varlen_qkvpacked_func", "flash_attn_with_kvcache",
@@ -50,7 +50,8 @@ except ImportError as _error:  # the torch-free parts stay usable
 torch_available = _torch is not None
 
 if torch_available:
-    from ._dropin import (causal_conv1d_fn, causal_conv1d_update, flash_attn_func,
+    from ._dropin import (causal_conv1d_fn, causal_conv1d_update, causal_conv1d_varlen_states,
+                          flash_attn_func,
                           flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
                           flash_attn_varlen_func, flash_attn_varlen_kvpacked_func,
                           flash_attn_varlen_qkvpacked_func, flash_attn_with_kvcache,
@@ -66,6 +67,7 @@ else:
 
     causal_conv1d_fn = _needs_torch("causal_conv1d_fn")
     causal_conv1d_update = _needs_torch("causal_conv1d_update")
+    causal_conv1d_varlen_states = _needs_torch("causal_conv1d_varlen_states")
     selective_scan_fn = _needs_torch("selective_scan_fn")
     mamba_inner_fn = _needs_torch("mamba_inner_fn")
     selective_state_update = _needs_torch("selective_state_update")

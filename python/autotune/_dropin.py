@@ -125,6 +125,42 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None,
     return out, final
 
 
+def causal_conv1d_varlen_states(x, cu_seqlens, state_len):
+    """causal-conv1d's causal_conv1d_varlen_states: the conv states of packed sequences.
+
+    x: (total_tokens, dim), the sequences one after another; cu_seqlens: (batch + 1,)
+    integer tensor on x's device, their cumulative lengths (from 0, not decreasing, at
+    most total_tokens: read on the GPU, not checked); state_len: int >= 0. Returns states
+    (batch, dim, state_len) in x's dtype with dim contiguous (the layout
+    causal_conv1d_update takes): sequence b's last state_len tokens, left zero-filled where
+    it is shorter. Pure data movement, done by one batched torch gather (no kernel of the
+    library, no host synchronisation)."""
+    name = "causal_conv1d_varlen_states"
+    if not isinstance(x, _Tensor) or x.dim() != 2:
+        raise ValueError(f"autotune.{name}: x must be a (total_tokens, dim) tensor, not "
+                         f"{_describe(x)}")
+    if (not isinstance(cu_seqlens, _Tensor) or cu_seqlens.dim() != 1
+            or cu_seqlens.shape[0] < 1 or cu_seqlens.dtype.is_floating_point
+            or cu_seqlens.dtype.is_complex or cu_seqlens.dtype == torch.bool):
+        raise TypeError(f"autotune.{name}: cu_seqlens must be a (batch + 1,) integer tensor, "
+                        f"not {_describe(cu_seqlens)}")
+    if cu_seqlens.device != x.device:
+        raise ValueError(f"autotune.{name}: cu_seqlens is on {cu_seqlens.device}, x on "
+                         f"{x.device}; both must be on one device")
+    if isinstance(state_len, bool) or not isinstance(state_len, int) or state_len < 0:
+        raise ValueError(f"autotune.{name}: state_len must be an int >= 0, not {state_len!r}")
+    total, dim = x.shape
+    batch = cu_seqlens.shape[0] - 1
+    if total == 0 or state_len == 0 or batch == 0:
+        return x.new_zeros((batch, state_len, dim)).transpose(1, 2)
+    cu = cu_seqlens.to(torch.long)
+    # Row (b, i) reads token ends[b] - state_len + i where that lies in sequence b.
+    pos = cu[1:, None] - state_len + torch.arange(state_len, device=x.device)
+    keep = (pos >= cu[:-1, None]) & (pos >= 0) & (pos < total)
+    rows = x.index_select(0, pos.clamp(0, total - 1).flatten()).view(batch, state_len, dim)
+    return torch.where(keep[:, :, None], rows, rows.new_zeros(())).transpose(1, 2)
+
+
 def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cache_seqlens=None,
                          conv_state_indices=None):
     """causal-conv1d's causal_conv1d_update: a decoding step (or a few tokens) of the conv

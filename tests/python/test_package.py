@@ -408,6 +408,7 @@ class TestShimAndEntryPoints(unittest.TestCase):
             self.skipTest("torch imports here")
         self.assertFalse(autotune.torch_available)
         for name in ("flash_attn_func", "causal_conv1d_fn", "causal_conv1d_update",
+                     "causal_conv1d_varlen_states",
                      "selective_scan_fn", "selective_state_update",
                      "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func",
                      "flash_attn_varlen_func", "flash_attn_varlen_qkvpacked_func",
@@ -426,6 +427,8 @@ class TestShimAndEntryPoints(unittest.TestCase):
                                 "activation=None",
             "causal_conv1d_update": "x, conv_state, weight, bias=None, activation=None, "
                                     "cache_seqlens=None, conv_state_indices=None",
+            # causal-conv1d causal_conv1d/causal_conv1d_varlen.py
+            "causal_conv1d_varlen_states": "x, cu_seqlens, state_len",
             # mamba-ssm mamba_ssm/ops/selective_scan_interface.py (cu_seqlens: newer ones)
             "selective_scan_fn": "u, delta, A, B, C, D=None, z=None, delta_bias=None, "
                                  "delta_softplus=False, return_last_state=False, cu_seqlens=None",
@@ -900,6 +903,43 @@ class TestTorchRegistration(unittest.TestCase):
             with self.subTest(message=message):
                 with self.assertRaisesRegex(error, message):
                     autotune.mamba_inner_fn(*call_args, **kwargs)
+
+    def test_causal_conv1d_varlen_states_is_the_peers_reference(self):
+        """causal-conv1d's test_causal_conv1d_get_states and its reference (a loop per
+        sequence), on CPU tensors: the function is torch operations only."""
+        if torch is None:
+            self.skipTest("needs torch")
+
+        def ref(x, cu, state_len):
+            states = torch.zeros(cu.shape[0] - 1, state_len, x.shape[1],
+                                 dtype=x.dtype).transpose(1, 2)
+            for i in range(cu.shape[0] - 1):
+                end = int(cu[i + 1])
+                start = max(int(cu[i]), end - state_len)
+                if end > start:
+                    states[i, :, -(end - start):] = x[start:end].T
+            return states
+
+        torch.manual_seed(0)
+        fn = autotune.causal_conv1d_varlen_states
+        for dim, dtype, state_len in ((2048, torch.float32, 20), (2064, torch.bfloat16, 20),
+                                      (64, torch.float16, 3), (8, torch.float32, 40)):
+            lengths = torch.randint(0, 32, (100,))  # empty sequences included
+            x = torch.randn(int(lengths.sum()), dim).to(dtype)
+            cu = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)]).to(torch.int32)
+            with self.subTest(dim=dim, dtype=dtype, state_len=state_len):
+                out = fn(x, cu, state_len)
+                self.assertTrue(torch.equal(out, ref(x, cu, state_len)))
+                self.assertEqual(tuple(out.shape), (100, dim, state_len))
+                self.assertEqual(out.stride(1), 1)  # dim contiguous, as the peer's
+        x = torch.randn(10, 4)
+        with self.assertRaisesRegex(ValueError, r"x must be a \(total_tokens, dim\)"):
+            fn(x[None], torch.tensor([0, 10]), 3)
+        with self.assertRaisesRegex(TypeError, "cu_seqlens must be a"):
+            fn(x, torch.tensor([0.0, 10.0]), 3)
+        with self.assertRaisesRegex(ValueError, "state_len must be an int >= 0"):
+            fn(x, torch.tensor([0, 10]), -1)
+        self.assertEqual(tuple(fn(x, torch.tensor([0, 4, 10]), 0).shape), (2, 4, 0))
 
     def test_varlen_block_table_is_checked_before_anything_runs(self):
         q = torch.zeros(10, 4, 64, dtype=torch.bfloat16)
