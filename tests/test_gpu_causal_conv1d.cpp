@@ -16,8 +16,11 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <dlfcn.h>
 #include <filesystem>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 using namespace autotune;
 using namespace autotune::test;
@@ -382,18 +385,102 @@ TEST_CASE("the runtime's default variant handles strided inputs") {
   }
 }
 
-TEST_CASE("memory freed and re-allocated smaller at its address: views past the new allocation "
-          "are refused") {
-  // The runtime remembers each allocation it checked a tensor against; a view reaching
-  // further than the views checked before asks the driver again, and
-  // forget_device_memory() drops what was remembered.
+namespace {
+
+// The driver's virtual memory management calls (libcuda is loaded by then), for memory
+// mapped as PyTorch's expandable segments map it.
+struct Vmm {
+  decltype(&::cuMemAddressReserve) reserve = nullptr;
+  decltype(&::cuMemAddressFree) free_range = nullptr;
+  decltype(&::cuMemCreate) create = nullptr;
+  decltype(&::cuMemRelease) release = nullptr;
+  decltype(&::cuMemMap) map = nullptr;
+  decltype(&::cuMemUnmap) unmap = nullptr;
+  decltype(&::cuMemSetAccess) set_access = nullptr;
+  decltype(&::cuMemGetAllocationGranularity) granularity = nullptr;
+  CUmemAllocationProp prop{};
+  Vmm() {
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    REQUIRE(lib != nullptr);
+    auto get = [&](auto& fn, const char* symbol) {
+      void* found = dlsym(lib, symbol);
+      REQUIRE_MESSAGE(found != nullptr, symbol);
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(found);
+    };
+    get(reserve, "cuMemAddressReserve");
+    get(free_range, "cuMemAddressFree");
+    get(create, "cuMemCreate");
+    get(release, "cuMemRelease");
+    get(map, "cuMemMap");
+    get(unmap, "cuMemUnmap");
+    get(set_access, "cuMemSetAccess");
+    get(granularity, "cuMemGetAllocationGranularity");
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+  }
+};
+
+// A reserved address range with chunks of physical memory mapped one after another
+// from its start, each its own allocation.
+struct MappedRange {
+  const Vmm& vmm;
+  size_t reserved;
+  CUdeviceptr va = 0;
+  std::vector<std::pair<CUmemGenericAllocationHandle, size_t>> chunks;
+  size_t mapped = 0;
+  MappedRange(const Vmm& v, size_t bytes) : vmm(v), reserved(bytes) {
+    AUTOTUNE_CU(vmm.reserve(&va, reserved, 0, 0, 0));
+  }
+  void map_chunk(size_t bytes) {
+    CUmemGenericAllocationHandle h;
+    AUTOTUNE_CU(vmm.create(&h, bytes, &vmm.prop, 0));
+    AUTOTUNE_CU(vmm.map(va + mapped, bytes, 0, h, 0));
+    CUmemAccessDesc access{};
+    access.location = vmm.prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    AUTOTUNE_CU(vmm.set_access(va + mapped, bytes, &access, 1));
+    chunks.emplace_back(h, bytes);
+    mapped += bytes;
+  }
+  void unmap_all() {
+    size_t at = 0;
+    for (const auto& [h, bytes] : chunks) {
+      vmm.unmap(va + at, bytes);
+      vmm.release(h);
+      at += bytes;
+    }
+    chunks.clear();
+    mapped = 0;
+  }
+  ~MappedRange() {
+    unmap_all();
+    vmm.free_range(va, reserved);
+  }
+};
+
+} // namespace
+
+TEST_CASE("allocation checks on memory mapped by cuMemMap: a tensor spanning chunks runs, "
+          "views past the mapping or past memory re-mapped smaller are refused") {
+  // PyTorch's expandable segments map 2 or 20 MB chunks one after another; the driver
+  // reports the chunk holding an address as its allocation. The runtime follows the
+  // chunks mapped right after it, remembers how far views of a range were checked, and
+  // asks the driver again past that (forget_device_memory() drops what it remembers).
   context();
+  Vmm vmm;
+  size_t granularity = 0;
+  AUTOTUNE_CU(vmm.granularity(&granularity, &vmm.prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
   std::mt19937_64 rng(std::random_device{}());
   const int B = 2, C = 256, L = 4096, W = 4;
+  const size_t out_bytes = size_t(B) * C * L * 2; // 4 MiB
+  REQUIRE_MESSAGE(out_bytes % (2 * granularity) == 0, "granularity " << granularity);
   HostTensor xs(DType::bf16, size_t(B) * C * L);
   xs.randomize(rng, -1, 1);
   HostTensor w(DType::f32, size_t(C) * W);
   w.randomize(rng, -0.5, 0.5);
+  const std::vector<double> ref =
+      causal_conv1d_reference(xs, w, nullptr, B, C, L, W, true, (long long)C * L, L);
   RuntimeOptions ro;
   ro.database = (fs::temp_directory_path() / "autotune-does-not-exist.db").string();
   ro.policy = Policy::default_variant;
@@ -403,38 +490,43 @@ TEST_CASE("memory freed and re-allocated smaller at its address: views past the 
   a.x = tensor(reinterpret_cast<const void*>(x.get()), ElementType::bf16, {B, C, L});
   a.weight = tensor(reinterpret_cast<const void*>(wd.get()), ElementType::fp32, {C, W});
   a.silu = 1;
-  const size_t out_bytes = size_t(B) * C * L * 2;
   // Batch 1 of the output `spread` batches' worth of elements after batch 0.
   auto out_view = [&](CUdeviceptr p, long long spread) {
     return tensor(reinterpret_cast<const void*>(p), ElementType::bf16, {B, C, L},
                   {spread * C * L, L, 1});
   };
-  CUdeviceptr old_address = 0;
-  {
-    cuda::DeviceBuffer big(out_bytes * 8); // holds views of spread 4 and 8
-    a.out = out_view(big.get(), 4);
+  auto run_and_check = [&](CUdeviceptr p) {
+    a.out = out_view(p, 1);
     rt.causal_conv1d(a);
     AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
-    old_address = big.get();
-  }
-  cuda::DeviceBuffer small(out_bytes);
-  if (small.get() != old_address) {
-    MESSAGE("skipped: the driver placed the new allocation elsewhere");
-    return;
-  }
-  a.out = out_view(small.get(), 8); // further than the view checked in `big` reached
+    HostTensor out(DType::bf16, size_t(B) * C * L);
+    AUTOTUNE_CU(cuda::driver().cuMemcpyDtoH(out.bytes.data(), p, out_bytes));
+    CHECK(relative_error(out, ref) <= 1e-2);
+  };
+  MappedRange range(vmm, 8 * out_bytes);
+  // The output in two chunks (each its own allocation to the driver): runs, and right.
+  range.map_chunk(out_bytes / 2);
+  range.map_chunk(out_bytes / 2);
+  run_and_check(range.va);
+  // A view past the mapped chunks is refused.
+  a.out = out_view(range.va, 2);
   CHECK_THROWS_WITH_AS(rt.causal_conv1d(a), doctest::Contains("into its allocation"), Error);
-  forget_device_memory();
-  a.out = out_view(small.get(), 4); // as far as the view checked in `big`
-  CHECK_THROWS_WITH_AS(rt.causal_conv1d(a), doctest::Contains("into its allocation"), Error);
-  // The allocation's own view runs, and right.
-  a.out = out_view(small.get(), 1);
+  // Re-mapped larger: a view of 2.5 outputs runs; re-mapped smaller at the same address,
+  // a view reaching further than any checked before is refused, and after
+  // forget_device_memory() one as far as before is too.
+  range.unmap_all();
+  range.map_chunk(4 * out_bytes);
+  a.out = out_view(range.va, 4);
   rt.causal_conv1d(a);
   AUTOTUNE_CU(cuda::driver().cuCtxSynchronize());
-  HostTensor out(DType::bf16, size_t(B) * C * L);
-  small.download(out.bytes.data(), out_bytes);
-  CHECK(relative_error(out, causal_conv1d_reference(xs, w, nullptr, B, C, L, W, true,
-                                                    (long long)C * L, L)) <= 1e-2);
+  range.unmap_all();
+  range.map_chunk(out_bytes);
+  a.out = out_view(range.va, 8);
+  CHECK_THROWS_WITH_AS(rt.causal_conv1d(a), doctest::Contains("into its allocation"), Error);
+  forget_device_memory();
+  a.out = out_view(range.va, 4);
+  CHECK_THROWS_WITH_AS(rt.causal_conv1d(a), doctest::Contains("into its allocation"), Error);
+  run_and_check(range.va);
 }
 
 TEST_CASE("causal_conv1d reads x as mamba-ssm's mixer passes it: a view of the in_proj output") {

@@ -49,6 +49,11 @@ Loaded load() {
   out.api.cuEventElapsedTime = reinterpret_cast<decltype(out.api.cuEventElapsedTime)>(elapsed);
   out.api.cuTensorMapEncodeTiled = reinterpret_cast<decltype(out.api.cuTensorMapEncodeTiled)>(
       dlsym(lib, "cuTensorMapEncodeTiled"));
+  out.api.cuMemRetainAllocationHandle =
+      reinterpret_cast<decltype(out.api.cuMemRetainAllocationHandle)>(
+          dlsym(lib, "cuMemRetainAllocationHandle"));
+  out.api.cuMemRelease =
+      reinterpret_cast<decltype(out.api.cuMemRelease)>(dlsym(lib, "cuMemRelease"));
   if (!out.error.empty()) {
     return out;
   }

@@ -63,6 +63,11 @@ struct DriverApi {
   // Tensor maps for the tensor-memory accelerator (CUDA 12.0+ drivers); null on older
   // drivers, where encode_tensor_map() refuses with the reason (nothing else needs it).
   decltype(&::cuTensorMapEncodeTiled) cuTensorMapEncodeTiled = nullptr;
+  // Virtual memory management (CUDA 10.2+): whether memory was mapped by cuMemMap (the
+  // allocation checks follow such mappings, PyTorch's expandable segments); null where
+  // missing, and such memory is then checked as one range.
+  decltype(&::cuMemRetainAllocationHandle) cuMemRetainAllocationHandle = nullptr;
+  decltype(&::cuMemRelease) cuMemRelease = nullptr;
   int version = 0; // cuDriverGetVersion, e.g. 13000
 };
 

@@ -406,6 +406,47 @@ thread_local size_t t_known_next = 0;
 thread_local uint64_t t_known_epoch = 0;
 std::atomic<uint64_t> g_memory_epoch{0};
 
+// Whether p lies in memory mapped by cuMemMap (virtual memory management) rather than
+// allocated by cuMemAlloc.
+bool mapped_by_vmm(const cuda::DriverApi& api, uintptr_t p) {
+  if (!api.cuMemRetainAllocationHandle || !api.cuMemRelease) {
+    return false;
+  }
+  CUmemGenericAllocationHandle handle;
+  if (api.cuMemRetainAllocationHandle(&handle, reinterpret_cast<void*>(p)) != CUDA_SUCCESS) {
+    return false;
+  }
+  api.cuMemRelease(handle);
+  return true;
+}
+
+// PyTorch's expandable segments (and other users of virtual memory management) map
+// physical chunks one after another into one reserved range, and the driver reports the
+// chunk that holds an address as its allocation. From `end`, the end of such a chunk,
+// the end of the chunks mapped right after it (each cuMemMap'd memory of GPU `ordinal`,
+// starting where the last one ended), as far as `last` needs: a tensor may span them.
+// Never steps into cuMemAlloc memory that happens to follow.
+uintptr_t mapped_through(uintptr_t end, uintptr_t last, int ordinal) {
+  const cuda::DriverApi& api = cuda::driver();
+  while (end < last) {
+    CUpointer_attribute attributes[] = {
+        CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+    unsigned int memory_type = 0;
+    int next_ordinal = -1;
+    CUdeviceptr start = 0;
+    size_t size = 0;
+    void* values[] = {&memory_type, &next_ordinal, &start, &size};
+    if (api.cuPointerGetAttributes(4, attributes, values, CUdeviceptr(end)) != CUDA_SUCCESS ||
+        memory_type != CU_MEMORYTYPE_DEVICE || next_ordinal != ordinal || uintptr_t(start) != end ||
+        size == 0 || !mapped_by_vmm(api, end)) {
+      break;
+    }
+    end += size;
+  }
+  return end;
+}
+
 } // namespace
 
 void forget_device_memory() {
@@ -462,15 +503,19 @@ void Runtime::Impl::check_memory(const ArgsDesc& desc, const BoundCall& bound) c
                   std::string(desc.op) + ": " + name + " is on GPU " + std::to_string(ordinal) +
                       ", but this runtime runs on GPU " + std::to_string(device.ordinal));
     }
-    if (size > 0 && last > uintptr_t(start) + size) {
+    uintptr_t end = uintptr_t(start) + size;
+    if (size > 0 && last > end && mapped_by_vmm(cuda::driver(), first)) {
+      end = mapped_through(end, last, ordinal);
+    }
+    if (size > 0 && last > end) {
       throw Error(ErrorKind::usage, std::string(desc.op) + ": " + name + " reaches " +
                                         std::to_string(last - uintptr_t(start)) +
                                         " bytes into its allocation, which holds " +
-                                        std::to_string(size) +
+                                        std::to_string(end - uintptr_t(start)) +
                                         " (is the tensor smaller than its shape and strides say?)");
     }
     if (size > 0) {
-      const uintptr_t begin = uintptr_t(start), end = begin + size;
+      const uintptr_t begin = uintptr_t(start);
       KnownRange* slot = nullptr;
       for (KnownRange& k : known_ranges) {
         if (k.device == device.ordinal && k.start == begin) {
