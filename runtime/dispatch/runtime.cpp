@@ -406,6 +406,26 @@ thread_local size_t t_known_next = 0;
 thread_local uint64_t t_known_epoch = 0;
 std::atomic<uint64_t> g_memory_epoch{0};
 
+// What the driver knows of an address: its memory type (0 for memory it does not know,
+// plain host memory: cuPointerGetAttributes, unlike cuPointerGetAttribute, succeeds then),
+// GPU, and the allocation holding it.
+struct PointerInfo {
+  CUresult result = CUDA_SUCCESS;
+  unsigned int memory_type = 0;
+  int ordinal = -1;
+  CUdeviceptr start = 0;
+  size_t size = 0;
+};
+PointerInfo pointer_info(const cuda::DriverApi& api, uintptr_t p) {
+  PointerInfo info;
+  CUpointer_attribute attributes[] = {
+      CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+      CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+  void* values[] = {&info.memory_type, &info.ordinal, &info.start, &info.size};
+  info.result = api.cuPointerGetAttributes(4, attributes, values, CUdeviceptr(p));
+  return info;
+}
+
 // Whether p lies in memory mapped by cuMemMap (virtual memory management) rather than
 // allocated by cuMemAlloc.
 bool mapped_by_vmm(const cuda::DriverApi& api, uintptr_t p) {
@@ -429,20 +449,13 @@ bool mapped_by_vmm(const cuda::DriverApi& api, uintptr_t p) {
 uintptr_t mapped_through(uintptr_t end, uintptr_t last, int ordinal) {
   const cuda::DriverApi& api = cuda::driver();
   while (end < last) {
-    CUpointer_attribute attributes[] = {
-        CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-        CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
-    unsigned int memory_type = 0;
-    int next_ordinal = -1;
-    CUdeviceptr start = 0;
-    size_t size = 0;
-    void* values[] = {&memory_type, &next_ordinal, &start, &size};
-    if (api.cuPointerGetAttributes(4, attributes, values, CUdeviceptr(end)) != CUDA_SUCCESS ||
-        memory_type != CU_MEMORYTYPE_DEVICE || next_ordinal != ordinal || uintptr_t(start) != end ||
-        size == 0 || !mapped_by_vmm(api, end)) {
+    const PointerInfo next = pointer_info(api, end);
+    if (next.result != CUDA_SUCCESS || next.memory_type != CU_MEMORYTYPE_DEVICE ||
+        next.ordinal != ordinal || uintptr_t(next.start) != end || next.size == 0 ||
+        !mapped_by_vmm(api, end)) {
       break;
     }
-    end += size;
+    end += next.size;
   }
   return end;
 }
@@ -478,17 +491,12 @@ void Runtime::Impl::check_memory(const ArgsDesc& desc, const BoundCall& bound) c
       continue;
     }
     const char* name = bound.rules[size_t(s)]->name;
-    CUpointer_attribute attributes[] = {
-        CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-        CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
-    unsigned int memory_type = 0;
-    int ordinal = -1;
-    CUdeviceptr start = 0;
-    size_t size = 0;
-    void* values[] = {&memory_type, &ordinal, &start, &size};
-    // Unlike cuPointerGetAttribute, this returns success with null values for memory
-    // the driver does not know (plain host memory).
-    CUresult r = cuda::driver().cuPointerGetAttributes(4, attributes, values, CUdeviceptr(first));
+    const PointerInfo info = pointer_info(cuda::driver(), first);
+    const CUresult r = info.result;
+    const unsigned int memory_type = info.memory_type;
+    const int ordinal = info.ordinal;
+    const CUdeviceptr start = info.start;
+    const size_t size = info.size;
     if (r != CUDA_SUCCESS ||
         (memory_type != CU_MEMORYTYPE_DEVICE && memory_type != CU_MEMORYTYPE_UNIFIED)) {
       throw Error(ErrorKind::usage,
