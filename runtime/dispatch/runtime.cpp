@@ -440,6 +440,15 @@ bool mapped_by_vmm(const cuda::DriverApi& api, uintptr_t p) {
   return true;
 }
 
+// Whether address p (in memory of virtual memory management) is mapped: a reserved range
+// may be mapped only in part, and some drivers report the reservation as the allocation.
+bool mapped_at(const cuda::DriverApi& api, uintptr_t p) {
+  int mapped = 0;
+  return api.cuPointerGetAttribute(&mapped, CU_POINTER_ATTRIBUTE_MAPPED, CUdeviceptr(p)) ==
+             CUDA_SUCCESS &&
+         mapped != 0;
+}
+
 // PyTorch's expandable segments (and other users of virtual memory management) map
 // physical chunks one after another into one reserved range, and the driver reports the
 // chunk that holds an address as its allocation. From `end`, the end of such a chunk,
@@ -512,8 +521,16 @@ void Runtime::Impl::check_memory(const ArgsDesc& desc, const BoundCall& bound) c
                       ", but this runtime runs on GPU " + std::to_string(device.ordinal));
     }
     uintptr_t end = uintptr_t(start) + size;
-    if (size > 0 && last > end && mapped_by_vmm(cuda::driver(), first)) {
+    const bool vmm = size > 0 && last > first && mapped_by_vmm(cuda::driver(), first);
+    if (vmm && last > end) {
       end = mapped_through(end, last, ordinal);
+    }
+    if (vmm && last <= end && !mapped_at(cuda::driver(), last - 1)) {
+      throw Error(ErrorKind::usage,
+                  std::string(desc.op) + ": " + name + " reaches " +
+                      std::to_string(last - uintptr_t(start)) +
+                      " bytes into its allocation, past the memory mapped there (is the tensor "
+                      "smaller than its shape and strides say?)");
     }
     if (size > 0 && last > end) {
       throw Error(ErrorKind::usage, std::string(desc.op) + ": " + name + " reaches " +
