@@ -442,10 +442,12 @@ bool mapped_by_vmm(const cuda::DriverApi& api, uintptr_t p) {
 
 // Whether address p (in memory of virtual memory management) is mapped: a reserved range
 // may be mapped only in part, and some drivers report the reservation as the allocation.
+// Only the driver's answer "not mapped" counts: where it cannot say (an error), the range
+// check stands alone.
 bool mapped_at(const cuda::DriverApi& api, uintptr_t p) {
-  int mapped = 0;
-  return api.cuPointerGetAttribute(&mapped, CU_POINTER_ATTRIBUTE_MAPPED, CUdeviceptr(p)) ==
-             CUDA_SUCCESS &&
+  int mapped = 1;
+  return api.cuPointerGetAttribute(&mapped, CU_POINTER_ATTRIBUTE_MAPPED, CUdeviceptr(p)) !=
+             CUDA_SUCCESS ||
          mapped != 0;
 }
 
