@@ -11,6 +11,7 @@ def rng(t):
     start = ctypes.c_uint64(); size = ctypes.c_size_t()
     r = cuda.cuMemGetAddressRange_v2(ctypes.byref(start), ctypes.byref(size), ctypes.c_uint64(t.data_ptr()))
     return r, t.data_ptr() - start.value, size.value, t.numel() * t.element_size()
+y = None
 for n in (8, 64, 600):
     x = torch.randn(2, 4096, n * 1024, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(4096, 4, device="cuda")

@@ -463,8 +463,9 @@ struct MappedRange {
 
 TEST_CASE("allocation checks on memory mapped by cuMemMap: a tensor spanning chunks runs, "
           "views past the mapping or past memory re-mapped smaller are refused") {
-  // PyTorch's expandable segments map 2 or 20 MB chunks one after another; the driver
-  // reports the chunk holding an address as its allocation. The runtime follows the
+  // PyTorch's expandable segments map 2 or 20 MB chunks one after another into a range
+  // reserved up front; the driver reports the whole reservation as the allocation of any
+  // address in it. The runtime checks the mapped chunk holding a view, follows the
   // chunks mapped right after it, remembers how far views of a range were checked, and
   // asks the driver again past that (forget_device_memory() drops what it remembers).
   context();
@@ -526,6 +527,9 @@ TEST_CASE("allocation checks on memory mapped by cuMemMap: a tensor spanning chu
   forget_device_memory();
   a.out = out_view(range.va, 4);
   CHECK_THROWS_WITH_AS(rt.causal_conv1d(a), doctest::Contains("into its allocation"), Error);
+  // A view starting in the reserved but unmapped part of the range is not memory at all.
+  a.out = out_view(range.va + 6 * out_bytes, 1);
+  CHECK_THROWS_WITH_AS(rt.causal_conv1d(a), doctest::Contains("is not GPU memory"), Error);
   run_and_check(range.va);
 }
 

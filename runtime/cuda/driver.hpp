@@ -31,6 +31,7 @@ namespace autotune::cuda {
   X(cuMemAlloc, "cuMemAlloc_v2")                                                                   \
   X(cuMemFree, "cuMemFree_v2")                                                                     \
   X(cuMemGetInfo, "cuMemGetInfo_v2")                                                               \
+  X(cuMemGetAddressRange, "cuMemGetAddressRange_v2")                                               \
   X(cuMemcpyHtoD, "cuMemcpyHtoD_v2")                                                               \
   X(cuMemcpyDtoH, "cuMemcpyDtoH_v2")                                                               \
   X(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2")                                                     \
@@ -65,7 +66,7 @@ struct DriverApi {
   decltype(&::cuTensorMapEncodeTiled) cuTensorMapEncodeTiled = nullptr;
   // Virtual memory management (CUDA 10.2+): whether memory was mapped by cuMemMap (the
   // allocation checks follow such mappings, PyTorch's expandable segments); null where
-  // missing, and such memory is then checked as one range.
+  // missing, and such memory is then checked as the mapped chunk holding the pointer.
   decltype(&::cuMemRetainAllocationHandle) cuMemRetainAllocationHandle = nullptr;
   decltype(&::cuMemRelease) cuMemRelease = nullptr;
   int version = 0; // cuDriverGetVersion, e.g. 13000

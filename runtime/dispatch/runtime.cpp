@@ -440,33 +440,44 @@ bool mapped_by_vmm(const cuda::DriverApi& api, uintptr_t p) {
   return true;
 }
 
-// Whether address p (in memory of virtual memory management) is mapped: a reserved range
-// may be mapped only in part, and some drivers report the reservation as the allocation.
-// Only the driver's answer "not mapped" counts: where it cannot say (an error), the range
-// check stands alone.
-bool mapped_at(const cuda::DriverApi& api, uintptr_t p) {
-  int mapped = 1;
-  return api.cuPointerGetAttribute(&mapped, CU_POINTER_ATTRIBUTE_MAPPED, CUdeviceptr(p)) !=
-             CUDA_SUCCESS ||
-         mapped != 0;
+// In memory of virtual memory management the driver answers two questions differently:
+// the pointer attributes' range is the whole reserved address range, mapped or not
+// (PyTorch reserves the size of the GPU), while cuMemGetAddressRange gives the mapped
+// chunk holding the address, and every query about an unmapped address fails (seen on
+// driver 580; bench/vmm_probe.py shows it). The chunk of p, or an empty span where p is
+// not mapped.
+struct Span {
+  uintptr_t base = 0;
+  size_t size = 0;
+};
+Span mapped_chunk(const cuda::DriverApi& api, uintptr_t p) {
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  if (api.cuMemGetAddressRange(&base, &size, CUdeviceptr(p)) != CUDA_SUCCESS) {
+    return {};
+  }
+  return {uintptr_t(base), size};
 }
 
 // PyTorch's expandable segments (and other users of virtual memory management) map
-// physical chunks one after another into one reserved range, and the driver reports the
-// chunk that holds an address as its allocation. From `end`, the end of such a chunk,
-// the end of the chunks mapped right after it (each cuMemMap'd memory of GPU `ordinal`,
-// starting where the last one ended), as far as `last` needs: a tensor may span them.
-// Never steps into cuMemAlloc memory that happens to follow.
+// physical chunks one after another into one reserved range. From `end`, the end of such
+// a chunk, the end of the chunks mapped right after it (each cuMemMap'd memory of GPU
+// `ordinal`, starting where the last one ended), as far as `last` needs: a tensor may
+// span them. Stops at the first unmapped address, and never steps into cuMemAlloc memory
+// that happens to follow.
 uintptr_t mapped_through(uintptr_t end, uintptr_t last, int ordinal) {
   const cuda::DriverApi& api = cuda::driver();
   while (end < last) {
     const PointerInfo next = pointer_info(api, end);
     if (next.result != CUDA_SUCCESS || next.memory_type != CU_MEMORYTYPE_DEVICE ||
-        next.ordinal != ordinal || uintptr_t(next.start) != end || next.size == 0 ||
-        !mapped_by_vmm(api, end)) {
+        next.ordinal != ordinal || !mapped_by_vmm(api, end)) {
       break;
     }
-    end += next.size;
+    const Span chunk = mapped_chunk(api, end);
+    if (chunk.base != end || chunk.size == 0) {
+      break;
+    }
+    end += chunk.size;
   }
   return end;
 }
@@ -522,27 +533,23 @@ void Runtime::Impl::check_memory(const ArgsDesc& desc, const BoundCall& bound) c
                   std::string(desc.op) + ": " + name + " is on GPU " + std::to_string(ordinal) +
                       ", but this runtime runs on GPU " + std::to_string(device.ordinal));
     }
-    uintptr_t end = uintptr_t(start) + size;
-    const bool vmm = size > 0 && last > first && mapped_by_vmm(cuda::driver(), first);
-    if (vmm && last > end) {
-      end = mapped_through(end, last, ordinal);
-    }
-    if (vmm && last <= end && !mapped_at(cuda::driver(), last - 1)) {
-      throw Error(ErrorKind::usage,
-                  std::string(desc.op) + ": " + name + " reaches " +
-                      std::to_string(last - uintptr_t(start)) +
-                      " bytes into its allocation, past the memory mapped there (is the tensor "
-                      "smaller than its shape and strides say?)");
+    // The memory the view may touch: [begin, end).
+    uintptr_t begin = uintptr_t(start);
+    uintptr_t end = begin + size;
+    if (size > 0 && last > first && mapped_by_vmm(cuda::driver(), first)) {
+      const Span chunk = mapped_chunk(cuda::driver(), first);
+      if (chunk.size > 0) {
+        begin = chunk.base;
+        end = mapped_through(chunk.base + chunk.size, last, ordinal);
+      }
     }
     if (size > 0 && last > end) {
-      throw Error(ErrorKind::usage, std::string(desc.op) + ": " + name + " reaches " +
-                                        std::to_string(last - uintptr_t(start)) +
-                                        " bytes into its allocation, which holds " +
-                                        std::to_string(end - uintptr_t(start)) +
-                                        " (is the tensor smaller than its shape and strides say?)");
+      throw Error(ErrorKind::usage,
+                  std::string(desc.op) + ": " + name + " reaches " + std::to_string(last - begin) +
+                      " bytes into its allocation, which holds " + std::to_string(end - begin) +
+                      " (is the tensor smaller than its shape and strides say?)");
     }
     if (size > 0) {
-      const uintptr_t begin = uintptr_t(start);
       KnownRange* slot = nullptr;
       for (KnownRange& k : known_ranges) {
         if (k.device == device.ordinal && k.start == begin) {
