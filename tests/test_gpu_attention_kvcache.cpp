@@ -413,3 +413,109 @@ TEST_CASE("contiguous KV cache with cache_leftpad from the C struct: GQA, append
     }
   }
 }
+
+TEST_CASE("contiguous KV cache with cache_batch_idx from the C struct: a pool of slots, "
+          "append into the sequence's slot, left padding, out-of-range slots clamped") {
+  context();
+  const int B = 4, Bcache = 6, Hq = 8, Hkv = 2, D = 64, Scache = 384;
+  const std::vector<int> len = {300, 0, 129, 377};
+  const std::string plain = "block_m=64,block_n=32,warps=4,stages=1,swizzle=xor,q=smem,splits=1";
+  const std::string split8 = "block_m=64,block_n=64,warps=4,stages=2,swizzle=xor,q=smem,splits=8";
+  const std::string key4 = "block_m=16,block_n=64,warps=4,stages=2,swizzle=xor,q=smem,splits=4";
+  struct SlotCase {
+    int Sq;
+    bool causal;
+    int snew;
+    std::vector<int> slot; // as passed; the kernel clamps into [0, Bcache)
+    std::vector<int> pad;  // empty: no cache_leftpad
+    std::string pinned;
+  };
+  for (const SlotCase& c : {
+           SlotCase{1, false, 0, {4, 0, 2, 5}, {}, plain},
+           SlotCase{1, true, 2, {5, 1, 3, 0}, {}, split8}, // grouped heads as rows
+           SlotCase{5, true, 3, {2, 4, 0, 1}, {17, 0, 128, 0}, key4},
+           SlotCase{5, false, 0, {-3, 0, 99, 3}, {}, plain}, // clamped to 0 and 5
+       }) {
+    CAPTURE(c.Sq);
+    CAPTURE(c.causal);
+    CAPTURE(c.snew);
+    CAPTURE(c.pinned);
+    std::mt19937_64 rng(777 + c.Sq * 10 + c.snew);
+    HostTensor q(DType::bf16, size_t(B) * c.Sq * Hq * D);
+    HostTensor kc(DType::bf16, size_t(Bcache) * Scache * Hkv * D), vc(kc.type, kc.n);
+    HostTensor kn(DType::bf16, size_t(B) * std::max(1, c.snew) * Hkv * D), vn(kn.type, kn.n);
+    q.randomize(rng, -2, 2);
+    kc.randomize(rng, -1, 1);
+    vc.randomize(rng, -1, 1);
+    kn.randomize(rng, -1, 1);
+    vn.randomize(rng, -1, 1);
+    std::vector<int> slot(B, 0), pad(B, 0), cached(B, 0);
+    for (size_t b = 0; b < size_t(B); ++b) {
+      slot[b] = std::clamp(c.slot[b], 0, Bcache - 1);
+      pad[b] = c.pad.empty() ? 0 : std::clamp(c.pad[b], 0, len[b]);
+      cached[b] = len[b] - pad[b];
+    }
+    const double scale = 1.0 / std::sqrt(double(D));
+    const Reference ref = attention_reference_cache(
+        q, kc, vc, c.snew ? &kn : nullptr, c.snew ? &vn : nullptr, c.snew, cached,
+        [&](int b, int j) { return size_t(slot[size_t(b)]) * Scache + size_t(pad[size_t(b)] + j); },
+        Hq, Hkv, c.Sq, D, c.causal, scale, Features{});
+    DeviceTensor qd(q), kd(kc), vd(vc), knd(kn), vnd(vn);
+    HostTensor out(DType::bf16, q.n), lse(DType::f32, size_t(B) * Hq * c.Sq);
+    out.poison();
+    DeviceTensor od(out), ld(lse);
+    cuda::DeviceBuffer lens(len.size() * 4), slots(c.slot.size() * 4), pads(size_t(B) * 4);
+    lens.upload(len.data(), len.size() * 4);
+    slots.upload(c.slot.data(), c.slot.size() * 4);
+    if (!c.pad.empty()) {
+      pads.upload(c.pad.data(), c.pad.size() * 4);
+    }
+
+    AttentionArgs a{};
+    const int64_t qs = int64_t(c.Sq) * Hq * D, cs = int64_t(Scache) * Hkv * D;
+    a.q = dev(qd.get(), ElementType::bf16, {B, Hq, c.Sq, D}, {qs, D, Hq * D, 1});
+    a.o = dev(od.get(), ElementType::bf16, {B, Hq, c.Sq, D}, {qs, D, Hq * D, 1});
+    a.k = dev(kd.get(), ElementType::bf16, {Bcache, Hkv, Scache, D}, {cs, D, Hkv * D, 1});
+    a.v = dev(vd.get(), ElementType::bf16, {Bcache, Hkv, Scache, D}, {cs, D, Hkv * D, 1});
+    a.lse = dev(ld.get(), ElementType::fp32, {B, Hq, c.Sq});
+    a.causal = c.causal ? 1 : 0;
+    a.cache_seqlens = dev(lens.get(), ElementType::int32, {B});
+    a.cache_batch_idx = dev(slots.get(), ElementType::int32, {B});
+    if (!c.pad.empty()) {
+      a.cache_leftpad = dev(pads.get(), ElementType::int32, {B});
+    }
+    if (c.snew > 0) {
+      const int64_t ns = int64_t(c.snew) * Hkv * D;
+      a.k_new = dev(knd.get(), ElementType::bf16, {B, Hkv, c.snew, D}, {ns, D, Hkv * D, 1});
+      a.v_new = dev(vnd.get(), ElementType::bf16, {B, Hkv, c.snew, D}, {ns, D, Hkv * D, 1});
+    }
+    PinnedCall call(a, c.pinned);
+    call.launch();
+    od.download(out);
+    ld.download(lse);
+    CHECK(rel_err(logical(out, B, c.Sq, Hq, D), ref.o) <= 1e-2);
+    CHECK(rel_err(values(lse), ref.lse) <= 1e-3);
+    // The cache afterwards: sequence b's new rows in slot slot[b] at rows len[b].., every
+    // other row (the slots no sequence uses included) as it was.
+    HostTensor kafter(kc.type, kc.n), vafter(vc.type, vc.n);
+    kd.download(kafter);
+    vd.download(vafter);
+    size_t wrong = 0;
+    for (int s = 0; s < Bcache; ++s) {
+      const auto owner = std::find(slot.begin(), slot.end(), s);
+      const int b = owner == slot.end() ? -1 : int(owner - slot.begin());
+      for (int j = 0; j < Scache; ++j) {
+        const int r = b < 0 ? -1 : j - len[size_t(b)];
+        const bool appended = c.snew > 0 && r >= 0 && r < c.snew;
+        for (size_t e = 0; e < size_t(Hkv) * D; ++e) {
+          const size_t at = (size_t(s) * Scache + size_t(j)) * Hkv * D + e;
+          const size_t src =
+              (size_t(std::max(b, 0)) * std::max(1, c.snew) + size_t(std::max(r, 0))) * Hkv * D + e;
+          wrong += kafter.get(at) != (appended ? kn.get(src) : kc.get(at));
+          wrong += vafter.get(at) != (appended ? vn.get(src) : vc.get(at));
+        }
+      }
+    }
+    CHECK(wrong == 0);
+  }
+}

@@ -399,6 +399,104 @@ TEST_CASE("cache_leftpad is refused with the argument named") {
                        Error);
 }
 
+namespace {
+
+// leftpad_call's sequences reading a pool of 5 cache slots [5, Hkv, 1000, D] through
+// cache_batch_idx [B=3].
+autotune_attention_args batch_idx_call() {
+  autotune_attention_args a = leftpad_call();
+  a.cache_leftpad = Tensor{};
+  a.k = make(0x200000, AUTOTUNE_BF16, {5, 2, 1000, 64}, {1000 * 2 * 64, 64, 2 * 64, 1});
+  a.v = make(0x300000, AUTOTUNE_BF16, {5, 2, 1000, 64}, {1000 * 2 * 64, 64, 2 * 64, 1});
+  a.cache_batch_idx = make(0xa00000, AUTOTUNE_INT32, {3});
+  return a;
+}
+
+} // namespace
+
+TEST_CASE("cache_batch_idx: a pool of cache slots binds, the key unchanged, and packs it") {
+  autotune_attention_args a = batch_idx_call();
+  // A run-time value: the problem (and the variant) is the one of a cache per sequence.
+  CHECK(problem_of(a) == "B=3,Hq=8,Hkv=2,Sq=2,Sk=1024,D=64,causal=1,dtype=bf16,lse=0,"
+                         "layout=bshd,kvcache=1");
+  // Fewer slots than sequences, appended rows and left padding bind too.
+  autotune_attention_args few = a;
+  few.k = make(0x200000, AUTOTUNE_BF16, {1, 2, 1000, 64}, {1000 * 2 * 64, 64, 2 * 64, 1});
+  few.v = make(0x300000, AUTOTUNE_BF16, {1, 2, 1000, 64}, {1000 * 2 * 64, 64, 2 * 64, 1});
+  few.k_new = make(0x700000, AUTOTUNE_BF16, {3, 2, 2, 64}, {2 * 2 * 64, 64, 2 * 64, 1});
+  few.v_new = make(0x800000, AUTOTUNE_BF16, {3, 2, 2, 64}, {2 * 2 * 64, 64, 2 * 64, 1});
+  few.cache_leftpad = make(0x900000, AUTOTUNE_INT32, {3});
+  CHECK(problem_of(few) == problem_of(a));
+  const BoundCall b = bind(a);
+  // The signature tells a call with slots from one without (the warm path's key).
+  CHECK(bind(leftpad_call()).values != b.values);
+  const Problem p = attn().make_problem(call_fields(attn().args_desc(), b));
+  const Config c = config("block_m=64,block_n=64,warps=4,stages=1,swizzle=xor,q=smem");
+  auto plan = attn().plan(c, p);
+  AttentionKernelArgs k = packed_args<AttentionKernelArgs>(*plan, &a, b);
+  CHECK(k.cache_batch_idx == CUdeviceptr(0xa00000));
+  CHECK(k.num_pages == 5); // the slots the kernel clamps an index into
+  CHECK(k.block_table == 0);
+  CHECK(k.kv_capacity == 1000);
+  CHECK(k.k_batch_stride == 1000 * 2 * 64);
+  const BoundCall bf = bind(few);
+  k = packed_args<AttentionKernelArgs>(*plan, &few, bf);
+  CHECK(k.num_pages == 1);
+  CHECK(k.cache_leftpad == CUdeviceptr(0x900000));
+  CHECK(k.seq_new == 2);
+  // Without it, the kernel reads none; the tuner's own calls have none.
+  k = packed_args<AttentionKernelArgs>(*plan, &a, b);
+  autotune_attention_args none = leftpad_call();
+  none.cache_leftpad = Tensor{};
+  k = packed_args<AttentionKernelArgs>(*plan, &none, bind(none));
+  CHECK(k.cache_batch_idx == 0);
+  CHECK(k.num_pages == 3);
+  CHECK(tuner_args(c, p).cache_batch_idx == 0);
+}
+
+TEST_CASE("cache_batch_idx is refused with the argument named") {
+  autotune_attention_args a = batch_idx_call();
+  a.cache_batch_idx.dtype = AUTOTUNE_FP32;
+  refused(a, "cache_batch_idx is fp32; it must be int32");
+  a = batch_idx_call();
+  a.cache_batch_idx = make(0xa00000, AUTOTUNE_INT32, {5});
+  refused(a, "cache_batch_idx has shape [5]");
+  a = batch_idx_call();
+  a.cache_batch_idx = make(0xa00000, AUTOTUNE_INT32, {3}, {2});
+  refused(a, "cache_batch_idx");
+  // k and v with different slot counts, or another cache size.
+  a = batch_idx_call();
+  a.v = make(0x300000, AUTOTUNE_BF16, {4, 2, 1000, 64}, {1000 * 2 * 64, 64, 2 * 64, 1});
+  refused(a, "v has shape");
+  a = batch_idx_call();
+  a.v = make(0x300000, AUTOTUNE_BF16, {5, 2, 999, 64}, {999 * 2 * 64, 64, 2 * 64, 1});
+  refused(a, "v has shape");
+  // Without slots, a cache of another batch than q's is still refused.
+  a = batch_idx_call();
+  a.cache_batch_idx = Tensor{};
+  refused(a, "k has shape");
+  // flash-attn refuses it with a paged cache, and so do we.
+  a = paged_call();
+  a.cache_batch_idx = make(0xa00000, AUTOTUNE_INT32, {3});
+  refused(a, "cache_batch_idx is not supported with a paged KV cache (block_table)");
+  // Without a cache.
+  a = batch_idx_call();
+  a.cache_seqlens = Tensor{};
+  refused(a, "cache_batch_idx is given without cache_seqlens");
+  CHECK_THROWS_WITH_AS(problem("B=2,Hq=4,Sq=1,Sk=300,D=64,paged=1,batch_idx=1"),
+                       doctest::Contains("not supported with a paged KV cache"), Error);
+  // A call that slips past binding (packing alone) is refused too.
+  autotune_attention_args paged = paged_call();
+  const BoundCall b = bind(paged);
+  const Problem p = attn().make_problem(call_fields(attn().args_desc(), b));
+  auto plan = attn().plan(config("block_m=64,block_n=64,warps=4,stages=1,swizzle=xor,q=smem"), p);
+  paged.cache_batch_idx = make(0xa00000, AUTOTUNE_INT32, {3});
+  alignas(16) unsigned char out[k_kernel_args_capacity];
+  CHECK_THROWS_WITH_AS(plan->pack(&paged, b, out),
+                       doctest::Contains("cache_batch_idx is not supported with a paged KV cache"),
+                       Error);
+}
+
 TEST_CASE("the C struct's scale: 0 is 1/sqrt(D), a positive one is used, a negative one is "
           "refused (never replaced by the default)") {
   autotune_attention_args a = paged_call();

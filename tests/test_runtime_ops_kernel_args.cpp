@@ -135,6 +135,7 @@ TEST_CASE("the portable attention kernel's AttnArgs is AttentionKernelArgs, fiel
       HOST_FIELD(A, vn_head_stride),
       HOST_FIELD(A, vn_seq_stride),
       HOST_FIELD(A, cache_leftpad),
+      HOST_FIELD(A, cache_batch_idx),
       HOST_FIELD(A, q_group_stride),
       HOST_FIELD(A, o_group_stride),
       HOST_FIELD(A, group_sq),

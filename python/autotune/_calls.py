@@ -136,7 +136,7 @@ POINTERS = {
 # index tensors and new rows.
 VARLEN_POINTERS = POINTERS["attention"] + ("cu_seqlens_q", "cu_seqlens_k", "block_table")
 KVCACHE_POINTERS = POINTERS["attention"] + ("cache_seqlens", "block_table", "k_new", "v_new",
-                                            "cache_leftpad")
+                                            "cache_leftpad", "cache_batch_idx")
 
 
 def _new_args(rt, op, values, pointers=None):
@@ -606,12 +606,13 @@ def _attention_first(plans, runtime_for, key, q, k, v, causal, scale, with_lse, 
 
 # ---- attention against a KV cache (flash_attn_with_kvcache) ------------------------------
 def kvcache(plans, runtime_for, q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new,
-            causal, scale, with_lse, window, softcap, alibi_slopes, cache_leftpad):
+            causal, scale, with_lse, window, softcap, alibi_slopes, cache_leftpad,
+            cache_batch_idx=None):
     """out [B, Sq, Hq, D] (and the fp32 log-sum-exp [B, Hq, Sq] when with_lse) of a decoding
     call against a KV cache, as Runtime.attention_kvcache describes it; the cache lengths,
-    the block table, the new rows and the left padding are tensors whose data pointers a
-    warm call rewrites like the others (their values are read on the GPU). A decoding
-    loop's host time is this call: the same plan as attention's."""
+    the block table, the new rows, the left padding and the cache slots are tensors whose
+    data pointers a warm call rewrites like the others (their values are read on the GPU). A
+    decoding loop's host time is this call: the same plan as attention's."""
     try:
         key = ("kvcache", q.get_device(), q.shape, q.stride(), q.dtype, k_cache.shape,
                k_cache.stride(), k_cache.dtype, v_cache.shape, v_cache.stride(),
@@ -633,6 +634,10 @@ def kvcache(plans, runtime_for, q, k_cache, v_cache, cache_seqlens, block_table,
                None if cache_leftpad is None else cache_leftpad.stride(),
                None if cache_leftpad is None else cache_leftpad.dtype,
                None if cache_leftpad is None else cache_leftpad.get_device(),
+               None if cache_batch_idx is None else cache_batch_idx.shape,
+               None if cache_batch_idx is None else cache_batch_idx.stride(),
+               None if cache_batch_idx is None else cache_batch_idx.dtype,
+               None if cache_batch_idx is None else cache_batch_idx.get_device(),
                causal, scale, with_lse, window, softcap,
                None if alibi_slopes is None else alibi_slopes.shape,
                None if alibi_slopes is None else alibi_slopes.stride(),
@@ -644,10 +649,10 @@ def kvcache(plans, runtime_for, q, k_cache, v_cache, cache_seqlens, block_table,
     if plan is None:
         return _kvcache_first(plans, runtime_for, key, q, k_cache, v_cache, cache_seqlens,
                               block_table, k_new, v_new, causal, scale, with_lse, window,
-                              softcap, alibi_slopes, cache_leftpad)
+                              softcap, alibi_slopes, cache_leftpad, cache_batch_idx)
     del key
     (buf, words, fn, handle, lib, dev, lse_shape, device, runtime, i_ws, ws_bytes, i_q, i_k, i_v,
-     i_o, i_l, i_a, i_s, i_t, i_kn, i_vn, i_lp) = plan
+     i_o, i_l, i_a, i_s, i_t, i_kn, i_vn, i_lp, i_bi) = plan
     out = _empty_like(q, memory_format=_contiguous)
     words[i_q] = q.data_ptr()
     words[i_k] = k_cache.data_ptr()
@@ -661,6 +666,8 @@ def kvcache(plans, runtime_for, q, k_cache, v_cache, cache_seqlens, block_table,
         words[i_vn] = v_new.data_ptr()
     if cache_leftpad is not None:
         words[i_lp] = cache_leftpad.data_ptr()
+    if cache_batch_idx is not None:
+        words[i_bi] = cache_batch_idx.data_ptr()
     if alibi_slopes is not None:
         words[i_a] = alibi_slopes.data_ptr()
     if ws_bytes:  # a split-KV variant: this stream's workspace
@@ -670,7 +677,7 @@ def kvcache(plans, runtime_for, q, k_cache, v_cache, cache_seqlens, block_table,
 
 def _kvcache_first(plans, runtime_for, key, q, k_cache, v_cache, cache_seqlens, block_table,
                    k_new, v_new, causal, scale, with_lse, window, softcap, alibi_slopes,
-                   cache_leftpad):
+                   cache_leftpad, cache_batch_idx):
     torch = _load_torch()
     fields_q = attention_fields(q, "q")
     dev = q.get_device()
@@ -685,7 +692,7 @@ def _kvcache_first(plans, runtime_for, key, q, k_cache, v_cache, cache_seqlens, 
               *tensor_fields(lse, "lse"), 1 if causal else 0, scale_field(scale))
     features = attention_features(window, softcap, alibi_slopes, NO_VARLEN,
                                   kvcache_fields(cache_seqlens, block_table, k_new, v_new,
-                                                 cache_leftpad))
+                                                 cache_leftpad, cache_batch_idx))
     _first_call(plans, rt, key, q, fields, features, KVCACHE_POINTERS, lse_shape)
     return (out, lse) if with_lse else out
 

@@ -1080,7 +1080,13 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     causal or windowed, else all at cache_seqlens (flash-attn 2's convention), pairs
     (2i, 2i + 1) when rotary_interleaved, else (i, i + rotary_dim / 2); here by torch
     operations in float32 before the attention launch, not fused into it.
-    cache_batch_idx raises NotImplementedError.
+    cache_batch_idx: None or (batch_size,) torch.int32 on q's device, a contiguous cache
+    only (refused with block_table, as flash-attn refuses it): k_cache and v_cache are then
+    (batch_size_cache, seqlen_cache, nheads_k, headdim), a pool of cache slots of any size,
+    and sequence b reads slot cache_batch_idx[b] (and appends k, v there), while
+    cache_seqlens, cache_leftpad and k, v stay indexed by b. Read on the GPU, clamped into
+    [0, batch_size_cache) (flash-attn leaves an index out of range undefined); two sequences
+    appending to one slot write it in an unspecified order, as in flash-attn.
 
     A head dim the kernels do not build (not a multiple of 8, or under 32; up to 256)
     runs as flash-attn runs it: q, the caches and k, v are zero-padded copies to the next
@@ -1095,8 +1101,6 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     that see no key, its causal-ALiBi offset as in flash_attn_func).
     """
     name = "flash_attn_with_kvcache"
-    if cache_batch_idx is not None:
-        raise NotImplementedError(f"autotune.{name}: cache_batch_idx is not implemented")
     for what, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         if not isinstance(t, _Tensor):
             raise TypeError(f"autotune.{name}: {what} must be a torch.Tensor, not "
@@ -1106,7 +1110,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if (k is None) != (v is None):
         raise ValueError(f"autotune.{name}: k and v (the new keys and values) go together")
     if cache_leftpad is not None:
-        _check_leftpad(name, cache_leftpad, block_table, q)
+        _check_cache_index(name, cache_leftpad, block_table, q)
+    if cache_batch_idx is not None:
+        _check_cache_index(name, cache_batch_idx, block_table, q, "cache_batch_idx")
     if not q.is_cuda:
         raise ValueError(f"autotune.{name}: q is on {q.device}; autotune's kernels take CUDA "
                          "tensors")
@@ -1140,11 +1146,11 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         result = _calls.kvcache(_ops._plans, _ops._device, q, k_cache, v_cache, cache_seqlens,
                                 block_table, k, v, bool(causal), softmax_scale,
                                 bool(return_softmax_lse), window, softcap, alibi_slopes,
-                                cache_leftpad)
+                                cache_leftpad, cache_batch_idx)
     else:  # traced (torch.compile): the registered operator, which writes the caches
         result = (_KVCACHE_LSE if return_softmax_lse else _KVCACHE)(
             q, k_cache, v_cache, cache_seqlens, block_table, k, v, causal, softmax_scale,
-            window[0], window[1], softcap, alibi_slopes, cache_leftpad)
+            window[0], window[1], softcap, alibi_slopes, cache_leftpad, cache_batch_idx)
     if head_dim is not None:
         result = _kvcache_cut_head_dim(result, head_dim, bool(return_softmax_lse), caches,
                                        (k_cache, v_cache), k is not None)
@@ -1201,12 +1207,11 @@ def _kvcache_cut_head_dim(result, head_dim, with_lse, caches, padded, appended):
     return _cut_head_dim(result, head_dim, with_lse)
 
 
-def _check_leftpad(name, cache_leftpad, block_table, q):
-    """flash_attn_with_kvcache's cache_leftpad: a torch.int32 (batch_size,) tensor on q's
-    device, with a contiguous cache (flash-attn refuses it with a paged one)."""
+def _check_cache_index(name, index, block_table, q, what="cache_leftpad"):
+    """flash_attn_with_kvcache's cache_leftpad (or cache_batch_idx, what): a torch.int32
+    (batch_size,) tensor on q's device, with a contiguous cache (flash-attn refuses both with
+    a paged one)."""
     if block_table is not None:
-        raise ValueError(f"autotune.{name}: cache_leftpad is not supported with a paged KV "
-                         "cache (block_table), as in flash-attn: pass a contiguous cache or "
-                         "no cache_leftpad")
-    _check_int32_vector(f"autotune.{name}", "cache_leftpad", cache_leftpad, q.shape[0], q,
-                        "batch_size")
+        raise ValueError(f"autotune.{name}: {what} is not supported with a paged KV cache "
+                         f"(block_table), as in flash-attn: pass a contiguous cache or no {what}")
+    _check_int32_vector(f"autotune.{name}", what, index, q.shape[0], q, "batch_size")

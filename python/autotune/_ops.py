@@ -17,7 +17,7 @@ torch.compile(fullgraph=True) traces them as single nodes and CUDA graphs captur
     torch.ops.autotune.attention_varlen_with_lse(...)            -> (out, lse [H, Tq])
     torch.ops.autotune.attention_kvcache(q, k_cache, v_cache, cache_seqlens,
                                          block_table=None, k_new=None, v_new=None, ...,
-                                         cache_leftpad=None)
+                                         cache_leftpad=None, cache_batch_idx=None)
     torch.ops.autotune.attention_kvcache_with_lse(...)           -> (out, lse [B, H, Sq])
 
     torch.ops.autotune.causal_conv1d_update(x, conv_state, weight, bias=None, silu=False,
@@ -182,19 +182,22 @@ def attention_varlen_with_lse(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
 
 def attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, k_new=None,
                       v_new=None, causal=False, softmax_scale=None, window_left=-1,
-                      window_right=-1, softcap=0.0, alibi_slopes=None, cache_leftpad=None):
+                      window_right=-1, softcap=0.0, alibi_slopes=None, cache_leftpad=None,
+                      cache_batch_idx=None):
     return _device(q.get_device(), q, "q").attention_kvcache(
         q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, softmax_scale,
-        False, (window_left, window_right), softcap, alibi_slopes, cache_leftpad)
+        False, (window_left, window_right), softcap, alibi_slopes, cache_leftpad,
+        cache_batch_idx)
 
 
 def attention_kvcache_with_lse(q, k_cache, v_cache, cache_seqlens, block_table=None,
                                k_new=None, v_new=None, causal=False, softmax_scale=None,
                                window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=None,
-                               cache_leftpad=None):
+                               cache_leftpad=None, cache_batch_idx=None):
     return _device(q.get_device(), q, "q").attention_kvcache(
         q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, softmax_scale,
-        True, (window_left, window_right), softcap, alibi_slopes, cache_leftpad)
+        True, (window_left, window_right), softcap, alibi_slopes, cache_leftpad,
+        cache_batch_idx)
 
 
 def causal_conv1d_update(x, conv_state, weight, bias=None, silu=False, cache_seqlens=None,
@@ -257,14 +260,14 @@ def _attention_varlen_lse_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
 def _attention_kvcache_fake(q, k_cache, v_cache, cache_seqlens, block_table=None, k_new=None,
                             v_new=None, causal=False, softmax_scale=None, window_left=-1,
                             window_right=-1, softcap=0.0, alibi_slopes=None,
-                            cache_leftpad=None):
+                            cache_leftpad=None, cache_batch_idx=None):
     return torch.empty_like(q, memory_format=_contiguous)
 
 
 def _attention_kvcache_lse_fake(q, k_cache, v_cache, cache_seqlens, block_table=None,
                                 k_new=None, v_new=None, causal=False, softmax_scale=None,
                                 window_left=-1, window_right=-1, softcap=0.0,
-                                alibi_slopes=None, cache_leftpad=None):
+                                alibi_slopes=None, cache_leftpad=None, cache_batch_idx=None):
     return (torch.empty_like(q, memory_format=_contiguous),
             q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=_f32))
 
@@ -299,7 +302,7 @@ _KVCACHE_ARGS = "Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor cache_
                 "Tensor? block_table=None, Tensor? k_new=None, Tensor? v_new=None, " \
                 "bool causal=False, float? softmax_scale=None, int window_left=-1, " \
                 "int window_right=-1, float softcap=0.0, Tensor? alibi_slopes=None, " \
-                "Tensor? cache_leftpad=None"
+                "Tensor? cache_leftpad=None, Tensor? cache_batch_idx=None"
 
 # The decoding steps update their state in place: declared mutated, as the caches above.
 _CONV_UPDATE_ARGS = "Tensor x, Tensor(a!) conv_state, Tensor weight, Tensor? bias=None, " \

@@ -253,23 +253,26 @@ _GRAPHS = -1
 # request would otherwise keep one per stream it ever used). The graphs' are apart and all
 # kept: captured graphs hold their pointers.
 _MAX_WORKSPACES = 64
-NO_KVCACHE = _ABSENT * 5
+NO_KVCACHE = _ABSENT * 6
 
 
-def kvcache_fields(cache_seqlens, block_table=None, k_new=None, v_new=None, cache_leftpad=None):
+def kvcache_fields(cache_seqlens, block_table=None, k_new=None, v_new=None, cache_leftpad=None,
+                   cache_batch_idx=None):
     """The fields of a KV-cache call (flash-attn's flash_attn_with_kvcache): int32
     cache_seqlens (B,) and block_table (B, max_blocks_per_seq) on the GPU (block_table None:
     a contiguous cache), the rows to append, k_new / v_new (B, Snew, Hkv, D) as
     [B, Hkv, Snew, D] views, or None, and int32 cache_leftpad (B,) on the GPU (where each
-    sequence's keys start in a contiguous cache) or None."""
+    sequence's keys start in a contiguous cache) or None, and int32 cache_batch_idx (B,) on
+    the GPU (the cache slot of each sequence in a contiguous cache) or None."""
     if (k_new is None) != (v_new is None):
         raise ValueError("autotune: k and v (the new keys and values) must be given together")
     lengths = index_fields(cache_seqlens, "cache_seqlens", "cache_seqlens")
     table = _ABSENT
     if block_table is not None:
-        if cache_leftpad is not None:
-            raise ValueError("autotune: cache_leftpad is not supported with a paged KV cache "
-                             "(block_table), as in flash-attn")
+        for what, t in (("cache_leftpad", cache_leftpad), ("cache_batch_idx", cache_batch_idx)):
+            if t is not None:
+                raise ValueError(f"autotune: {what} is not supported with a paged KV cache "
+                                 "(block_table), as in flash-attn")
         table = table_fields(block_table, "block_table")
     new = _ABSENT * 2
     if k_new is not None:
@@ -277,7 +280,10 @@ def kvcache_fields(cache_seqlens, block_table=None, k_new=None, v_new=None, cach
     leftpad = _ABSENT
     if cache_leftpad is not None:
         leftpad = index_fields(cache_leftpad, "cache_leftpad", "cache_leftpad")
-    return (*lengths, *table, *new, *leftpad)
+    slots = _ABSENT
+    if cache_batch_idx is not None:
+        slots = index_fields(cache_batch_idx, "cache_batch_idx", "cache_batch_idx")
+    return (*lengths, *table, *new, *leftpad, *slots)
 
 
 def paged_fields(block_table):
@@ -729,18 +735,21 @@ class Runtime:
 
     def attention_kvcache(self, q, k_cache, v_cache, cache_seqlens, block_table=None, k_new=None,
                           v_new=None, causal=False, scale=None, return_lse=False,
-                          window=NO_WINDOW, softcap=0.0, alibi_slopes=None, cache_leftpad=None):
+                          window=NO_WINDOW, softcap=0.0, alibi_slopes=None, cache_leftpad=None,
+                          cache_batch_idx=None):
         """Decoding against a KV cache (flash-attn's flash_attn_with_kvcache): q
         (B, Sq, Hq, D); k_cache, v_cache (B, Scache, Hkv, D) or paged (num_blocks, page,
         Hkv, D) with block_table int32 (B, blocks_per_seq); cache_seqlens int32 (B,) on the
         GPU; k_new, v_new (B, Snew, Hkv, D) appended into the cache and attended;
         cache_leftpad int32 (B,) on the GPU (a contiguous cache only): sequence b's keys
-        start at cache row cache_leftpad[b]. With return_lse also the fp32 log-sum-exp
-        (B, Hq, Sq)."""
+        start at cache row cache_leftpad[b]; cache_batch_idx int32 (B,) on the GPU (a
+        contiguous cache only): k_cache and v_cache are then (B_cache, Scache, Hkv, D), a pool
+        of slots, and sequence b reads and appends to slot cache_batch_idx[b] (clamped into
+        the pool). With return_lse also the fp32 log-sum-exp (B, Hq, Sq)."""
         return self._calls.kvcache(self.plans, self._served_by, q, k_cache, v_cache,
                                    cache_seqlens, block_table, k_new, v_new, bool(causal), scale,
                                    bool(return_lse), tuple(window), softcap, alibi_slopes,
-                                   cache_leftpad)
+                                   cache_leftpad, cache_batch_idx)
 
     # ---- selective_scan -----------------------------------------------------------------
     def selective_scan_args(self, u, delta, A, B, C, out, D=None, z=None, delta_bias=None,

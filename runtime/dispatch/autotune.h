@@ -34,7 +34,7 @@ enum autotune_dtype {
   AUTOTUNE_FP16 = 1,
   AUTOTUNE_BF16 = 2,
   AUTOTUNE_INT32 = 3 /* index tensors only (attention's cu_seqlens, cache_seqlens, block_table,
-                        cache_leftpad) */
+                        cache_leftpad, cache_batch_idx) */
 };
 
 #define AUTOTUNE_MAX_DIMS 4
@@ -274,6 +274,13 @@ typedef struct autotune_attention_args {
      flash-attn refuses it. */
   autotune_tensor cache_leftpad; /* int32 [B] contiguous; optional, only with cache_seqlens
                                     and no block_table */
+  /* Appended later (flash-attn 2's cache_batch_idx): a contiguous cache as a pool of
+     B_cache slots, k and v [B_cache, Hkv, Scache, D] (any B_cache >= 1); sequence b reads
+     (and appends to) slot cache_batch_idx[b], while cache_seqlens, cache_leftpad and the
+     new rows stay indexed by b. Read, not checked: values are clamped into [0, B_cache).
+     Refused with block_table, as flash-attn refuses it. */
+  autotune_tensor cache_batch_idx; /* int32 [B] contiguous; optional, only with cache_seqlens
+                                      and no block_table */
 } autotune_attention_args;
 
 int autotune_attention(autotune_runtime* rt, const autotune_attention_args* args, void* stream);

@@ -647,7 +647,9 @@ Problem AttentionOp::make_problem(const Fields& shape) const {
                        "append",
                        "Snew",
                        "leftpad",
-                       "bcast"});
+                       "bcast",
+                       "B_cache",
+                       "batch_idx"});
   // Hq and Sq/Sk may be given as H and S; a missing field is named by its own key.
   auto number = [&](const char* key, const char* alias, long long max) {
     if (alias && r.has(key) && r.has(alias) &&
@@ -689,8 +691,9 @@ Problem AttentionOp::make_problem(const Fields& shape) const {
   }
   // A KV cache: kvcache=1 (contiguous) or paged=1 with page (the block size, default
   // 256); Sk, one sequence's cache, is bucketed like varlen's lengths. A runtime call
-  // also gives num_blocks, blocks_per_seq, append, Snew and leftpad (cache_leftpad
-  // given), which are not part of the problem (the kernel reads them at run time).
+  // also gives num_blocks, blocks_per_seq, append, Snew, leftpad (cache_leftpad given),
+  // B_cache and batch_idx (cache_batch_idx given), which are not part of the problem
+  // (the kernel reads them at run time).
   const bool kvcache = paged || r.flag("kvcache", "0") == "1";
   long long page = 0;
   if (paged) {
@@ -732,6 +735,14 @@ Problem AttentionOp::make_problem(const Fields& shape) const {
   }
   if (paged && !varlen && r.has("kvcache") && r.flag("kvcache", "0") == "0") {
     r.fail("block_table is given without cache_seqlens");
+  }
+  if (r.flag("batch_idx", "0") == "1") {
+    if (paged) {
+      r.fail("cache_batch_idx is not supported with a paged KV cache (block_table), as in "
+             "flash-attn: pass a contiguous cache or no cache_batch_idx");
+    } else if (!kvcache || (r.has("kvcache") && r.flag("kvcache", "0") == "0")) {
+      r.fail("cache_batch_idx is given without cache_seqlens");
+    }
   }
   if (r.flag("leftpad", "0") == "1") {
     if (paged) {
@@ -1269,6 +1280,10 @@ void check_features(const Dims& d, const AttentionCall& call) {
       throw Error(ErrorKind::usage,
                   "attention: cache_leftpad is not supported with a paged KV cache (block_table)");
     }
+    if (call.cache_batch_idx && call.block_table) {
+      throw Error(ErrorKind::usage, "attention: cache_batch_idx is not supported with a paged "
+                                    "KV cache (block_table)");
+    }
     if (call.seq_new < 0 || call.seq_new > call.kv_capacity ||
         (call.seq_new > 0) != bool(call.k_new) || bool(call.k_new) != bool(call.v_new)) {
       throw Error(ErrorKind::usage, "attention: k_new and v_new (given together) append Snew=" +
@@ -1344,6 +1359,7 @@ AttnArgs attention_kernel_args(const Params& p, const Dims& d, const Config& con
     a.vn_head_stride = call.vn_head_stride;
     a.vn_seq_stride = call.vn_seq_stride;
     a.cache_leftpad = call.cache_leftpad;
+    a.cache_batch_idx = call.cache_batch_idx;
   }
   return a;
 }
@@ -1578,6 +1594,7 @@ struct AttentionPlan final : CallPlan {
       // pages), else [B, Hkv, Scache, D]; k_new, v_new [B, Hkv, Snew, D].
       c.cache_seqlens = device_ptr(a.cache_seqlens);
       c.cache_leftpad = device_ptr(a.cache_leftpad);
+      c.cache_batch_idx = device_ptr(a.cache_batch_idx);
       c.num_pages = int(a.k.shape[0]);
       if (a.block_table.data) {
         c.block_table = device_ptr(a.block_table);
@@ -1689,7 +1706,9 @@ const ArgsDesc& AttentionOp::args_desc() const {
     append,
     Snew,
     leftpad,
-    bcast
+    bcast,
+    B_cache,
+    batch_idx
   };
   // Rows move as 16-byte chunks (cp.async, vector stores): 8 elements of 16 bits.
   constexpr int chunk = 8;
@@ -1734,6 +1753,23 @@ const ArgsDesc& AttentionOp::args_desc() const {
                       AUTOTUNE_FP32,
                       offsetof(A, block_table)};
   };
+  // k, v of a contiguous KV cache read through cache_batch_idx: [B_cache, Hkv, Scache, D],
+  // a pool of cache slots, the form when cache_batch_idx is given.
+  const auto slots = [&](const char* name, size_t offset) {
+    return TensorRule{name,
+                      offset,
+                      {{B_cache}, {Hkv}, {Sk}, {D}},
+                      dtype,
+                      k_fp16_bf16,
+                      -1,
+                      false,
+                      StrideRule::rows,
+                      chunk,
+                      {},
+                      "cache slots",
+                      AUTOTUNE_FP32,
+                      offsetof(A, cache_batch_idx)};
+  };
   // int32 tensors of varlen and the KV cache (appended after the features' scalars).
   const auto int32 = [&](const char* name, size_t offset, std::vector<DimRule> dims,
                          int8_t presence, StrideRule strides) {
@@ -1752,8 +1788,12 @@ const ArgsDesc& AttentionOp::args_desc() const {
     };
     add(rows("q", offsetof(A, q), Hq, Sq, Tq, false));
     add(rows("k", offsetof(A, k), Hkv, Sk, Tk, false));
+    t.push_back(slots("k", offsetof(A, k)));
+    // After slots: with a block table and cache_batch_idx both given, the pages form
+    // binds and the problem refuses the pair by name.
     t.push_back(pages("k", offsetof(A, k)));
     add(rows("v", offsetof(A, v), Hkv, Sk, Tk, false));
+    t.push_back(slots("v", offsetof(A, v)));
     t.push_back(pages("v", offsetof(A, v)));
     add(rows("o", offsetof(A, o), Hq, Sq, Tq, true));
     add({{"lse",
@@ -1815,6 +1855,9 @@ const ArgsDesc& AttentionOp::args_desc() const {
     // Appended after v_new: where each sequence's keys start in a contiguous cache.
     t.push_back(
         int32("cache_leftpad", offsetof(A, cache_leftpad), {{B}}, leftpad, StrideRule::contiguous));
+    // Appended after cache_leftpad: the cache slot of each sequence.
+    t.push_back(int32("cache_batch_idx", offsetof(A, cache_batch_idx), {{B}}, batch_idx,
+                      StrideRule::contiguous));
     return t;
   }();
   static const ArgsDesc desc{"attention",
@@ -1843,7 +1886,9 @@ const ArgsDesc& AttentionOp::args_desc() const {
                               {"append", FieldKind::flag, 0},
                               {"Snew", FieldKind::size, 0},
                               {"leftpad", FieldKind::flag, 0},
-                              {"bcast", FieldKind::flag, 0}},
+                              {"bcast", FieldKind::flag, 0},
+                              {"B_cache", FieldKind::size, 0},
+                              {"batch_idx", FieldKind::flag, 0}},
                              tensors,
                              {{"causal", offsetof(A, causal), ScalarKind::i32, causal},
                               {"scale", offsetof(A, scale), ScalarKind::f64},

@@ -67,6 +67,12 @@
 // leftpad[b] + j), as flash-attn's kernel and its reference (attention_ref's key_leftpad)
 // do. Read, not checked: leftpad[b] is clamped into [0, the clamped cache length]. Not a
 // problem field (the kernel reads it at run time: no key, no variant changes).
+//   cache_batch_idx (flash-attn 2's; a contiguous cache only, refused with a block table as
+// flash-attn refuses it): int32 [B] on the GPU, the cache batch holding sequence b's keys;
+// k and v are then [B_cache, Hkv, Scache, D] with any B_cache >= 1 (a pool of cache
+// slots), and sequence b reads and appends to slot cache_batch_idx[b] while its length,
+// left padding and new rows stay b's. Read, not checked: values are clamped into [0,
+// B_cache). Not a problem field either.
 //   Tuning bucket: Sk is one sequence's cache size (blocks_per_seq * page, or Scache)
 // rounded up to a power of two (at least 16); page is kept as it is (it decides which
 // variants run). The fields paged=1 and page=P (or kvcache=1 for a contiguous cache)
@@ -134,6 +140,9 @@ struct AttentionCall {
   // A contiguous KV cache only: int32 [B], the first cache row of each sequence's keys
   // (flash-attn's cache_leftpad; 0: none).
   CUdeviceptr cache_leftpad = 0;
+  // A contiguous KV cache only: int32 [B], the cache batch holding each sequence's keys
+  // (flash-attn's cache_batch_idx, clamped into [0, num_pages); 0: sequence b's own).
+  CUdeviceptr cache_batch_idx = 0;
   // Problems whose query heads run as rows of their K/V head with several queries each
   // (AT_GROUPED; set when the call is packed): the stride between two query heads of a
   // group in q and in o.
@@ -166,6 +175,7 @@ struct AttentionKernelArgs {
   long long kn_batch_stride, kn_head_stride, kn_seq_stride;
   long long vn_batch_stride, vn_head_stride, vn_seq_stride;
   CUdeviceptr cache_leftpad;
+  CUdeviceptr cache_batch_idx;
   long long q_group_stride, o_group_stride;
   int group_sq;
 };

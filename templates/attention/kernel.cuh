@@ -77,7 +77,10 @@
 //                cache_leftpad (contiguous cache only), sequence b's cached keys are rows
 //                cache_leftpad[b] .. cache_seqlens[b] - 1: key j is row cache_leftpad[b] + j,
 //                the key count is cache_seqlens[b] - cache_leftpad[b] + seq_new, and the
-//                new rows still go to cache_seqlens[b]..
+//                new rows still go to cache_seqlens[b]..  With cache_batch_idx (contiguous
+//                cache only), sequence b's cache is cache batch cache_batch_idx[b] of the
+//                num_pages the cache holds (clamped into them); its lengths, left padding
+//                and new rows are still indexed by b.
 //                With AT_VARLEN (flash_attn_varlen_func's block_table): packed queries as
 //                above against a paged cache whose sequence b holds the first
 //                cu_seqlens_k[b + 1] - cu_seqlens_k[b] keys of its pages (no
@@ -248,6 +251,10 @@ struct AttnArgs {
   // keys (flash-attn's cache_leftpad), clamped into [0, its clamped cache length]; null:
   // 0. Ignored with a block table.
   const int* cache_leftpad;
+  // AT_KVCACHE with a contiguous cache: int32 [B], the cache batch (of num_pages) that
+  // holds each sequence's keys (flash-attn's cache_batch_idx), clamped into [0,
+  // num_pages); null: sequence b's own. Ignored with a block table.
+  const int* cache_batch_idx;
   // AT_GROUPED: the stride between two query heads of a group, and the queries of each.
   long long q_group_stride, o_group_stride;
   int group_sq;
@@ -271,14 +278,18 @@ __device__ __forceinline__ long long o_row_offset(const AttnArgs& args, int row)
 }
 
 // AT_KVCACHE: element offset of cache row `key` of sequence `batch` in the cache (head
-// 0): through the block table when there is one (a contiguous cache's row is the key's
-// index plus the sequence's cache_leftpad: callers add it).
+// 0): through the block table when there is one, else in the sequence's cache batch
+// (cache_batch_idx[batch], or its own); a contiguous cache's row is the key's index plus
+// the sequence's cache_leftpad: callers add it.
 __device__ __forceinline__ long long cache_row(const AttnArgs& args, int batch, int key,
                                                long long batch_stride, long long seq_stride) {
   if (args.block_table != nullptr) {
     int page = args.block_table[batch * args.block_table_stride + key / args.page_size];
     page = min(max(page, 0), args.num_pages - 1);
     return page * batch_stride + (key % args.page_size) * seq_stride;
+  }
+  if (args.cache_batch_idx != nullptr) {
+    batch = min(max(args.cache_batch_idx[batch], 0), args.num_pages - 1);
   }
   return batch * batch_stride + key * seq_stride;
 }

@@ -992,10 +992,10 @@ ATTN_KVCACHE_GRID = dict(
              (16, 20000), (1, 128 * 1024), (16, 128 * 1024), (128, 128)])
 
 
-def attn_kvcache_cases():
+def attn_kvcache_cases(grid=ATTN_KVCACHE_GRID):
     # The peer's skips: new keys with seqlen_q > seqlen_k, rotary without new keys,
     # cache_batch_idx or cache_leftpad with a paged cache.
-    return [c for c in product(**ATTN_KVCACHE_GRID)
+    return [c for c in product(**grid)
             if not ((c["new_kv"] and c["seqlens"][0] > c["seqlens"][1]) or
                     (not c["new_kv"] and c["rotary_fraction"] > 0.0) or
                     ((c["has_batch_idx"] or c["has_leftpad"]) and
@@ -1008,34 +1008,38 @@ def attn_kvcache_cases():
 KVCACHE_HEAD_DIMS = tuple(range(1, 257))
 
 
+# The same test with the peer's commented-out has_batch_idx=True: a contiguous cache of
+# twice the batch, each sequence in the slot a random permutation gives it.
+ATTN_KVCACHE_BATCH_IDX_GRID = dict(ATTN_KVCACHE_GRID, has_batch_idx=[True])
+
+
 def attn_kvcache_unsupported(c):
-    """What autotune.flash_attn_with_kvcache refuses (cache_batch_idx raises
-    NotImplementedError; the library refuses a head dim over 256), each case counted once
-    under the first: head_dim, cache_batch_idx. cache_leftpad is supported."""
+    """What autotune.flash_attn_with_kvcache refuses (the library refuses a head dim over
+    256). cache_leftpad and cache_batch_idx are supported."""
     if c["d"] not in KVCACHE_HEAD_DIMS:
         return "head_dim"
-    if c["has_batch_idx"]:
-        return "cache_batch_idx"
     return None
 
 
-def _appended(cache, new, lengths, block_table):
-    """A copy of cache with sequence b's new rows at lengths[b]..: what the call leaves."""
+def _appended(cache, new, lengths, block_table, slots):
+    """A copy of cache with sequence b's new rows at lengths[b].. (of its slot slots[b] in
+    a contiguous cache): what the call leaves."""
     out, page = cache.clone(), cache.shape[1]
     for b, n in enumerate(lengths):
         pos = torch.arange(n, n + new.shape[1], device=cache.device)
         if block_table is None:
-            out[b, pos] = new[b]
+            out[slots[b], pos] = new[b]
         else:
             out[block_table[b, pos // page].long(), pos % page] = new[b]
     return out
 
 
-def _cache_rows(cache, block_table, b, n, start=0):
+def _cache_rows(cache, block_table, b, n, start=0, slot=None):
     """Sequence b's rows start .. n - 1 of a cache, [1, n - start, nheads_k, d] (start:
-    its cache_leftpad, a contiguous cache only)."""
+    its cache_leftpad, and slot its cache batch, a contiguous cache only; default b)."""
     if block_table is None:
-        return cache[b:b + 1, start:n]
+        slot = b if slot is None else slot
+        return cache[slot:slot + 1, start:n]
     page = cache.shape[1]
     return cache[block_table[b, :(n + page - 1) // page].long()].flatten(0, 1)[None, start:n]
 
@@ -1068,9 +1072,16 @@ def attn_kvcache_run(c):
         torch.randint(1, seqlen_q + 1, (1,)))
     k, v = (torch.randn(batch_size, seqlen_new, nheads_k, d, device=DEV, dtype=dtype)
             if new_kv else None for _ in range(2))
-    block_table = None
+    block_table = cache_batch_idx = None
+    slots = list(range(batch_size))  # the cache batch of each sequence (contiguous cache)
     if page is None:
-        shape = (batch_size, seqlen_k, nheads_k, d)
+        batch_cache = batch_size
+        if c["has_batch_idx"]:  # the peer's: a cache of twice the batch, a random slot each
+            batch_cache = batch_size * 2
+            cache_batch_idx = torch.randperm(batch_cache, dtype=torch.int32,
+                                             device=DEV)[:batch_size]
+            slots = cache_batch_idx.tolist()
+        shape = (batch_cache, seqlen_k, nheads_k, d)
     else:  # the peer's paged cache: 3x the blocks needed, dealt by a random table
         num_blocks = math.ceil(seqlen_k / page) * batch_size * 3
         shape = (num_blocks, page, nheads_k, d)
@@ -1116,13 +1127,13 @@ def attn_kvcache_run(c):
                             c["rotary_interleaved"])
     k_want, v_want = k_cache, v_cache  # what the call must leave in the caches
     if new_kv:
-        k_want, v_want = (_appended(cache, new, lengths, block_table)
+        k_want, v_want = (_appended(cache, new, lengths, block_table, slots)
                           for cache, new in ((k_cache, k_ref), (v_cache, v)))
     out, lse = autotune.flash_attn_with_kvcache(
         q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens, cache_leftpad=cache_leftpad,
-        block_table=block_table, causal=c["causal"], window_size=window_size,
-        alibi_slopes=alibi_slopes, num_splits=c["num_splits"], return_softmax_lse=True,
-        **rotary)
+        cache_batch_idx=cache_batch_idx, block_table=block_table, causal=c["causal"],
+        window_size=window_size, alibi_slopes=alibi_slopes, num_splits=c["num_splits"],
+        return_softmax_lse=True, **rotary)
     # The peer's check of the cache: the new rows appended in place (rotated keys within
     # 1e-3, as the peer allows; otherwise copied exactly), and here every other row kept.
     for name, cache, want in (("k", k_cache, k_want), ("v", v_cache, v_want)):
@@ -1138,8 +1149,9 @@ def attn_kvcache_run(c):
     # re-indexed from cache_leftpad (key_leftpad), i.e. rows leftpad[b] .. of the cache
     # after the append, indexed from 0.
     seen = [n + (seqlen_new if new_kv else 0) for n in lengths]
-    seqs = [(out[b], lse[b], q_ref[b:b + 1], _cache_rows(k_want, block_table, b, n, pads[b]),
-             _cache_rows(v_want, block_table, b, n, pads[b]),
+    seqs = [(out[b], lse[b], q_ref[b:b + 1],
+             _cache_rows(k_want, block_table, b, n, pads[b], slots[b]),
+             _cache_rows(v_want, block_table, b, n, pads[b], slots[b]),
              None if alibi_slopes is None else alibi_slopes[b:b + 1])
             for b, n in enumerate(seen)]
     return _attn_judge_seqs(seqs, c["causal"], window_size, mult=5 if c["alibi"] else 3,
@@ -1260,9 +1272,17 @@ GRIDS = {
         "cache_seqlens)), the reference per sequence on its keys from leftpad on, indexed "
         "from leftpad (the peer's key_padding_mask and key_leftpad); head dims that are not "
         "a multiple of 8 (d=59) on zero-padded copies of q and the caches, as flash-attn "
-        "runs them; unsupported counted under the first of head_dim (over 256), "
-        "cache_batch_idx; rotary embeddings as the peer draws them, checked against a "
-        "float64 rotation."),
+        "runs them; unsupported: head_dim (over 256); rotary embeddings as the peer draws "
+        "them, checked against a float64 rotation."),
+    "attention_kvcache_batch_idx": (
+        "attention", "flash-attn tests/test_flash_attn.py::test_flash_attn_kvcache "
+        "(has_batch_idx=True, commented out in the peer's list)",
+        lambda: attn_kvcache_cases(ATTN_KVCACHE_BATCH_IDX_GRID), attn_kvcache_unsupported,
+        attn_kvcache_key, attn_kvcache_run, 0.03,
+        "as attention_kvcache, with the peer's cache_batch_idx: a contiguous cache of twice "
+        "the batch and each sequence in the slot a random permutation gives it (the peer "
+        "skips it with a paged cache); the reference reads each sequence's slot, and after "
+        "an append every slot's other rows (and the unused slots) must be unchanged."),
 }
 
 
@@ -2297,6 +2317,14 @@ def bad_input_cases():
              dict(cache_leftpad=torch.zeros(3, device=DEV, dtype=torch.int32))),
             ("cache_leftpad of shape (2, 1)", dict(cache_leftpad=pad[:, None])),
             ("cache_leftpad on the CPU", dict(cache_leftpad=pad.cpu())),
+            ("cache_batch_idx with a paged cache (block_table)",
+             dict(k_cache=paged_k, v_cache=paged_v, block_table=table,
+                  cache_batch_idx=table[:, 0])),
+            ("cache_batch_idx of dtype int64", dict(cache_batch_idx=table[:, 0].long())),
+            ("cache_batch_idx of shape (2, 1)", dict(cache_batch_idx=table)),
+            ("cache_batch_idx on the CPU", dict(cache_batch_idx=table[:, 0].cpu())),
+            ("a cache of 4 slots without cache_batch_idx",
+             dict(k_cache=paged_k, v_cache=paged_v)),
             # the scale is refused before the launch (which would have appended k, v)
             ("softmax_scale=-0.125", dict(softmax_scale=-0.125)),
             ("softmax_scale=0.0", dict(softmax_scale=0.0))):
@@ -2316,6 +2344,12 @@ def bad_input_cases():
                                       cache_leftpad=torch.zeros(3, device=DEV,
                                                                 dtype=torch.int32)),
         kv_in, kv_good)
+    add(kv_op, "cache_batch_idx with a paged cache (block_table)",
+        lambda: OPS.attention_kvcache(q1, paged_k, paged_v, lens, table, k1, v1, True,
+                                      cache_batch_idx=table[:, 0]), kv_in, kv_good)
+    add(kv_op, "cache_batch_idx of dtype int64",
+        lambda: OPS.attention_kvcache(q1, paged_k, paged_v, lens, None, k1, v1, True,
+                                      cache_batch_idx=table[:, 0].long()), kv_in, kv_good)
 
     # ---- selective_scan
     u, delta, A, Bm, Cm, Dv, z, dbias = _scan_inputs()

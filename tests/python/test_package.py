@@ -114,7 +114,7 @@ class TestArgsLayouts(unittest.TestCase):
                           "workspace_bytes", "window", "window_left", "window_right", "softcap",
                           "alibi_slopes", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q",
                           "max_seqlen_k", "cache_seqlens", "block_table", "k_new", "v_new",
-                          "cache_leftpad"],
+                          "cache_leftpad", "cache_batch_idx"],
             "selective_scan": ["u", "delta", "A", "B", "C", "D", "z", "delta_bias", "out",
                                "last_state", "delta_softplus"],
         }
@@ -294,17 +294,27 @@ class TestAttentionFeatures(unittest.TestCase):
         table = FakeTensor((3, 4), ptr=0x6000, dtype=i32)
         fields = _runtime.kvcache_fields(lens, table)
         n = len(_runtime._ABSENT)
-        self.assertEqual(len(fields), 5 * n)
-        self.assertEqual(len(_runtime.NO_KVCACHE), 5 * n)
+        self.assertEqual(len(fields), 6 * n)
+        self.assertEqual(len(_runtime.NO_KVCACHE), 6 * n)
         self.assertEqual(fields[0], 0x5000)
         self.assertEqual(fields[n:n + 5], (0x6000, _runtime.AUTOTUNE_INT32, 2, 3, 4))
-        self.assertEqual(fields[2 * n:], _runtime._ABSENT * 3)
-        # cache_leftpad: the last tensor, int32 (B,) with a contiguous cache only.
+        self.assertEqual(fields[2 * n:], _runtime._ABSENT * 4)
+        # cache_leftpad and cache_batch_idx: the last tensors, int32 (B,) with a contiguous
+        # cache only.
         leftpad = FakeTensor((3,), ptr=0x7000, dtype=i32)
         fields = _runtime.kvcache_fields(lens, None, None, None, leftpad)
-        self.assertEqual(len(fields), 5 * n)
+        self.assertEqual(len(fields), 6 * n)
         self.assertEqual(fields[n:4 * n], _runtime._ABSENT * 3)
         self.assertEqual(fields[4 * n:4 * n + 4], (0x7000, _runtime.AUTOTUNE_INT32, 1, 3))
+        self.assertEqual(fields[5 * n:], _runtime._ABSENT)
+        slots = FakeTensor((3,), ptr=0x8000, dtype=i32)
+        fields = _runtime.kvcache_fields(lens, None, None, None, None, slots)
+        self.assertEqual(fields[4 * n:5 * n], _runtime._ABSENT)
+        self.assertEqual(fields[5 * n:5 * n + 4], (0x8000, _runtime.AUTOTUNE_INT32, 1, 3))
+        with self.assertRaisesRegex(ValueError, "cache_batch_idx is not supported with a paged"):
+            _runtime.kvcache_fields(lens, table, None, None, None, slots)
+        with self.assertRaisesRegex(TypeError, "cache_batch_idx has dtype .*int32"):
+            _runtime.kvcache_fields(lens, None, None, None, None, FakeTensor((3,), dtype=self.f32))
         with self.assertRaisesRegex(ValueError, "cache_leftpad is not supported with a paged"):
             _runtime.kvcache_fields(lens, table, None, None, leftpad)
         with self.assertRaisesRegex(TypeError, "cache_leftpad has dtype .*int32"):
@@ -828,11 +838,16 @@ class TestTorchRegistration(unittest.TestCase):
         o, lse = torch.ops.autotune.attention_kvcache_with_lse(qd, cache, cache.clone(), lens,
                                                                cache_leftpad=lens)
         self.assertEqual((o.shape, lse.shape), ((3, 2, 8, 128), (3, 8, 2)))
+        slots = torch.empty(5, 512, 2, 128, device=m, dtype=torch.bfloat16)
+        o = torch.ops.autotune.attention_kvcache(qd, slots, slots.clone(), lens,
+                                                 cache_batch_idx=lens)
+        self.assertEqual(o.shape, (3, 2, 8, 128))
         schema = torch.ops.autotune.attention_kvcache.default._schema
         self.assertEqual([a.name for a in schema.arguments if a.is_write],
                          ["k_cache", "v_cache"])
-        self.assertEqual(schema.arguments[-1].name, "cache_leftpad")
-        self.assertEqual(str(schema.arguments[-1].type), "Optional[Tensor]")
+        self.assertEqual([a.name for a in schema.arguments[-2:]],
+                         ["cache_leftpad", "cache_batch_idx"])
+        self.assertEqual({str(a.type) for a in schema.arguments[-2:]}, {"Optional[Tensor]"})
 
     def test_cpu_tensors_are_refused_naming_the_argument(self):
         x = torch.zeros(1, 8, 16)
@@ -973,11 +988,20 @@ class TestTorchRegistration(unittest.TestCase):
             fn(q, cache, cache, cache_seqlens=lens, cache_leftpad=lens[:1])
         with self.assertRaisesRegex(ValueError, r"cache_leftpad must be \(2,\)"):
             fn(q, cache, cache, cache_seqlens=lens, cache_leftpad=lens[None])
-        with self.assertRaisesRegex(NotImplementedError, "cache_batch_idx"):
-            fn(q, cache, cache, cache_seqlens=lens, cache_batch_idx=lens)
+        # cache_batch_idx is checked the same way.
+        with self.assertRaisesRegex(ValueError, "cache_batch_idx is not supported with a paged"):
+            fn(q, cache, cache, cache_seqlens=lens, cache_batch_idx=lens, block_table=table)
+        with self.assertRaisesRegex(TypeError, "cache_batch_idx must be a torch.int32 tensor"):
+            fn(q, cache, cache, cache_seqlens=lens, cache_batch_idx=lens.long())
+        with self.assertRaisesRegex(ValueError, r"cache_batch_idx must be \(2,\)"):
+            fn(q, cache, cache, cache_seqlens=lens, cache_batch_idx=lens[:1])
         # A good one passes its checks (and these CPU tensors are then refused).
         with self.assertRaisesRegex(ValueError, "q is on cpu"):
             fn(q, cache, cache, cache_seqlens=lens, cache_leftpad=torch.zeros_like(lens))
+        slots = torch.zeros(5, 128, 2, 64, dtype=torch.bfloat16)
+        with self.assertRaisesRegex(ValueError, "q is on cpu"):
+            fn(q, slots, slots, cache_seqlens=lens, cache_batch_idx=torch.tensor(
+                [4, 1], dtype=torch.int32))
 
     def test_kvcache_head_dims_the_kernels_do_not_build_run_padded(self):
         from autotune import _dropin
