@@ -1737,11 +1737,14 @@ const ArgsDesc& AttentionOp::args_desc() const {
                                     {{varlen, 1}},
                                     "varlen"}};
   };
-  // k, v of a paged KV cache: [num_blocks, Hkv, page, D], the form when block_table is given.
-  const auto pages = [&](const char* name, size_t offset) {
+  // k, v of a KV cache in a form that applies when the struct's tensor at `given` is:
+  // a paged cache [num_blocks, Hkv, page, D] (block_table given), or a contiguous cache
+  // read through cache_batch_idx, a pool of slots [B_cache, Hkv, Scache, D].
+  const auto cache_form = [&](const char* name, size_t offset, int8_t batch, int8_t seq,
+                              const char* form, size_t given) {
     return TensorRule{name,
                       offset,
-                      {{num_blocks}, {Hkv}, {page}, {D}},
+                      {{batch}, {Hkv}, {seq}, {D}},
                       dtype,
                       k_fp16_bf16,
                       -1,
@@ -1749,26 +1752,15 @@ const ArgsDesc& AttentionOp::args_desc() const {
                       StrideRule::rows,
                       chunk,
                       {},
-                      "paged",
+                      form,
                       AUTOTUNE_FP32,
-                      offsetof(A, block_table)};
+                      given};
   };
-  // k, v of a contiguous KV cache read through cache_batch_idx: [B_cache, Hkv, Scache, D],
-  // a pool of cache slots, the form when cache_batch_idx is given.
+  const auto pages = [&](const char* name, size_t offset) {
+    return cache_form(name, offset, num_blocks, page, "paged", offsetof(A, block_table));
+  };
   const auto slots = [&](const char* name, size_t offset) {
-    return TensorRule{name,
-                      offset,
-                      {{B_cache}, {Hkv}, {Sk}, {D}},
-                      dtype,
-                      k_fp16_bf16,
-                      -1,
-                      false,
-                      StrideRule::rows,
-                      chunk,
-                      {},
-                      "cache slots",
-                      AUTOTUNE_FP32,
-                      offsetof(A, cache_batch_idx)};
+    return cache_form(name, offset, B_cache, Sk, "cache slots", offsetof(A, cache_batch_idx));
   };
   // int32 tensors of varlen and the KV cache (appended after the features' scalars).
   const auto int32 = [&](const char* name, size_t offset, std::vector<DimRule> dims,
