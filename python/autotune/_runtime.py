@@ -291,7 +291,8 @@ def paged_fields(block_table):
     varlen block_table; each sequence's key count comes from cu_seqlens_k), or none."""
     if block_table is None:
         return NO_KVCACHE
-    return (*_ABSENT, *table_fields(block_table, "block_table"), *(_ABSENT * 3))
+    # no cache_seqlens; the table; none of the fields after it
+    return (*_ABSENT, *table_fields(block_table, "block_table"), *NO_KVCACHE[2 * len(_ABSENT):])
 
 
 def table_fields(t, what, dims="(batch_size, max_num_blocks_per_seq)"):

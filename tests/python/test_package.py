@@ -313,6 +313,13 @@ class TestAttentionFeatures(unittest.TestCase):
         self.assertEqual(fields[5 * n:5 * n + 4], (0x8000, _runtime.AUTOTUNE_INT32, 1, 3))
         with self.assertRaisesRegex(ValueError, "cache_batch_idx is not supported with a paged"):
             _runtime.kvcache_fields(lens, table, None, None, None, slots)
+        # A varlen call's paged cache: the table alone, in as many fields as a KV-cache call.
+        fields = _runtime.paged_fields(table)
+        self.assertEqual(len(fields), len(_runtime.NO_KVCACHE))
+        self.assertEqual(fields[:n], _runtime._ABSENT)
+        self.assertEqual(fields[n:n + 5], (0x6000, _runtime.AUTOTUNE_INT32, 2, 3, 4))
+        self.assertEqual(fields[2 * n:], _runtime._ABSENT * 4)
+        self.assertEqual(_runtime.paged_fields(None), _runtime.NO_KVCACHE)
         with self.assertRaisesRegex(TypeError, "cache_batch_idx has dtype .*int32"):
             _runtime.kvcache_fields(lens, None, None, None, None, FakeTensor((3,), dtype=self.f32))
         with self.assertRaisesRegex(ValueError, "cache_leftpad is not supported with a paged"):
