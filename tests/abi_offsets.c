@@ -43,6 +43,7 @@ int main(void) {
   FIELD(autotune_attention_args, k_new);
   FIELD(autotune_attention_args, v_new);
   FIELD(autotune_attention_args, cache_leftpad);
+  FIELD(autotune_attention_args, cache_batch_idx);
   first = 0;
   printf("}}, \"selective_scan\": {\"size\": %zu, \"fields\": {",
          sizeof(autotune_selective_scan_args));
