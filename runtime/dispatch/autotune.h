@@ -253,7 +253,8 @@ typedef struct autotune_attention_args {
      page, D] (flash-attn's [num_blocks, page, Hkv, D] with permuted strides) and key j
      of sequence b is row j % page of page block_table[b][j / page]; page must be a
      multiple of the variant's block_n (16..256 multiples of 16 are served; flash-attn
-     uses multiples of 256). Contiguous (no block_table): k and v are [B, Hkv, Scache, D].
+     uses multiples of 256). Contiguous (no block_table): k and v are [B, Hkv, Scache, D]
+     ([B_cache, Hkv, Scache, D] with cache_batch_idx, below).
      The lengths and the table live on the GPU and are read, not checked: cache_seqlens[b]
      + Snew must fit the sequence's cache (blocks_per_seq * page, or Scache) -- lengths
      are clamped into it --, and table entries must be pages of the cache (they are
