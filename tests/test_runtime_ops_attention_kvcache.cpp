@@ -359,6 +359,22 @@ TEST_CASE("a decoding step of several queries packs its GQA group's query heads 
   CHECK(k.q_head_stride == 4 * D);
 }
 
+namespace {
+
+// A paged call's plan packing the same call with `field` set, as a call that slipped past
+// binding would reach it: refused with `message`.
+void refused_when_packed_with_pages(Tensor autotune_attention_args::*field, const char* message) {
+  autotune_attention_args paged = paged_call();
+  const BoundCall b = bind(paged);
+  const Problem p = attn().make_problem(call_fields(attn().args_desc(), b));
+  auto plan = attn().plan(config("block_m=64,block_n=64,warps=4,stages=1,swizzle=xor,q=smem"), p);
+  paged.*field = make(0x900000, AUTOTUNE_INT32, {3});
+  alignas(16) unsigned char out[k_kernel_args_capacity];
+  CHECK_THROWS_WITH_AS(plan->pack(&paged, b, out), doctest::Contains(message), Error);
+}
+
+} // namespace
+
 TEST_CASE("cache_leftpad is refused with the argument named") {
   autotune_attention_args a = leftpad_call();
   a.cache_leftpad.dtype = AUTOTUNE_FP32;
@@ -388,15 +404,8 @@ TEST_CASE("cache_leftpad is refused with the argument named") {
   CHECK_THROWS_WITH_AS(problem("B=2,Hq=4,Sq=1,Sk=300,D=64,leftpad=1"),
                        doctest::Contains("cache_leftpad is given without cache_seqlens"), Error);
   // A call that slips past binding (packing alone) is refused too.
-  autotune_attention_args paged = paged_call();
-  const BoundCall b = bind(paged);
-  const Problem p = attn().make_problem(call_fields(attn().args_desc(), b));
-  auto plan = attn().plan(config("block_m=64,block_n=64,warps=4,stages=1,swizzle=xor,q=smem"), p);
-  paged.cache_leftpad = make(0x900000, AUTOTUNE_INT32, {3});
-  alignas(16) unsigned char out[k_kernel_args_capacity];
-  CHECK_THROWS_WITH_AS(plan->pack(&paged, b, out),
-                       doctest::Contains("cache_leftpad is not supported with a paged KV cache"),
-                       Error);
+  refused_when_packed_with_pages(&autotune_attention_args::cache_leftpad,
+                                 "cache_leftpad is not supported with a paged KV cache");
 }
 
 namespace {
@@ -486,15 +495,8 @@ TEST_CASE("cache_batch_idx is refused with the argument named") {
   CHECK_THROWS_WITH_AS(problem("B=2,Hq=4,Sq=1,Sk=300,D=64,paged=1,batch_idx=1"),
                        doctest::Contains("not supported with a paged KV cache"), Error);
   // A call that slips past binding (packing alone) is refused too.
-  autotune_attention_args paged = paged_call();
-  const BoundCall b = bind(paged);
-  const Problem p = attn().make_problem(call_fields(attn().args_desc(), b));
-  auto plan = attn().plan(config("block_m=64,block_n=64,warps=4,stages=1,swizzle=xor,q=smem"), p);
-  paged.cache_batch_idx = make(0xa00000, AUTOTUNE_INT32, {3});
-  alignas(16) unsigned char out[k_kernel_args_capacity];
-  CHECK_THROWS_WITH_AS(plan->pack(&paged, b, out),
-                       doctest::Contains("cache_batch_idx is not supported with a paged KV cache"),
-                       Error);
+  refused_when_packed_with_pages(&autotune_attention_args::cache_batch_idx,
+                                 "cache_batch_idx is not supported with a paged KV cache");
 }
 
 TEST_CASE("the C struct's scale: 0 is 1/sqrt(D), a positive one is used, a negative one is "
