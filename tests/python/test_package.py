@@ -124,6 +124,34 @@ class TestArgsLayouts(unittest.TestCase):
             self.assertLessEqual(layout.struct.size, layout.size)
             self.assertTrue(layout.rules, op)
 
+    def test_every_attention_call_form_packs_into_the_described_struct(self):
+        # The tuples the call paths build (plain, varlen, varlen over a paged cache, a KV
+        # cache with its index tensors) fill the library's struct exactly: a field the
+        # header gains and a builder misses fails here, before any GPU.
+        class Int32:
+            def __str__(self):
+                return "torch.int32"
+        i32 = Int32()
+        lens = FakeTensor((3,), ptr=0x5000, dtype=i32)
+        cu = FakeTensor((4,), ptr=0x5100, dtype=i32)
+        table = FakeTensor((3, 4), ptr=0x6000, dtype=i32)
+        head = _runtime._ABSENT * 5 + (1, 0.0, 0, 0)  # q k v o lse, causal, scale, workspace
+        varlen = _runtime.varlen_fields(cu, cu, 100, 200)
+        forms = {
+            "plain": _runtime.attention_features(),
+            "varlen": _runtime.attention_features(varlen=varlen),
+            "varlen paged": _runtime.attention_features(
+                varlen=varlen, kvcache=_runtime.paged_fields(table)),
+            "kvcache": _runtime.attention_features(
+                kvcache=_runtime.kvcache_fields(lens, None, None, None, lens, lens)),
+            "kvcache paged": _runtime.attention_features(
+                kvcache=_runtime.kvcache_fields(lens, table)),
+        }
+        layout = self.lib.layouts["attention"]
+        for name, features in forms.items():
+            with self.subTest(name):
+                layout.struct.pack(*head, *features)  # struct.error on a wrong count
+
     def test_a_runtime_without_a_driver_is_a_status_not_a_crash(self):
         try:
             rt = _runtime.Runtime(library_path(), "/nonexistent/autotune-test.db")
