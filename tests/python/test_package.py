@@ -128,10 +128,7 @@ class TestArgsLayouts(unittest.TestCase):
         # The tuples the call paths build (plain, varlen, varlen over a paged cache, a KV
         # cache with its index tensors) fill the library's struct exactly: a field the
         # header gains and a builder misses fails here, before any GPU.
-        class Int32:
-            def __str__(self):
-                return "torch.int32"
-        i32 = Int32()
+        i32 = FakeInt32()
         lens = FakeTensor((3,), ptr=0x5000, dtype=i32)
         cu = FakeTensor((4,), ptr=0x5100, dtype=i32)
         table = FakeTensor((3, 4), ptr=0x6000, dtype=i32)
@@ -178,6 +175,13 @@ class FakeComplex:
 
     def __repr__(self):
         return "fake.complex64"
+
+
+class FakeInt32:
+    """What index_fields reads of an int32 dtype: its name."""
+
+    def __str__(self):
+        return "torch.int32"
 
 
 class FakeTensor:
@@ -294,10 +298,7 @@ class TestAttentionFeatures(unittest.TestCase):
                          _runtime.NO_KVCACHE)
 
     def test_varlen_fields_take_int32_offsets_and_positive_lengths(self):
-        class Int32:
-            def __str__(self):
-                return "torch.int32"
-        i32 = Int32()
+        i32 = FakeInt32()
         cu = FakeTensor((5,), ptr=0xA000, dtype=i32)
         fields = _runtime.varlen_fields(cu, cu, 300, 400)
         self.assertEqual(fields[:4], (0xA000, _runtime.AUTOTUNE_INT32, 1, 5))
@@ -314,10 +315,7 @@ class TestAttentionFeatures(unittest.TestCase):
             _runtime.varlen_fields([0, 3], cu, 3, 4)
 
     def test_kvcache_fields(self):
-        class Int32:
-            def __str__(self):
-                return "torch.int32"
-        i32 = Int32()
+        i32 = FakeInt32()
         lens = FakeTensor((3,), ptr=0x5000, dtype=i32)
         table = FakeTensor((3, 4), ptr=0x6000, dtype=i32)
         fields = _runtime.kvcache_fields(lens, table)
