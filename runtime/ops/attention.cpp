@@ -736,20 +736,20 @@ Problem AttentionOp::make_problem(const Fields& shape) const {
   if (paged && !varlen && r.has("kvcache") && r.flag("kvcache", "0") == "0") {
     r.fail("block_table is given without cache_seqlens");
   }
-  if (r.flag("batch_idx", "0") == "1") {
-    if (paged) {
-      r.fail("cache_batch_idx is not supported with a paged KV cache (block_table), as in "
-             "flash-attn: pass a contiguous cache or no cache_batch_idx");
-    } else if (!kvcache || (r.has("kvcache") && r.flag("kvcache", "0") == "0")) {
-      r.fail("cache_batch_idx is given without cache_seqlens");
+  // A contiguous cache's per-sequence index tensors, refused as flash-attn refuses them.
+  for (const auto& [flag, tensor] :
+       {std::pair{"batch_idx", "cache_batch_idx"}, std::pair{"leftpad", "cache_leftpad"}}) {
+    if (r.flag(flag, "0") != "1") {
+      continue;
     }
-  }
-  if (r.flag("leftpad", "0") == "1") {
+    const std::string name = tensor;
     if (paged) {
-      r.fail("cache_leftpad is not supported with a paged KV cache (block_table), as in "
-             "flash-attn: pass a contiguous cache or no cache_leftpad");
+      r.fail(name +
+             " is not supported with a paged KV cache (block_table), as in flash-attn: "
+             "pass a contiguous cache or no " +
+             name);
     } else if (!kvcache || (r.has("kvcache") && r.flag("kvcache", "0") == "0")) {
-      r.fail("cache_leftpad is given without cache_seqlens");
+      r.fail(name + " is given without cache_seqlens");
     }
   }
   long long D = number("D", nullptr, 256);
