@@ -1,6 +1,7 @@
 // GPU tests for variable-length attention batches (varlen=1, flash-attn's varlen):
 // packed sequences of lengths off every tile (an empty one, one without keys, one of a
 // single token), causal and not, GQA, LSE [Hq, Tq], split-KV, windows/softcap/ALiBi,
+// offsets outside the tensors (clamped; nothing written past o or lse),
 // through the op's variants, the GPU reference as the tuner runs it, the runtime from
 // the C struct (bucketed signatures) and the tuner.
 #include "attention_reference.hpp"
@@ -110,8 +111,35 @@ struct VarlenCase {
   }
 };
 
-// Runs every config on the case and checks O (rows without keys exactly 0) and LSE;
-// `adjust` edits each call (another K/V source) before it is packed.
+// A host tensor's bytes on the device between two guards of k_guard_bytes of 0xA5, so
+// that a store a little past either end of the tensor is seen (guards_intact).
+constexpr size_t k_guard_bytes = 64 * 1024;
+struct GuardedTensor {
+  cuda::DeviceBuffer buffer;
+  size_t bytes;
+  explicit GuardedTensor(const HostTensor& h)
+      : buffer(h.bytes.size() + 2 * k_guard_bytes), bytes(h.bytes.size()) {
+    std::vector<unsigned char> image(buffer.size(), 0xA5);
+    std::copy(h.bytes.begin(), h.bytes.end(), image.begin() + k_guard_bytes);
+    buffer.upload(image.data(), image.size());
+  }
+  CUdeviceptr get() const { return buffer.get() + k_guard_bytes; }
+  // The tensor into h; false when a guard byte changed.
+  bool download(HostTensor& h) const {
+    std::vector<unsigned char> image(buffer.size());
+    buffer.download(image.data(), image.size());
+    std::copy_n(image.begin() + k_guard_bytes, bytes, h.bytes.begin());
+    const auto guard = [](auto first, auto last) {
+      return std::all_of(first, last, [](unsigned char b) { return b == 0xA5; });
+    };
+    return guard(image.begin(), image.begin() + k_guard_bytes) &&
+           guard(image.end() - k_guard_bytes, image.end());
+  }
+};
+
+// Runs every config on the case and checks O (rows without keys exactly 0) and LSE, and
+// that nothing just outside o and lse was written; `adjust` edits each call (another K/V
+// source, other offsets) before it is packed.
 void check_variants(VarlenCase& c, const std::vector<Config>& configs,
                     const std::function<void(AttentionCall&)>& adjust = {}) {
   cuda::DeviceInfo dev = cuda::query_device(0);
@@ -143,7 +171,7 @@ void check_variants(VarlenCase& c, const std::vector<Config>& configs,
     for (int repeat = 0; repeat < 2; ++repeat) { // split counters back at zero
       out.poison();
       lse.poison();
-      DeviceTensor o(out), l(lse);
+      GuardedTensor o(out), l(lse);
       AttentionCall call = c.call(q.get(), k.get(), v.get(), o.get(), l.get());
       call.window_left = c.features.left;
       call.window_right = c.features.right;
@@ -166,8 +194,8 @@ void check_variants(VarlenCase& c, const std::vector<Config>& configs,
       attn().pack_call(valid[i], c.problem, call, args);
       launch_and_wait(f, attn().geometry(valid[i], c.problem), args,
                       c.problem.key() + " " + config_id(valid[i]));
-      o.download(out);
-      l.download(lse);
+      CHECK(o.download(out));
+      CHECK(l.download(lse));
       const std::vector<double> got_o = values(out);
       CHECK(rel_err(got_o, c.ref.o) <= attn().tolerance(c.problem));
       CHECK(rel_err(values(lse), c.ref.lse) <= 1e-4);
@@ -242,6 +270,31 @@ TEST_CASE("varlen attention: causal GQA sequences of lengths off the tiles, an e
   SUBCASE("head dim 128, MQA") {
     VarlenCase c({65, 64, 1, 129}, {65, 200, 17, 129}, 4, 1, 128, true, DType::bf16, rng);
     check_variants(c, varlen_configs());
+  }
+}
+
+TEST_CASE("varlen attention clamps offsets outside the packed tensors: a negative first "
+          "offset, a last one past the tokens (near and far), nothing written past o or lse") {
+  context();
+  std::mt19937_64 rng(std::random_device{}());
+  const int int_max = std::numeric_limits<int>::max();
+  for (bool causal : {true, false}) {
+    CAPTURE(causal);
+    VarlenCase c({37, 0, 50, 20}, {45, 12, 61, 30}, 4, 2, 64, causal, DType::bf16, rng);
+    // Clamped into [0, Tq] and [0, Tk] these are the case's own offsets, so its reference
+    // holds; unclamped, the last sequence's rows would reach past q, o, lse, k and v.
+    for (const auto& [bad_q, bad_k] :
+         {std::pair{std::vector<int>{-30, 37, 37, 87, c.Tq + 40},
+                    std::vector<int>{-5, 45, 57, 118, c.Tk + 1000}},
+          std::pair{std::vector<int>{std::numeric_limits<int>::min(), 37, 37, 87, int_max},
+                    std::vector<int>{0, 45, 57, 118, 2000000000}}}) {
+      CAPTURE(bad_q.back());
+      cuda::DeviceBuffer q_dev = int_buffer(bad_q), k_dev = int_buffer(bad_k);
+      check_variants(c, varlen_configs(), [&](AttentionCall& call) {
+        call.cu_seqlens_q = q_dev.get();
+        call.cu_seqlens_k = k_dev.get();
+      });
+    }
   }
 }
 

@@ -139,6 +139,8 @@ TEST_CASE("the portable attention kernel's AttnArgs is AttentionKernelArgs, fiel
       HOST_FIELD(A, q_group_stride),
       HOST_FIELD(A, o_group_stride),
       HOST_FIELD(A, group_sq),
+      HOST_FIELD(A, tokens_q),
+      HOST_FIELD(A, tokens_k),
   };
   // Plain, split keys, every feature on, and a KV cache: the struct is the same in each.
   check_layout("attention", "B=2,H=4,S=256,D=128,dtype=bf16",
@@ -187,6 +189,8 @@ TEST_CASE("the Hopper attention kernel's AttnArgs is AttentionHopperKernelArgs, 
       HOST_FIELD(A, block_table_stride),
       HOST_FIELD(A, page_size),
       HOST_FIELD(A, kv_capacity),
+      HOST_FIELD(A, tokens_q),
+      HOST_FIELD(A, tokens_k),
   };
   // Plain, every feature on, and packed sequences: the struct is the same in each.
   check_layout("attention", "B=4,H=16,S=4096,D=128,dtype=bf16",

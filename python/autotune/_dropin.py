@@ -836,7 +836,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     cu_seqlens_q, cu_seqlens_k: (batch_size + 1,) torch.int32 CUDA tensors, the sequences'
     cumulative lengths (sequence b is rows cu_seqlens[b] .. cu_seqlens[b+1] - 1). They are
     read on the GPU, never checked there (flash-attn does not either): they must start at
-    0, not decrease and end within total_q (total_k). A sequence may be empty.
+    0, not decrease and end within total_q (total_k). Each sequence is clamped into the
+    tensors, so a wrong offset computes wrong rows but never reads or writes past q, k, v,
+    out or the LSE. A sequence may be empty.
     max_seqlen_q, max_seqlen_k: ints >= 1, the longest sequences; a longer one is computed
     only up to max_seqlen_q rows (as in flash-attn). The tuning key buckets them and the
     totals to powers of two.

@@ -705,7 +705,9 @@ class Runtime:
         cu_seqlens_k[b + 1] - cu_seqlens_k[b] keys of its pages (block_table[b]), as in
         flash-attn. With return_lse also the fp32 log-sum-exp (nheads, total_q). The offsets
         are read on the GPU, not checked: they must start at 0, not decrease and stay within
-        the tensors (and the pages), and no sequence may be longer than its max_seqlen."""
+        the tensors (and the pages), and no sequence may be longer than its max_seqlen. A
+        sequence is clamped into the tensors: a wrong offset never reads or writes past
+        them."""
         if out is None:
             return self._calls.varlen(self.plans, self._served_by, q, k, v, cu_seqlens_q,
                                       cu_seqlens_k, max_seqlen_q, max_seqlen_k, bool(causal),

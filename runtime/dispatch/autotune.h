@@ -235,7 +235,9 @@ typedef struct autotune_attention_args {
      window and ALiBi are aligned to each sequence's own bottom-right corner. The
      offsets live on the GPU and are read, not checked: they must start at 0, never
      decrease, end at most at Tq (Tk), and no sequence may be longer than max_seqlen_q
-     (max_seqlen_k) -- rows past max_seqlen_q are not computed. A sequence may be empty.
+     (max_seqlen_k) -- rows past max_seqlen_q are not computed. Each sequence is clamped
+     into the tensors' rows, so a wrong offset never reads or writes past them. A sequence
+     may be empty.
      With block_table given (and no cache_seqlens; flash_attn_varlen_func's block_table),
      k and v are a paged KV cache as described below and sequence b's keys are the first
      cu_seqlens_k[b+1] - cu_seqlens_k[b] keys of its pages (clamped into them). */

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstring>
 #include <iterator>
+#include <limits>
 #include <mutex>
 #include <tuple>
 #include <vector>
@@ -1210,6 +1211,27 @@ void fill_output_and_sizes(Args& a, const Dims& d, const AttentionCall& call) {
   a.scale_log2 = float(scale * 1.4426950408889634);
 }
 
+// The varlen fields both families' argument structs share. Each sequence's offsets are
+// clamped on the GPU into the rows of q and of k (at_packed_span in kernel.cuh), which the
+// call must therefore give; a paged cache's cu_seqlens_k counts keys (bounded by the
+// table's row instead), so its bound is INT_MAX.
+template <typename Args> void fill_varlen(Args& a, const Dims& d, const AttentionCall& call) {
+  if (!d.varlen) {
+    return;
+  }
+  const bool counted_keys = d.page > 0 || d.kvcache;
+  if (call.tokens_q <= 0 || (call.tokens_k <= 0 && !counted_keys)) {
+    throw Error(ErrorKind::usage, "attention: a varlen call needs the packed token counts of "
+                                  "q and k (AttentionCall::tokens_q/tokens_k)");
+  }
+  constexpr long long k_int_max = std::numeric_limits<int>::max();
+  a.cu_seqlens_q = call.cu_seqlens_q;
+  a.cu_seqlens_k = call.cu_seqlens_k;
+  a.lse_head_stride = call.lse_head_stride;
+  a.tokens_q = int(std::min(call.tokens_q, k_int_max));
+  a.tokens_k = int(counted_keys ? k_int_max : std::min(call.tokens_k, k_int_max));
+}
+
 // The window, softcap and ALiBi fields both families' argument structs share (after
 // fill_output_and_sizes, whose scale_log2 softcap replaces): softcap's tanh takes scale /
 // softcap per score and the logits are softcap times it.
@@ -1337,11 +1359,7 @@ AttnArgs attention_kernel_args(const Params& p, const Dims& d, const Config& con
   a.q_group_stride = call.q_group_stride;
   a.o_group_stride = call.o_group_stride;
   fill_features(a, d, call);
-  if (d.varlen) {
-    a.cu_seqlens_q = call.cu_seqlens_q;
-    a.cu_seqlens_k = call.cu_seqlens_k;
-    a.lse_head_stride = call.lse_head_stride;
-  }
+  fill_varlen(a, d, call);
   if (d.kvcache) {
     a.cache_seqlens = call.cache_seqlens;
     a.block_table = call.block_table;
@@ -1458,15 +1476,12 @@ HopperArgs hopper_kernel_args(const Params& p, const Dims& d, const AttentionCal
   }
   check_features(d, call);
   HopperArgs a{};
+  fill_varlen(a, d, call);
   // Packed sequences: maps over all the tokens of one batch (the rows a tile loads count
   // from its sequence's first token).
   Dims md = d;
   long long rows_q = d.Sq, rows_k = d.Sk;
   if (d.varlen) {
-    if (call.tokens_q <= 0 || (call.tokens_k <= 0 && d.page == 0)) {
-      throw Error(ErrorKind::usage, "attention: a varlen call of family=wgmma needs the packed "
-                                    "token counts of q and k (AttentionCall::tokens_q/tokens_k)");
-    }
     md.B = 1;
     rows_q = call.tokens_q;
     rows_k = call.tokens_k;
@@ -1501,11 +1516,6 @@ HopperArgs hopper_kernel_args(const Params& p, const Dims& d, const AttentionCal
   fill_features(a, d, call);
   a.batch = int(d.B);
   a.sched_group = causal_sched_group(d);
-  if (d.varlen) {
-    a.cu_seqlens_q = call.cu_seqlens_q;
-    a.cu_seqlens_k = call.cu_seqlens_k;
-    a.lse_head_stride = call.lse_head_stride;
-  }
   if (d.varlen && d.page > 0) {
     a.block_table = call.block_table;
     a.block_table_stride = call.block_table_stride;

@@ -178,6 +178,7 @@ struct AttentionKernelArgs {
   CUdeviceptr cache_batch_idx;
   long long q_group_stride, o_group_stride;
   int group_sq;
+  int tokens_q, tokens_k;
 };
 
 // The Hopper kernel's by-value argument: struct AttnArgs of templates/attention/hopper.cuh
@@ -203,6 +204,7 @@ struct AttentionHopperKernelArgs {
   long long block_table_stride;           // [B, block_table_stride]
   int page_size;                          // keys a page
   int kv_capacity;                        // keys a row of the table holds
+  int tokens_q, tokens_k; // varlen problems: the rows bounding each sequence's offsets
 };
 
 class AttentionOp final : public Op {

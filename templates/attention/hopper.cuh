@@ -270,6 +270,9 @@ struct AttnArgs {
   long long block_table_stride;
   int page_size;
   int kv_capacity;
+  // AT_VARLEN: the rows q (and o, lse) and k (and v) hold, which bound each sequence's
+  // offsets (at_packed_span, kernel.cuh); INT_MAX for a paged cache's key counts.
+  int tokens_q, tokens_k;
 };
 
 // One box of `rows` rows from sequence position `seq` of (head, batch), all 64-column
@@ -603,13 +606,13 @@ extern "C" __global__ void __launch_bounds__(k_threads, k_min_blocks) AT_CLUSTER
     w.seq_k = args.seq_k;
     w.q_start = w.k_start = 0;
     if (k_varlen) {
-      w.q_start = args.cu_seqlens_q[w.batch];
-      w.seq_q = args.cu_seqlens_q[w.batch + 1] - w.q_start;
-      w.k_start = args.cu_seqlens_k[w.batch];
-      w.seq_k = args.cu_seqlens_k[w.batch + 1] - w.k_start;
-      if (k_paged) {
-        w.seq_k = min(w.seq_k, args.kv_capacity); // never past its row of the table
-      }
+      const at_span qs = at_packed_span(args.cu_seqlens_q, w.batch, args.tokens_q);
+      // A paged cache's keys are counted (tokens_k INT_MAX), never past the table's row.
+      const at_span ks = at_packed_span(args.cu_seqlens_k, w.batch, args.tokens_k);
+      w.q_start = qs.start;
+      w.seq_q = qs.len;
+      w.k_start = ks.start;
+      w.seq_k = k_paged ? min(ks.len, args.kv_capacity) : ks.len;
     }
     // Causal (right = 0) or a window's right edge: the last key any row of this block
     // sees is (m0 + block_m - 1) + Sk - Sq + right; a window's left edge: the first is

@@ -97,6 +97,18 @@
 #include "attention/mma.cuh"
 #include "common/numeric.cuh"
 
+// AT_VARLEN (both families): sequence b's packed rows [start, start + len) from int32
+// offsets [B + 1], clamped into the tensor's `tokens` rows (start in [0, tokens], the end
+// in [start, tokens]): a mistaken cu_seqlens shortens or empties sequences but never
+// reaches past the tensors it indexes.
+struct at_span {
+  int start, len;
+};
+__device__ __forceinline__ at_span at_packed_span(const int* offsets, int b, int tokens) {
+  const int start = min(max(offsets[b], 0), tokens);
+  return {start, min(max(offsets[b + 1], start), tokens) - start};
+}
+
 // AT_WGMMA=1 (family=wgmma, sm_90a only): the Hopper kernel of attention/hopper.cuh
 // instead of this one (same entry point and semantics).
 #ifndef AT_WGMMA
@@ -258,6 +270,10 @@ struct AttnArgs {
   // AT_GROUPED: the stride between two query heads of a group, and the queries of each.
   long long q_group_stride, o_group_stride;
   int group_sq;
+  // AT_VARLEN: the rows q (and o, lse) and k (and v) hold, which bound each sequence's
+  // offsets (at_packed_span); with a paged cache (AT_KVCACHE) cu_seqlens_k counts keys
+  // only and tokens_k is the largest count, INT_MAX.
+  int tokens_q, tokens_k;
 };
 
 // The query index of row `row` (AT_GROUPED: the rows hold group_sq queries of each head).
@@ -679,10 +695,12 @@ extern "C" __global__ void __launch_bounds__(k_threads) attention_fwd(const Attn
   int seq_k = args.seq_k;
   long long q_row0 = 0, k_row0 = 0;
   if (k_varlen) {
-    q_row0 = args.cu_seqlens_q[batch];
-    seq_q = args.cu_seqlens_q[batch + 1] - static_cast<int>(q_row0);
-    k_row0 = args.cu_seqlens_k[batch];
-    seq_k = args.cu_seqlens_k[batch + 1] - static_cast<int>(k_row0);
+    const at_span qs = at_packed_span(args.cu_seqlens_q, batch, args.tokens_q);
+    const at_span ks = at_packed_span(args.cu_seqlens_k, batch, args.tokens_k);
+    q_row0 = qs.start;
+    seq_q = qs.len;
+    k_row0 = ks.start;
+    seq_k = ks.len;
     if (m0 >= seq_q) {
       return; // past this sequence's queries (an empty one included): nothing to do
     }
