@@ -1,6 +1,7 @@
 // Variable-length attention batches (varlen=1, flash-attn's flash_attn_varlen_func):
-// their problems and tuning buckets, the tuner's packed inputs, and binding a call of
-// the C ABI with packed q/k/v and int32 cu_seqlens. No GPU.
+// their problems and tuning buckets, the tuner's packed inputs, the token counts that bound
+// the offsets in the kernel arguments, and binding a call of the C ABI with packed q/k/v and
+// int32 cu_seqlens. No GPU.
 #include "attention_call_support.hpp"
 
 #include "runtime/ops/heuristic.hpp"
@@ -8,6 +9,8 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstring>
+#include <limits>
 #include <string>
 
 using namespace autotune;
@@ -207,4 +210,36 @@ TEST_CASE("varlen attention calls bind packed tensors and int32 offsets, buckete
   }
   CHECK(describe_args(attn().args_desc()).find("cu_seqlens_q [B+1] int32 optional contiguous") !=
         std::string::npos);
+}
+
+TEST_CASE("varlen kernel arguments carry the token counts that bound each sequence's offsets") {
+  const Config mma = config("block_m=64,block_n=64,warps=4,stages=2,swizzle=xor,q=smem,splits=1");
+  const auto packed = [&](const Problem& p) {
+    const std::vector<CUdeviceptr> tensors(attn().tensors(p).size(), CUdeviceptr(0x1000));
+    ArgPack args;
+    attn().pack(mma, p, tensors, args);
+    REQUIRE(args.size() == 1);
+    AttentionKernelArgs k;
+    std::memcpy(&k, args.pointers()[0], sizeof k);
+    return k;
+  };
+  // The tuner's own tensors: Tq = Tk = 1024 rows (the bucketed totals).
+  const AttentionKernelArgs k =
+      packed(problem("B=5,Hq=4,Hkv=2,S=300,D=64,varlen=1,Tq=1000,Tk=900"));
+  CHECK(k.tokens_q == 1024);
+  CHECK(k.tokens_k == 1024);
+  // A paged cache counts its keys through cu_seqlens_k: no row bound there.
+  const AttentionKernelArgs paged =
+      packed(problem("B=5,Hq=4,Hkv=2,S=300,D=64,varlen=1,Tq=1000,paged=1,page=256"));
+  CHECK(paged.tokens_q == 1024);
+  CHECK(paged.tokens_k == std::numeric_limits<int>::max());
+  // A call that does not give them is refused: the kernels clamp the offsets into them.
+  const Problem p = problem("B=5,Hq=4,Hkv=2,S=300,D=64,varlen=1,Tq=1000");
+  AttentionCall call;
+  call.q = call.k = call.v = call.o = 0x1000;
+  call.cu_seqlens_q = call.cu_seqlens_k = 0x2000;
+  call.tokens_k = 900;
+  ArgPack args;
+  CHECK_THROWS_WITH_AS(attn().pack_call(mma, p, call, args),
+                       doctest::Contains("needs the packed token counts of q and k"), Error);
 }
