@@ -12,8 +12,10 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 namespace autotune::testing {
 
@@ -56,6 +58,18 @@ inline void refused(const autotune_attention_args& a, const std::string& message
   }
   CHECK_MESSAGE(what.find(message) != std::string::npos,
                 "expected '" << message << "' in '" << what << "'");
+}
+
+// The portable kernel's arguments the tuner packs for its own call of problem p (every
+// tensor at 0x1000).
+inline AttentionKernelArgs tuner_args(const Config& c, const Problem& p) {
+  const std::vector<CUdeviceptr> tensors(attn().tensors(p).size(), CUdeviceptr(0x1000));
+  ArgPack args;
+  attn().pack(c, p, tensors, args);
+  REQUIRE(args.size() == 1);
+  AttentionKernelArgs k;
+  std::memcpy(&k, args.pointers()[0], sizeof k);
+  return k;
 }
 
 } // namespace autotune::testing

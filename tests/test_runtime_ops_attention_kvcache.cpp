@@ -197,18 +197,6 @@ namespace {
 
 // paged_call's sequences with a contiguous cache [B, Scache=1000, Hkv, D] and
 // cache_leftpad [B].
-// The kernel arguments the tuner packs for its own call of problem p (every tensor at
-// 0x1000).
-AttentionKernelArgs tuner_args(const Config& c, const Problem& p) {
-  const std::vector<CUdeviceptr> tensors(attn().tensors(p).size(), CUdeviceptr(0x1000));
-  ArgPack args;
-  attn().pack(c, p, tensors, args);
-  REQUIRE(args.size() == 1);
-  AttentionKernelArgs k;
-  std::memcpy(&k, args.pointers()[0], sizeof k);
-  return k;
-}
-
 autotune_attention_args leftpad_call() {
   autotune_attention_args a = paged_call();
   a.block_table = Tensor{};

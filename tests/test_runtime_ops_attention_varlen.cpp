@@ -9,7 +9,6 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <cstring>
 #include <limits>
 #include <string>
 
@@ -214,23 +213,14 @@ TEST_CASE("varlen attention calls bind packed tensors and int32 offsets, buckete
 
 TEST_CASE("varlen kernel arguments carry the token counts that bound each sequence's offsets") {
   const Config mma = config("block_m=64,block_n=64,warps=4,stages=2,swizzle=xor,q=smem,splits=1");
-  const auto packed = [&](const Problem& p) {
-    const std::vector<CUdeviceptr> tensors(attn().tensors(p).size(), CUdeviceptr(0x1000));
-    ArgPack args;
-    attn().pack(mma, p, tensors, args);
-    REQUIRE(args.size() == 1);
-    AttentionKernelArgs k;
-    std::memcpy(&k, args.pointers()[0], sizeof k);
-    return k;
-  };
   // The tuner's own tensors: Tq = Tk = 1024 rows (the bucketed totals).
   const AttentionKernelArgs k =
-      packed(problem("B=5,Hq=4,Hkv=2,S=300,D=64,varlen=1,Tq=1000,Tk=900"));
+      tuner_args(mma, problem("B=5,Hq=4,Hkv=2,S=300,D=64,varlen=1,Tq=1000,Tk=900"));
   CHECK(k.tokens_q == 1024);
   CHECK(k.tokens_k == 1024);
   // A paged cache counts its keys through cu_seqlens_k: no row bound there.
   const AttentionKernelArgs paged =
-      packed(problem("B=5,Hq=4,Hkv=2,S=300,D=64,varlen=1,Tq=1000,paged=1,page=256"));
+      tuner_args(mma, problem("B=5,Hq=4,Hkv=2,S=300,D=64,varlen=1,Tq=1000,paged=1,page=256"));
   CHECK(paged.tokens_q == 1024);
   CHECK(paged.tokens_k == std::numeric_limits<int>::max());
   // A call that does not give them is refused: the kernels clamp the offsets into them.
