@@ -195,13 +195,19 @@ TEST_CASE("the packed kernel arguments of a paged call: Snew past the cache is r
 
 namespace {
 
-// paged_call's sequences with a contiguous cache [B, Scache=1000, Hkv, D] and
-// cache_leftpad [B].
-autotune_attention_args leftpad_call() {
+// paged_call's sequences with a contiguous cache of `slots` batches [slots, Hkv,
+// Scache=1000, D] instead of pages.
+autotune_attention_args contiguous_cache_call(int64_t slots) {
   autotune_attention_args a = paged_call();
   a.block_table = Tensor{};
-  a.k = make(0x200000, AUTOTUNE_BF16, {3, 2, 1000, 64}, {1000 * 2 * 64, 64, 2 * 64, 1});
-  a.v = make(0x300000, AUTOTUNE_BF16, {3, 2, 1000, 64}, {1000 * 2 * 64, 64, 2 * 64, 1});
+  a.k = make(0x200000, AUTOTUNE_BF16, {slots, 2, 1000, 64}, {1000 * 2 * 64, 64, 2 * 64, 1});
+  a.v = make(0x300000, AUTOTUNE_BF16, {slots, 2, 1000, 64}, {1000 * 2 * 64, 64, 2 * 64, 1});
+  return a;
+}
+
+// A cache per sequence (B=3) and cache_leftpad [B].
+autotune_attention_args leftpad_call() {
+  autotune_attention_args a = contiguous_cache_call(3);
   a.cache_leftpad = make(0x900000, AUTOTUNE_INT32, {3});
   return a;
 }
@@ -398,13 +404,9 @@ TEST_CASE("cache_leftpad is refused with the argument named") {
 
 namespace {
 
-// leftpad_call's sequences reading a pool of 5 cache slots [5, Hkv, 1000, D] through
-// cache_batch_idx [B=3].
+// The 3 sequences reading a pool of 5 cache slots through cache_batch_idx [B=3].
 autotune_attention_args batch_idx_call() {
-  autotune_attention_args a = leftpad_call();
-  a.cache_leftpad = Tensor{};
-  a.k = make(0x200000, AUTOTUNE_BF16, {5, 2, 1000, 64}, {1000 * 2 * 64, 64, 2 * 64, 1});
-  a.v = make(0x300000, AUTOTUNE_BF16, {5, 2, 1000, 64}, {1000 * 2 * 64, 64, 2 * 64, 1});
+  autotune_attention_args a = contiguous_cache_call(5);
   a.cache_batch_idx = make(0xa00000, AUTOTUNE_INT32, {3});
   return a;
 }
